@@ -1,0 +1,1 @@
+//! gearsim-firmware (under construction).

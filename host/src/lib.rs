@@ -1,0 +1,1 @@
+//! gearsim-host (under construction).

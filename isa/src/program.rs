@@ -1,0 +1,107 @@
+//! A kernel program: decoded instructions with their labels, and its binary form.
+
+use std::fmt::Write as _;
+
+use crate::disasm::disasm_with;
+use crate::encode::{DecodeError, EncodeError, decode_all, encode_all};
+use crate::table::Instruction;
+
+/// A kernel: a sequence of instructions that one AI core block runs from index 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    /// Kernel name (from `.kernel`, or given by whoever built it).
+    pub name: Option<String>,
+    /// The instructions.
+    pub instrs: Vec<Instruction>,
+    /// Label names and the instruction index they mark, sorted by name.
+    pub labels: Vec<(String, u32)>,
+    /// Source line of each instruction, when assembled from text (empty otherwise).
+    pub source_lines: Vec<u32>,
+}
+
+impl Program {
+    /// A program without labels or source lines.
+    pub fn new(name: Option<String>, instrs: Vec<Instruction>) -> Program {
+        Program { name, instrs, labels: Vec::new(), source_lines: Vec::new() }
+    }
+
+    pub(crate) fn with_source(
+        name: Option<String>,
+        instrs: Vec<Instruction>,
+        labels: Vec<(String, u32)>,
+        source_lines: Vec<u32>,
+    ) -> Program {
+        Program { name, instrs, labels, source_lines }
+    }
+
+    /// The kernel name, or `kernel` when it has none.
+    pub fn display_name(&self) -> &str {
+        self.name.as_deref().unwrap_or("kernel")
+    }
+
+    /// The binary form: 16 bytes per instruction.
+    pub fn encode(&self) -> Result<Vec<u8>, (usize, EncodeError)> {
+        encode_all(&self.instrs)
+    }
+
+    /// Decodes a binary program.
+    pub fn decode(name: Option<String>, bytes: &[u8]) -> Result<Program, DecodeError> {
+        Ok(Program::new(name, decode_all(bytes)?))
+    }
+
+    /// The first label (by name) that marks instruction `pc`.
+    pub fn label_at(&self, pc: u32) -> Option<&str> {
+        self.labels.iter().find(|(_, p)| *p == pc).map(|(n, _)| n.as_str())
+    }
+
+    /// Disassembly of one instruction with label names for branch targets.
+    pub fn disasm_at(&self, pc: usize) -> String {
+        disasm_with(&self.instrs[pc], &|t| self.target_name(t))
+    }
+
+    fn target_name(&self, pc: u32) -> String {
+        self.label_at(pc).map_or_else(|| format!("L{pc}"), str::to_string)
+    }
+
+    /// The whole program as assembly text that assembles back to the same instructions.
+    pub fn disassemble(&self) -> String {
+        let mut targets = std::collections::BTreeSet::new();
+        for instr in &self.instrs {
+            if let Some(t) = branch_target(instr) {
+                targets.insert(t);
+            }
+        }
+        let mut out = String::new();
+        if let Some(n) = &self.name {
+            let _ = writeln!(out, ".kernel {n}");
+        }
+        for pc in 0..self.instrs.len() {
+            let pc32 = u32::try_from(pc).unwrap_or(u32::MAX);
+            let mut labelled = false;
+            for (name, _) in self.labels.iter().filter(|(_, p)| *p == pc32) {
+                let _ = writeln!(out, "{name}:");
+                labelled = true;
+            }
+            if !labelled && targets.contains(&pc32) {
+                let _ = writeln!(out, "L{pc}:");
+            }
+            let _ = writeln!(out, "    {}", self.disasm_at(pc));
+        }
+        out
+    }
+}
+
+/// The branch target of a control-flow instruction.
+pub fn branch_target(instr: &Instruction) -> Option<u32> {
+    match instr {
+        Instruction::Beq(b)
+        | Instruction::Bne(b)
+        | Instruction::Blt(b)
+        | Instruction::Bge(b)
+        | Instruction::Bltu(b)
+        | Instruction::Bgeu(b) => Some(b.target.0),
+        Instruction::Jmp(j) => Some(j.target.0),
+        Instruction::LoopNz(l) => Some(l.target.0),
+        _ => None,
+    }
+}

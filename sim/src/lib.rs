@@ -1,0 +1,1 @@
+//! gearsim-sim (under construction).

@@ -1,0 +1,1 @@
+//! gearsim-tests (under construction).

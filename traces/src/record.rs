@@ -1,0 +1,156 @@
+//! The trace vocabulary: lanes, interned strings, the four record kinds and the sink trait.
+
+/// An interned string. `StrId(0)` is always the empty string.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct StrId(pub u32);
+
+impl StrId {
+    /// The empty string.
+    pub const EMPTY: StrId = StrId(0);
+}
+
+/// A lane (one horizontal track in a trace viewer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LaneId(pub u16);
+
+/// What a lane shows; viewers and analyses group and colour by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u16)]
+pub enum LaneKind {
+    /// One pipe of one AI core (`core<N>` / `SCALAR`, `VECTOR`, ...).
+    Pipe = 1,
+    /// Counters (bandwidth, occupancy).
+    Counter = 2,
+    /// The firmware task scheduler.
+    Scheduler = 3,
+    /// One hardware stream.
+    Stream = 4,
+    /// One AI CPU core.
+    AiCpu = 5,
+    /// The host link.
+    Pcie = 6,
+    /// Host API calls.
+    Host = 7,
+    /// A device data queue.
+    Queue = 8,
+    /// The memory system (DMA transfers as spans).
+    Memory = 9,
+}
+
+impl LaneKind {
+    /// Every kind, in numeric order.
+    pub const ALL: [LaneKind; 9] = [
+        LaneKind::Pipe,
+        LaneKind::Counter,
+        LaneKind::Scheduler,
+        LaneKind::Stream,
+        LaneKind::AiCpu,
+        LaneKind::Pcie,
+        LaneKind::Host,
+        LaneKind::Queue,
+        LaneKind::Memory,
+    ];
+
+    /// The kind with this number.
+    pub fn from_u16(v: u16) -> Option<LaneKind> {
+        LaneKind::ALL.iter().copied().find(|k| *k as u16 == v)
+    }
+}
+
+/// A lane's identity: the process (group) and thread (track) names a viewer shows.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Lane {
+    /// Group name, e.g. `core3`, `chip`, `host`.
+    pub process: String,
+    /// Track name, e.g. `VECTOR`, `HBM`, `stream 0`.
+    pub thread: String,
+    /// What the lane shows.
+    pub kind: LaneKind,
+}
+
+/// One trace record. Times are picoseconds since the start of the simulation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Record {
+    /// Something that occupied a lane from `start` to `end` (an instruction on a pipe, a task
+    /// on a stream, a transfer on a link).
+    Span {
+        /// Lane.
+        lane: LaneId,
+        /// Short name (mnemonic, task kind).
+        name: StrId,
+        /// Start tick.
+        start: u64,
+        /// End tick (>= start).
+        end: u64,
+        /// Program counter, task id or other small integer the lane defines.
+        pc: u32,
+        /// Longer description (disassembly, task arguments), or empty.
+        detail: StrId,
+    },
+    /// A point event (a flag set, a label jump).
+    Instant {
+        /// Lane.
+        lane: LaneId,
+        /// Name.
+        name: StrId,
+        /// Tick.
+        at: u64,
+        /// Small integer argument.
+        arg: u32,
+        /// Longer description, or empty.
+        detail: StrId,
+    },
+    /// A counter's value from `at` until its next record.
+    Counter {
+        /// Lane.
+        lane: LaneId,
+        /// Counter name.
+        name: StrId,
+        /// Tick.
+        at: u64,
+        /// Value.
+        value: i64,
+    },
+    /// An arrow from one lane and time to another (set_flag -> wait_flag, event record -> wait).
+    Flow {
+        /// Name.
+        name: StrId,
+        /// Flow id, unique within the trace.
+        id: u32,
+        /// Source lane.
+        from_lane: LaneId,
+        /// Source tick.
+        from_at: u64,
+        /// Destination lane.
+        to_lane: LaneId,
+        /// Destination tick.
+        to_at: u64,
+    },
+}
+
+/// Where producers send records. Implementations intern strings and lanes and store records.
+pub trait TraceSink {
+    /// The id of a string, interning it on first use.
+    fn intern(&mut self, s: &str) -> StrId;
+    /// The id of a lane, registering it on first use (same process, thread and kind -> same id).
+    fn lane(&mut self, lane: Lane) -> LaneId;
+    /// Stores one record.
+    fn record(&mut self, record: Record);
+    /// Attaches a key/value note to the trace (chip name, clock, mode); later values win.
+    fn meta(&mut self, key: &str, value: &str);
+}
+
+/// A sink that stores nothing (for callers that must pass one).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NullSink;
+
+impl TraceSink for NullSink {
+    fn intern(&mut self, _s: &str) -> StrId {
+        StrId::EMPTY
+    }
+    fn lane(&mut self, _lane: Lane) -> LaneId {
+        LaneId(0)
+    }
+    fn record(&mut self, _record: Record) {}
+    fn meta(&mut self, _key: &str, _value: &str) {}
+}
