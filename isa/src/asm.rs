@@ -59,7 +59,10 @@ pub fn assemble(source: &str, file: &str) -> Result<Program, AsmError> {
 /// Parses a single instruction (no labels: targets must be `@N` or numbers).
 pub fn parse_instruction(text: &str) -> Result<Instruction, AsmError> {
     let mut asm = Assembler::new("<instruction>");
-    let line = Line { text: text.trim(), number: 1 };
+    let line = Line {
+        text: text.trim(),
+        number: 1,
+    };
     if let Some((col, c)) = line.text.char_indices().find(|(_, c)| !c.is_ascii()) {
         return Err(asm.err(&line, col, format!("unexpected non-ASCII character `{c}`")));
     }
@@ -105,7 +108,12 @@ impl Assembler {
     }
 
     fn err(&self, line: &Line<'_>, col: usize, message: String) -> AsmError {
-        AsmError { file: self.file.clone(), line: line.number, col: col + 1, message }
+        AsmError {
+            file: self.file.clone(),
+            line: line.number,
+            col: col + 1,
+            message,
+        }
     }
 
     fn run(mut self, source: &str) -> Result<Program, AsmError> {
@@ -114,7 +122,10 @@ impl Assembler {
         let mut fixups: Vec<Fixup> = Vec::new();
         let mut name: Option<String> = None;
         for (i, raw) in source.lines().enumerate() {
-            let line = Line { text: strip_comment(raw), number: i + 1 };
+            let line = Line {
+                text: strip_comment(raw),
+                number: i + 1,
+            };
             if let Some((col, c)) = line.text.char_indices().find(|(_, c)| !c.is_ascii()) {
                 return Err(self.err(&line, col, format!("unexpected non-ASCII character `{c}`")));
             }
@@ -151,10 +162,14 @@ impl Assembler {
             lines.push(u32::try_from(line.number).unwrap_or(u32::MAX));
         }
         for f in fixups {
-            let line = Line { text: "", number: f.line };
-            let pc = *self.labels.get(&f.label).ok_or_else(|| {
-                self.err(&line, f.col, format!("unknown label `{}`", f.label))
-            })?;
+            let line = Line {
+                text: "",
+                number: f.line,
+            };
+            let pc = *self
+                .labels
+                .get(&f.label)
+                .ok_or_else(|| self.err(&line, f.col, format!("unknown label `{}`", f.label)))?;
             let mut raw = [0u64; MAX_FIELDS];
             let n = instrs[f.instr].raw_fields(&mut raw);
             raw[f.field] = u64::from(pc);
@@ -163,11 +178,19 @@ impl Assembler {
         }
         for (pc, instr) in instrs.iter().enumerate() {
             check_targets(instr, instrs.len()).map_err(|m| {
-                let line = Line { text: "", number: lines[pc] as usize };
+                let line = Line {
+                    text: "",
+                    number: lines[pc] as usize,
+                };
                 self.err(&line, 0, m)
             })?;
         }
-        Ok(Program::with_source(name, instrs, self.labels.into_iter().collect(), lines))
+        Ok(Program::with_source(
+            name,
+            instrs,
+            self.labels.into_iter().collect(),
+            lines,
+        ))
     }
 
     fn directive(
@@ -229,7 +252,11 @@ impl Assembler {
         let base = parts.next().unwrap_or("");
         let suffixes: Vec<&str> = parts.collect();
         let op = *self.by_mnemonic.get(base).ok_or_else(|| {
-            self.err(line, start, format!("unknown mnemonic `{base}`{}", suggest(base)))
+            self.err(
+                line,
+                start,
+                format!("unknown mnemonic `{base}`{}", suggest(base)),
+            )
         })?;
         let spec = op.spec();
         let mut raw = [0u64; MAX_FIELDS];
@@ -239,8 +266,10 @@ impl Assembler {
         // Suffix fields.
         let suffix_fields: Vec<usize> = field_indices(spec, |p| matches!(p, Placement::Suffix));
         if suffixes.len() != suffix_fields.len() {
-            let want: Vec<String> =
-                suffix_fields.iter().map(|&i| format!(".<{}>", spec.fields[i].name)).collect();
+            let want: Vec<String> = suffix_fields
+                .iter()
+                .map(|&i| format!(".<{}>", spec.fields[i].name))
+                .collect();
             return Err(self.err(
                 line,
                 start,
@@ -266,25 +295,31 @@ impl Assembler {
         while p < text.len() {
             if !first {
                 if !text[p..].starts_with(',') {
-                    return Err(self.err(line, p, format!("expected `,` or end of line, found `{}`", rest(text, p))));
+                    return Err(self.err(
+                        line,
+                        p,
+                        format!("expected `,` or end of line, found `{}`", rest(text, p)),
+                    ));
                 }
                 p = skip_ws(text, p + 1);
             }
             first = false;
             let (key, kend) = take_ident(text, p);
             let after = skip_ws(text, kend);
-            let (fi, vstart) = if !key.is_empty() && text[after..].starts_with('=') {
-                let fi = spec.field_index(key).filter(|&i| {
-                    matches!(spec.fields[i].placement, Placement::Keyed(_))
-                });
-                let fi = fi.ok_or_else(|| {
-                    let keys: Vec<&str> = spec
-                        .fields
-                        .iter()
-                        .filter(|f| matches!(f.placement, Placement::Keyed(_)))
-                        .map(|f| f.name)
-                        .collect();
-                    self.err(
+            let (fi, vstart) =
+                if !key.is_empty() && text[after..].starts_with('=') {
+                    let fi = spec
+                        .field_index(key)
+                        .filter(|&i| matches!(spec.fields[i].placement, Placement::Keyed(_)));
+                    let fi =
+                        fi.ok_or_else(|| {
+                            let keys: Vec<&str> = spec
+                                .fields
+                                .iter()
+                                .filter(|f| matches!(f.placement, Placement::Keyed(_)))
+                                .map(|f| f.name)
+                                .collect();
+                            self.err(
                         line,
                         p,
                         format!(
@@ -292,30 +327,36 @@ impl Assembler {
                             if keys.is_empty() { "none".to_string() } else { keys.join(", ") }
                         ),
                     )
-                })?;
-                if set[fi] {
-                    return Err(self.err(line, p, format!("operand `{key}` given twice")));
-                }
-                (fi, skip_ws(text, after + 1))
-            } else {
-                let fi = *positional.get(next_positional).ok_or_else(|| {
-                    self.err(
-                        line,
-                        p,
-                        format!(
-                            "`{base}` takes {} positional operand(s) ({}), found another: `{}`",
-                            positional.len(),
-                            names(spec, &positional),
-                            rest(text, p)
-                        ),
-                    )
-                })?;
-                next_positional += 1;
-                (fi, p)
-            };
+                        })?;
+                    if set[fi] {
+                        return Err(self.err(line, p, format!("operand `{key}` given twice")));
+                    }
+                    (fi, skip_ws(text, after + 1))
+                } else {
+                    let fi = *positional.get(next_positional).ok_or_else(|| {
+                        self.err(
+                            line,
+                            p,
+                            format!(
+                                "`{base}` takes {} positional operand(s) ({}), found another: `{}`",
+                                positional.len(),
+                                names(spec, &positional),
+                                rest(text, p)
+                            ),
+                        )
+                    })?;
+                    next_positional += 1;
+                    (fi, p)
+                };
             let field = &spec.fields[fi];
             let (value, vend) = self.value(line, vstart, field, &mut |label, col| {
-                fixups.push(Fixup { instr: 0, field: fi, label, line: line.number, col });
+                fixups.push(Fixup {
+                    instr: 0,
+                    field: fi,
+                    label,
+                    line: line.number,
+                    col,
+                });
             })?;
             raw[fi] = value;
             set[fi] = true;
@@ -367,7 +408,11 @@ impl Assembler {
                     self.err(
                         line,
                         col,
-                        format!("expected {} ({}), found `{text}`", field.name, names.join(", ")),
+                        format!(
+                            "expected {} ({}), found `{text}`",
+                            field.name,
+                            names.join(", ")
+                        ),
                     )
                 }),
             _ => Err(self.err(line, col, format!("`{}` cannot be a suffix", field.name))),
@@ -414,7 +459,11 @@ impl Assembler {
                     _ => Err(self.err(
                         line,
                         pos,
-                        format!("expected true or false for `{}`, found `{}`", field.name, token(text, pos)),
+                        format!(
+                            "expected true or false for `{}`, found `{}`",
+                            field.name,
+                            token(text, pos)
+                        ),
                     )),
                 }
             }
@@ -423,7 +472,11 @@ impl Assembler {
                     let _ = stripped;
                     let (v, end) = self.expr(line, pos + 1)?;
                     let v = u32::try_from(v).map_err(|_| {
-                        self.err(line, pos, format!("branch target {v} is not an instruction index"))
+                        self.err(
+                            line,
+                            pos,
+                            format!("branch target {v} is not an instruction index"),
+                        )
                     })?;
                     return Ok((u64::from(v), end));
                 }
@@ -434,7 +487,11 @@ impl Assembler {
                 }
                 let (v, end) = self.expr(line, pos)?;
                 let v = u32::try_from(v).map_err(|_| {
-                    self.err(line, pos, format!("branch target {v} is not an instruction index"))
+                    self.err(
+                        line,
+                        pos,
+                        format!("branch target {v} is not an instruction index"),
+                    )
                 })?;
                 Ok((u64::from(v), end))
             }
@@ -449,7 +506,11 @@ impl Assembler {
                     let range = match field.kind {
                         FieldKind::Unsigned => format!(
                             "0..={}",
-                            if field.bits >= 64 { u64::MAX } else { (1u64 << field.bits) - 1 }
+                            if field.bits >= 64 {
+                                u64::MAX
+                            } else {
+                                (1u64 << field.bits) - 1
+                            }
                         ),
                         _ => format!(
                             "{}..={}",
@@ -485,7 +546,9 @@ impl Assembler {
         let (mut acc, mut p) = self.binary(line, pos, level + 1)?;
         loop {
             let q = skip_ws(line.text, p);
-            let op = LEVELS[level].iter().find(|op| line.text[q..].starts_with(**op));
+            let op = LEVELS[level]
+                .iter()
+                .find(|op| line.text[q..].starts_with(**op));
             let Some(op) = op else { return Ok((acc, p)) };
             // `x | y` but not `||`-like garbage; `-` must not be confused with nothing else here.
             let (rhs, e) = self.binary(line, q + op.len(), level + 1)?;
@@ -493,17 +556,29 @@ impl Assembler {
             acc = match *op {
                 "|" => acc | rhs,
                 "&" => acc & rhs,
-                "<<" => acc.checked_shl(u32::try_from(rhs).map_err(|_| overflow())?).ok_or_else(overflow)?,
-                ">>" => acc.checked_shr(u32::try_from(rhs).map_err(|_| overflow())?).ok_or_else(overflow)?,
+                "<<" => acc
+                    .checked_shl(u32::try_from(rhs).map_err(|_| overflow())?)
+                    .ok_or_else(overflow)?,
+                ">>" => acc
+                    .checked_shr(u32::try_from(rhs).map_err(|_| overflow())?)
+                    .ok_or_else(overflow)?,
                 "+" => acc.checked_add(rhs).ok_or_else(overflow)?,
                 "-" => acc.checked_sub(rhs).ok_or_else(overflow)?,
                 "*" => acc.checked_mul(rhs).ok_or_else(overflow)?,
                 "/" | "%" => {
                     if rhs == 0 {
-                        return Err(self.err(line, q, "division by zero in constant expression".into()));
+                        return Err(self.err(
+                            line,
+                            q,
+                            "division by zero in constant expression".into(),
+                        ));
                     }
-                    if *op == "/" { acc.checked_div(rhs) } else { acc.checked_rem(rhs) }
-                        .ok_or_else(overflow)?
+                    if *op == "/" {
+                        acc.checked_div(rhs)
+                    } else {
+                        acc.checked_rem(rhs)
+                    }
+                    .ok_or_else(overflow)?
                 }
                 _ => unreachable!("operator table and match agree"),
             };
@@ -535,16 +610,17 @@ impl Assembler {
         match first {
             Some(c) if c.is_ascii_digit() => {
                 let (word, end) = take_ident(text, p);
-                let parsed = if let Some(h) = word.strip_prefix("0x").or_else(|| word.strip_prefix("0X")) {
-                    u64::from_str_radix(&h.replace('_', ""), 16).map(|v| v as i64)
-                } else if let Some(b) = word.strip_prefix("0b") {
-                    u64::from_str_radix(&b.replace('_', ""), 2).map(|v| v as i64)
-                } else {
-                    word.replace('_', "").parse::<i64>()
-                };
-                parsed.map(|v| (v, end)).map_err(|_| {
-                    self.err(line, p, format!("expected an integer, found `{word}`"))
-                })
+                let parsed =
+                    if let Some(h) = word.strip_prefix("0x").or_else(|| word.strip_prefix("0X")) {
+                        u64::from_str_radix(&h.replace('_', ""), 16).map(|v| v as i64)
+                    } else if let Some(b) = word.strip_prefix("0b") {
+                        u64::from_str_radix(&b.replace('_', ""), 2).map(|v| v as i64)
+                    } else {
+                        word.replace('_', "").parse::<i64>()
+                    };
+                parsed
+                    .map(|v| (v, end))
+                    .map_err(|_| self.err(line, p, format!("expected an integer, found `{word}`")))
             }
             Some(c) if c.is_ascii_alphabetic() || c == '_' => {
                 let (word, end) = take_ident(text, p);
@@ -554,7 +630,11 @@ impl Assembler {
                     })?;
                     let lit = text[end + 1..close].trim();
                     let f: f64 = lit.parse().map_err(|_| {
-                        self.err(line, end + 1, format!("expected a float literal, found `{lit}`"))
+                        self.err(
+                            line,
+                            end + 1,
+                            format!("expected a float literal, found `{lit}`"),
+                        )
                     })?;
                     let bits = if word == "f16" {
                         i64::from(half::f16::from_f64(f).to_bits())
@@ -564,10 +644,18 @@ impl Assembler {
                     return Ok((bits, close + 1));
                 }
                 self.consts.get(word).map(|&v| (v, end)).ok_or_else(|| {
-                    self.err(line, p, format!("unknown constant `{word}` (define it with .equ)"))
+                    self.err(
+                        line,
+                        p,
+                        format!("unknown constant `{word}` (define it with .equ)"),
+                    )
                 })
             }
-            _ => Err(self.err(line, p, format!("expected a value, found `{}`", token(text, p)))),
+            _ => Err(self.err(
+                line,
+                p,
+                format!("expected a value, found `{}`", token(text, p)),
+            )),
         }
     }
 }
@@ -588,11 +676,19 @@ fn check_targets(instr: &Instruction, len: usize) -> Result<(), String> {
 }
 
 fn field_indices(spec: &InstrSpec, pred: impl Fn(&Placement) -> bool) -> Vec<usize> {
-    spec.fields.iter().enumerate().filter(|(_, f)| pred(&f.placement)).map(|(i, _)| i).collect()
+    spec.fields
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| pred(&f.placement))
+        .map(|(i, _)| i)
+        .collect()
 }
 
 fn names(spec: &InstrSpec, idx: &[usize]) -> String {
-    idx.iter().map(|&i| spec.fields[i].name).collect::<Vec<_>>().join(", ")
+    idx.iter()
+        .map(|&i| spec.fields[i].name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn suggest(base: &str) -> String {
@@ -600,17 +696,26 @@ fn suggest(base: &str) -> String {
         .iter()
         .map(|s| s.mnemonic)
         .filter(|m| {
-            m.starts_with(base.get(..2).unwrap_or(base)) || base.starts_with(m.get(..3).unwrap_or(m))
+            m.starts_with(base.get(..2).unwrap_or(base))
+                || base.starts_with(m.get(..3).unwrap_or(m))
         })
         .take(6)
         .collect();
-    if close.is_empty() { String::new() } else { format!(" (did you mean one of: {})", close.join(", ")) }
+    if close.is_empty() {
+        String::new()
+    } else {
+        format!(" (did you mean one of: {})", close.join(", "))
+    }
 }
 
 fn expect_end(asm: &Assembler, line: &Line<'_>, pos: usize) -> Result<(), AsmError> {
     let p = skip_ws(line.text, pos);
     if p < line.text.len() {
-        return Err(asm.err(line, p, format!("expected end of line, found `{}`", rest(line.text, p))));
+        return Err(asm.err(
+            line,
+            p,
+            format!("expected end of line, found `{}`", rest(line.text, p)),
+        ));
     }
     Ok(())
 }
@@ -655,5 +760,9 @@ fn token(text: &str, pos: usize) -> &str {
 }
 
 fn rest(text: &str, pos: usize) -> &str {
-    if pos >= text.len() { "end of line" } else { text[pos..].trim() }
+    if pos >= text.len() {
+        "end of line"
+    } else {
+        text[pos..].trim()
+    }
 }

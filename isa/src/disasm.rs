@@ -52,7 +52,11 @@ fn value_text(kind: FieldKind, v: u64, target: &dyn Fn(u32) -> String) -> String
         FieldKind::Enum(names) => names.get(v as usize).copied().unwrap_or("?").to_string(),
         FieldKind::Target => target(u32::try_from(v).unwrap_or(u32::MAX)),
         FieldKind::Unsigned => {
-            if v >= 1 << 16 { format!("{v:#x}") } else { v.to_string() }
+            if v >= 1 << 16 {
+                format!("{v:#x}")
+            } else {
+                v.to_string()
+            }
         }
         FieldKind::Signed => {
             let s = v as i64;

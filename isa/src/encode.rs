@@ -108,7 +108,9 @@ impl Instruction {
             if let Some(i) = spec.field_index("ty") {
                 let mut raw = [0u64; MAX_FIELDS];
                 self.raw_fields(&mut raw);
-                let ty = usize::try_from(raw[i]).ok().and_then(|i| DType::ALL.get(i).copied());
+                let ty = usize::try_from(raw[i])
+                    .ok()
+                    .and_then(|i| DType::ALL.get(i).copied());
                 if !ty.is_some_and(|t| spec.types.contains(&t)) {
                     let allowed: Vec<&str> = spec.types.iter().map(|t| t.name()).collect();
                     return Err(format!(
@@ -164,17 +166,25 @@ pub fn encode(instr: &Instruction) -> Result<Word, EncodeError> {
                 bits: field.bits,
             });
         }
-        let mask = if field.bits == 64 { u64::MAX } else { (1u64 << field.bits) - 1 };
+        let mask = if field.bits == 64 {
+            u64::MAX
+        } else {
+            (1u64 << field.bits) - 1
+        };
         bits |= u128::from(value & mask) << shift;
         shift += field.bits;
     }
-    instr
-        .validate()
-        .map_err(|reason| EncodeError::Constraint { mnemonic: spec.mnemonic, reason })?;
+    instr.validate().map_err(|reason| EncodeError::Constraint {
+        mnemonic: spec.mnemonic,
+        reason,
+    })?;
     let le = bits.to_le_bytes();
     let mut payload = [0u8; WORD_BYTES - 1];
     payload.copy_from_slice(&le[..WORD_BYTES - 1]);
-    Ok(Word { opcode: spec.opcode, payload })
+    Ok(Word {
+        opcode: spec.opcode,
+        payload,
+    })
 }
 
 /// Decodes one word; `index` is its position in the program (for error messages).
@@ -207,7 +217,9 @@ pub fn decode(word: &Word, index: usize) -> Result<Instruction, DecodeError> {
         shift += field.bits;
     }
     if shift < PAYLOAD_BITS && (bits >> shift) != 0 {
-        return Err(bad(format!("bits {shift}..{PAYLOAD_BITS} past the last operand are not zero")));
+        return Err(bad(format!(
+            "bits {shift}..{PAYLOAD_BITS} past the last operand are not zero"
+        )));
     }
     let instr = Instruction::from_raw_fields(opcode, &raw[..spec.fields.len()]).ok_or_else(|| {
         let which = spec
@@ -235,5 +247,9 @@ pub fn encode_all(instrs: &[Instruction]) -> Result<Vec<u8>, (usize, EncodeError
 pub fn decode_all(bytes: &[u8]) -> Result<Vec<Instruction>, DecodeError> {
     let words =
         <[Word]>::ref_from_bytes(bytes).map_err(|_| DecodeError::Length { len: bytes.len() })?;
-    words.iter().enumerate().map(|(i, w)| decode(w, i)).collect()
+    words
+        .iter()
+        .enumerate()
+        .map(|(i, w)| decode(w, i))
+        .collect()
 }

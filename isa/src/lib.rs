@@ -44,7 +44,9 @@ pub use disasm::{disasm, disasm_with};
 pub use encode::{
     DecodeError, EncodeError, Word, conversion_supported, decode, decode_all, encode, encode_all,
 };
-pub use operand::{Cmp, DType, FieldKind, FieldType, Pipe, ReduceOp, Reg, Round, SReg, SType, Space, Target};
+pub use operand::{
+    Cmp, DType, FieldKind, FieldType, Pipe, ReduceOp, Reg, Round, SReg, SType, Space, Target,
+};
 pub use program::{Program, branch_target};
 pub use spec::{FieldSpec, Format, InstrSpec, PipeClass, Placement, TimingClass, WORD_BYTES};
 pub use table::*;

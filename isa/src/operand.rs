@@ -86,7 +86,11 @@ pub struct Reg(u8);
 impl Reg {
     /// The register with this number, if it exists.
     pub const fn new(n: u8) -> Option<Reg> {
-        if (n as usize) < NUM_REGS { Some(Reg(n)) } else { None }
+        if (n as usize) < NUM_REGS {
+            Some(Reg(n))
+        } else {
+            None
+        }
     }
     /// The register number, 0..32.
     pub const fn index(self) -> usize {
@@ -222,10 +226,24 @@ operand_enum! {
 impl Pipe {
     /// The pipes that hold queues of dispatched instructions (everything except S and ALL),
     /// in the order the simulator indexes them.
-    pub const QUEUED: [Pipe; 6] = [Pipe::V, Pipe::M, Pipe::Mte1, Pipe::Mte2, Pipe::Mte3, Pipe::Fix];
+    pub const QUEUED: [Pipe; 6] = [
+        Pipe::V,
+        Pipe::M,
+        Pipe::Mte1,
+        Pipe::Mte2,
+        Pipe::Mte3,
+        Pipe::Fix,
+    ];
     /// The pipes that have a trace lane, in lane order.
-    pub const EXECUTING: [Pipe; 7] =
-        [Pipe::S, Pipe::V, Pipe::M, Pipe::Mte1, Pipe::Mte2, Pipe::Mte3, Pipe::Fix];
+    pub const EXECUTING: [Pipe; 7] = [
+        Pipe::S,
+        Pipe::V,
+        Pipe::M,
+        Pipe::Mte1,
+        Pipe::Mte2,
+        Pipe::Mte3,
+        Pipe::Fix,
+    ];
 
     /// Index into [`Pipe::QUEUED`], or `None` for S and ALL.
     pub const fn queue_index(self) -> Option<usize> {

@@ -22,7 +22,12 @@ pub struct Program {
 impl Program {
     /// A program without labels or source lines.
     pub fn new(name: Option<String>, instrs: Vec<Instruction>) -> Program {
-        Program { name, instrs, labels: Vec::new(), source_lines: Vec::new() }
+        Program {
+            name,
+            instrs,
+            labels: Vec::new(),
+            source_lines: Vec::new(),
+        }
     }
 
     pub(crate) fn with_source(
@@ -31,7 +36,12 @@ impl Program {
         labels: Vec<(String, u32)>,
         source_lines: Vec<u32>,
     ) -> Program {
-        Program { name, instrs, labels, source_lines }
+        Program {
+            name,
+            instrs,
+            labels,
+            source_lines,
+        }
     }
 
     /// The kernel name, or `kernel` when it has none.
@@ -51,7 +61,10 @@ impl Program {
 
     /// The first label (by name) that marks instruction `pc`.
     pub fn label_at(&self, pc: u32) -> Option<&str> {
-        self.labels.iter().find(|(_, p)| *p == pc).map(|(n, _)| n.as_str())
+        self.labels
+            .iter()
+            .find(|(_, p)| *p == pc)
+            .map(|(n, _)| n.as_str())
     }
 
     /// Disassembly of one instruction with label names for branch targets.
@@ -60,7 +73,8 @@ impl Program {
     }
 
     fn target_name(&self, pc: u32) -> String {
-        self.label_at(pc).map_or_else(|| format!("L{pc}"), str::to_string)
+        self.label_at(pc)
+            .map_or_else(|| format!("L{pc}"), str::to_string)
     }
 
     /// The whole program as assembly text that assembles back to the same instructions.

@@ -29,7 +29,9 @@ pub fn markdown() -> String {
                 Placement::Positional => operands.push(f.name.to_string()),
                 Placement::Keyed(d) => {
                     let def = match f.kind {
-                        FieldKind::Enum(names) => names.get(d() as usize).copied().unwrap_or("?").to_string(),
+                        FieldKind::Enum(names) => {
+                            names.get(d() as usize).copied().unwrap_or("?").to_string()
+                        }
                         FieldKind::Bool => (d() != 0).to_string(),
                         _ => (d() as i64).to_string(),
                     };
@@ -72,7 +74,11 @@ pub fn markdown() -> String {
                 FieldKind::Target => "branch target".to_string(),
                 FieldKind::Enum(names) => names.join(" / "),
             };
-            let _ = writeln!(out, "| {} | `{}` | {} | {kind} |", spec.format, f.name, f.bits);
+            let _ = writeln!(
+                out,
+                "| {} | `{}` | {} | {kind} |",
+                spec.format, f.name, f.bits
+            );
         }
     }
     out

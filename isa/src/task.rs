@@ -15,7 +15,9 @@ pub const TASK_BYTES: usize = 64;
 pub const PAYLOAD_BYTES: usize = TASK_BYTES - 8;
 
 /// One encoded descriptor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
 #[repr(C)]
 pub struct TaskDescriptor {
     /// Task kind (see [`TaskKind`]).

@@ -1,1 +1,53 @@
-//! gearsim-sim (under construction).
+//! gearsim's simulated chip: AI cores with scalar, vector, cube and MTE pipes, their local
+//! buffers, device memory with a shared bandwidth model, all driven by one deterministic event
+//! queue.
+//!
+//! ```text
+//!            +-------------------------- Chip ---------------------------+
+//!            |  EventQueue (tick, priority, seq)                          |
+//!            |     |                                                      |
+//!            |     v                                                      |
+//!  firmware  |  AiCore 0..N:  scalar unit --dispatch--> V | M | MTE1 |     |
+//!  --------->|                 (in order)               MTE2 | MTE3 | FIX  |
+//!  start     |                 flags, UB / L1 / L0A / L0B / L0C          |
+//!  blocks    |                        |  DMA (MTE2/MTE3/FIX)              |
+//!            |                        v                                   |
+//!            |  Hbm: fluid max-min bandwidth sharing  <-->  DeviceMemory  |
+//!            +------------------------------------------------------------+
+//! ```
+//!
+//! `sim` does no file IO and has no global state: a [`Chip`] is built from a [`ChipConfig`] and
+//! a trace sink, then stepped. Faults of the simulated hardware are [`StopReason`] values.
+//!
+//! ```
+//! use gearsim_sim::{BlockLaunch, Chip, ChipConfig, ExecMode, Kernel, Tick};
+//! use gearsim_traces::NullSink;
+//!
+//! let program = gearsim_isa::assemble("movi x1, 10\nl: loop x1, l\nend\n", "k.s").unwrap();
+//! let mut chip = Chip::new(ChipConfig::preset("ascend910").unwrap(), NullSink);
+//! let k = chip.load_kernel(Kernel::new(program)).unwrap();
+//! let launch = BlockLaunch { kernel: k, block_idx: 0, block_dim: 1, args: 0, mode: ExecMode::Full };
+//! chip.start_block(0, launch, Tick::ZERO).unwrap();
+//! let done = chip.run_to_idle().unwrap();
+//! assert_eq!(done.len(), 1);
+//! ```
+
+mod chip;
+mod config;
+mod core;
+mod event;
+mod exec;
+mod hbm;
+mod memory;
+mod stop;
+mod time;
+
+pub use chip::{Chip, ChipError, ExecMode, Kernel, RunEvent};
+pub use config::{
+    AiCpuConfig, ChipConfig, ConfigError, CoreConfig, CubeConfig, MemoryConfig, MteConfig, PRESETS,
+    PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,
+};
+pub use core::{BlockLaunch, CoreStats, LANES, PipeStats};
+pub use memory::{DeviceMemory, OutOfRange};
+pub use stop::{Blocked, Buffer, FlagId, StopReason};
+pub use time::{Clock, Cycles, Tick};

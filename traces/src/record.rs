@@ -138,6 +138,10 @@ pub trait TraceSink {
     fn record(&mut self, record: Record);
     /// Attaches a key/value note to the trace (chip name, clock, mode); later values win.
     fn meta(&mut self, key: &str, value: &str);
+    /// Whether records are kept at all; producers skip building records when this is false.
+    fn enabled(&self) -> bool {
+        true
+    }
 }
 
 /// A sink that stores nothing (for callers that must pass one).
@@ -153,4 +157,29 @@ impl TraceSink for NullSink {
     }
     fn record(&mut self, _record: Record) {}
     fn meta(&mut self, _key: &str, _value: &str) {}
+    fn enabled(&self) -> bool {
+        false
+    }
+}
+
+impl<T: TraceSink> TraceSink for Option<T> {
+    fn intern(&mut self, s: &str) -> StrId {
+        self.as_mut().map_or(StrId::EMPTY, |t| t.intern(s))
+    }
+    fn lane(&mut self, lane: Lane) -> LaneId {
+        self.as_mut().map_or(LaneId(0), |t| t.lane(lane))
+    }
+    fn record(&mut self, record: Record) {
+        if let Some(t) = self.as_mut() {
+            t.record(record);
+        }
+    }
+    fn meta(&mut self, key: &str, value: &str) {
+        if let Some(t) = self.as_mut() {
+            t.meta(key, value);
+        }
+    }
+    fn enabled(&self) -> bool {
+        self.as_ref().is_some_and(|t| t.enabled())
+    }
 }

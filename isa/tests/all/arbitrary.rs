@@ -5,7 +5,10 @@ use proptest::prelude::*;
 
 /// Any valid instruction of any opcode.
 pub fn instruction() -> impl Strategy<Value = Instruction> {
-    (0..Opcode::ALL.len(), proptest::collection::vec(any::<u64>(), 16))
+    (
+        0..Opcode::ALL.len(),
+        proptest::collection::vec(any::<u64>(), 16),
+    )
         .prop_filter_map("operands break a table constraint", |(i, seeds)| {
             let op = Opcode::ALL[i];
             let spec = op.spec();
@@ -26,7 +29,11 @@ pub fn instruction() -> impl Strategy<Value = Instruction> {
                     }
                     FieldKind::Target => s % (1 << 32),
                     FieldKind::Unsigned => {
-                        if f.bits >= 64 { s } else { s % (1u64 << f.bits) }
+                        if f.bits >= 64 {
+                            s
+                        } else {
+                            s % (1u64 << f.bits)
+                        }
                     }
                     FieldKind::Signed => {
                         if f.bits >= 64 {

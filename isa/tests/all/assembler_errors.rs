@@ -2,7 +2,7 @@
 //! unknown opcode names the word and its offset; operands wider than their field are refused.
 
 use gearsim_isa::{
-    Instruction, Reg, VBin, DType, assemble, decode_all, encode, EncodeError, DecodeError,
+    DType, DecodeError, EncodeError, Instruction, Reg, VBin, assemble, decode_all, encode,
 };
 
 fn err(src: &str) -> String {
@@ -20,13 +20,19 @@ fn unknown_mnemonic_names_position() {
 #[test]
 fn bad_register_names_position_and_expectation() {
     let e = err("vadd.f16 x1, x99, x3");
-    assert_eq!(e, "k.s:1:14: expected register x0..x31 for `src0`, found `x99`");
+    assert_eq!(
+        e,
+        "k.s:1:14: expected register x0..x31 for `src0`, found `x99`"
+    );
 }
 
 #[test]
 fn missing_operand_is_reported() {
     let e = err("vadd.f16 x1, x2");
-    assert!(e.starts_with("k.s:1:16: `vadd` expects 3 operand(s) (dst, src0, src1), found 2"), "{e}");
+    assert!(
+        e.starts_with("k.s:1:16: `vadd` expects 3 operand(s) (dst, src0, src1), found 2"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -34,15 +40,24 @@ fn wrong_suffix_lists_choices() {
     let e = err("vadd.f64 x1, x2, x3");
     assert_eq!(e, "k.s:1:6: expected ty (f16, f32, i32, i16), found `f64`");
     let e = err("vdiv.i32 x1, x2, x3");
-    assert!(e.contains("element type i32 is not supported (expected one of f16, f32)"), "{e}");
+    assert!(
+        e.contains("element type i32 is not supported (expected one of f16, f32)"),
+        "{e}"
+    );
 }
 
 #[test]
 fn operand_wider_than_field_is_refused() {
     let e = err("copy_gm_to_ub x1, x2, 4096, 1");
-    assert_eq!(e, "k.s:1:23: operand `nburst` = 4096 does not fit in 12 bits (expected 0..=4095)");
+    assert_eq!(
+        e,
+        "k.s:1:23: operand `nburst` = 4096 does not fit in 12 bits (expected 0..=4095)"
+    );
     let e = err("vadd.f16 x1, x2, x3, repeat=256");
-    assert!(e.contains("operand `repeat` = 256 does not fit in 8 bits"), "{e}");
+    assert!(
+        e.contains("operand `repeat` = 256 does not fit in 8 bits"),
+        "{e}"
+    );
     let e = err("addi x1, x2, 0x80000000");
     assert!(e.contains("does not fit in 32 bits"), "{e}");
 }
@@ -50,7 +65,12 @@ fn operand_wider_than_field_is_refused() {
 #[test]
 fn unknown_keyed_operand_lists_keys() {
     let e = err("vadd.f16 x1, x2, x3, repeats=2");
-    assert!(e.starts_with("k.s:1:22: `vadd` has no optional operand `repeats` (expected one of: repeat, dst_blk"), "{e}");
+    assert!(
+        e.starts_with(
+            "k.s:1:22: `vadd` has no optional operand `repeats` (expected one of: repeat, dst_blk"
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -66,7 +86,10 @@ fn labels_and_constants() {
     let e = err(".bogus 1");
     assert!(e.contains("unknown directive `.bogus`"), "{e}");
     let e = err("  add x1, x2, x3 x4");
-    assert!(e.starts_with("k.s:1:18: expected `,` or end of line"), "{e}");
+    assert!(
+        e.starts_with("k.s:1:18: expected `,` or end of line"),
+        "{e}"
+    );
     let e = err("movi x1, 1 # fine\n vadd.f16 x1, x2, é");
     assert!(e.starts_with("k.s:2:19: unexpected non-ASCII"), "{e}");
 }
@@ -91,7 +114,10 @@ fn constants_and_float_literals_evaluate() {
 #[test]
 fn branch_target_past_end_is_refused() {
     let e = err("jmp @5\nend");
-    assert!(e.contains("branch target @5 is past the end of the program (2 instructions)"), "{e}");
+    assert!(
+        e.contains("branch target @5 is past the end of the program (2 instructions)"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -99,13 +125,24 @@ fn unknown_opcode_word_names_word_and_offset() {
     let mut bytes = assemble("nop\nnop\nend", "k.s").unwrap().encode().unwrap();
     bytes[16] = 0xee;
     let e = decode_all(&bytes).unwrap_err();
-    assert!(matches!(e, DecodeError::UnknownOpcode { index: 1, offset: 16, opcode: 0xee, .. }));
+    assert!(matches!(
+        e,
+        DecodeError::UnknownOpcode {
+            index: 1,
+            offset: 16,
+            opcode: 0xee,
+            ..
+        }
+    ));
     assert_eq!(
         e.to_string(),
         "word 1 (byte offset 0x10): unknown opcode 0xee in ee000000000000000000000000000000"
     );
     let e = decode_all(&bytes[..20]).unwrap_err();
-    assert_eq!(e.to_string(), "program is 20 bytes, not a multiple of the 16-byte instruction word");
+    assert_eq!(
+        e.to_string(),
+        "program is 20 bytes, not a multiple of the 16-byte instruction word"
+    );
 }
 
 #[test]
@@ -115,7 +152,10 @@ fn stray_payload_bits_and_bad_enums_are_decode_errors() {
     let e = decode_all(&bytes).unwrap_err().to_string();
     assert!(e.contains("past the last operand are not zero"), "{e}");
     // vadd with ty raw value 7 (no such type).
-    let mut bytes = assemble("vadd.f16 x1, x2, x3", "k.s").unwrap().encode().unwrap();
+    let mut bytes = assemble("vadd.f16 x1, x2, x3", "k.s")
+        .unwrap()
+        .encode()
+        .unwrap();
     bytes[1] |= 0x7;
     let e = decode_all(&bytes).unwrap_err().to_string();
     assert!(e.contains("operand `ty` = 7 names no value"), "{e}");
@@ -125,8 +165,23 @@ fn stray_payload_bits_and_bad_enums_are_decode_errors() {
 fn encoder_refuses_unsupported_types() {
     let r = |n| Reg::new(n).unwrap();
     let i = Instruction::Vdiv(VBin {
-        ty: DType::I32, dst: r(1), src0: r(2), src1: r(3), repeat: 1,
-        dst_blk: 1, src0_blk: 1, src1_blk: 1, dst_rep: 8, src0_rep: 8, src1_rep: 8,
+        ty: DType::I32,
+        dst: r(1),
+        src0: r(2),
+        src1: r(3),
+        repeat: 1,
+        dst_blk: 1,
+        src0_blk: 1,
+        src1_blk: 1,
+        dst_rep: 8,
+        src0_rep: 8,
+        src1_rep: 8,
     });
-    assert!(matches!(encode(&i), Err(EncodeError::Constraint { mnemonic: "vdiv", .. })));
+    assert!(matches!(
+        encode(&i),
+        Err(EncodeError::Constraint {
+            mnemonic: "vdiv",
+            ..
+        })
+    ));
 }

@@ -9,5 +9,8 @@ fn isa_md_matches_the_table() {
         std::fs::write(&path, &want).unwrap();
     }
     let have = std::fs::read_to_string(&path).unwrap_or_default();
-    assert!(have == want, "isa/ISA.md is stale: run `GEARSIM_BLESS=1 cargo test -p gearsim-isa`");
+    assert!(
+        have == want,
+        "isa/ISA.md is stale: run `GEARSIM_BLESS=1 cargo test -p gearsim-isa`"
+    );
 }

@@ -50,14 +50,38 @@ proptest! {
 fn clamp_target(i: gearsim_isa::Instruction, n: u32) -> gearsim_isa::Instruction {
     use gearsim_isa::Instruction as I;
     match i {
-        I::Beq(mut b) => { b.target.0 %= n; I::Beq(b) }
-        I::Bne(mut b) => { b.target.0 %= n; I::Bne(b) }
-        I::Blt(mut b) => { b.target.0 %= n; I::Blt(b) }
-        I::Bge(mut b) => { b.target.0 %= n; I::Bge(b) }
-        I::Bltu(mut b) => { b.target.0 %= n; I::Bltu(b) }
-        I::Bgeu(mut b) => { b.target.0 %= n; I::Bgeu(b) }
-        I::Jmp(mut j) => { j.target.0 %= n; I::Jmp(j) }
-        I::LoopNz(mut l) => { l.target.0 %= n; I::LoopNz(l) }
+        I::Beq(mut b) => {
+            b.target.0 %= n;
+            I::Beq(b)
+        }
+        I::Bne(mut b) => {
+            b.target.0 %= n;
+            I::Bne(b)
+        }
+        I::Blt(mut b) => {
+            b.target.0 %= n;
+            I::Blt(b)
+        }
+        I::Bge(mut b) => {
+            b.target.0 %= n;
+            I::Bge(b)
+        }
+        I::Bltu(mut b) => {
+            b.target.0 %= n;
+            I::Bltu(b)
+        }
+        I::Bgeu(mut b) => {
+            b.target.0 %= n;
+            I::Bgeu(b)
+        }
+        I::Jmp(mut j) => {
+            j.target.0 %= n;
+            I::Jmp(j)
+        }
+        I::LoopNz(mut l) => {
+            l.target.0 %= n;
+            I::LoopNz(l)
+        }
         other => other,
     }
 }

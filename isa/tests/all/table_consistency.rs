@@ -15,25 +15,40 @@ fn mnemonics_and_opcodes_are_unique() {
         assert_eq!(Opcode::from_u8(*op as u8), Some(*op));
         assert_eq!(op.spec().opcode, *op as u8);
     }
-    assert_eq!(Opcode::from_u8(0), None, "a zeroed word must not be an instruction");
+    assert_eq!(
+        Opcode::from_u8(0),
+        None,
+        "a zeroed word must not be an instruction"
+    );
 }
 
 #[test]
 fn type_lists_restrict_a_ty_field() {
     for s in SPECS {
         if !s.types.is_empty() {
-            assert!(s.field_index("ty").is_some(), "{} lists types but has no `ty` field", s.mnemonic);
+            assert!(
+                s.field_index("ty").is_some(),
+                "{} lists types but has no `ty` field",
+                s.mnemonic
+            );
         }
         if s.field_index("ty").is_some() {
-            assert!(!s.types.is_empty(), "{} has a `ty` field but lists no types", s.mnemonic);
+            assert!(
+                !s.types.is_empty(),
+                "{} has a `ty` field but lists no types",
+                s.mnemonic
+            );
         }
     }
 }
 
 #[test]
 fn only_sync_instructions_are_routed() {
-    let routed: Vec<_> =
-        SPECS.iter().filter(|s| s.pipe == PipeClass::Routed).map(|s| s.mnemonic).collect();
+    let routed: Vec<_> = SPECS
+        .iter()
+        .filter(|s| s.pipe == PipeClass::Routed)
+        .map(|s| s.mnemonic)
+        .collect();
     assert_eq!(routed, ["set_flag", "wait_flag", "pipe_barrier"]);
 }
 
@@ -42,7 +57,11 @@ fn formats_fit_the_word() {
     for s in SPECS {
         let bits: u32 = s.fields.iter().map(|f| f.bits).sum();
         assert!(bits <= PAYLOAD_BITS, "{} needs {bits} bits", s.mnemonic);
-        assert!(s.fields.len() <= MAX_FIELDS, "{} has too many fields", s.mnemonic);
+        assert!(
+            s.fields.len() <= MAX_FIELDS,
+            "{} has too many fields",
+            s.mnemonic
+        );
         assert!(!s.doc.trim().is_empty(), "{} has no doc", s.mnemonic);
     }
 }

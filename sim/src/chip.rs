@@ -1,0 +1,522 @@
+//! The chip: AI cores, device memory and the shared memory system driven by one event queue.
+//!
+//! Build a [`Chip`] from a [`ChipConfig`] and a trace sink, load kernels, start blocks on cores,
+//! then call [`Chip::run_until_event`] repeatedly: it returns when a block finishes, a firmware
+//! timer fires or nothing is left to do, and a hardware fault stops the chip with a
+//! [`StopReason`]. Device memory can be read and written at any time through the zero-time
+//! functional path ([`Chip::write_mem`], [`Chip::read_mem`]).
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use gearsim_isa::{Program, branch_target};
+use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
+use thiserror::Error;
+
+use crate::config::ChipConfig;
+use crate::core::{AiCore, BlockLaunch, CoreStats, Ctx, Tracer};
+use crate::event::{Event, EventQueue, PRIO_CORE, PRIO_MEMORY, PRIO_TIMER};
+use crate::hbm::{Hbm, Owner};
+use crate::memory::{DeviceMemory, OutOfRange};
+use crate::stop::StopReason;
+use crate::time::{Clock, Cycles, Tick};
+
+/// Whether a block computes values or only times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ExecMode {
+    /// Compute every value and every time.
+    Full,
+    /// Compute times only; vector, cube and DMA data are not moved or computed. The timeline is
+    /// identical to the full mode as long as the scalar unit never reads computed data (if it
+    /// does, the block stops with [`StopReason::ValueNeeded`]).
+    TimingOnly,
+}
+
+/// A kernel program ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kernel {
+    /// Name used in traces and reports.
+    pub name: String,
+    /// The instructions.
+    pub program: Program,
+}
+
+impl Kernel {
+    /// A kernel named after its program.
+    pub fn new(program: Program) -> Kernel {
+        Kernel {
+            name: program.display_name().to_string(),
+            program,
+        }
+    }
+}
+
+/// Misuse of the chip's API by its caller (the firmware or a test), as opposed to a fault of
+/// the simulated hardware.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ChipError {
+    /// The core does not exist.
+    #[error("core {core} does not exist (the chip has {count} cores)")]
+    NoSuchCore {
+        /// Core asked for.
+        core: u32,
+        /// Cores on the chip.
+        count: u32,
+    },
+    /// The core is running or about to run another block.
+    #[error("core {core} is busy until {busy_until}; cannot start a block at {at}")]
+    CoreBusy {
+        /// Core asked for.
+        core: u32,
+        /// When it becomes free.
+        busy_until: Tick,
+        /// Requested start.
+        at: Tick,
+    },
+    /// No kernel with this id.
+    #[error("kernel id {0} is not loaded")]
+    NoSuchKernel(usize),
+    /// The kernel cannot run.
+    #[error("kernel `{name}`: {reason}")]
+    BadKernel {
+        /// Kernel name.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+    /// A start time in the past.
+    #[error("cannot schedule at {at}: the chip is already at {now}")]
+    InThePast {
+        /// Requested time.
+        at: Tick,
+        /// Current time.
+        now: Tick,
+    },
+}
+
+/// Why [`Chip::run_until_event`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunEvent {
+    /// A block finished; its core is free from `at` on.
+    BlockFinished {
+        /// Core.
+        core: u32,
+        /// Finish time (may be later than [`Chip::now`]: cores compute ahead of global time).
+        at: Tick,
+    },
+    /// A timer set with [`Chip::set_timer`] fired.
+    Timer {
+        /// The token given.
+        token: u64,
+        /// Its time.
+        at: Tick,
+    },
+    /// Nothing is left to do.
+    Idle {
+        /// Current time.
+        at: Tick,
+    },
+}
+
+struct MemoryLanes {
+    lane: LaneId,
+    read: StrId,
+    write: StrId,
+    last: (u64, u64),
+}
+
+/// The simulated chip.
+pub struct Chip<S: TraceSink> {
+    cfg: Arc<ChipConfig>,
+    clock: Clock,
+    now: Tick,
+    events: EventQueue,
+    mem: DeviceMemory,
+    hbm: Hbm,
+    cores: Vec<AiCore>,
+    pending: Vec<Option<BlockLaunch>>,
+    busy_until: Vec<Tick>,
+    kernels: Vec<Arc<Kernel>>,
+    tracer: Tracer<S>,
+    memory_lanes: Option<MemoryLanes>,
+    stopped: Option<StopReason>,
+    finished: VecDeque<(u32, Tick)>,
+}
+
+impl<S: TraceSink> Chip<S> {
+    /// Builds a chip. Records go to `sink` when it is enabled.
+    pub fn new(cfg: ChipConfig, mut sink: S) -> Chip<S> {
+        let cfg = Arc::new(cfg);
+        let clock = cfg.core_clock();
+        let on = sink.enabled();
+        let set_name = if on {
+            sink.meta("chip", &cfg.name);
+            sink.meta("core_clock_mhz", &cfg.core.clock_mhz.to_string());
+            sink.meta("time_unit", "ps");
+            sink.intern("flag")
+        } else {
+            StrId::EMPTY
+        };
+        let n = cfg.core.count;
+        Chip {
+            clock,
+            now: Tick::ZERO,
+            events: EventQueue::default(),
+            mem: DeviceMemory::new(cfg.memory.hbm_bytes),
+            hbm: Hbm::new(cfg.memory.hbm_bytes_per_second),
+            cores: (0..n).map(|i| AiCore::new(i, &cfg)).collect(),
+            pending: vec![None; n as usize],
+            busy_until: vec![Tick::ZERO; n as usize],
+            kernels: Vec::new(),
+            tracer: Tracer {
+                sink,
+                on,
+                clock,
+                strings: Vec::new(),
+                next_flow: 0,
+                set_name,
+            },
+            memory_lanes: None,
+            stopped: None,
+            finished: VecDeque::new(),
+            cfg,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ChipConfig {
+        &self.cfg
+    }
+
+    /// The AI core clock.
+    pub fn clock(&self) -> Clock {
+        self.clock
+    }
+
+    /// Current global time.
+    pub fn now(&self) -> Tick {
+        self.now
+    }
+
+    /// The trace sink.
+    pub fn sink_mut(&mut self) -> &mut S {
+        &mut self.tracer.sink
+    }
+
+    /// Gives the trace sink back (to finish a trace file).
+    pub fn into_sink(self) -> S {
+        self.tracer.sink
+    }
+
+    /// Number of AI cores.
+    pub fn core_count(&self) -> u32 {
+        self.cores.len() as u32
+    }
+
+    /// Loads a kernel; returns its id.
+    pub fn load_kernel(&mut self, kernel: Kernel) -> Result<usize, ChipError> {
+        let len = kernel.program.instrs.len();
+        if len == 0 {
+            return Err(ChipError::BadKernel {
+                name: kernel.name,
+                reason: "the program is empty".into(),
+            });
+        }
+        for (pc, instr) in kernel.program.instrs.iter().enumerate() {
+            if let Some(t) = branch_target(instr) {
+                if t as usize >= len {
+                    return Err(ChipError::BadKernel {
+                        name: kernel.name,
+                        reason: format!(
+                            "pc {pc}: branch target {t} is past the end ({len} instructions)"
+                        ),
+                    });
+                }
+            }
+            if let Err(reason) = instr.validate() {
+                return Err(ChipError::BadKernel {
+                    name: kernel.name,
+                    reason: format!("pc {pc}: {reason}"),
+                });
+            }
+        }
+        let strings = if self.tracer.on {
+            let sink = &mut self.tracer.sink;
+            Some(
+                (0..len)
+                    .map(|pc| {
+                        let text = kernel.program.disasm_at(pc);
+                        let head = text.split(' ').next().unwrap_or("").to_string();
+                        (
+                            sink.intern(&head),
+                            sink.intern(&format!("{}: {text}", kernel.name)),
+                        )
+                    })
+                    .collect(),
+            )
+        } else {
+            None
+        };
+        self.tracer.strings.push(strings);
+        self.kernels.push(Arc::new(kernel));
+        Ok(self.kernels.len() - 1)
+    }
+
+    /// The kernel with this id.
+    pub fn kernel(&self, id: usize) -> Option<&Kernel> {
+        self.kernels.get(id).map(|k| &**k)
+    }
+
+    /// Whether a core is free at time `at`.
+    pub fn core_free_at(&self, core: u32) -> Option<Tick> {
+        let i = core as usize;
+        if i >= self.cores.len() || self.cores[i].is_busy() || self.pending[i].is_some() {
+            return None;
+        }
+        Some(self.busy_until[i])
+    }
+
+    /// Starts a block on a core at `at` (not before now, not before the core is free).
+    pub fn start_block(
+        &mut self,
+        core: u32,
+        launch: BlockLaunch,
+        at: Tick,
+    ) -> Result<(), ChipError> {
+        let count = self.core_count();
+        let i = core as usize;
+        if i >= self.cores.len() {
+            return Err(ChipError::NoSuchCore { core, count });
+        }
+        if launch.kernel >= self.kernels.len() {
+            return Err(ChipError::NoSuchKernel(launch.kernel));
+        }
+        if at < self.now {
+            return Err(ChipError::InThePast { at, now: self.now });
+        }
+        if self.cores[i].is_busy() || self.pending[i].is_some() || at < self.busy_until[i] {
+            return Err(ChipError::CoreBusy {
+                core,
+                busy_until: self.busy_until[i],
+                at,
+            });
+        }
+        self.pending[i] = Some(launch);
+        self.events.push(at, PRIO_CORE, Event::BlockStart { core });
+        Ok(())
+    }
+
+    /// Schedules a timer; [`Chip::run_until_event`] returns [`RunEvent::Timer`] when it fires.
+    pub fn set_timer(&mut self, at: Tick, token: u64) -> Result<(), ChipError> {
+        if at < self.now {
+            return Err(ChipError::InThePast { at, now: self.now });
+        }
+        self.events.push(at, PRIO_TIMER, Event::Timer { token });
+        Ok(())
+    }
+
+    /// Why the chip stopped, if it did.
+    pub fn stopped(&self) -> Option<&StopReason> {
+        self.stopped.as_ref()
+    }
+
+    /// Runs until a block finishes, a timer fires or nothing is left to do.
+    pub fn run_until_event(&mut self) -> Result<RunEvent, StopReason> {
+        if let Some(s) = &self.stopped {
+            return Err(s.clone());
+        }
+        loop {
+            if let Some((core, at)) = self.finished.pop_front() {
+                return Ok(RunEvent::BlockFinished { core, at });
+            }
+            let Some((t, event)) = self.events.pop() else {
+                let blocked: Vec<_> = self.cores.iter().flat_map(AiCore::blocked_units).collect();
+                if !blocked.is_empty() || self.cores.iter().any(AiCore::is_busy) {
+                    return Err(self.stop(StopReason::Deadlock {
+                        at: self.now,
+                        blocked,
+                    }));
+                }
+                return Ok(RunEvent::Idle { at: self.now });
+            };
+            self.now = self.now.max(t);
+            let result = match event {
+                Event::Timer { token } => return Ok(RunEvent::Timer { token, at: t }),
+                Event::BlockStart { core } => self.block_start(core),
+                Event::DmaStart { core, queue } => self.dma_start(core, queue),
+                Event::MemoryCheck { generation } => {
+                    if generation == self.hbm.generation {
+                        self.memory_check()
+                    } else {
+                        Ok(())
+                    }
+                }
+            };
+            if let Err(s) = result {
+                return Err(self.stop(s));
+            }
+        }
+    }
+
+    /// Runs until nothing is left to do, returning every block finish in order.
+    pub fn run_to_idle(&mut self) -> Result<Vec<(u32, Tick)>, StopReason> {
+        let mut done = Vec::new();
+        loop {
+            match self.run_until_event()? {
+                RunEvent::BlockFinished { core, at } => done.push((core, at)),
+                RunEvent::Timer { .. } => {}
+                RunEvent::Idle { .. } => return Ok(done),
+            }
+        }
+    }
+
+    fn stop(&mut self, reason: StopReason) -> StopReason {
+        log::debug!("chip stopped: {reason}");
+        self.stopped = Some(reason.clone());
+        reason
+    }
+
+    fn ctx(&mut self) -> (Ctx<'_, S>, &mut Vec<AiCore>) {
+        (
+            Ctx {
+                cfg: &self.cfg,
+                clock: self.clock,
+                now: self.now,
+                mem: &mut self.mem,
+                events: &mut self.events,
+                trace: &mut self.tracer,
+            },
+            &mut self.cores,
+        )
+    }
+
+    fn advance_core(&mut self, core: u32) -> Result<(), StopReason> {
+        let (mut ctx, cores) = self.ctx();
+        let done = cores[core as usize].advance(&mut ctx)?;
+        if let Some(end) = done {
+            let at = self.clock.tick(Cycles(end)).max(self.now);
+            self.busy_until[core as usize] = at;
+            self.finished.push_back((core, at));
+        }
+        Ok(())
+    }
+
+    fn block_start(&mut self, core: u32) -> Result<(), StopReason> {
+        let Some(launch) = self.pending[core as usize].take() else {
+            return Ok(());
+        };
+        let kernel = Arc::clone(&self.kernels[launch.kernel]);
+        let start = self.clock.cycle_at_or_after(self.now).0;
+        let (mut ctx, cores) = self.ctx();
+        cores[core as usize].start(&launch, kernel, start, &mut ctx);
+        self.advance_core(core)
+    }
+
+    fn dma_start(&mut self, core: u32, queue: u8) -> Result<(), StopReason> {
+        let done = self.hbm.advance(self.now);
+        self.complete_transfers(done)?;
+        if let Some((bytes, cap, write)) =
+            self.cores[core as usize].dma_begin(usize::from(queue), &self.cfg)
+        {
+            self.hbm.start(Owner { core, queue }, bytes, cap, write);
+        }
+        self.reschedule_memory();
+        Ok(())
+    }
+
+    fn memory_check(&mut self) -> Result<(), StopReason> {
+        let done = self.hbm.advance(self.now);
+        self.complete_transfers(done)?;
+        self.reschedule_memory();
+        Ok(())
+    }
+
+    fn complete_transfers(&mut self, done: Vec<Owner>) -> Result<(), StopReason> {
+        for owner in done {
+            let now = self.now;
+            let (mut ctx, cores) = self.ctx();
+            cores[owner.core as usize].dma_end(usize::from(owner.queue), now, &mut ctx)?;
+            self.advance_core(owner.core)?;
+        }
+        Ok(())
+    }
+
+    fn reschedule_memory(&mut self) {
+        if let Some((at, generation)) = self.hbm.reschedule(self.now) {
+            self.events
+                .push(at, PRIO_MEMORY, Event::MemoryCheck { generation });
+        }
+        if self.tracer.on {
+            let rates = self.hbm.rates();
+            let sink = &mut self.tracer.sink;
+            let lanes = self.memory_lanes.get_or_insert_with(|| MemoryLanes {
+                lane: sink.lane(Lane {
+                    process: "chip".into(),
+                    thread: "HBM".into(),
+                    kind: LaneKind::Counter,
+                }),
+                read: sink.intern("HBM read MB/s"),
+                write: sink.intern("HBM write MB/s"),
+                last: (u64::MAX, u64::MAX),
+            });
+            let at = self.now.0;
+            if rates.0 != lanes.last.0 {
+                sink.record(Record::Counter {
+                    lane: lanes.lane,
+                    name: lanes.read,
+                    at,
+                    value: (rates.0 / 1_000_000) as i64,
+                });
+            }
+            if rates.1 != lanes.last.1 {
+                sink.record(Record::Counter {
+                    lane: lanes.lane,
+                    name: lanes.write,
+                    at,
+                    value: (rates.1 / 1_000_000) as i64,
+                });
+            }
+            lanes.last = rates;
+        }
+    }
+
+    /// Statistics of one core accumulated since the chip was built.
+    pub fn core_stats(&self, core: u32) -> Option<CoreStats> {
+        self.cores.get(core as usize).map(|c| c.stats)
+    }
+
+    /// Bytes read from and written to device memory by DMAs so far.
+    pub fn memory_traffic(&self) -> (u64, u64) {
+        (self.hbm.bytes_read, self.hbm.bytes_written)
+    }
+
+    /// Number of DMA transfers in flight.
+    pub fn transfers_in_flight(&self) -> usize {
+        self.hbm.active()
+    }
+
+    /// Reads device memory (zero time).
+    pub fn read_mem(&self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
+        self.mem.read(addr, buf)
+    }
+
+    /// Writes device memory (zero time).
+    pub fn write_mem(&mut self, addr: u64, data: &[u8]) -> Result<(), OutOfRange> {
+        self.mem.write(addr, data)
+    }
+
+    /// Fills device memory (zero time).
+    pub fn fill_mem(&mut self, addr: u64, len: u64, byte: u8) -> Result<(), OutOfRange> {
+        self.mem.fill(addr, len, byte)
+    }
+
+    /// Whether any byte of the range was written by a timing-only computation.
+    pub fn mem_is_unknown(&self, addr: u64, len: u64) -> bool {
+        self.mem.is_unknown(addr, len)
+    }
+
+    /// Device memory itself.
+    pub fn memory(&self) -> &DeviceMemory {
+        &self.mem
+    }
+}

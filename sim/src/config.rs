@@ -1,0 +1,467 @@
+//! Chip configuration: every hardware parameter the simulator uses, loaded from a TOML preset.
+//!
+//! The presets in `sim/presets/*.toml` are compiled in; each value there carries a comment with
+//! its source (see `spec/ascend-hardware.md`) or says that it is an assumption. Unknown keys are
+//! errors, so a typo in a preset or an override file cannot silently fall back to a default.
+
+use serde::Deserialize;
+use thiserror::Error;
+
+use gearsim_isa::TimingClass;
+
+use crate::time::Clock;
+
+/// A configuration that cannot be used.
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    /// No preset of that name.
+    #[error("unknown soc_version `{name}` (expected one of: {})", known.join(", "))]
+    UnknownPreset {
+        /// Name asked for.
+        name: String,
+        /// Names available.
+        known: Vec<&'static str>,
+    },
+    /// The TOML does not parse or does not match the schema.
+    #[error("{origin}: {message}")]
+    Parse {
+        /// Preset name or file name.
+        origin: String,
+        /// The parser's message (with line and column).
+        message: String,
+    },
+    /// A value is out of its valid range.
+    #[error("{origin}: `{field}` = {value}: {expected}")]
+    Invalid {
+        /// Preset name or file name.
+        origin: String,
+        /// Dotted field path.
+        field: &'static str,
+        /// The value found.
+        value: String,
+        /// What is expected.
+        expected: &'static str,
+    },
+}
+
+/// The whole chip.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChipConfig {
+    /// Preset name (`ascend910`).
+    pub name: String,
+    /// AI core organisation and local buffers.
+    pub core: CoreConfig,
+    /// Scalar unit costs.
+    pub scalar: ScalarConfig,
+    /// Vector unit costs.
+    pub vector: VectorConfig,
+    /// Cube unit costs.
+    pub cube: CubeConfig,
+    /// Data-movement engine rates.
+    pub mte: MteConfig,
+    /// Device memory.
+    pub memory: MemoryConfig,
+    /// Host link.
+    pub pcie: PcieConfig,
+    /// AI CPU cores.
+    pub aicpu: AiCpuConfig,
+    /// Task scheduler limits and costs.
+    pub scheduler: SchedulerConfig,
+}
+
+/// AI core organisation and local buffers.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoreConfig {
+    /// Number of AI cores.
+    pub count: u32,
+    /// Core clock in MHz.
+    pub clock_mhz: u64,
+    /// Whether the cores have a FIXPIPE (L0C -> GM path); coupled-architecture chips do not.
+    pub fixpipe: bool,
+    /// Unified buffer bytes.
+    pub ub_bytes: u64,
+    /// L1 bytes.
+    pub l1_bytes: u64,
+    /// L0A bytes.
+    pub l0a_bytes: u64,
+    /// L0B bytes.
+    pub l0b_bytes: u64,
+    /// L0C bytes.
+    pub l0c_bytes: u64,
+    /// UB address alignment.
+    pub ub_align: u64,
+    /// L1 address alignment.
+    pub l1_align: u64,
+    /// L0A address alignment.
+    pub l0a_align: u64,
+    /// L0B address alignment.
+    pub l0b_align: u64,
+    /// L0C address alignment.
+    pub l0c_align: u64,
+    /// Event ids per (source pipe, destination pipe) pair.
+    pub event_ids: u8,
+    /// Instructions a pipe queue holds before the scalar unit stalls on dispatch.
+    pub pipe_queue_depth: u32,
+    /// A block running longer than this many cycles stops with a timeout.
+    pub kernel_timeout_cycles: u64,
+}
+
+/// Scalar unit costs in core cycles.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScalarConfig {
+    /// ALU operation.
+    pub alu_cycles: u64,
+    /// Multiply.
+    pub mul_cycles: u64,
+    /// Divide / remainder.
+    pub div_cycles: u64,
+    /// Branch, not taken.
+    pub branch_cycles: u64,
+    /// Extra cycles of a taken branch.
+    pub branch_taken_penalty: u64,
+    /// Special-register read or write.
+    pub spr_cycles: u64,
+    /// Dispatching one instruction into a pipe queue.
+    pub dispatch_cycles: u64,
+    /// Scalar load from GM (through the data cache, modelled as a fixed latency).
+    pub gm_load_cycles: u64,
+    /// Scalar store to GM.
+    pub gm_store_cycles: u64,
+    /// Scalar load or store to UB or L1.
+    pub local_access_cycles: u64,
+}
+
+/// Vector unit costs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VectorConfig {
+    /// Cycles from the last repeat issued to the result being visible.
+    pub latency: u64,
+    /// Cycles per repeat of add/sub/max/min/abs/relu/move/dup/compare/select/bitwise.
+    pub simple_cycles_per_repeat: u64,
+    /// Cycles per repeat of multiply and multiply-add.
+    pub mul_cycles_per_repeat: u64,
+    /// Cycles per repeat of divide and reciprocal.
+    pub div_cycles_per_repeat: u64,
+    /// Cycles per repeat of exp/ln/sqrt/rsqrt.
+    pub transcend_cycles_per_repeat: u64,
+    /// Cycles per repeat of reductions.
+    pub reduce_cycles_per_repeat: u64,
+    /// Cycles per repeat of conversions.
+    pub conv_cycles_per_repeat: u64,
+    /// L0C -> UB move rate in bytes of L0C read per cycle.
+    pub l0c_to_ub_bytes_per_cycle: u64,
+}
+
+/// Cube unit costs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CubeConfig {
+    /// Cycles per 16x16x16 fractal multiply-accumulate.
+    pub cycles_per_fractal: u64,
+    /// Cycles from the last fractal to the result being visible in L0C.
+    pub latency: u64,
+}
+
+/// Data-movement engine rates and latencies.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MteConfig {
+    /// MTE2 GM read rate cap per core, bytes per cycle.
+    pub gm_read_bytes_per_cycle: u64,
+    /// MTE3 GM write rate cap per core, bytes per cycle.
+    pub gm_write_bytes_per_cycle: u64,
+    /// FIXPIPE GM write rate cap per core, bytes per cycle.
+    pub fix_write_bytes_per_cycle: u64,
+    /// MTE1 L1 -> L0A rate, bytes per cycle.
+    pub l1_to_l0a_bytes_per_cycle: u64,
+    /// MTE1 L1 -> L0B rate, bytes per cycle.
+    pub l1_to_l0b_bytes_per_cycle: u64,
+    /// MTE1 img2col output rate, bytes per cycle.
+    pub img2col_bytes_per_cycle: u64,
+    /// Latency of an MTE1 move.
+    pub local_latency: u64,
+}
+
+/// Device memory.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Capacity in bytes.
+    pub hbm_bytes: u64,
+    /// Chip-level bandwidth cap shared by all reads and writes, bytes per second.
+    pub hbm_bytes_per_second: u64,
+    /// Read latency in core cycles (added once per DMA instruction).
+    pub read_latency_cycles: u64,
+    /// Write latency in core cycles (added once per DMA instruction).
+    pub write_latency_cycles: u64,
+    /// L2 cache size (recorded, not modelled yet).
+    pub l2_bytes: u64,
+}
+
+/// Host link.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PcieConfig {
+    /// Bandwidth per direction, bytes per second.
+    pub bytes_per_second: u64,
+    /// Fixed cost of one transfer, nanoseconds.
+    pub latency_ns: u64,
+}
+
+/// AI CPU cores.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AiCpuConfig {
+    /// Number of AI CPU cores.
+    pub count: u32,
+    /// Clock in MHz.
+    pub clock_mhz: u64,
+}
+
+/// Task scheduler limits and costs.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SchedulerConfig {
+    /// Streams per device.
+    pub max_streams: u32,
+    /// Submission queue depth (task descriptors) per stream.
+    pub sq_depth: u32,
+    /// Events per device.
+    pub max_events: u32,
+    /// Labels per model.
+    pub max_labels: u32,
+    /// Largest block_dim of a kernel launch.
+    pub max_block_dim: u32,
+    /// Fetching one task descriptor, nanoseconds.
+    pub task_fetch_ns: u64,
+    /// Device-side start of a kernel (scheduler to cores), nanoseconds.
+    pub kernel_launch_ns: u64,
+    /// Dispatching one block to an idle core, nanoseconds.
+    pub block_dispatch_ns: u64,
+}
+
+/// Names of the compiled-in presets.
+pub const PRESETS: &[(&str, &str)] = &[
+    ("ascend910", include_str!("../presets/ascend910.toml")),
+    ("ascend310p", include_str!("../presets/ascend310p.toml")),
+];
+
+impl ChipConfig {
+    /// A compiled-in preset by name (case-insensitive, so `Ascend910` works as in atc).
+    pub fn preset(name: &str) -> Result<ChipConfig, ConfigError> {
+        let (key, text) = PRESETS
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .ok_or_else(|| ConfigError::UnknownPreset {
+                name: name.to_string(),
+                known: PRESETS.iter().map(|(n, _)| *n).collect(),
+            })?;
+        ChipConfig::from_toml(text, key)
+    }
+
+    /// Parses and validates a configuration; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<ChipConfig, ConfigError> {
+        let cfg: ChipConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        })?;
+        cfg.validate(origin)?;
+        Ok(cfg)
+    }
+
+    /// Checks every value's range.
+    pub fn validate(&self, origin: &str) -> Result<(), ConfigError> {
+        let bad = |field: &'static str, value: String, expected: &'static str| {
+            Err(ConfigError::Invalid {
+                origin: origin.to_string(),
+                field,
+                value,
+                expected,
+            })
+        };
+        let c = &self.core;
+        if c.count == 0 || c.count > 4096 {
+            return bad("core.count", c.count.to_string(), "expected 1..=4096");
+        }
+        if c.clock_mhz == 0 || c.clock_mhz > 100_000 {
+            return bad(
+                "core.clock_mhz",
+                c.clock_mhz.to_string(),
+                "expected 1..=100000",
+            );
+        }
+        for (field, v) in [
+            ("core.ub_bytes", c.ub_bytes),
+            ("core.l1_bytes", c.l1_bytes),
+            ("core.l0a_bytes", c.l0a_bytes),
+            ("core.l0b_bytes", c.l0b_bytes),
+            ("core.l0c_bytes", c.l0c_bytes),
+        ] {
+            if v == 0 || v > (1 << 30) || v % 32 != 0 {
+                return bad(
+                    field,
+                    v.to_string(),
+                    "expected a multiple of 32 in 32..=1 GiB",
+                );
+            }
+        }
+        for (field, v) in [
+            ("core.ub_align", c.ub_align),
+            ("core.l1_align", c.l1_align),
+            ("core.l0a_align", c.l0a_align),
+            ("core.l0b_align", c.l0b_align),
+            ("core.l0c_align", c.l0c_align),
+        ] {
+            if !v.is_power_of_two() || v > 4096 {
+                return bad(field, v.to_string(), "expected a power of two up to 4096");
+            }
+        }
+        if c.event_ids == 0 || c.event_ids > 16 {
+            return bad("core.event_ids", c.event_ids.to_string(), "expected 1..=16");
+        }
+        if c.pipe_queue_depth == 0 || c.pipe_queue_depth > 4096 {
+            return bad(
+                "core.pipe_queue_depth",
+                c.pipe_queue_depth.to_string(),
+                "expected 1..=4096",
+            );
+        }
+        if c.kernel_timeout_cycles == 0 {
+            return bad(
+                "core.kernel_timeout_cycles",
+                "0".into(),
+                "expected at least 1",
+            );
+        }
+        for (field, v) in [
+            (
+                "vector.simple_cycles_per_repeat",
+                self.vector.simple_cycles_per_repeat,
+            ),
+            (
+                "vector.mul_cycles_per_repeat",
+                self.vector.mul_cycles_per_repeat,
+            ),
+            (
+                "vector.div_cycles_per_repeat",
+                self.vector.div_cycles_per_repeat,
+            ),
+            (
+                "vector.transcend_cycles_per_repeat",
+                self.vector.transcend_cycles_per_repeat,
+            ),
+            (
+                "vector.reduce_cycles_per_repeat",
+                self.vector.reduce_cycles_per_repeat,
+            ),
+            (
+                "vector.conv_cycles_per_repeat",
+                self.vector.conv_cycles_per_repeat,
+            ),
+            (
+                "vector.l0c_to_ub_bytes_per_cycle",
+                self.vector.l0c_to_ub_bytes_per_cycle,
+            ),
+            ("cube.cycles_per_fractal", self.cube.cycles_per_fractal),
+            (
+                "mte.gm_read_bytes_per_cycle",
+                self.mte.gm_read_bytes_per_cycle,
+            ),
+            (
+                "mte.gm_write_bytes_per_cycle",
+                self.mte.gm_write_bytes_per_cycle,
+            ),
+            (
+                "mte.fix_write_bytes_per_cycle",
+                self.mte.fix_write_bytes_per_cycle,
+            ),
+            (
+                "mte.l1_to_l0a_bytes_per_cycle",
+                self.mte.l1_to_l0a_bytes_per_cycle,
+            ),
+            (
+                "mte.l1_to_l0b_bytes_per_cycle",
+                self.mte.l1_to_l0b_bytes_per_cycle,
+            ),
+            (
+                "mte.img2col_bytes_per_cycle",
+                self.mte.img2col_bytes_per_cycle,
+            ),
+            (
+                "memory.hbm_bytes_per_second",
+                self.memory.hbm_bytes_per_second,
+            ),
+            ("pcie.bytes_per_second", self.pcie.bytes_per_second),
+            ("aicpu.clock_mhz", self.aicpu.clock_mhz),
+        ] {
+            if v == 0 {
+                return bad(field, "0".into(), "expected a positive rate");
+            }
+        }
+        let m = &self.memory;
+        if m.hbm_bytes < (1 << 20) || m.hbm_bytes > (1 << 44) || m.hbm_bytes % (1 << 16) != 0 {
+            return bad(
+                "memory.hbm_bytes",
+                m.hbm_bytes.to_string(),
+                "expected a multiple of 64 KiB between 1 MiB and 16 TiB",
+            );
+        }
+        if self.aicpu.count == 0 {
+            return bad("aicpu.count", "0".into(), "expected at least 1");
+        }
+        let s = &self.scheduler;
+        for (field, v) in [
+            ("scheduler.max_streams", s.max_streams),
+            ("scheduler.sq_depth", s.sq_depth),
+            ("scheduler.max_events", s.max_events),
+            ("scheduler.max_labels", s.max_labels),
+            ("scheduler.max_block_dim", s.max_block_dim),
+        ] {
+            if v == 0 {
+                return bad(field, "0".into(), "expected at least 1");
+            }
+        }
+        Ok(())
+    }
+
+    /// The AI core clock.
+    pub fn core_clock(&self) -> Clock {
+        Clock::from_mhz(self.core.clock_mhz)
+    }
+
+    /// Cycles per repeat of a vector timing class.
+    pub fn vector_cycles_per_repeat(&self, class: TimingClass) -> u64 {
+        let v = &self.vector;
+        match class {
+            TimingClass::VecSimple => v.simple_cycles_per_repeat,
+            TimingClass::VecMul => v.mul_cycles_per_repeat,
+            TimingClass::VecDiv => v.div_cycles_per_repeat,
+            TimingClass::VecTranscend => v.transcend_cycles_per_repeat,
+            TimingClass::VecReduce => v.reduce_cycles_per_repeat,
+            TimingClass::VecConv => v.conv_cycles_per_repeat,
+            TimingClass::Alu
+            | TimingClass::Mul
+            | TimingClass::Div
+            | TimingClass::Branch
+            | TimingClass::ScalarMem
+            | TimingClass::Spr
+            | TimingClass::L0cMove
+            | TimingClass::DmaRead
+            | TimingClass::DmaWrite
+            | TimingClass::Load2d
+            | TimingClass::Img2col
+            | TimingClass::Cube
+            | TimingClass::Sync
+            | TimingClass::End => 1,
+        }
+    }
+
+    /// Peak cube multiply-accumulates per cycle per core (16x16x16 fractals).
+    pub fn cube_macs_per_cycle(&self) -> u64 {
+        4096 / self.cube.cycles_per_fractal
+    }
+}

@@ -1,0 +1,105 @@
+//! An AI core's local buffers (UB, L1, L0A, L0B, L0C) and, for timing-only runs, which of their
+//! 32-byte blocks hold values that were not computed.
+
+use crate::config::ChipConfig;
+use crate::stop::Buffer;
+
+const GRAIN: u64 = 32;
+
+/// The local memories of one core.
+#[derive(Debug)]
+pub(crate) struct Buffers {
+    mem: [Vec<u8>; 5],
+    unknown: [Vec<u64>; 5],
+}
+
+fn slot(b: Buffer) -> usize {
+    match b {
+        Buffer::Ub => 0,
+        Buffer::L1 => 1,
+        Buffer::L0a => 2,
+        Buffer::L0b => 3,
+        Buffer::L0c => 4,
+        // GM is not a local buffer; callers route GM to device memory first.
+        Buffer::Gm => usize::MAX,
+    }
+}
+
+impl Buffers {
+    pub(crate) fn new(cfg: &ChipConfig) -> Buffers {
+        let c = &cfg.core;
+        let sizes = [
+            c.ub_bytes,
+            c.l1_bytes,
+            c.l0a_bytes,
+            c.l0b_bytes,
+            c.l0c_bytes,
+        ];
+        Buffers {
+            mem: sizes.map(|s| vec![0u8; s as usize]),
+            unknown: sizes.map(|s| vec![0u64; (s / GRAIN).div_ceil(64) as usize]),
+        }
+    }
+
+    pub(crate) fn size(&self, b: Buffer) -> u64 {
+        self.mem[slot(b)].len() as u64
+    }
+
+    pub(crate) fn get(&self, b: Buffer) -> &[u8] {
+        &self.mem[slot(b)]
+    }
+
+    pub(crate) fn get_mut(&mut self, b: Buffer) -> &mut [u8] {
+        &mut self.mem[slot(b)]
+    }
+
+    pub(crate) fn ub_mut(&mut self) -> &mut [u8] {
+        &mut self.mem[0]
+    }
+
+    /// Two different buffers, the first shared and the second mutable.
+    pub(crate) fn pair_mut(&mut self, a: Buffer, b: Buffer) -> (&[u8], &mut [u8]) {
+        let (ia, ib) = (slot(a), slot(b));
+        debug_assert_ne!(ia, ib);
+        if ia < ib {
+            let (lo, hi) = self.mem.split_at_mut(ib);
+            (&lo[ia], &mut hi[0])
+        } else {
+            let (lo, hi) = self.mem.split_at_mut(ia);
+            (&hi[0], &mut lo[ib])
+        }
+    }
+
+    /// Marks `[start, end)` of `b` as holding uncomputed (`true`) or real (`false`) values.
+    /// Marking unknown is conservative (whole 32-byte grains); marking known only clears grains
+    /// that the range covers completely.
+    pub(crate) fn mark(&mut self, b: Buffer, start: u64, end: u64, unknown: bool) {
+        let bits = &mut self.unknown[slot(b)];
+        let (first, last) = if unknown {
+            (start / GRAIN, end.div_ceil(GRAIN))
+        } else {
+            (start.div_ceil(GRAIN), end / GRAIN)
+        };
+        let mut g = first;
+        while g < last {
+            let (w, bit) = ((g / 64) as usize, g % 64);
+            if bit == 0 && last - g >= 64 {
+                bits[w] = if unknown { u64::MAX } else { 0 };
+                g += 64;
+                continue;
+            }
+            if unknown {
+                bits[w] |= 1 << bit;
+            } else {
+                bits[w] &= !(1 << bit);
+            }
+            g += 1;
+        }
+    }
+
+    /// Whether any byte of `[start, end)` of `b` holds an uncomputed value.
+    pub(crate) fn is_unknown(&self, b: Buffer, start: u64, end: u64) -> bool {
+        let bits = &self.unknown[slot(b)];
+        (start / GRAIN..end.div_ceil(GRAIN)).any(|g| bits[(g / 64) as usize] >> (g % 64) & 1 == 1)
+    }
+}

@@ -1,0 +1,1443 @@
+//! One AI core: a scalar unit that fetches in order and dispatches to per-pipe in-order queues,
+//! the pipes that execute them, the flags between pipes, and the local buffers.
+//!
+//! Time inside a core is kept per unit in core cycles. The scalar unit and each pipe run ahead
+//! of global time as far as their own inputs allow, computing start and end cycles from
+//! per-pipe timestamps: an instruction starts at `max(dispatch cycle, pipe free cycle)`,
+//! `wait_flag` starts no earlier than the matching `set_flag`, `set_flag` and barriers wait for
+//! the pipe's outstanding completions. Only a DMA through the shared memory system stops that
+//! run-ahead: it becomes an event at its start tick so that the memory system sees transfers in
+//! global time order, and its completion is an event too. A program that synchronises with
+//! flags therefore sees the same values and the same timeline however far a unit ran ahead.
+
+pub(crate) mod buffers;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use gearsim_isa::{FMatrix, Flag, Instruction, Pipe, SReg, SType, Space, TimingClass};
+use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
+
+use crate::chip::{ExecMode, Kernel};
+use crate::config::ChipConfig;
+use crate::event::{Event, EventQueue, PRIO_CORE};
+use crate::exec::{self, Fault, Mask, Operands, Plan};
+use crate::memory::DeviceMemory;
+use crate::stop::{Blocked, Buffer, FlagId, StopReason};
+use crate::time::{Clock, Tick};
+use buffers::Buffers;
+
+/// Number of pipes with a trace lane (S plus the six queued pipes).
+pub const LANES: usize = 7;
+const QUEUES: usize = 6;
+const FLAG_SLOTS: usize = LANES * LANES * 16;
+
+/// Lane index of a pipe (its position in [`Pipe::EXECUTING`]).
+pub(crate) fn lane_index(p: Pipe) -> usize {
+    match p {
+        Pipe::S | Pipe::All => 0,
+        Pipe::V => 1,
+        Pipe::M => 2,
+        Pipe::Mte1 => 3,
+        Pipe::Mte2 => 4,
+        Pipe::Mte3 => 5,
+        Pipe::Fix => 6,
+    }
+}
+
+fn queue_pipe(qi: usize) -> Pipe {
+    Pipe::QUEUED[qi]
+}
+
+fn flag_slot(f: FlagId) -> usize {
+    (lane_index(f.src) * LANES + lane_index(f.dst)) * 16 + usize::from(f.id)
+}
+
+fn flag_of(f: &Flag) -> FlagId {
+    FlagId {
+        src: f.src,
+        dst: f.dst,
+        id: f.id,
+    }
+}
+
+/// Busy time and instruction count of one pipe.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PipeStats {
+    /// Cycles the pipe was issuing instructions (a DMA counts while its data moves).
+    pub busy_cycles: u64,
+    /// Instructions executed.
+    pub instructions: u64,
+}
+
+/// Accumulated statistics of one core, indexed like [`Pipe::EXECUTING`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoreStats {
+    /// Per pipe.
+    pub pipes: [PipeStats; LANES],
+    /// Cube multiply-accumulates performed (fractal products x 4096).
+    pub cube_macs: u64,
+}
+
+/// Trace state the chip shares with its cores.
+pub(crate) struct Tracer<S: TraceSink> {
+    pub sink: S,
+    pub on: bool,
+    pub clock: Clock,
+    /// Per kernel id, per pc: (name, detail) strings, interned on the kernel's first traced run.
+    pub strings: Vec<Option<Vec<(StrId, StrId)>>>,
+    pub next_flow: u32,
+    pub set_name: StrId,
+}
+
+impl<S: TraceSink> Tracer<S> {
+    fn span(&mut self, lane: LaneId, names: (StrId, StrId), start: u64, end: u64, pc: u32) {
+        let (s, e) = (
+            self.clock.tick(crate::time::Cycles(start)),
+            self.clock.tick(crate::time::Cycles(end)),
+        );
+        self.sink.record(Record::Span {
+            lane,
+            name: names.0,
+            start: s.0,
+            end: e.0,
+            pc,
+            detail: names.1,
+        });
+    }
+}
+
+/// What a core's units need from the chip while they run.
+pub(crate) struct Ctx<'a, S: TraceSink> {
+    pub cfg: &'a ChipConfig,
+    pub clock: Clock,
+    pub now: Tick,
+    pub mem: &'a mut DeviceMemory,
+    pub events: &'a mut EventQueue,
+    pub trace: &'a mut Tracer<S>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Queued {
+    instr: Instruction,
+    pc: u32,
+    at: u64,
+    ops: Operands,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PipeState {
+    Ready,
+    /// Blocked in `wait_flag` since the given cycle.
+    WaitFlag(FlagId, u64),
+    /// Blocked in `set_flag` (to happen at the given cycle) until the flag is consumed.
+    WaitFlagFree(FlagId, u64),
+    /// A DMA waits for its start event.
+    DmaScheduled(u64),
+    /// A DMA is moving data since the given cycle.
+    DmaActive(u64),
+}
+
+#[derive(Debug)]
+struct PipeUnit {
+    queue: VecDeque<Queued>,
+    issue_free: u64,
+    last_complete: u64,
+    state: PipeState,
+    /// Cycle of the first pop since the scalar unit blocked on this queue being full.
+    pop_mark: Option<u64>,
+}
+
+impl PipeUnit {
+    fn new(depth: usize) -> PipeUnit {
+        PipeUnit {
+            queue: VecDeque::with_capacity(depth),
+            issue_free: 0,
+            last_complete: 0,
+            state: PipeState::Ready,
+            pop_mark: None,
+        }
+    }
+
+    fn drained(&self) -> bool {
+        self.queue.is_empty() && self.state == PipeState::Ready
+    }
+
+    fn pop(&mut self, at: u64) {
+        self.queue.pop_front();
+        if self.pop_mark.is_none() {
+            self.pop_mark = Some(at);
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ScalarState {
+    Run,
+    WaitFlag(FlagId, u64),
+    WaitFlagFree(FlagId, u64),
+    QueueFull(usize),
+    BarrierAll,
+    Ending,
+    Done,
+}
+
+/// A block running on a core.
+pub(crate) struct Block {
+    kernel: Arc<Kernel>,
+    kernel_id: usize,
+    block_idx: u32,
+    block_dim: u32,
+    args: u64,
+    mode: ExecMode,
+    regs: [u64; 32],
+    pc: u32,
+    s_time: u64,
+    s_state: ScalarState,
+    mask: Mask,
+    fmatrix: FMatrix,
+    pipes: [PipeUnit; QUEUES],
+    flags: Box<[Option<u64>; FLAG_SLOTS]>,
+    consumed: Box<[u64; FLAG_SLOTS]>,
+    deadline: u64,
+}
+
+pub(crate) struct AiCore {
+    pub id: u32,
+    pub bufs: Buffers,
+    block: Option<Box<Block>>,
+    lanes: Option<[LaneId; LANES]>,
+    pub stats: CoreStats,
+}
+
+/// A block launch request.
+#[derive(Debug, Clone)]
+pub struct BlockLaunch {
+    /// Kernel id returned by `Chip::load_kernel`.
+    pub kernel: usize,
+    /// This block's index.
+    pub block_idx: u32,
+    /// The kernel's block_dim.
+    pub block_dim: u32,
+    /// GM address of the argument array.
+    pub args: u64,
+    /// Full or timing-only.
+    pub mode: ExecMode,
+}
+
+type Res<T> = Result<T, StopReason>;
+
+impl AiCore {
+    pub(crate) fn new(id: u32, cfg: &ChipConfig) -> AiCore {
+        AiCore {
+            id,
+            bufs: Buffers::new(cfg),
+            block: None,
+            lanes: None,
+            stats: CoreStats::default(),
+        }
+    }
+
+    pub(crate) fn is_busy(&self) -> bool {
+        self.block.is_some()
+    }
+
+    pub(crate) fn start<S: TraceSink>(
+        &mut self,
+        launch: &BlockLaunch,
+        kernel: Arc<Kernel>,
+        start_cycle: u64,
+        ctx: &mut Ctx<'_, S>,
+    ) {
+        if ctx.trace.on && self.lanes.is_none() {
+            let process = format!("core{}", self.id);
+            self.lanes = Some(Pipe::EXECUTING.map(|p| {
+                ctx.trace.sink.lane(Lane {
+                    process: process.clone(),
+                    thread: p.lane_name().to_string(),
+                    kind: LaneKind::Pipe,
+                })
+            }));
+        }
+        let depth = ctx.cfg.core.pipe_queue_depth as usize;
+        self.block = Some(Box::new(Block {
+            kernel,
+            kernel_id: launch.kernel,
+            block_idx: launch.block_idx,
+            block_dim: launch.block_dim,
+            args: launch.args,
+            mode: launch.mode,
+            regs: [0; 32],
+            pc: 0,
+            s_time: start_cycle,
+            s_state: ScalarState::Run,
+            mask: Mask::FULL,
+            fmatrix: FMatrix {
+                h: 0,
+                w: 0,
+                pad_top: 0,
+                pad_bottom: 0,
+                pad_left: 0,
+                pad_right: 0,
+            },
+            pipes: std::array::from_fn(|_| {
+                let mut p = PipeUnit::new(depth);
+                p.issue_free = start_cycle;
+                p.last_complete = start_cycle;
+                p
+            }),
+            flags: Box::new([None; FLAG_SLOTS]),
+            consumed: Box::new([0; FLAG_SLOTS]),
+            deadline: start_cycle.saturating_add(ctx.cfg.core.kernel_timeout_cycles),
+        }));
+    }
+
+    /// Runs every unit as far as it can; returns the end cycle if the block finished.
+    pub(crate) fn advance<S: TraceSink>(&mut self, ctx: &mut Ctx<'_, S>) -> Res<Option<u64>> {
+        loop {
+            let mut progressed = self.run_scalar(ctx)?;
+            for qi in 0..QUEUES {
+                progressed |= self.run_pipe(qi, ctx)?;
+            }
+            if !progressed {
+                break;
+            }
+        }
+        let done = match &self.block {
+            Some(b) if b.s_state == ScalarState::Done => Some(b.s_time),
+            _ => None,
+        };
+        if done.is_some() {
+            self.block = None;
+        }
+        Ok(done)
+    }
+
+    /// Every unit that waits and why (for deadlock reports).
+    pub(crate) fn blocked_units(&self) -> Vec<Blocked> {
+        let Some(b) = &self.block else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let what = |f: FlagId| format!("flag {f}");
+        match b.s_state {
+            ScalarState::WaitFlag(f, _) => out.push(Blocked {
+                core: self.id,
+                pipe: Pipe::S,
+                pc: b.pc,
+                waits_for: what(f),
+            }),
+            ScalarState::WaitFlagFree(f, _) => out.push(Blocked {
+                core: self.id,
+                pipe: Pipe::S,
+                pc: b.pc,
+                waits_for: format!("flag {f} to be consumed"),
+            }),
+            ScalarState::QueueFull(q) => out.push(Blocked {
+                core: self.id,
+                pipe: Pipe::S,
+                pc: b.pc,
+                waits_for: format!("room in the {} queue", queue_pipe(q)),
+            }),
+            ScalarState::BarrierAll | ScalarState::Ending => out.push(Blocked {
+                core: self.id,
+                pipe: Pipe::S,
+                pc: b.pc,
+                waits_for: "every pipe to drain".into(),
+            }),
+            ScalarState::Run | ScalarState::Done => {}
+        }
+        for (qi, p) in b.pipes.iter().enumerate() {
+            let pc = p.queue.front().map_or(b.pc, |q| q.pc);
+            let waits_for = match p.state {
+                PipeState::WaitFlag(f, _) => what(f),
+                PipeState::WaitFlagFree(f, _) => format!("flag {f} to be consumed"),
+                PipeState::Ready | PipeState::DmaScheduled(_) | PipeState::DmaActive(_) => continue,
+            };
+            out.push(Blocked {
+                core: self.id,
+                pipe: queue_pipe(qi),
+                pc,
+                waits_for,
+            });
+        }
+        out
+    }
+
+    fn span<S: TraceSink>(&self, ctx: &mut Ctx<'_, S>, pipe: Pipe, pc: u32, start: u64, end: u64) {
+        let (Some(lanes), Some(b)) = (&self.lanes, &self.block) else {
+            return;
+        };
+        if let Some(Some(strings)) = ctx.trace.strings.get(b.kernel_id) {
+            let names = strings[pc as usize];
+            ctx.trace
+                .span(lanes[lane_index(pipe)], names, start, end, pc);
+        }
+    }
+
+    fn flow<S: TraceSink>(&self, ctx: &mut Ctx<'_, S>, f: FlagId, set_at: u64, wait_at: u64) {
+        let Some(lanes) = &self.lanes else { return };
+        let id = ctx.trace.next_flow;
+        ctx.trace.next_flow += 1;
+        let clock = ctx.trace.clock;
+        let name = ctx.trace.set_name;
+        ctx.trace.sink.record(Record::Flow {
+            name,
+            id,
+            from_lane: lanes[lane_index(f.src)],
+            from_at: clock.tick(crate::time::Cycles(set_at)).0,
+            to_lane: lanes[lane_index(f.dst)],
+            to_at: clock.tick(crate::time::Cycles(wait_at)).0,
+        });
+    }
+
+    fn fault(&self, pipe: Pipe, pc: u32, f: Fault) -> StopReason {
+        match f {
+            Fault::Range {
+                buffer,
+                addr,
+                len,
+                size,
+            } => StopReason::MemoryFault {
+                core: self.id,
+                pipe,
+                pc,
+                buffer,
+                addr,
+                len,
+                size,
+            },
+            Fault::Align {
+                buffer,
+                addr,
+                align,
+            } => StopReason::Misaligned {
+                core: self.id,
+                pipe,
+                pc,
+                buffer,
+                addr,
+                align,
+            },
+            Fault::Illegal(reason) => StopReason::IllegalInstruction {
+                core: self.id,
+                pipe,
+                pc,
+                reason,
+            },
+        }
+    }
+
+    /// Checks a plan's accesses against buffer sizes and device memory.
+    fn check_plan(&self, plan: &Plan, mem: &DeviceMemory) -> Result<(), Fault> {
+        for a in &plan.accesses {
+            if a.count == 0 || a.burst == 0 {
+                continue;
+            }
+            let size = match a.buffer {
+                Buffer::Gm => mem.capacity(),
+                b => self.bufs.size(b),
+            };
+            if a.end() > size || a.end() < a.start {
+                return Err(Fault::Range {
+                    buffer: a.buffer,
+                    addr: a.start,
+                    len: a.extent(),
+                    size,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Records which bytes a plan's writes leave computed or uncomputed.
+    fn mark_writes(&mut self, plan: &Plan, mem: &mut DeviceMemory, unknown: bool) {
+        for a in plan
+            .accesses
+            .iter()
+            .filter(|a| a.write && a.count > 0 && a.burst > 0)
+        {
+            match a.buffer {
+                Buffer::Gm => {
+                    for i in 0..a.count {
+                        let s = a.start + i * a.stride;
+                        if unknown {
+                            mem.mark_unknown(s, a.burst);
+                        } else {
+                            mem.mark_known(s, a.burst);
+                        }
+                    }
+                }
+                b => self.bufs.mark(b, a.start, a.end(), unknown),
+            }
+        }
+    }
+
+    // ---- scalar unit -------------------------------------------------------------------------
+
+    fn run_scalar<S: TraceSink>(&mut self, ctx: &mut Ctx<'_, S>) -> Res<bool> {
+        let Some(b) = self.block.as_mut() else {
+            return Ok(false);
+        };
+        let mut progressed = false;
+        match b.s_state {
+            ScalarState::Run => {}
+            ScalarState::Done => return Ok(false),
+            ScalarState::WaitFlag(f, since) => match b.flags[flag_slot(f)].take() {
+                Some(t) => {
+                    let at = since.max(t);
+                    b.consumed[flag_slot(f)] = at;
+                    b.s_time = at;
+                    let pc = b.pc;
+                    b.pc += 1;
+                    b.s_state = ScalarState::Run;
+                    self.stats.pipes[0].instructions += 1;
+                    self.span(ctx, Pipe::S, pc, since, at);
+                    self.flow(ctx, f, t, at);
+                    progressed = true;
+                }
+                None => return Ok(false),
+            },
+            ScalarState::WaitFlagFree(f, at) => {
+                if b.flags[flag_slot(f)].is_some() {
+                    return Ok(false);
+                }
+                let pc = b.pc;
+                if b.consumed[flag_slot(f)] > at {
+                    return Err(StopReason::FlagOverflow {
+                        core: self.id,
+                        pipe: Pipe::S,
+                        pc,
+                        flag: f,
+                    });
+                }
+                b.flags[flag_slot(f)] = Some(at);
+                b.pc += 1;
+                b.s_state = ScalarState::Run;
+                self.stats.pipes[0].instructions += 1;
+                self.span(ctx, Pipe::S, pc, at, at + 1);
+                progressed = true;
+            }
+            ScalarState::QueueFull(qi) => {
+                let p = &mut b.pipes[qi];
+                if p.queue.len() >= ctx.cfg.core.pipe_queue_depth as usize {
+                    return Ok(false);
+                }
+                b.s_time = b.s_time.max(p.pop_mark.unwrap_or(0));
+                b.s_state = ScalarState::Run;
+                progressed = true;
+            }
+            ScalarState::BarrierAll | ScalarState::Ending => {
+                if !b.pipes.iter().all(PipeUnit::drained) {
+                    return Ok(false);
+                }
+                let start = b.s_time;
+                let end = b
+                    .pipes
+                    .iter()
+                    .map(|p| p.last_complete)
+                    .fold(b.s_time, u64::max);
+                b.s_time = end;
+                let pc = b.pc;
+                let ending = b.s_state == ScalarState::Ending;
+                b.s_state = if ending {
+                    ScalarState::Done
+                } else {
+                    ScalarState::Run
+                };
+                if !ending {
+                    b.pc += 1;
+                }
+                self.stats.pipes[0].instructions += 1;
+                self.span(ctx, Pipe::S, pc, start, end.max(start + 1));
+                return Ok(true);
+            }
+        }
+        loop {
+            let Some(b) = self.block.as_mut() else {
+                return Ok(progressed);
+            };
+            if b.s_state != ScalarState::Run {
+                return Ok(progressed);
+            }
+            let pc = b.pc;
+            if b.s_time > b.deadline {
+                return Err(StopReason::Timeout {
+                    core: self.id,
+                    pc,
+                    limit_cycles: ctx.cfg.core.kernel_timeout_cycles,
+                });
+            }
+            let Some(&instr) = b.kernel.program.instrs.get(pc as usize) else {
+                return Err(StopReason::IllegalInstruction {
+                    core: self.id,
+                    pipe: Pipe::S,
+                    pc,
+                    reason: format!(
+                        "pc {pc} is past the end of kernel `{}` ({} instructions); a block must end with `end`",
+                        b.kernel.name,
+                        b.kernel.program.instrs.len()
+                    ),
+                });
+            };
+            let pipe = instr.pipe();
+            if pipe != Pipe::S {
+                if !self.dispatch(instr, pipe, ctx)? {
+                    return Ok(progressed);
+                }
+                progressed = true;
+                continue;
+            }
+            let start = b.s_time;
+            let cost = self.execute_scalar(instr, ctx)?;
+            progressed = true;
+            let Some(b) = self.block.as_mut() else {
+                return Ok(true);
+            };
+            if let Some(cost) = cost {
+                b.s_time = start + cost;
+                self.stats.pipes[0].instructions += 1;
+                self.stats.pipes[0].busy_cycles += cost;
+                self.span(ctx, Pipe::S, pc, start, start + cost);
+            }
+        }
+    }
+
+    /// Dispatches a pipe instruction into its queue; `false` if the scalar unit had to stop.
+    fn dispatch<S: TraceSink>(
+        &mut self,
+        instr: Instruction,
+        pipe: Pipe,
+        ctx: &mut Ctx<'_, S>,
+    ) -> Res<bool> {
+        let core = self.id;
+        let Some(b) = self.block.as_mut() else {
+            return Ok(false);
+        };
+        let pc = b.pc;
+        let illegal = |reason: String| StopReason::IllegalInstruction {
+            core,
+            pipe,
+            pc,
+            reason,
+        };
+        if pipe == Pipe::Fix && !ctx.cfg.core.fixpipe {
+            return Err(illegal(format!(
+                "{} needs a FIXPIPE, which {} does not have (coupled architecture: move L0C through UB with copy_l0c_to_ub)",
+                instr.spec().mnemonic,
+                ctx.cfg.name
+            )));
+        }
+        if let Instruction::SetFlag(f) | Instruction::WaitFlag(f) = &instr {
+            check_flag(f, ctx.cfg).map_err(illegal)?;
+        }
+        let qi = pipe.queue_index().unwrap_or(0);
+        if b.pipes[qi].queue.len() >= ctx.cfg.core.pipe_queue_depth as usize {
+            b.s_state = ScalarState::QueueFull(qi);
+            b.pipes[qi].pop_mark = None;
+            return Ok(false);
+        }
+        let ops = Operands {
+            regs: capture(&instr, &b.regs),
+            mask: b.mask,
+            fmatrix: b.fmatrix,
+        };
+        b.pipes[qi].queue.push_back(Queued {
+            instr,
+            pc,
+            at: b.s_time,
+            ops,
+        });
+        b.s_time += ctx.cfg.scalar.dispatch_cycles;
+        b.pc += 1;
+        Ok(true)
+    }
+
+    /// Executes one scalar-unit instruction; returns its cost, or `None` if the unit blocked
+    /// (the instruction will complete later).
+    fn execute_scalar<S: TraceSink>(
+        &mut self,
+        instr: Instruction,
+        ctx: &mut Ctx<'_, S>,
+    ) -> Res<Option<u64>> {
+        let core = self.id;
+        let cfg = ctx.cfg;
+        let sc = &cfg.scalar;
+        let Some(b) = self.block.as_mut() else {
+            return Ok(None);
+        };
+        let pc = b.pc;
+        let r = &mut b.regs;
+        let mut next = pc + 1;
+        let alu = |r: &mut [u64; 32], d: gearsim_isa::Reg, v: u64| r[d.index()] = v;
+        let cost = match instr {
+            Instruction::Add(f) => {
+                alu(r, f.dst, r[f.a.index()].wrapping_add(r[f.b.index()]));
+                sc.alu_cycles
+            }
+            Instruction::Sub(f) => {
+                alu(r, f.dst, r[f.a.index()].wrapping_sub(r[f.b.index()]));
+                sc.alu_cycles
+            }
+            Instruction::Mul(f) => {
+                alu(r, f.dst, r[f.a.index()].wrapping_mul(r[f.b.index()]));
+                sc.mul_cycles
+            }
+            Instruction::Div(f) => {
+                let (a, d) = (r[f.a.index()] as i64, r[f.b.index()] as i64);
+                alu(
+                    r,
+                    f.dst,
+                    if d == 0 {
+                        u64::MAX
+                    } else {
+                        a.wrapping_div(d) as u64
+                    },
+                );
+                sc.div_cycles
+            }
+            Instruction::Divu(f) => {
+                let (a, d) = (r[f.a.index()], r[f.b.index()]);
+                alu(r, f.dst, a.checked_div(d).unwrap_or(u64::MAX));
+                sc.div_cycles
+            }
+            Instruction::Rem(f) => {
+                let (a, d) = (r[f.a.index()] as i64, r[f.b.index()] as i64);
+                alu(
+                    r,
+                    f.dst,
+                    if d == 0 {
+                        a as u64
+                    } else {
+                        a.wrapping_rem(d) as u64
+                    },
+                );
+                sc.div_cycles
+            }
+            Instruction::Remu(f) => {
+                let (a, d) = (r[f.a.index()], r[f.b.index()]);
+                alu(r, f.dst, a.checked_rem(d).unwrap_or(a));
+                sc.div_cycles
+            }
+            Instruction::And(f) => {
+                alu(r, f.dst, r[f.a.index()] & r[f.b.index()]);
+                sc.alu_cycles
+            }
+            Instruction::Or(f) => {
+                alu(r, f.dst, r[f.a.index()] | r[f.b.index()]);
+                sc.alu_cycles
+            }
+            Instruction::Xor(f) => {
+                alu(r, f.dst, r[f.a.index()] ^ r[f.b.index()]);
+                sc.alu_cycles
+            }
+            Instruction::Shl(f) => {
+                alu(r, f.dst, r[f.a.index()] << (r[f.b.index()] & 63));
+                sc.alu_cycles
+            }
+            Instruction::Shr(f) => {
+                alu(r, f.dst, r[f.a.index()] >> (r[f.b.index()] & 63));
+                sc.alu_cycles
+            }
+            Instruction::Sra(f) => {
+                alu(
+                    r,
+                    f.dst,
+                    ((r[f.a.index()] as i64) >> (r[f.b.index()] & 63)) as u64,
+                );
+                sc.alu_cycles
+            }
+            Instruction::Min(f) => {
+                alu(
+                    r,
+                    f.dst,
+                    (r[f.a.index()] as i64).min(r[f.b.index()] as i64) as u64,
+                );
+                sc.alu_cycles
+            }
+            Instruction::Max(f) => {
+                alu(
+                    r,
+                    f.dst,
+                    (r[f.a.index()] as i64).max(r[f.b.index()] as i64) as u64,
+                );
+                sc.alu_cycles
+            }
+            Instruction::Minu(f) => {
+                alu(r, f.dst, r[f.a.index()].min(r[f.b.index()]));
+                sc.alu_cycles
+            }
+            Instruction::Maxu(f) => {
+                alu(r, f.dst, r[f.a.index()].max(r[f.b.index()]));
+                sc.alu_cycles
+            }
+            Instruction::Slt(f) => {
+                alu(
+                    r,
+                    f.dst,
+                    u64::from((r[f.a.index()] as i64) < (r[f.b.index()] as i64)),
+                );
+                sc.alu_cycles
+            }
+            Instruction::Sltu(f) => {
+                alu(r, f.dst, u64::from(r[f.a.index()] < r[f.b.index()]));
+                sc.alu_cycles
+            }
+            Instruction::Seq(f) => {
+                alu(r, f.dst, u64::from(r[f.a.index()] == r[f.b.index()]));
+                sc.alu_cycles
+            }
+            Instruction::Addi(f) => {
+                alu(
+                    r,
+                    f.dst,
+                    r[f.a.index()].wrapping_add(i64::from(f.imm) as u64),
+                );
+                sc.alu_cycles
+            }
+            Instruction::Muli(f) => {
+                alu(
+                    r,
+                    f.dst,
+                    r[f.a.index()].wrapping_mul(i64::from(f.imm) as u64),
+                );
+                sc.mul_cycles
+            }
+            Instruction::Andi(f) => {
+                alu(r, f.dst, r[f.a.index()] & (i64::from(f.imm) as u64));
+                sc.alu_cycles
+            }
+            Instruction::Ori(f) => {
+                alu(r, f.dst, r[f.a.index()] | (i64::from(f.imm) as u64));
+                sc.alu_cycles
+            }
+            Instruction::Xori(f) => {
+                alu(r, f.dst, r[f.a.index()] ^ (i64::from(f.imm) as u64));
+                sc.alu_cycles
+            }
+            Instruction::Shli(f) => {
+                alu(r, f.dst, r[f.a.index()] << (f.imm & 63));
+                sc.alu_cycles
+            }
+            Instruction::Shri(f) => {
+                alu(r, f.dst, r[f.a.index()] >> (f.imm & 63));
+                sc.alu_cycles
+            }
+            Instruction::Srai(f) => {
+                alu(r, f.dst, ((r[f.a.index()] as i64) >> (f.imm & 63)) as u64);
+                sc.alu_cycles
+            }
+            Instruction::Slti(f) => {
+                alu(
+                    r,
+                    f.dst,
+                    u64::from((r[f.a.index()] as i64) < i64::from(f.imm)),
+                );
+                sc.alu_cycles
+            }
+            Instruction::Movi(f) => {
+                alu(r, f.dst, f.imm as u64);
+                sc.alu_cycles
+            }
+            Instruction::Mov(f) => {
+                alu(r, f.dst, r[f.src.index()]);
+                sc.alu_cycles
+            }
+            Instruction::Ctz(f) => {
+                alu(r, f.dst, u64::from(r[f.src.index()].trailing_zeros()));
+                sc.alu_cycles
+            }
+            Instruction::Clz(f) => {
+                alu(r, f.dst, u64::from(r[f.src.index()].leading_zeros()));
+                sc.alu_cycles
+            }
+            Instruction::Popc(f) => {
+                alu(r, f.dst, u64::from(r[f.src.index()].count_ones()));
+                sc.alu_cycles
+            }
+            Instruction::Nop(_) => sc.alu_cycles,
+            Instruction::Sreg(f) => {
+                let v = match f.which {
+                    SReg::BlockIdx => u64::from(b.block_idx),
+                    SReg::BlockNum => u64::from(b.block_dim),
+                    SReg::Args => b.args,
+                    SReg::CoreId => u64::from(core),
+                    SReg::Cycle => b.s_time,
+                };
+                b.regs[f.dst.index()] = v;
+                sc.spr_cycles
+            }
+            Instruction::Beq(f) => branch(r, &f, &mut next, sc, |x, y| x == y),
+            Instruction::Bne(f) => branch(r, &f, &mut next, sc, |x, y| x != y),
+            Instruction::Blt(f) => branch(r, &f, &mut next, sc, |x, y| (x as i64) < (y as i64)),
+            Instruction::Bge(f) => branch(r, &f, &mut next, sc, |x, y| (x as i64) >= (y as i64)),
+            Instruction::Bltu(f) => branch(r, &f, &mut next, sc, |x, y| x < y),
+            Instruction::Bgeu(f) => branch(r, &f, &mut next, sc, |x, y| x >= y),
+            Instruction::Jmp(f) => {
+                next = f.target.0;
+                sc.branch_cycles + sc.branch_taken_penalty
+            }
+            Instruction::LoopNz(f) => {
+                let c = r[f.counter.index()].wrapping_sub(1);
+                r[f.counter.index()] = c;
+                if c != 0 {
+                    next = f.target.0;
+                    sc.branch_cycles + sc.branch_taken_penalty
+                } else {
+                    sc.branch_cycles
+                }
+            }
+            Instruction::Ld(f) | Instruction::St(f) => {
+                let load = matches!(instr, Instruction::Ld(_));
+                self.scalar_mem(&f, load, ctx)?
+            }
+            Instruction::SetMask(f) => {
+                b.mask =
+                    Mask::Normal((u128::from(r[f.hi.index()]) << 64) | u128::from(r[f.lo.index()]));
+                sc.spr_cycles
+            }
+            Instruction::SetMaskCount(f) => {
+                b.mask = Mask::Counter(r[f.count.index()]);
+                sc.spr_cycles
+            }
+            Instruction::SetFmatrix(f) => {
+                b.fmatrix = f;
+                sc.spr_cycles
+            }
+            Instruction::SetFlag(f) => {
+                check_flag(&f, cfg).map_err(|reason| StopReason::IllegalInstruction {
+                    core,
+                    pipe: Pipe::S,
+                    pc,
+                    reason,
+                })?;
+                let id = flag_of(&f);
+                let slot = flag_slot(id);
+                if b.flags[slot].is_some() {
+                    b.s_state = ScalarState::WaitFlagFree(id, b.s_time);
+                    return Ok(None);
+                }
+                b.flags[slot] = Some(b.s_time);
+                sc.alu_cycles
+            }
+            Instruction::WaitFlag(f) => {
+                check_flag(&f, cfg).map_err(|reason| StopReason::IllegalInstruction {
+                    core,
+                    pipe: Pipe::S,
+                    pc,
+                    reason,
+                })?;
+                let id = flag_of(&f);
+                b.s_state = ScalarState::WaitFlag(id, b.s_time);
+                return Ok(None);
+            }
+            Instruction::PipeBarrier(f) => {
+                if f.pipe == Pipe::All {
+                    b.s_state = ScalarState::BarrierAll;
+                    return Ok(None);
+                }
+                sc.alu_cycles
+            }
+            Instruction::End(_) => {
+                b.s_state = ScalarState::Ending;
+                return Ok(None);
+            }
+            Instruction::Vadd(_)
+            | Instruction::Vsub(_)
+            | Instruction::Vmul(_)
+            | Instruction::Vdiv(_)
+            | Instruction::Vmax(_)
+            | Instruction::Vmin(_)
+            | Instruction::Vand(_)
+            | Instruction::Vor(_)
+            | Instruction::Vmla(_)
+            | Instruction::Vabs(_)
+            | Instruction::Vrelu(_)
+            | Instruction::Vexp(_)
+            | Instruction::Vln(_)
+            | Instruction::Vsqrt(_)
+            | Instruction::Vrsqrt(_)
+            | Instruction::Vrec(_)
+            | Instruction::Vnot(_)
+            | Instruction::Vmov(_)
+            | Instruction::Vadds(_)
+            | Instruction::Vmuls(_)
+            | Instruction::Vmaxs(_)
+            | Instruction::Vmins(_)
+            | Instruction::Vdup(_)
+            | Instruction::Vconv(_)
+            | Instruction::Vcmp(_)
+            | Instruction::Vcmps(_)
+            | Instruction::Vsel(_)
+            | Instruction::Vreduce(_)
+            | Instruction::Vbreduce(_)
+            | Instruction::CopyL0cToUb(_)
+            | Instruction::CopyGmToUb(_)
+            | Instruction::CopyUbToGm(_)
+            | Instruction::CopyGmToUbPad(_)
+            | Instruction::CopyUbToGmPad(_)
+            | Instruction::CopyGmToL1(_)
+            | Instruction::CopyGmToL1Nd2nz(_)
+            | Instruction::LoadL0a(_)
+            | Instruction::LoadL0b(_)
+            | Instruction::Img2colL0a(_)
+            | Instruction::CopyL0cToGm(_)
+            | Instruction::Mmad(_) => {
+                return Err(StopReason::IllegalInstruction {
+                    core,
+                    pipe: Pipe::S,
+                    pc,
+                    reason: format!("{} is not a scalar-unit instruction", instr.spec().mnemonic),
+                });
+            }
+        };
+        let Some(b) = self.block.as_mut() else {
+            return Ok(None);
+        };
+        b.pc = next;
+        Ok(Some(cost))
+    }
+
+    fn scalar_mem<S: TraceSink>(
+        &mut self,
+        f: &gearsim_isa::Mem,
+        load: bool,
+        ctx: &mut Ctx<'_, S>,
+    ) -> Res<u64> {
+        let core = self.id;
+        let Some(b) = self.block.as_mut() else {
+            return Ok(0);
+        };
+        let pc = b.pc;
+        let addr = b.regs[f.base.index()].wrapping_add(i64::from(f.off) as u64);
+        let size = f.width.size() as u64;
+        let buffer = match f.space {
+            Space::Gm => Buffer::Gm,
+            Space::Ub => Buffer::Ub,
+            Space::L1 => Buffer::L1,
+        };
+        if addr % size != 0 {
+            return Err(StopReason::Misaligned {
+                core,
+                pipe: Pipe::S,
+                pc,
+                buffer,
+                addr,
+                align: size,
+            });
+        }
+        let limit = match buffer {
+            Buffer::Gm => ctx.mem.capacity(),
+            other => self.bufs.size(other),
+        };
+        if addr.checked_add(size).is_none_or(|e| e > limit) {
+            return Err(StopReason::MemoryFault {
+                core,
+                pipe: Pipe::S,
+                pc,
+                buffer,
+                addr,
+                len: size,
+                size: limit,
+            });
+        }
+        let mut bytes = [0u8; 8];
+        let n = size as usize;
+        if load {
+            let unknown = b.mode == ExecMode::TimingOnly
+                && match buffer {
+                    Buffer::Gm => ctx.mem.is_unknown(addr, size),
+                    other => self.bufs.is_unknown(other, addr, addr + size),
+                };
+            if unknown {
+                return Err(StopReason::ValueNeeded {
+                    core,
+                    pc,
+                    buffer,
+                    addr,
+                });
+            }
+            match buffer {
+                Buffer::Gm => {
+                    ctx.mem
+                        .read(addr, &mut bytes[..n])
+                        .map_err(|_| StopReason::MemoryFault {
+                            core,
+                            pipe: Pipe::S,
+                            pc,
+                            buffer,
+                            addr,
+                            len: size,
+                            size: limit,
+                        })?
+                }
+                other => bytes[..n]
+                    .copy_from_slice(&self.bufs.get(other)[addr as usize..addr as usize + n]),
+            }
+            let raw = u64::from_le_bytes(bytes);
+            let v = match f.width {
+                SType::I8 => raw as u8 as i8 as i64 as u64,
+                SType::I16 => raw as u16 as i16 as i64 as u64,
+                SType::I32 => raw as u32 as i32 as i64 as u64,
+                SType::U8 | SType::U16 | SType::U32 | SType::U64 => raw,
+            };
+            b.regs[f.reg.index()] = v;
+        } else {
+            bytes = b.regs[f.reg.index()].to_le_bytes();
+            match buffer {
+                Buffer::Gm => {
+                    ctx.mem
+                        .write(addr, &bytes[..n])
+                        .map_err(|_| StopReason::MemoryFault {
+                            core,
+                            pipe: Pipe::S,
+                            pc,
+                            buffer,
+                            addr,
+                            len: size,
+                            size: limit,
+                        })?
+                }
+                other => self.bufs.get_mut(other)[addr as usize..addr as usize + n]
+                    .copy_from_slice(&bytes[..n]),
+            }
+        }
+        let sc = &ctx.cfg.scalar;
+        Ok(match (buffer, load) {
+            (Buffer::Gm, true) => sc.gm_load_cycles,
+            (Buffer::Gm, false) => sc.gm_store_cycles,
+            _ => sc.local_access_cycles,
+        })
+    }
+
+    // ---- pipes -------------------------------------------------------------------------------
+
+    fn run_pipe<S: TraceSink>(&mut self, qi: usize, ctx: &mut Ctx<'_, S>) -> Res<bool> {
+        let pipe = queue_pipe(qi);
+        let mut progressed = false;
+        loop {
+            let core = self.id;
+            let Some(b) = self.block.as_mut() else {
+                return Ok(progressed);
+            };
+            let p = &mut b.pipes[qi];
+            match p.state {
+                PipeState::DmaScheduled(_) | PipeState::DmaActive(_) => return Ok(progressed),
+                PipeState::WaitFlag(f, since) => {
+                    let Some(t) = b.flags[flag_slot(f)].take() else {
+                        return Ok(progressed);
+                    };
+                    let at = since.max(t);
+                    b.consumed[flag_slot(f)] = at;
+                    let p = &mut b.pipes[qi];
+                    p.issue_free = at;
+                    p.state = PipeState::Ready;
+                    let pc = p.queue.front().map_or(0, |q| q.pc);
+                    p.pop(at);
+                    self.stats.pipes[qi + 1].instructions += 1;
+                    self.span(ctx, pipe, pc, since, at);
+                    self.flow(ctx, f, t, at);
+                    progressed = true;
+                    continue;
+                }
+                PipeState::WaitFlagFree(f, at) => {
+                    if b.flags[flag_slot(f)].is_some() {
+                        return Ok(progressed);
+                    }
+                    let pc = p.queue.front().map_or(0, |q| q.pc);
+                    if b.consumed[flag_slot(f)] > at {
+                        return Err(StopReason::FlagOverflow {
+                            core,
+                            pipe,
+                            pc,
+                            flag: f,
+                        });
+                    }
+                    b.flags[flag_slot(f)] = Some(at);
+                    let p = &mut b.pipes[qi];
+                    p.state = PipeState::Ready;
+                    p.issue_free = at;
+                    p.pop(at);
+                    self.stats.pipes[qi + 1].instructions += 1;
+                    self.span(ctx, pipe, pc, at, at + 1);
+                    progressed = true;
+                    continue;
+                }
+                PipeState::Ready => {}
+            }
+            let Some(&head) = p.queue.front() else {
+                return Ok(progressed);
+            };
+            let ready = head.at.max(p.issue_free);
+            if ready > b.deadline {
+                return Err(StopReason::Timeout {
+                    core,
+                    pc: head.pc,
+                    limit_cycles: ctx.cfg.core.kernel_timeout_cycles,
+                });
+            }
+            progressed = true;
+            match head.instr {
+                Instruction::SetFlag(f) => {
+                    let id = flag_of(&f);
+                    let at = ready.max(p.last_complete);
+                    if b.flags[flag_slot(id)].is_some() {
+                        p.state = PipeState::WaitFlagFree(id, at);
+                        continue;
+                    }
+                    b.flags[flag_slot(id)] = Some(at);
+                    let p = &mut b.pipes[qi];
+                    p.issue_free = at;
+                    p.pop(at);
+                    self.stats.pipes[qi + 1].instructions += 1;
+                    self.span(ctx, pipe, head.pc, at, at + 1);
+                }
+                Instruction::WaitFlag(f) => {
+                    p.state = PipeState::WaitFlag(flag_of(&f), ready);
+                }
+                Instruction::PipeBarrier(_) => {
+                    let at = ready.max(p.last_complete);
+                    p.issue_free = at;
+                    p.pop(at);
+                    self.stats.pipes[qi + 1].instructions += 1;
+                    self.span(ctx, pipe, head.pc, ready, at.max(ready + 1));
+                }
+                instr => {
+                    let plan = exec::plan(&instr, &head.ops, ctx.cfg)
+                        .map_err(|f| self.fault(pipe, head.pc, f))?;
+                    self.check_plan(&plan, ctx.mem)
+                        .map_err(|f| self.fault(pipe, head.pc, f))?;
+                    let Some(b) = self.block.as_mut() else {
+                        return Ok(progressed);
+                    };
+                    if exec::uses_gm(&instr) && plan.gm_bytes > 0 {
+                        let p = &mut b.pipes[qi];
+                        p.state = PipeState::DmaScheduled(ready);
+                        let at = ctx.clock.tick(crate::time::Cycles(ready)).max(ctx.now);
+                        ctx.events.push(
+                            at,
+                            PRIO_CORE,
+                            Event::DmaStart {
+                                core,
+                                queue: qi as u8,
+                            },
+                        );
+                        return Ok(progressed);
+                    }
+                    let (issue, latency) = exec::local_cost(&instr, &plan, ctx.cfg);
+                    let full = b.mode == ExecMode::Full;
+                    if full {
+                        exec::execute(&instr, &head.ops, &mut self.bufs, ctx.mem)
+                            .map_err(|f| self.fault(pipe, head.pc, f))?;
+                    }
+                    self.mark_writes(&plan, ctx.mem, !full);
+                    if instr.spec().timing == TimingClass::Cube {
+                        self.stats.cube_macs += plan.work * 4096;
+                    }
+                    let Some(b) = self.block.as_mut() else {
+                        return Ok(progressed);
+                    };
+                    let p = &mut b.pipes[qi];
+                    p.issue_free = ready + issue;
+                    p.last_complete = p.last_complete.max(ready + issue + latency);
+                    p.pop(ready);
+                    let st = &mut self.stats.pipes[qi + 1];
+                    st.instructions += 1;
+                    st.busy_cycles += issue;
+                    self.span(ctx, pipe, head.pc, ready, ready + issue);
+                }
+            }
+        }
+    }
+
+    /// The head DMA of queue `qi` joins the memory system now: returns (bytes, rate cap, write).
+    pub(crate) fn dma_begin(&mut self, qi: usize, cfg: &ChipConfig) -> Option<(u64, u64, bool)> {
+        let b = self.block.as_mut()?;
+        let p = &mut b.pipes[qi];
+        let PipeState::DmaScheduled(ready) = p.state else {
+            return None;
+        };
+        let head = p.queue.front()?;
+        let plan = exec::plan(&head.instr, &head.ops, cfg).ok()?;
+        p.state = PipeState::DmaActive(ready);
+        let pipe = queue_pipe(qi);
+        let write = matches!(pipe, Pipe::Mte3 | Pipe::Fix);
+        Some((plan.gm_bytes, exec::gm_rate_cap(pipe, cfg), write))
+    }
+
+    /// The head DMA of queue `qi` finished moving data at `end`.
+    pub(crate) fn dma_end<S: TraceSink>(
+        &mut self,
+        qi: usize,
+        end: Tick,
+        ctx: &mut Ctx<'_, S>,
+    ) -> Res<()> {
+        let pipe = queue_pipe(qi);
+        let Some(b) = self.block.as_mut() else {
+            return Ok(());
+        };
+        let p = &mut b.pipes[qi];
+        let PipeState::DmaActive(start) = p.state else {
+            return Ok(());
+        };
+        let Some(&head) = p.queue.front() else {
+            return Ok(());
+        };
+        let end_c = ctx.clock.cycle_at_or_after(end).0.max(start + 1);
+        let full = b.mode == ExecMode::Full;
+        let plan = exec::plan(&head.instr, &head.ops, ctx.cfg)
+            .map_err(|f| self.fault(pipe, head.pc, f))?;
+        if full {
+            exec::execute(&head.instr, &head.ops, &mut self.bufs, ctx.mem)
+                .map_err(|f| self.fault(pipe, head.pc, f))?;
+        }
+        self.mark_writes(&plan, ctx.mem, !full);
+        let latency = if matches!(pipe, Pipe::Mte3 | Pipe::Fix) {
+            ctx.cfg.memory.write_latency_cycles
+        } else {
+            ctx.cfg.memory.read_latency_cycles
+        };
+        let Some(b) = self.block.as_mut() else {
+            return Ok(());
+        };
+        let p = &mut b.pipes[qi];
+        p.state = PipeState::Ready;
+        p.issue_free = end_c;
+        p.last_complete = p.last_complete.max(end_c + latency);
+        p.pop(start);
+        let st = &mut self.stats.pipes[qi + 1];
+        st.instructions += 1;
+        st.busy_cycles += end_c - start;
+        self.span(ctx, pipe, head.pc, start, end_c);
+        Ok(())
+    }
+}
+
+fn branch(
+    r: &[u64; 32],
+    f: &gearsim_isa::Branch,
+    next: &mut u32,
+    sc: &crate::config::ScalarConfig,
+    cond: impl Fn(u64, u64) -> bool,
+) -> u64 {
+    if cond(r[f.a.index()], r[f.b.index()]) {
+        *next = f.target.0;
+        sc.branch_cycles + sc.branch_taken_penalty
+    } else {
+        sc.branch_cycles
+    }
+}
+
+fn check_flag(f: &Flag, cfg: &ChipConfig) -> Result<(), String> {
+    if f.src == Pipe::All || f.dst == Pipe::All {
+        return Err("a flag connects two pipes, not ALL".into());
+    }
+    if (f.src == Pipe::Fix || f.dst == Pipe::Fix) && !cfg.core.fixpipe {
+        return Err(format!("{} has no FIXPIPE to synchronise with", cfg.name));
+    }
+    if f.id >= cfg.core.event_ids {
+        return Err(format!(
+            "event id {} is out of range: {} has {} event ids per pipe pair",
+            f.id, cfg.name, cfg.core.event_ids
+        ));
+    }
+    Ok(())
+}
+
+/// Reads the registers a pipe instruction uses when it is dispatched.
+fn capture(instr: &Instruction, r: &[u64; 32]) -> [u64; 4] {
+    let g = |x: gearsim_isa::Reg| r[x.index()];
+    match instr {
+        Instruction::Vadd(f)
+        | Instruction::Vsub(f)
+        | Instruction::Vmul(f)
+        | Instruction::Vdiv(f)
+        | Instruction::Vmax(f)
+        | Instruction::Vmin(f)
+        | Instruction::Vand(f)
+        | Instruction::Vor(f)
+        | Instruction::Vmla(f) => [g(f.dst), g(f.src0), g(f.src1), 0],
+        Instruction::Vabs(f)
+        | Instruction::Vrelu(f)
+        | Instruction::Vexp(f)
+        | Instruction::Vln(f)
+        | Instruction::Vsqrt(f)
+        | Instruction::Vrsqrt(f)
+        | Instruction::Vrec(f)
+        | Instruction::Vnot(f)
+        | Instruction::Vmov(f) => [g(f.dst), g(f.src), 0, 0],
+        Instruction::Vadds(f)
+        | Instruction::Vmuls(f)
+        | Instruction::Vmaxs(f)
+        | Instruction::Vmins(f) => [g(f.dst), g(f.src), g(f.scalar), 0],
+        Instruction::Vdup(f) => [g(f.dst), g(f.scalar), 0, 0],
+        Instruction::Vconv(f) => [g(f.dst), g(f.src), 0, 0],
+        Instruction::Vcmp(f) => [g(f.dst), g(f.src0), g(f.src1), 0],
+        Instruction::Vcmps(f) => [g(f.dst), g(f.src), g(f.scalar), 0],
+        Instruction::Vsel(f) => [g(f.dst), g(f.src0), g(f.src1), g(f.sel)],
+        Instruction::Vreduce(f) | Instruction::Vbreduce(f) => [g(f.dst), g(f.src), 0, 0],
+        Instruction::CopyL0cToUb(f) => [g(f.dst), g(f.src), 0, 0],
+        Instruction::CopyGmToUb(f) | Instruction::CopyUbToGm(f) | Instruction::CopyGmToL1(f) => {
+            [g(f.dst), g(f.src), 0, 0]
+        }
+        Instruction::CopyGmToUbPad(f) | Instruction::CopyUbToGmPad(f) => [g(f.dst), g(f.src), 0, 0],
+        Instruction::CopyGmToL1Nd2nz(f) => [g(f.dst), g(f.src), 0, 0],
+        Instruction::LoadL0a(f) | Instruction::LoadL0b(f) => [g(f.dst), g(f.src), 0, 0],
+        Instruction::Img2colL0a(f) => [g(f.dst), g(f.src), 0, 0],
+        Instruction::CopyL0cToGm(f) => [g(f.dst), g(f.src), 0, 0],
+        Instruction::Mmad(f) => [g(f.dst), g(f.a), g(f.b), 0],
+        Instruction::Add(_)
+        | Instruction::Sub(_)
+        | Instruction::Mul(_)
+        | Instruction::Div(_)
+        | Instruction::Divu(_)
+        | Instruction::Rem(_)
+        | Instruction::Remu(_)
+        | Instruction::And(_)
+        | Instruction::Or(_)
+        | Instruction::Xor(_)
+        | Instruction::Shl(_)
+        | Instruction::Shr(_)
+        | Instruction::Sra(_)
+        | Instruction::Min(_)
+        | Instruction::Max(_)
+        | Instruction::Minu(_)
+        | Instruction::Maxu(_)
+        | Instruction::Slt(_)
+        | Instruction::Sltu(_)
+        | Instruction::Seq(_)
+        | Instruction::Addi(_)
+        | Instruction::Muli(_)
+        | Instruction::Andi(_)
+        | Instruction::Ori(_)
+        | Instruction::Xori(_)
+        | Instruction::Shli(_)
+        | Instruction::Shri(_)
+        | Instruction::Srai(_)
+        | Instruction::Slti(_)
+        | Instruction::Movi(_)
+        | Instruction::Mov(_)
+        | Instruction::Ctz(_)
+        | Instruction::Clz(_)
+        | Instruction::Popc(_)
+        | Instruction::Sreg(_)
+        | Instruction::Beq(_)
+        | Instruction::Bne(_)
+        | Instruction::Blt(_)
+        | Instruction::Bge(_)
+        | Instruction::Bltu(_)
+        | Instruction::Bgeu(_)
+        | Instruction::Jmp(_)
+        | Instruction::LoopNz(_)
+        | Instruction::Ld(_)
+        | Instruction::St(_)
+        | Instruction::SetMask(_)
+        | Instruction::SetMaskCount(_)
+        | Instruction::SetFmatrix(_)
+        | Instruction::SetFlag(_)
+        | Instruction::WaitFlag(_)
+        | Instruction::PipeBarrier(_)
+        | Instruction::Nop(_)
+        | Instruction::End(_) => [0; 4],
+    }
+}

@@ -1,0 +1,355 @@
+//! Cube path: fractal loads into L0A/L0B (load2d and img2col), `mmad`, and moves out of L0C.
+//!
+//! Layouts (a fractal is 16 x 16 elements stored row-major):
+//! - L0A holds A (m x k, f16) as fractals `(mb, kb)` at index `mb * KB + kb` ("zZ").
+//! - L0B holds B (k x n, f16) as fractals `(kb, nb)` at index `nb * KB + kb`, each fractal with
+//!   rows along k and columns along n.
+//! - L0C holds C (m x n, f32) as fractals `(mb, nb)` at index `nb * MB + mb` ("NZ"), 1 KiB each.
+//! - L1 matrices written by `copy_gm_to_l1_nd2nz` are NZ: fractal `(rb, cb)` at `cb * RB + rb`.
+//!
+//! with MB = ceil(m/16), KB = ceil(k/16), NB = ceil(n/16). `mmad` works on whole fractals (the
+//! padding inside partial fractals takes part in the product, as on the hardware). Products of
+//! two f16 values are exact in f32; accumulation is in f32 in ascending k order.
+
+use gearsim_isa::{DType, Img2col, L0cToGm, L0cToUb, Load2d, Mmad};
+use half::f16;
+
+use super::{Access, Fault, Operands, Plan};
+use crate::core::buffers::Buffers;
+use crate::memory::DeviceMemory;
+use crate::stop::Buffer;
+
+const FRACTAL: u64 = 512;
+const FRACTAL_C: u64 = 1024;
+
+fn blocks(x: u16) -> u64 {
+    u64::from(x).div_ceil(16)
+}
+
+pub(super) fn plan_load2d(f: &Load2d, ops: &Operands, to: Buffer) -> Plan {
+    let [dst, src, _, _] = ops.regs;
+    let n = u64::from(f.nfrac);
+    Plan {
+        accesses: vec![
+            Access {
+                buffer: Buffer::L1,
+                start: src,
+                burst: FRACTAL,
+                stride: u64::from(f.src_stride) * FRACTAL,
+                count: n,
+                write: false,
+            },
+            Access {
+                buffer: to,
+                start: dst,
+                burst: FRACTAL,
+                stride: u64::from(f.dst_stride) * FRACTAL,
+                count: n,
+                write: true,
+            },
+        ],
+        work: n * FRACTAL,
+        gm_bytes: 0,
+    }
+}
+
+pub(super) fn load2d(
+    bufs: &mut Buffers,
+    f: &Load2d,
+    ops: &Operands,
+    to: Buffer,
+) -> Result<(), Fault> {
+    let [dst, src, _, _] = ops.regs;
+    let mut frac = [0u8; FRACTAL as usize];
+    for i in 0..u64::from(f.nfrac) {
+        let s = (src + i * u64::from(f.src_stride) * FRACTAL) as usize;
+        frac.copy_from_slice(&bufs.get(Buffer::L1)[s..s + FRACTAL as usize]);
+        if f.transpose {
+            let orig = frac;
+            for r in 0..16 {
+                for c in 0..16 {
+                    let (from, into) = ((r * 16 + c) * 2, (c * 16 + r) * 2);
+                    frac[into..into + 2].copy_from_slice(&orig[from..from + 2]);
+                }
+            }
+        }
+        let d = (dst + i * u64::from(f.dst_stride) * FRACTAL) as usize;
+        bufs.get_mut(to)[d..d + FRACTAL as usize].copy_from_slice(&frac);
+    }
+    Ok(())
+}
+
+struct Geometry {
+    h: u64,
+    w: u64,
+    ho: u64,
+    wo: u64,
+}
+
+fn geometry(f: &Img2col, ops: &Operands) -> Result<Geometry, Fault> {
+    let fm = ops.fmatrix;
+    let (h, w) = (u64::from(fm.h), u64::from(fm.w));
+    let (kh, kw) = (u64::from(f.kh), u64::from(f.kw));
+    let (sh, sw, dh, dw) = (
+        u64::from(f.stride_h),
+        u64::from(f.stride_w),
+        u64::from(f.dil_h),
+        u64::from(f.dil_w),
+    );
+    if kh == 0 || kw == 0 || sh == 0 || sw == 0 || dh == 0 || dw == 0 || f.c1 == 0 {
+        return Err(Fault::Illegal(
+            "img2col: c1, kernel, stride and dilation must be at least 1".into(),
+        ));
+    }
+    let ph = h + u64::from(fm.pad_top) + u64::from(fm.pad_bottom);
+    let pw = w + u64::from(fm.pad_left) + u64::from(fm.pad_right);
+    let (eh, ew) = (dh * (kh - 1) + 1, dw * (kw - 1) + 1);
+    if h == 0 || w == 0 || ph < eh || pw < ew {
+        return Err(Fault::Illegal(format!(
+            "img2col: a {kh}x{kw} kernel (dilation {dh}x{dw}) does not fit the padded {ph}x{pw} feature map (set_fmatrix)"
+        )));
+    }
+    Ok(Geometry {
+        h,
+        w,
+        ho: (ph - eh) / sh + 1,
+        wo: (pw - ew) / sw + 1,
+    })
+}
+
+pub(super) fn plan_img2col(f: &Img2col, ops: &Operands) -> Result<Plan, Fault> {
+    let g = geometry(f, ops)?;
+    let [dst, src, _, _] = ops.regs;
+    let out = u64::from(f.mfrac) * u64::from(f.kfrac) * FRACTAL;
+    Ok(Plan {
+        accesses: vec![
+            Access::range(Buffer::L1, src, u64::from(f.c1) * g.h * g.w * 32, false),
+            Access::range(Buffer::L0a, dst, out, true),
+        ],
+        work: out,
+        gm_bytes: 0,
+    })
+}
+
+pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result<(), Fault> {
+    let g = geometry(f, ops)?;
+    let [dst, src, _, _] = ops.regs;
+    let fm = ops.fmatrix;
+    let (kh, kw) = (u64::from(f.kh), u64::from(f.kw));
+    let k_fracs = u64::from(f.c1) * kh * kw;
+    let pixels = g.ho * g.wo;
+    let (l1, l0a) = bufs.pair_mut(Buffer::L1, Buffer::L0a);
+    for mi in 0..u64::from(f.mfrac) {
+        for ki in 0..u64::from(f.kfrac) {
+            let frac = (dst + (mi * u64::from(f.kfrac) + ki) * FRACTAL) as usize;
+            let kb = u64::from(f.k_start) + ki;
+            for r in 0..16u64 {
+                let row = frac + (r * 32) as usize;
+                let p = (u64::from(f.m_start) + mi) * 16 + r;
+                let mut value_at = None;
+                if p < pixels && kb < k_fracs {
+                    let (c1, rest) = (kb / (kh * kw), kb % (kh * kw));
+                    let (i, j) = (rest / kw, rest % kw);
+                    let (oh, ow) = (p / g.wo, p % g.wo);
+                    let ih = (oh * u64::from(f.stride_h) + i * u64::from(f.dil_h)) as i64
+                        - i64::from(fm.pad_top);
+                    let iw = (ow * u64::from(f.stride_w) + j * u64::from(f.dil_w)) as i64
+                        - i64::from(fm.pad_left);
+                    if ih >= 0 && iw >= 0 && (ih as u64) < g.h && (iw as u64) < g.w {
+                        value_at =
+                            Some((src + ((c1 * g.h + ih as u64) * g.w + iw as u64) * 32) as usize);
+                    }
+                }
+                match value_at {
+                    Some(s) => l0a[row..row + 32].copy_from_slice(&l1[s..s + 32]),
+                    None => l0a[row..row + 32].fill(0),
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn plan_mmad(f: &Mmad, ops: &Operands) -> Plan {
+    let [c, a, b, _] = ops.regs;
+    let (mb, kb, nb) = (blocks(f.m), blocks(f.k), blocks(f.n));
+    Plan {
+        accesses: vec![
+            Access::range(Buffer::L0a, a, mb * kb * FRACTAL, false),
+            Access::range(Buffer::L0b, b, kb * nb * FRACTAL, false),
+            Access::range(Buffer::L0c, c, mb * nb * FRACTAL_C, true),
+        ],
+        work: mb * kb * nb,
+        gm_bytes: 0,
+    }
+}
+
+fn f16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
+    let start = base as usize;
+    let bytes = &buf[start..start + (count * FRACTAL) as usize];
+    bytes
+        .chunks_exact(2)
+        .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+        .collect()
+}
+
+pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), Fault> {
+    let [c, a, b, _] = ops.regs;
+    let (mb, kb, nb) = (blocks(f.m), blocks(f.k), blocks(f.n));
+    if mb * kb * nb == 0 {
+        return Ok(());
+    }
+    let av = f16_fractals(bufs.get(Buffer::L0a), a, mb * kb);
+    let bv = f16_fractals(bufs.get(Buffer::L0b), b, kb * nb);
+    let l0c = bufs.get_mut(Buffer::L0c);
+    let mut acc = [0f32; 256];
+    for n_i in 0..nb {
+        for m_i in 0..mb {
+            let cbase = (c + (n_i * mb + m_i) * FRACTAL_C) as usize;
+            if f.init {
+                acc = [0.0; 256];
+            } else {
+                for (i, v) in acc.iter_mut().enumerate() {
+                    let p = cbase + i * 4;
+                    *v = f32::from_le_bytes([l0c[p], l0c[p + 1], l0c[p + 2], l0c[p + 3]]);
+                }
+            }
+            for k_i in 0..kb {
+                let af = &av[((m_i * kb + k_i) * 256) as usize..][..256];
+                let bf = &bv[((n_i * kb + k_i) * 256) as usize..][..256];
+                for i in 0..16 {
+                    let row = &mut acc[i * 16..i * 16 + 16];
+                    for kk in 0..16 {
+                        let x = af[i * 16 + kk];
+                        let brow = &bf[kk * 16..kk * 16 + 16];
+                        for j in 0..16 {
+                            row[j] += x * brow[j];
+                        }
+                    }
+                }
+            }
+            for (i, v) in acc.iter().enumerate() {
+                let p = cbase + i * 4;
+                l0c[p..p + 4].copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn out_size(ty: DType) -> u64 {
+    ty.size() as u64
+}
+
+pub(super) fn plan_l0c_to_ub(f: &L0cToUb, ops: &Operands) -> Plan {
+    let [dst, src, _, _] = ops.regs;
+    let n = u64::from(f.nfrac);
+    let out = 256 * out_size(f.ty);
+    Plan {
+        accesses: vec![
+            Access {
+                buffer: Buffer::L0c,
+                start: src,
+                burst: FRACTAL_C,
+                stride: (1 + u64::from(f.src_gap)) * FRACTAL_C,
+                count: n,
+                write: false,
+            },
+            Access {
+                buffer: Buffer::Ub,
+                start: dst,
+                burst: out,
+                stride: (1 + u64::from(f.dst_gap)) * out,
+                count: n,
+                write: true,
+            },
+        ],
+        work: n * FRACTAL_C,
+        gm_bytes: 0,
+    }
+}
+
+fn store_out(buf: &mut [u8], at: usize, ty: DType, mut v: f32, relu: bool) {
+    if relu && v < 0.0 {
+        v = 0.0;
+    }
+    match ty {
+        DType::F16 => buf[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes()),
+        DType::F32 | DType::I32 | DType::I16 => buf[at..at + 4].copy_from_slice(&v.to_le_bytes()),
+    }
+}
+
+fn load_c(l0c: &[u8], at: usize) -> f32 {
+    f32::from_le_bytes([l0c[at], l0c[at + 1], l0c[at + 2], l0c[at + 3]])
+}
+
+pub(super) fn l0c_to_ub(bufs: &mut Buffers, f: &L0cToUb, ops: &Operands) -> Result<(), Fault> {
+    let plan = plan_l0c_to_ub(f, ops);
+    let (src, dst) = (plan.accesses[0], plan.accesses[1]);
+    let size = out_size(f.ty) as usize;
+    let (l0c, ub) = bufs.pair_mut(Buffer::L0c, Buffer::Ub);
+    for i in 0..src.count {
+        let s = (src.start + i * src.stride) as usize;
+        let d = (dst.start + i * dst.stride) as usize;
+        for e in 0..256 {
+            store_out(ub, d + e * size, f.ty, load_c(l0c, s + e * 4), f.relu);
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn plan_l0c_to_gm(f: &L0cToGm, ops: &Operands) -> Plan {
+    let [dst, src, _, _] = ops.regs;
+    let (m, n) = (u64::from(f.m), u64::from(f.n));
+    let size = out_size(f.ty);
+    let row = n * size;
+    Plan {
+        accesses: vec![
+            Access::range(
+                Buffer::L0c,
+                src,
+                blocks(f.m) * blocks(f.n) * FRACTAL_C,
+                false,
+            ),
+            Access {
+                buffer: Buffer::Gm,
+                start: dst,
+                burst: row,
+                stride: u64::from(f.dst_stride) * size,
+                count: m,
+                write: true,
+            },
+        ],
+        work: m * row,
+        gm_bytes: m * row.div_ceil(32) * 32,
+    }
+}
+
+pub(super) fn l0c_to_gm(
+    bufs: &mut Buffers,
+    mem: &mut DeviceMemory,
+    f: &L0cToGm,
+    ops: &Operands,
+) -> Result<(), Fault> {
+    let [dst, src, _, _] = ops.regs;
+    let (m, n) = (u64::from(f.m), u64::from(f.n));
+    let mbs = blocks(f.m);
+    let size = out_size(f.ty) as usize;
+    let l0c = bufs.get(Buffer::L0c);
+    let mut row = vec![0u8; n as usize * size];
+    for i in 0..m {
+        for j in 0..n {
+            let at = (src + ((j / 16) * mbs + i / 16) * FRACTAL_C + ((i % 16) * 16 + j % 16) * 4)
+                as usize;
+            store_out(&mut row, j as usize * size, f.ty, load_c(l0c, at), f.relu);
+        }
+        let a = dst + i * u64::from(f.dst_stride) * size as u64;
+        mem.write(a, &row).map_err(|_| Fault::Range {
+            buffer: Buffer::Gm,
+            addr: a,
+            len: row.len() as u64,
+            size: mem.capacity(),
+        })?;
+    }
+    Ok(())
+}

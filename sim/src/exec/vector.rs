@@ -1,0 +1,789 @@
+//! Vector unit: operand addressing (repeats, blocks, strides, mask) and the element-wise
+//! semantics of every vector instruction.
+//!
+//! Numerics: f16 operands are widened to f32 exactly, the operation is done once in f32 and
+//! the result rounded to f16 with round-to-nearest-even; for add, sub, mul, div and sqrt this
+//! equals a correctly rounded f16 operation. `vmla` rounds the product and the sum in f32 before
+//! the final f16 rounding. exp, ln, sqrt come from the `libm` crate so results are the same on
+//! every host. Integer ops wrap.
+
+use gearsim_isa::{
+    Cmp, DType, ReduceOp, Round, VBin, VCmp, VCmpS, VConv, VDup, VReduce, VScalar, VSel, VUn,
+};
+use half::f16;
+
+use super::{Access, Fault, Mask, Operands, Plan, elems_per_repeat};
+use crate::core::buffers::Buffers;
+use crate::stop::Buffer;
+
+/// One vector operand's addressing.
+#[derive(Debug, Clone, Copy)]
+struct Opnd {
+    base: u64,
+    blk: u64,
+    rep: u64,
+    ty: DType,
+    per_block: u64,
+}
+
+impl Opnd {
+    fn new(base: u64, blk: u8, rep: impl Into<u64>, ty: DType, elems: u64) -> Opnd {
+        Opnd {
+            base,
+            blk: u64::from(blk),
+            rep: rep.into(),
+            ty,
+            per_block: elems / 8,
+        }
+    }
+
+    fn block_bytes(&self) -> u64 {
+        self.per_block * self.ty.size() as u64
+    }
+
+    fn access(&self, repeats: u64, write: bool) -> Access {
+        let len = if repeats == 0 {
+            0
+        } else {
+            ((repeats - 1) * self.rep + 7 * self.blk + 1) * self.block_bytes()
+        };
+        Access::range(Buffer::Ub, self.base, len, write)
+    }
+
+    #[inline]
+    fn addr(&self, r: u64, i: u64) -> usize {
+        let b = i / self.per_block;
+        let e = i % self.per_block;
+        (self.base + (r * self.rep + b * self.blk) * self.block_bytes() + e * self.ty.size() as u64)
+            as usize
+    }
+}
+
+fn repeats(mask: Mask, field: u8, elems: u64) -> u64 {
+    match mask {
+        Mask::Normal(0) => 0,
+        Mask::Normal(_) => u64::from(field),
+        Mask::Counter(n) => n.div_ceil(elems),
+    }
+}
+
+#[inline]
+fn enabled(mask: Mask, r: u64, i: u64, elems: u64) -> bool {
+    match mask {
+        Mask::Normal(bits) => (bits >> i) & 1 == 1,
+        Mask::Counter(n) => r * elems + i < n,
+    }
+}
+
+fn plan_of(work: u64, accesses: &[Access]) -> Plan {
+    Plan {
+        accesses: accesses.to_vec(),
+        work,
+        gm_bytes: 0,
+    }
+}
+
+pub(super) fn plan_bin(f: &VBin, ops: &Operands) -> Plan {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, a, b, _] = ops.regs;
+    plan_of(
+        r,
+        &[
+            Opnd::new(a, f.src0_blk, f.src0_rep, f.ty, e).access(r, false),
+            Opnd::new(b, f.src1_blk, f.src1_rep, f.ty, e).access(r, false),
+            Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e).access(r, true),
+        ],
+    )
+}
+
+pub(super) fn plan_un(f: &VUn, ops: &Operands) -> Plan {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, _, _] = ops.regs;
+    plan_of(
+        r,
+        &[
+            Opnd::new(s, f.src_blk, f.src_rep, f.ty, e).access(r, false),
+            Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e).access(r, true),
+        ],
+    )
+}
+
+pub(super) fn plan_scalar(f: &VScalar, ops: &Operands) -> Plan {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, _, _] = ops.regs;
+    plan_of(
+        r,
+        &[
+            Opnd::new(s, f.src_blk, f.src_rep, f.ty, e).access(r, false),
+            Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e).access(r, true),
+        ],
+    )
+}
+
+pub(super) fn plan_dup(f: &VDup, ops: &Operands) -> Plan {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    plan_of(
+        r,
+        &[Opnd::new(ops.regs[0], f.dst_blk, f.dst_rep, f.ty, e).access(r, true)],
+    )
+}
+
+fn widest(a: DType, b: DType) -> DType {
+    if a.size() >= b.size() { a } else { b }
+}
+
+pub(super) fn plan_conv(f: &VConv, ops: &Operands) -> Plan {
+    let e = elems_per_repeat(widest(f.dst_ty, f.src_ty));
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, _, _] = ops.regs;
+    plan_of(
+        r,
+        &[
+            Opnd::new(s, f.src_blk, f.src_rep, f.src_ty, e).access(r, false),
+            Opnd::new(d, f.dst_blk, f.dst_rep, f.dst_ty, e).access(r, true),
+        ],
+    )
+}
+
+fn bits_access(base: u64, repeats: u64, elems: u64, write: bool) -> Access {
+    Access::range(Buffer::Ub, base, (repeats * elems).div_ceil(8), write)
+}
+
+pub(super) fn plan_cmp(f: &VCmp, ops: &Operands) -> Plan {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, a, b, _] = ops.regs;
+    plan_of(
+        r,
+        &[
+            Opnd::new(a, f.src0_blk, f.src0_rep, f.ty, e).access(r, false),
+            Opnd::new(b, f.src1_blk, f.src1_rep, f.ty, e).access(r, false),
+            bits_access(d, r, e, true),
+        ],
+    )
+}
+
+pub(super) fn plan_cmps(f: &VCmpS, ops: &Operands) -> Plan {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, _, _] = ops.regs;
+    plan_of(
+        r,
+        &[
+            Opnd::new(s, f.src_blk, f.src_rep, f.ty, e).access(r, false),
+            bits_access(d, r, e, true),
+        ],
+    )
+}
+
+pub(super) fn plan_sel(f: &VSel, ops: &Operands) -> Plan {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, a, b, s] = ops.regs;
+    plan_of(
+        r,
+        &[
+            Opnd::new(a, f.src0_blk, f.src0_rep, f.ty, e).access(r, false),
+            Opnd::new(b, f.src1_blk, f.src1_rep, f.ty, e).access(r, false),
+            bits_access(s, r, e, false),
+            Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e).access(r, true),
+        ],
+    )
+}
+
+fn reduce_results(r: u64, per_block: bool) -> u64 {
+    if per_block { r * 8 } else { r }
+}
+
+pub(super) fn plan_reduce(f: &VReduce, ops: &Operands, per_block: bool) -> Plan {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, _, _] = ops.regs;
+    let n = reduce_results(r, per_block);
+    let size = f.ty.size() as u64;
+    let dst_len = if n == 0 {
+        0
+    } else {
+        ((n - 1) * u64::from(f.dst_rep) + 1) * size
+    };
+    plan_of(
+        r,
+        &[
+            Opnd::new(s, f.src_blk, f.src_rep, f.ty, e).access(r, false),
+            Access::range(Buffer::Ub, d, dst_len, true),
+        ],
+    )
+}
+
+// ---- element access ---------------------------------------------------------------------
+
+#[inline]
+fn ld_f(b: &[u8], a: usize, ty: DType) -> f32 {
+    match ty {
+        DType::F16 => f16::from_bits(u16::from_le_bytes([b[a], b[a + 1]])).to_f32(),
+        DType::F32 => f32::from_le_bytes([b[a], b[a + 1], b[a + 2], b[a + 3]]),
+        DType::I32 => i32::from_le_bytes([b[a], b[a + 1], b[a + 2], b[a + 3]]) as f32,
+        DType::I16 => f32::from(i16::from_le_bytes([b[a], b[a + 1]])),
+    }
+}
+
+#[inline]
+fn st_f(b: &mut [u8], a: usize, ty: DType, v: f32) {
+    match ty {
+        DType::F16 => b[a..a + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes()),
+        DType::F32 => b[a..a + 4].copy_from_slice(&v.to_le_bytes()),
+        DType::I32 => b[a..a + 4].copy_from_slice(&(v as i32).to_le_bytes()),
+        DType::I16 => b[a..a + 2].copy_from_slice(&(v as i16).to_le_bytes()),
+    }
+}
+
+#[inline]
+fn ld_i(b: &[u8], a: usize, ty: DType) -> i64 {
+    match ty {
+        DType::I32 | DType::F32 => {
+            i64::from(i32::from_le_bytes([b[a], b[a + 1], b[a + 2], b[a + 3]]))
+        }
+        DType::I16 | DType::F16 => i64::from(i16::from_le_bytes([b[a], b[a + 1]])),
+    }
+}
+
+#[inline]
+fn st_i(b: &mut [u8], a: usize, ty: DType, v: i64) {
+    match ty {
+        DType::I32 | DType::F32 => b[a..a + 4].copy_from_slice(&(v as i32).to_le_bytes()),
+        DType::I16 | DType::F16 => b[a..a + 2].copy_from_slice(&(v as i16).to_le_bytes()),
+    }
+}
+
+fn is_float(ty: DType) -> bool {
+    matches!(ty, DType::F16 | DType::F32)
+}
+
+/// Two-operand arithmetic.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    And,
+    Or,
+    Mla,
+}
+
+fn bin_f(op: Bin, a: f32, b: f32, acc: f32) -> f32 {
+    match op {
+        Bin::Add => a + b,
+        Bin::Sub => a - b,
+        Bin::Mul => a * b,
+        Bin::Div => a / b,
+        Bin::Max => a.max(b),
+        Bin::Min => a.min(b),
+        Bin::Mla => a * b + acc,
+        // Bitwise ops are integer-only (the table refuses float types); keep the value.
+        Bin::And | Bin::Or => a,
+    }
+}
+
+fn bin_i(op: Bin, a: i64, b: i64, acc: i64) -> i64 {
+    match op {
+        Bin::Add => a.wrapping_add(b),
+        Bin::Sub => a.wrapping_sub(b),
+        Bin::Mul => a.wrapping_mul(b),
+        Bin::Div => {
+            if b == 0 {
+                -1
+            } else {
+                a.wrapping_div(b)
+            }
+        }
+        Bin::Max => a.max(b),
+        Bin::Min => a.min(b),
+        Bin::And => a & b,
+        Bin::Or => a | b,
+        Bin::Mla => a.wrapping_mul(b).wrapping_add(acc),
+    }
+}
+
+pub(super) fn bin(bufs: &mut Buffers, f: &VBin, ops: &Operands, op: Bin) -> Result<(), Fault> {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, a, b, _] = ops.regs;
+    let (od, oa, ob) = (
+        Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e),
+        Opnd::new(a, f.src0_blk, f.src0_rep, f.ty, e),
+        Opnd::new(b, f.src1_blk, f.src1_rep, f.ty, e),
+    );
+    let ub = bufs.ub_mut();
+    let float = is_float(f.ty);
+    for rep in 0..r {
+        for i in 0..e {
+            if !enabled(ops.mask, rep, i, e) {
+                continue;
+            }
+            let (pa, pb, pd) = (oa.addr(rep, i), ob.addr(rep, i), od.addr(rep, i));
+            if float {
+                let acc = if matches!(op, Bin::Mla) {
+                    ld_f(ub, pd, f.ty)
+                } else {
+                    0.0
+                };
+                let v = bin_f(op, ld_f(ub, pa, f.ty), ld_f(ub, pb, f.ty), acc);
+                st_f(ub, pd, f.ty, v);
+            } else {
+                let acc = if matches!(op, Bin::Mla) {
+                    ld_i(ub, pd, f.ty)
+                } else {
+                    0
+                };
+                let v = bin_i(op, ld_i(ub, pa, f.ty), ld_i(ub, pb, f.ty), acc);
+                st_i(ub, pd, f.ty, v);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One-operand arithmetic.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Un {
+    Abs,
+    Relu,
+    Exp,
+    Ln,
+    Sqrt,
+    Rsqrt,
+    Rec,
+    Not,
+    Mov,
+}
+
+fn un_f(op: Un, x: f32) -> f32 {
+    match op {
+        Un::Abs => x.abs(),
+        Un::Relu => {
+            if x > 0.0 {
+                x
+            } else if x.is_nan() {
+                x
+            } else {
+                0.0
+            }
+        }
+        Un::Exp => libm::expf(x),
+        Un::Ln => libm::logf(x),
+        Un::Sqrt => libm::sqrtf(x),
+        Un::Rsqrt => 1.0 / libm::sqrtf(x),
+        Un::Rec => 1.0 / x,
+        Un::Not | Un::Mov => x,
+    }
+}
+
+fn un_i(op: Un, x: i64) -> i64 {
+    match op {
+        Un::Abs => x.wrapping_abs(),
+        Un::Relu => x.max(0),
+        Un::Not => !x,
+        Un::Mov | Un::Exp | Un::Ln | Un::Sqrt | Un::Rsqrt | Un::Rec => x,
+    }
+}
+
+pub(super) fn un(bufs: &mut Buffers, f: &VUn, ops: &Operands, op: Un) -> Result<(), Fault> {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, _, _] = ops.regs;
+    let (od, os) = (
+        Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e),
+        Opnd::new(s, f.src_blk, f.src_rep, f.ty, e),
+    );
+    let ub = bufs.ub_mut();
+    let size = f.ty.size();
+    for rep in 0..r {
+        for i in 0..e {
+            if !enabled(ops.mask, rep, i, e) {
+                continue;
+            }
+            let (ps, pd) = (os.addr(rep, i), od.addr(rep, i));
+            if matches!(op, Un::Mov) {
+                ub.copy_within(ps..ps + size, pd);
+            } else if is_float(f.ty) {
+                let v = un_f(op, ld_f(ub, ps, f.ty));
+                st_f(ub, pd, f.ty, v);
+            } else {
+                let v = un_i(op, ld_i(ub, ps, f.ty));
+                st_i(ub, pd, f.ty, v);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn scalar_f(ty: DType, bits: u64) -> f32 {
+    match ty {
+        DType::F16 => f16::from_bits(bits as u16).to_f32(),
+        DType::F32 => f32::from_bits(bits as u32),
+        DType::I32 => (bits as i32) as f32,
+        DType::I16 => f32::from(bits as i16),
+    }
+}
+
+fn scalar_i(ty: DType, bits: u64) -> i64 {
+    match ty {
+        DType::I32 | DType::F32 => i64::from(bits as i32),
+        DType::I16 | DType::F16 => i64::from(bits as i16),
+    }
+}
+
+pub(super) fn scalar_op(
+    bufs: &mut Buffers,
+    f: &VScalar,
+    ops: &Operands,
+    op: Bin,
+) -> Result<(), Fault> {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, k, _] = ops.regs;
+    let (od, os) = (
+        Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e),
+        Opnd::new(s, f.src_blk, f.src_rep, f.ty, e),
+    );
+    let (kf, ki) = (scalar_f(f.ty, k), scalar_i(f.ty, k));
+    let ub = bufs.ub_mut();
+    for rep in 0..r {
+        for i in 0..e {
+            if !enabled(ops.mask, rep, i, e) {
+                continue;
+            }
+            let (ps, pd) = (os.addr(rep, i), od.addr(rep, i));
+            if is_float(f.ty) {
+                let v = bin_f(op, ld_f(ub, ps, f.ty), kf, 0.0);
+                st_f(ub, pd, f.ty, v);
+            } else {
+                let v = bin_i(op, ld_i(ub, ps, f.ty), ki, 0);
+                st_i(ub, pd, f.ty, v);
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn dup(bufs: &mut Buffers, f: &VDup, ops: &Operands) -> Result<(), Fault> {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let od = Opnd::new(ops.regs[0], f.dst_blk, f.dst_rep, f.ty, e);
+    let bytes = ops.regs[1].to_le_bytes();
+    let size = f.ty.size();
+    let ub = bufs.ub_mut();
+    for rep in 0..r {
+        for i in 0..e {
+            if enabled(ops.mask, rep, i, e) {
+                let pd = od.addr(rep, i);
+                ub[pd..pd + size].copy_from_slice(&bytes[..size]);
+            }
+        }
+    }
+    Ok(())
+}
+
+fn round_f64(x: f64, mode: Round) -> f64 {
+    match mode {
+        Round::Rint => x.round_ties_even(),
+        Round::Floor => x.floor(),
+        Round::Ceil => x.ceil(),
+        Round::Trunc => x.trunc(),
+        Round::Round => x.round(),
+    }
+}
+
+fn to_i32(x: f64, mode: Round) -> i32 {
+    if x.is_nan() {
+        return 0;
+    }
+    let r = round_f64(x, mode);
+    r.clamp(f64::from(i32::MIN), f64::from(i32::MAX)) as i32
+}
+
+/// f32 -> f16 with a rounding mode (round-to-nearest-even is `half`'s conversion; the others
+/// step to the neighbouring f16 when the nearest one lies on the wrong side).
+fn f32_to_f16(x: f32, mode: Round) -> f16 {
+    let near = f16::from_f32(x);
+    if x.is_nan() || near.to_f32() == x || mode == Round::Rint {
+        return near;
+    }
+    let next = |h: f16, up: bool| -> f16 {
+        let b = h.to_bits();
+        let (neg, mag) = (b & 0x8000 != 0, b & 0x7fff);
+        let bits = if mag == 0 {
+            if up { 0x0001 } else { 0x8001 }
+        } else if up != neg {
+            b + 1
+        } else {
+            b - 1
+        };
+        f16::from_bits(bits)
+    };
+    let back = near.to_f32();
+    let (lo, hi) = if back < x {
+        (near, next(near, true))
+    } else {
+        (next(near, false), near)
+    };
+    match mode {
+        Round::Floor => lo,
+        Round::Ceil => hi,
+        Round::Trunc => {
+            if x >= 0.0 {
+                lo
+            } else {
+                hi
+            }
+        }
+        Round::Round => {
+            let (dl, dh) = (
+                f64::from(x) - f64::from(lo.to_f32()),
+                f64::from(hi.to_f32()) - f64::from(x),
+            );
+            if dl < dh {
+                lo
+            } else if dh < dl {
+                hi
+            } else if x >= 0.0 {
+                hi
+            } else {
+                lo
+            }
+        }
+        Round::Rint => near,
+    }
+}
+
+pub(super) fn conv(bufs: &mut Buffers, f: &VConv, ops: &Operands) -> Result<(), Fault> {
+    let e = elems_per_repeat(widest(f.dst_ty, f.src_ty));
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, _, _] = ops.regs;
+    let (od, os) = (
+        Opnd::new(d, f.dst_blk, f.dst_rep, f.dst_ty, e),
+        Opnd::new(s, f.src_blk, f.src_rep, f.src_ty, e),
+    );
+    let ub = bufs.ub_mut();
+    for rep in 0..r {
+        for i in 0..e {
+            if !enabled(ops.mask, rep, i, e) {
+                continue;
+            }
+            let (ps, pd) = (os.addr(rep, i), od.addr(rep, i));
+            let x: f64 = if is_float(f.src_ty) {
+                f64::from(ld_f(ub, ps, f.src_ty))
+            } else {
+                ld_i(ub, ps, f.src_ty) as f64
+            };
+            match f.dst_ty {
+                DType::F32 => st_f(ub, pd, DType::F32, x as f32),
+                DType::F16 => {
+                    let h = if f.src_ty == DType::F32 {
+                        f32_to_f16(x as f32, f.round)
+                    } else {
+                        f16::from_f64(x)
+                    };
+                    ub[pd..pd + 2].copy_from_slice(&h.to_bits().to_le_bytes());
+                }
+                DType::I32 => st_i(ub, pd, DType::I32, i64::from(to_i32(x, f.round))),
+                DType::I16 => st_i(ub, pd, DType::I16, i64::from(to_i32(x, f.round))),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cmp_f(c: Cmp, a: f32, b: f32) -> bool {
+    match c {
+        Cmp::Eq => a == b,
+        Cmp::Ne => a != b,
+        Cmp::Lt => a < b,
+        Cmp::Le => a <= b,
+        Cmp::Gt => a > b,
+        Cmp::Ge => a >= b,
+    }
+}
+
+fn cmp_i(c: Cmp, a: i64, b: i64) -> bool {
+    match c {
+        Cmp::Eq => a == b,
+        Cmp::Ne => a != b,
+        Cmp::Lt => a < b,
+        Cmp::Le => a <= b,
+        Cmp::Gt => a > b,
+        Cmp::Ge => a >= b,
+    }
+}
+
+fn put_bit(ub: &mut [u8], base: u64, idx: u64, v: bool) {
+    let byte = (base + idx / 8) as usize;
+    let bit = 1u8 << (idx % 8);
+    if v {
+        ub[byte] |= bit;
+    } else {
+        ub[byte] &= !bit;
+    }
+}
+
+fn get_bit(ub: &[u8], base: u64, idx: u64) -> bool {
+    ub[(base + idx / 8) as usize] & (1 << (idx % 8)) != 0
+}
+
+pub(super) fn cmp(bufs: &mut Buffers, f: &VCmp, ops: &Operands) -> Result<(), Fault> {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, a, b, _] = ops.regs;
+    let (oa, ob) = (
+        Opnd::new(a, f.src0_blk, f.src0_rep, f.ty, e),
+        Opnd::new(b, f.src1_blk, f.src1_rep, f.ty, e),
+    );
+    let ub = bufs.ub_mut();
+    for rep in 0..r {
+        for i in 0..e {
+            if !enabled(ops.mask, rep, i, e) {
+                continue;
+            }
+            let (pa, pb) = (oa.addr(rep, i), ob.addr(rep, i));
+            let v = if is_float(f.ty) {
+                cmp_f(f.cmp, ld_f(ub, pa, f.ty), ld_f(ub, pb, f.ty))
+            } else {
+                cmp_i(f.cmp, ld_i(ub, pa, f.ty), ld_i(ub, pb, f.ty))
+            };
+            put_bit(ub, d, rep * e + i, v);
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn cmps(bufs: &mut Buffers, f: &VCmpS, ops: &Operands) -> Result<(), Fault> {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, k, _] = ops.regs;
+    let os = Opnd::new(s, f.src_blk, f.src_rep, f.ty, e);
+    let (kf, ki) = (scalar_f(f.ty, k), scalar_i(f.ty, k));
+    let ub = bufs.ub_mut();
+    for rep in 0..r {
+        for i in 0..e {
+            if !enabled(ops.mask, rep, i, e) {
+                continue;
+            }
+            let ps = os.addr(rep, i);
+            let v = if is_float(f.ty) {
+                cmp_f(f.cmp, ld_f(ub, ps, f.ty), kf)
+            } else {
+                cmp_i(f.cmp, ld_i(ub, ps, f.ty), ki)
+            };
+            put_bit(ub, d, rep * e + i, v);
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn sel(bufs: &mut Buffers, f: &VSel, ops: &Operands) -> Result<(), Fault> {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, a, b, s] = ops.regs;
+    let (od, oa, ob) = (
+        Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e),
+        Opnd::new(a, f.src0_blk, f.src0_rep, f.ty, e),
+        Opnd::new(b, f.src1_blk, f.src1_rep, f.ty, e),
+    );
+    let size = f.ty.size();
+    let ub = bufs.ub_mut();
+    for rep in 0..r {
+        for i in 0..e {
+            if !enabled(ops.mask, rep, i, e) {
+                continue;
+            }
+            let src = if get_bit(ub, s, rep * e + i) {
+                oa.addr(rep, i)
+            } else {
+                ob.addr(rep, i)
+            };
+            ub.copy_within(src..src + size, od.addr(rep, i));
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn reduce(
+    bufs: &mut Buffers,
+    f: &VReduce,
+    ops: &Operands,
+    per_block: bool,
+) -> Result<(), Fault> {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, _, _] = ops.regs;
+    let os = Opnd::new(s, f.src_blk, f.src_rep, f.ty, e);
+    let size = f.ty.size() as u64;
+    let groups: u64 = if per_block { 8 } else { 1 };
+    let group_len = e / groups;
+    let ub = bufs.ub_mut();
+    for rep in 0..r {
+        for g in 0..groups {
+            let out = (d + (rep * groups + g) * u64::from(f.dst_rep) * size) as usize;
+            if is_float(f.ty) {
+                let mut acc: Option<f32> = None;
+                for i in g * group_len..(g + 1) * group_len {
+                    if !enabled(ops.mask, rep, i, e) {
+                        continue;
+                    }
+                    let x = ld_f(ub, os.addr(rep, i), f.ty);
+                    acc = Some(match (acc, f.op) {
+                        (None, _) => x,
+                        (Some(a), ReduceOp::Sum) => a + x,
+                        (Some(a), ReduceOp::Max) => a.max(x),
+                        (Some(a), ReduceOp::Min) => a.min(x),
+                    });
+                }
+                st_f(ub, out, f.ty, acc.unwrap_or(0.0));
+            } else {
+                let mut acc: Option<i64> = None;
+                for i in g * group_len..(g + 1) * group_len {
+                    if !enabled(ops.mask, rep, i, e) {
+                        continue;
+                    }
+                    let x = ld_i(ub, os.addr(rep, i), f.ty);
+                    acc = Some(match (acc, f.op) {
+                        (None, _) => x,
+                        (Some(a), ReduceOp::Sum) => a.wrapping_add(x),
+                        (Some(a), ReduceOp::Max) => a.max(x),
+                        (Some(a), ReduceOp::Min) => a.min(x),
+                    });
+                }
+                st_i(ub, out, f.ty, acc.unwrap_or(0));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directed_rounding_to_f16() {
+        let x = 1.0f32 + 2f32.powi(-11) * 1.5; // between 1.0 and 1.0009765625, nearer the top
+        assert_eq!(f32_to_f16(x, Round::Rint).to_f32(), 1.0 + 2f32.powi(-10));
+        assert_eq!(f32_to_f16(x, Round::Floor).to_f32(), 1.0);
+        assert_eq!(f32_to_f16(x, Round::Ceil).to_f32(), 1.0 + 2f32.powi(-10));
+        assert_eq!(f32_to_f16(-x, Round::Trunc).to_f32(), -1.0);
+        let tie = 1.0f32 + 2f32.powi(-11);
+        assert_eq!(f32_to_f16(tie, Round::Rint).to_f32(), 1.0);
+        assert_eq!(f32_to_f16(tie, Round::Round).to_f32(), 1.0 + 2f32.powi(-10));
+        assert_eq!(to_i32(2.5, Round::Rint), 2);
+        assert_eq!(to_i32(-2.5, Round::Round), -3);
+        assert_eq!(to_i32(1e20, Round::Trunc), i32::MAX);
+        assert_eq!(to_i32(f64::NAN, Round::Trunc), 0);
+    }
+}

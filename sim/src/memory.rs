@@ -1,0 +1,194 @@
+//! Device memory (HBM): a sparse, bounds-checked address space whose pages are allocated on
+//! first write, plus the record of ranges whose contents a timing-only run did not compute.
+
+use std::collections::BTreeMap;
+
+const PAGE_BITS: u32 = 16;
+const PAGE: usize = 1 << PAGE_BITS;
+
+/// An access outside device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfRange {
+    /// First byte accessed.
+    pub addr: u64,
+    /// Bytes accessed.
+    pub len: u64,
+    /// Capacity of device memory.
+    pub capacity: u64,
+}
+
+/// The device address space.
+#[derive(Debug)]
+pub struct DeviceMemory {
+    capacity: u64,
+    pages: BTreeMap<u64, Box<[u8; PAGE]>>,
+    unknown: RangeSet,
+}
+
+impl DeviceMemory {
+    /// Empty (all-zero) memory of `capacity` bytes.
+    pub fn new(capacity: u64) -> DeviceMemory {
+        DeviceMemory {
+            capacity,
+            pages: BTreeMap::new(),
+            unknown: RangeSet::default(),
+        }
+    }
+
+    /// Capacity in bytes.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Bytes of host memory the allocated pages use.
+    pub fn resident_bytes(&self) -> u64 {
+        self.pages.len() as u64 * PAGE as u64
+    }
+
+    /// Checks that `[addr, addr + len)` is inside device memory.
+    pub fn check(&self, addr: u64, len: u64) -> Result<(), OutOfRange> {
+        match addr.checked_add(len) {
+            Some(end) if end <= self.capacity => Ok(()),
+            _ => Err(OutOfRange {
+                addr,
+                len,
+                capacity: self.capacity,
+            }),
+        }
+    }
+
+    /// Reads `buf.len()` bytes at `addr`; never-written bytes read as zero.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
+        self.check(addr, buf.len() as u64)?;
+        let mut done = 0usize;
+        while done < buf.len() {
+            let a = addr + done as u64;
+            let off = (a as usize) & (PAGE - 1);
+            let n = (PAGE - off).min(buf.len() - done);
+            match self.pages.get(&(a >> PAGE_BITS)) {
+                Some(p) => buf[done..done + n].copy_from_slice(&p[off..off + n]),
+                None => buf[done..done + n].fill(0),
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `addr`; the range's contents become known.
+    pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), OutOfRange> {
+        self.check(addr, data.len() as u64)?;
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + done as u64;
+            let off = (a as usize) & (PAGE - 1);
+            let n = (PAGE - off).min(data.len() - done);
+            let page = self.pages.entry(a >> PAGE_BITS).or_insert_with(zero_page);
+            page[off..off + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+        self.unknown.remove(addr, addr + data.len() as u64);
+        Ok(())
+    }
+
+    /// Fills `len` bytes at `addr` with `byte`.
+    pub fn fill(&mut self, addr: u64, len: u64, byte: u8) -> Result<(), OutOfRange> {
+        self.check(addr, len)?;
+        let mut done = 0u64;
+        while done < len {
+            let a = addr + done;
+            let off = (a as usize) & (PAGE - 1);
+            let n = ((PAGE - off) as u64).min(len - done) as usize;
+            if byte == 0 && !self.pages.contains_key(&(a >> PAGE_BITS)) {
+                done += n as u64;
+                continue;
+            }
+            let page = self.pages.entry(a >> PAGE_BITS).or_insert_with(zero_page);
+            page[off..off + n].fill(byte);
+            done += n as u64;
+        }
+        self.unknown.remove(addr, addr + len);
+        Ok(())
+    }
+
+    /// Marks `[addr, addr + len)` as written by a timing-only run (contents not computed).
+    pub(crate) fn mark_unknown(&mut self, addr: u64, len: u64) {
+        self.unknown.insert(addr, addr.saturating_add(len));
+    }
+
+    /// Marks `[addr, addr + len)` as holding real values again.
+    pub(crate) fn mark_known(&mut self, addr: u64, len: u64) {
+        self.unknown.remove(addr, addr.saturating_add(len));
+    }
+
+    /// Whether any byte of `[addr, addr + len)` was written by a timing-only run.
+    pub fn is_unknown(&self, addr: u64, len: u64) -> bool {
+        self.unknown.intersects(addr, addr.saturating_add(len))
+    }
+}
+
+fn zero_page() -> Box<[u8; PAGE]> {
+    let v = vec![0u8; PAGE].into_boxed_slice();
+    match v.try_into() {
+        Ok(b) => b,
+        Err(_) => unreachable!("a PAGE-sized vector converts to a PAGE-sized array"),
+    }
+}
+
+/// A set of disjoint half-open ranges.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct RangeSet {
+    ranges: BTreeMap<u64, u64>,
+}
+
+impl RangeSet {
+    pub(crate) fn insert(&mut self, mut start: u64, mut end: u64) {
+        if start >= end {
+            return;
+        }
+        // Merge with every range that overlaps or touches [start, end).
+        let touching: Vec<(u64, u64)> = self
+            .ranges
+            .range(..=end)
+            .rev()
+            .take_while(|(_, e)| **e >= start)
+            .map(|(s, e)| (*s, *e))
+            .collect();
+        for (s, e) in touching {
+            self.ranges.remove(&s);
+            start = start.min(s);
+            end = end.max(e);
+        }
+        self.ranges.insert(start, end);
+    }
+
+    pub(crate) fn remove(&mut self, start: u64, end: u64) {
+        if start >= end || self.ranges.is_empty() {
+            return;
+        }
+        let overlapping: Vec<(u64, u64)> = self
+            .ranges
+            .range(..end)
+            .rev()
+            .take_while(|(_, e)| **e > start)
+            .map(|(s, e)| (*s, *e))
+            .collect();
+        for (s, e) in overlapping {
+            self.ranges.remove(&s);
+            if s < start {
+                self.ranges.insert(s, start);
+            }
+            if e > end {
+                self.ranges.insert(end, e);
+            }
+        }
+    }
+
+    pub(crate) fn intersects(&self, start: u64, end: u64) -> bool {
+        start < end
+            && self
+                .ranges
+                .range(..end)
+                .next_back()
+                .is_some_and(|(_, e)| *e > start)
+    }
+}

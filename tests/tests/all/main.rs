@@ -1,0 +1,3 @@
+//! gearsim end-to-end tests, one module per behaviour.
+
+mod kernels;

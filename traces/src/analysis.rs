@@ -1,0 +1,684 @@
+//! Analyses over a [`TraceFile`]: a per-lane busy-time summary and the diff of two summaries.
+//!
+//! Everything is computed with integer picoseconds; percentages appear only when printing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use crate::{LaneKind, Record, StrId, TraceFile};
+
+/// A short lower-case name for a lane kind (`pipe`, `counter`, `aicpu`, ...).
+pub fn kind_name(kind: LaneKind) -> &'static str {
+    match kind {
+        LaneKind::Pipe => "pipe",
+        LaneKind::Counter => "counter",
+        LaneKind::Scheduler => "scheduler",
+        LaneKind::Stream => "stream",
+        LaneKind::AiCpu => "aicpu",
+        LaneKind::Pcie => "pcie",
+        LaneKind::Host => "host",
+        LaneKind::Queue => "queue",
+        LaneKind::Memory => "memory",
+    }
+}
+
+/// Formats picoseconds exactly in the largest unit (ps, ns, us, ms, s) not exceeding them,
+/// without trailing zeros: `1500` is `1.5 ns`, `2_000_000` is `2 us`.
+pub fn format_ps(ps: u64) -> String {
+    const UNITS: [(u64, usize, &str); 4] = [
+        (1_000_000_000_000, 12, "s"),
+        (1_000_000_000, 9, "ms"),
+        (1_000_000, 6, "us"),
+        (1_000, 3, "ns"),
+    ];
+    for (scale, digits, unit) in UNITS {
+        if ps >= scale {
+            let (int, frac) = (ps / scale, ps % scale);
+            if frac == 0 {
+                return format!("{int} {unit}");
+            }
+            let frac = format!("{frac:0digits$}");
+            return format!("{int}.{} {unit}", frac.trim_end_matches('0'));
+        }
+    }
+    format!("{ps} ps")
+}
+
+/// One lane's share of a [`Summary`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneSummary {
+    /// Process (group) name.
+    pub process: String,
+    /// Thread (track) name.
+    pub thread: String,
+    /// Lane kind.
+    pub kind: LaneKind,
+    /// Spans on the lane.
+    pub spans: u64,
+    /// Length of the union of the lane's span intervals (overlapping time counted once).
+    pub busy_ps: u64,
+    /// Earliest span start, if the lane has spans.
+    pub first_start: Option<u64>,
+    /// Latest span end, if the lane has spans.
+    pub last_end: Option<u64>,
+}
+
+/// Total time spent in spans of one name, over all lanes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NameTotal {
+    /// Span name.
+    pub name: String,
+    /// Number of spans with this name.
+    pub count: u64,
+    /// Sum of their durations (saturating; overlapping spans count fully).
+    pub total_ps: u64,
+}
+
+/// Per-lane busy time and span counts, per-name totals and the trace's time window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// Records of all kinds.
+    pub records: u64,
+    /// Span records.
+    pub spans: u64,
+    /// Instant records.
+    pub instants: u64,
+    /// Counter records.
+    pub counters: u64,
+    /// Flow records.
+    pub flows: u64,
+    /// The earliest time in any record (span start, instant, counter sample, flow end point).
+    pub start: Option<u64>,
+    /// The latest time in any record.
+    pub end: Option<u64>,
+    /// One entry per lane, in lane table order.
+    pub lanes: Vec<LaneSummary>,
+    /// Span names by total duration, largest first (ties by name).
+    pub names: Vec<NameTotal>,
+}
+
+impl Summary {
+    /// Length of the window `[start, end]` (0 for a trace without records).
+    pub fn window_ps(&self) -> u64 {
+        match (self.start, self.end) {
+            (Some(s), Some(e)) => e.saturating_sub(s),
+            _ => 0,
+        }
+    }
+}
+
+/// Busy-time bookkeeping for one lane while streaming over the records.
+///
+/// While a lane's spans arrive ordered by start time, their union is merged on the fly in
+/// constant memory. A lane whose spans arrive out of order is marked and its union is
+/// recomputed exactly in a second pass that collects and sorts just that lane's intervals.
+#[derive(Debug, Clone, Default)]
+struct LaneAcc {
+    spans: u64,
+    first_start: Option<u64>,
+    last_end: Option<u64>,
+    busy: u64,
+    current: Option<(u64, u64)>,
+    unordered: bool,
+}
+
+impl LaneAcc {
+    fn add(&mut self, start: u64, end: u64) {
+        self.spans += 1;
+        self.first_start = Some(self.first_start.map_or(start, |f| f.min(start)));
+        self.last_end = Some(self.last_end.map_or(end, |l| l.max(end)));
+        if self.unordered {
+            return;
+        }
+        self.current = match self.current {
+            None => Some((start, end)),
+            Some((cs, _)) if start < cs => {
+                self.unordered = true;
+                None
+            }
+            Some((cs, ce)) if start <= ce => Some((cs, ce.max(end))),
+            Some((cs, ce)) => {
+                self.busy += ce - cs;
+                Some((start, end))
+            }
+        };
+    }
+
+    fn finish(&mut self) {
+        if let Some((cs, ce)) = self.current.take() {
+            self.busy += ce - cs;
+        }
+    }
+}
+
+/// The total length of the union of `intervals` (each `(start, end)` with `end >= start`).
+fn union_length(intervals: &mut [(u64, u64)]) -> u64 {
+    intervals.sort_unstable();
+    let mut total = 0u64;
+    let mut current: Option<(u64, u64)> = None;
+    for &(s, e) in intervals.iter() {
+        current = match current {
+            Some((cs, ce)) if s <= ce => Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    if let Some((cs, ce)) = current {
+        total += ce - cs;
+    }
+    total
+}
+
+/// Summarises a trace: per-lane span counts and busy time, per-name totals, time window.
+///
+/// One streaming pass over the records; lanes whose spans are not ordered by start time get
+/// a second pass over just their spans.
+pub fn summary(trace: &TraceFile) -> Summary {
+    let lanes = trace.lanes();
+    let mut acc = vec![LaneAcc::default(); lanes.len()];
+    let mut by_name: HashMap<StrId, (u64, u64)> = HashMap::new();
+    let (mut spans, mut instants, mut counters, mut flows) = (0u64, 0u64, 0u64, 0u64);
+    let mut window: Option<(u64, u64)> = None;
+    let mut see = |t: u64| {
+        window = Some(window.map_or((t, t), |(s, e)| (s.min(t), e.max(t))));
+    };
+    for record in trace.records() {
+        match record {
+            Record::Span {
+                lane,
+                name,
+                start,
+                end,
+                ..
+            } => {
+                spans += 1;
+                see(start);
+                see(end);
+                if let Some(a) = acc.get_mut(usize::from(lane.0)) {
+                    a.add(start, end);
+                }
+                let total = by_name.entry(name).or_default();
+                total.0 += 1;
+                total.1 = total.1.saturating_add(end.saturating_sub(start));
+            }
+            Record::Instant { at, .. } => {
+                instants += 1;
+                see(at);
+            }
+            Record::Counter { at, .. } => {
+                counters += 1;
+                see(at);
+            }
+            Record::Flow { from_at, to_at, .. } => {
+                flows += 1;
+                see(from_at);
+                see(to_at);
+            }
+        }
+    }
+
+    // Exact unions for lanes whose spans came out of order.
+    if acc.iter().any(|a| a.unordered) {
+        let mut intervals: Vec<Option<Vec<(u64, u64)>>> =
+            acc.iter().map(|a| a.unordered.then(Vec::new)).collect();
+        for record in trace.records() {
+            if let Record::Span {
+                lane, start, end, ..
+            } = record
+            {
+                if let Some(Some(list)) = intervals.get_mut(usize::from(lane.0)) {
+                    list.push((start, end));
+                }
+            }
+        }
+        for (a, list) in acc.iter_mut().zip(intervals) {
+            if let Some(mut list) = list {
+                a.busy = union_length(&mut list);
+            }
+        }
+    }
+
+    let lanes = lanes
+        .iter()
+        .zip(acc)
+        .map(|(lane, mut a)| {
+            a.finish();
+            LaneSummary {
+                process: lane.process.clone(),
+                thread: lane.thread.clone(),
+                kind: lane.kind,
+                spans: a.spans,
+                busy_ps: a.busy,
+                first_start: a.first_start,
+                last_end: a.last_end,
+            }
+        })
+        .collect();
+
+    // Merge by text (distinct ids normally have distinct text), then order.
+    let mut merged: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (id, (count, total)) in by_name {
+        let m = merged.entry(trace.string(id)).or_default();
+        m.0 += count;
+        m.1 = m.1.saturating_add(total);
+    }
+    let mut names: Vec<NameTotal> = merged
+        .into_iter()
+        .map(|(name, (count, total_ps))| NameTotal {
+            name: name.to_owned(),
+            count,
+            total_ps,
+        })
+        .collect();
+    names.sort_by(|a, b| {
+        b.total_ps
+            .cmp(&a.total_ps)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+
+    Summary {
+        records: trace.record_count(),
+        spans,
+        instants,
+        counters,
+        flows,
+        start: window.map(|w| w.0),
+        end: window.map(|w| w.1),
+        lanes,
+        names,
+    }
+}
+
+/// How many span names [`Summary`]'s `Display` lists.
+const TOP_NAMES: usize = 10;
+
+/// `num / den` as a percentage with one decimal, rounded half up; `-` when `den` is 0.
+fn percent(num: u64, den: u64) -> String {
+    if den == 0 {
+        return "-".into();
+    }
+    let tenths = (u128::from(num) * 1000 + u128::from(den) / 2) / u128::from(den);
+    format!("{}.{}%", tenths / 10, tenths % 10)
+}
+
+/// A signed percentage change relative to `base`, one decimal; `-` when `base` is 0.
+fn signed_percent(delta: i128, base: u64) -> String {
+    if base == 0 {
+        return "-".into();
+    }
+    let sign = if delta < 0 { "-" } else { "+" };
+    let magnitude = delta.unsigned_abs();
+    let tenths = (magnitude * 1000 + u128::from(base) / 2) / u128::from(base);
+    format!("{sign}{}.{}%", tenths / 10, tenths % 10)
+}
+
+/// A signed duration: `+1.5 us`, `-20 ps`, `0 ps`.
+fn signed_ps(delta: i128) -> String {
+    let magnitude = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
+    match delta.signum() {
+        1 => format!("+{}", format_ps(magnitude)),
+        -1 => format!("-{}", format_ps(magnitude)),
+        _ => format_ps(0),
+    }
+}
+
+/// A signed count: `+3`, `-1`, `0`.
+fn signed(delta: i128) -> String {
+    if delta > 0 {
+        format!("+{delta}")
+    } else {
+        delta.to_string()
+    }
+}
+
+/// A text table with columns padded to their widest cell.
+struct Table {
+    header: Vec<&'static str>,
+    /// Whether each column is right-aligned (numbers) rather than left-aligned (names).
+    right: Vec<bool>,
+    rows: Vec<Vec<String>>,
+}
+
+impl fmt::Display for Table {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (w, cell) in widths.iter_mut().zip(row) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let header: Vec<String> = self.header.iter().map(|h| h.to_string()).collect();
+        for row in std::iter::once(&header).chain(&self.rows) {
+            let mut line = String::new();
+            for (i, cell) in row.iter().enumerate() {
+                let width = widths.get(i).copied().unwrap_or(0);
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                if self.right.get(i).copied().unwrap_or(false) {
+                    line.push_str(&format!("{cell:>width$}"));
+                } else {
+                    line.push_str(&format!("{cell:<width$}"));
+                }
+            }
+            writeln!(f, "{}", line.trim_end())?;
+        }
+        Ok(())
+    }
+}
+
+fn opt_ps(t: Option<u64>) -> String {
+    t.map_or_else(|| "-".into(), format_ps)
+}
+
+impl fmt::Display for Summary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "records: {} ({} spans, {} instants, {} counters, {} flows); lanes: {}",
+            self.records,
+            self.spans,
+            self.instants,
+            self.counters,
+            self.flows,
+            self.lanes.len()
+        )?;
+        let window = self.window_ps();
+        writeln!(
+            f,
+            "window: {} to {} ({})",
+            opt_ps(self.start),
+            opt_ps(self.end),
+            format_ps(window)
+        )?;
+        writeln!(f)?;
+        let table = Table {
+            header: vec![
+                "process", "thread", "kind", "spans", "busy", "busy%", "first", "last",
+            ],
+            right: vec![false, false, false, true, true, true, true, true],
+            rows: self
+                .lanes
+                .iter()
+                .map(|l| {
+                    vec![
+                        l.process.clone(),
+                        l.thread.clone(),
+                        kind_name(l.kind).to_owned(),
+                        l.spans.to_string(),
+                        format_ps(l.busy_ps),
+                        percent(l.busy_ps, window),
+                        opt_ps(l.first_start),
+                        opt_ps(l.last_end),
+                    ]
+                })
+                .collect(),
+        };
+        write!(f, "{table}")?;
+        if !self.names.is_empty() {
+            let all: u64 = self
+                .names
+                .iter()
+                .fold(0, |s, n| s.saturating_add(n.total_ps));
+            writeln!(f)?;
+            writeln!(f, "top span names by total duration:")?;
+            let table = Table {
+                header: vec!["name", "count", "total", "share"],
+                right: vec![false, true, true, true],
+                rows: self
+                    .names
+                    .iter()
+                    .take(TOP_NAMES)
+                    .map(|n| {
+                        vec![
+                            n.name.clone(),
+                            n.count.to_string(),
+                            format_ps(n.total_ps),
+                            percent(n.total_ps, all),
+                        ]
+                    })
+                    .collect(),
+            };
+            write!(f, "{table}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The span count and busy time of one lane (or of all lanes sharing a process/thread pair).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LaneStats {
+    /// Spans.
+    pub spans: u64,
+    /// Busy picoseconds.
+    pub busy_ps: u64,
+}
+
+/// One lane compared across two summaries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneDiff {
+    /// Process name.
+    pub process: String,
+    /// Thread name.
+    pub thread: String,
+    /// The lane in the base summary, if present there.
+    pub base: Option<LaneStats>,
+    /// The lane in the other summary, if present there.
+    pub other: Option<LaneStats>,
+}
+
+impl LaneDiff {
+    /// Other busy time minus base busy time (a missing side counts as 0).
+    pub fn busy_delta(&self) -> i128 {
+        let get = |s: Option<LaneStats>| i128::from(s.unwrap_or_default().busy_ps);
+        get(self.other) - get(self.base)
+    }
+
+    /// Other span count minus base span count (a missing side counts as 0).
+    pub fn span_delta(&self) -> i128 {
+        let get = |s: Option<LaneStats>| i128::from(s.unwrap_or_default().spans);
+        get(self.other) - get(self.base)
+    }
+}
+
+/// Two summaries compared lane by lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Diff {
+    /// The base trace's window length.
+    pub base_window_ps: u64,
+    /// The other trace's window length.
+    pub other_window_ps: u64,
+    /// Lanes in base order, then lanes only in the other summary in its order.
+    pub lanes: Vec<LaneDiff>,
+}
+
+impl Diff {
+    /// Lanes present in both summaries.
+    pub fn matched(&self) -> impl Iterator<Item = &LaneDiff> {
+        self.lanes
+            .iter()
+            .filter(|l| l.base.is_some() && l.other.is_some())
+    }
+
+    /// Lanes present only in the base summary.
+    pub fn only_in_base(&self) -> impl Iterator<Item = &LaneDiff> {
+        self.lanes.iter().filter(|l| l.other.is_none())
+    }
+
+    /// Lanes present only in the other summary.
+    pub fn only_in_other(&self) -> impl Iterator<Item = &LaneDiff> {
+        self.lanes.iter().filter(|l| l.base.is_none())
+    }
+}
+
+/// A lane's (process, thread) names, the key lanes are matched by.
+type LaneKey<'a> = (&'a str, &'a str);
+
+/// Lane stats keyed by (process, thread), in order of first appearance; lanes sharing a pair
+/// (they differ only in kind) are added together.
+fn by_process_thread(s: &Summary) -> (Vec<(LaneKey<'_>, LaneStats)>, HashMap<LaneKey<'_>, usize>) {
+    let mut list: Vec<(LaneKey<'_>, LaneStats)> = Vec::new();
+    let mut index = HashMap::new();
+    for l in &s.lanes {
+        let key = (l.process.as_str(), l.thread.as_str());
+        let i = *index.entry(key).or_insert_with(|| {
+            list.push((key, LaneStats::default()));
+            list.len() - 1
+        });
+        if let Some(entry) = list.get_mut(i) {
+            entry.1.spans = entry.1.spans.saturating_add(l.spans);
+            entry.1.busy_ps = entry.1.busy_ps.saturating_add(l.busy_ps);
+        }
+    }
+    (list, index)
+}
+
+/// Compares two summaries, matching lanes by (process, thread).
+pub fn diff(base: &Summary, other: &Summary) -> Diff {
+    let (base_list, base_index) = by_process_thread(base);
+    let (other_list, other_index) = by_process_thread(other);
+    let mut lanes = Vec::with_capacity(base_list.len() + other_list.len());
+    for &((process, thread), stats) in &base_list {
+        let theirs = other_index
+            .get(&(process, thread))
+            .and_then(|&i| other_list.get(i))
+            .map(|o| o.1);
+        lanes.push(LaneDiff {
+            process: process.to_owned(),
+            thread: thread.to_owned(),
+            base: Some(stats),
+            other: theirs,
+        });
+    }
+    for &((process, thread), stats) in &other_list {
+        if !base_index.contains_key(&(process, thread)) {
+            lanes.push(LaneDiff {
+                process: process.to_owned(),
+                thread: thread.to_owned(),
+                base: None,
+                other: Some(stats),
+            });
+        }
+    }
+    Diff {
+        base_window_ps: base.window_ps(),
+        other_window_ps: other.window_ps(),
+        lanes,
+    }
+}
+
+impl fmt::Display for Diff {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let window_delta = i128::from(self.other_window_ps) - i128::from(self.base_window_ps);
+        writeln!(
+            f,
+            "window: base {}, other {} ({}, {})",
+            format_ps(self.base_window_ps),
+            format_ps(self.other_window_ps),
+            signed_ps(window_delta),
+            signed_percent(window_delta, self.base_window_ps)
+        )?;
+        writeln!(f)?;
+        let table = Table {
+            header: vec![
+                "process",
+                "thread",
+                "base busy",
+                "other busy",
+                "busy delta",
+                "busy delta%",
+                "base spans",
+                "other spans",
+                "span delta",
+            ],
+            right: vec![false, false, true, true, true, true, true, true, true],
+            rows: self
+                .matched()
+                .map(|l| {
+                    let (b, o) = (l.base.unwrap_or_default(), l.other.unwrap_or_default());
+                    vec![
+                        l.process.clone(),
+                        l.thread.clone(),
+                        format_ps(b.busy_ps),
+                        format_ps(o.busy_ps),
+                        signed_ps(l.busy_delta()),
+                        signed_percent(l.busy_delta(), b.busy_ps),
+                        b.spans.to_string(),
+                        o.spans.to_string(),
+                        signed(l.span_delta()),
+                    ]
+                })
+                .collect(),
+        };
+        write!(f, "{table}")?;
+        for (title, side, lanes) in [
+            (
+                "only in base",
+                "base",
+                self.only_in_base().collect::<Vec<_>>(),
+            ),
+            (
+                "only in other",
+                "other",
+                self.only_in_other().collect::<Vec<_>>(),
+            ),
+        ] {
+            if lanes.is_empty() {
+                continue;
+            }
+            writeln!(f)?;
+            writeln!(f, "{title}:")?;
+            let table = Table {
+                header: vec!["process", "thread", "busy", "spans"],
+                right: vec![false, false, true, true],
+                rows: lanes
+                    .iter()
+                    .map(|l| {
+                        let s = if side == "base" { l.base } else { l.other }.unwrap_or_default();
+                        vec![
+                            l.process.clone(),
+                            l.thread.clone(),
+                            format_ps(s.busy_ps),
+                            s.spans.to_string(),
+                        ]
+                    })
+                    .collect(),
+            };
+            write!(f, "{table}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_ps_is_exact() {
+        assert_eq!(format_ps(0), "0 ps");
+        assert_eq!(format_ps(999), "999 ps");
+        assert_eq!(format_ps(1_500), "1.5 ns");
+        assert_eq!(format_ps(2_000_000), "2 us");
+        assert_eq!(format_ps(1_234_567), "1.234567 us");
+        assert_eq!(format_ps(3_000_000_000_001), "3.000000000001 s");
+    }
+
+    #[test]
+    fn percentages_round_half_up() {
+        assert_eq!(percent(1, 3), "33.3%");
+        assert_eq!(percent(2, 3), "66.7%");
+        assert_eq!(percent(5, 0), "-");
+        assert_eq!(signed_percent(-1, 8), "-12.5%");
+        assert_eq!(signed_percent(1, 3), "+33.3%");
+    }
+
+    #[test]
+    fn union_of_intervals() {
+        let mut v = vec![(5, 10), (0, 3), (2, 4), (10, 12), (20, 20)];
+        assert_eq!(union_length(&mut v), 4 + 7);
+    }
+}

@@ -1,0 +1,282 @@
+//! Export to the Chrome / Perfetto JSON trace format, streamed straight from a [`TraceFile`].
+//!
+//! The output is one JSON object, `{"displayTimeUnit":"ns","metadata":{..},"traceEvents":[..]}`,
+//! with one event per line. Each distinct lane process name becomes a pid (numbered from 1 in
+//! order of first appearance in the lane table) and each lane a tid (lane index + 1); metadata
+//! events name them and keep tracks in lane order. Times are microseconds printed exactly from
+//! integer picoseconds (`1234567` ps is `1.234567`).
+
+use std::collections::HashMap;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+
+use crate::analysis::kind_name;
+use crate::atomic::{self, TempFile};
+use crate::{Record, TraceError, TraceFile};
+
+/// Writes `trace` as Chrome / Perfetto JSON to `out`, streaming (the JSON is never held in
+/// memory as a whole). The output depends only on the trace's contents.
+pub fn export_perfetto(trace: &TraceFile, out: &mut impl Write) -> io::Result<()> {
+    let mut w = Events {
+        w: BufWriter::with_capacity(1 << 16, out),
+        first: true,
+    };
+    w.w.write_all(b"{\"displayTimeUnit\":\"ns\",\"metadata\":{")?;
+    for (i, (key, value)) in trace.meta().into_iter().enumerate() {
+        if i > 0 {
+            w.w.write_all(b",")?;
+        }
+        json_str(&mut w.w, key)?;
+        w.w.write_all(b":")?;
+        json_str(&mut w.w, value)?;
+    }
+    w.w.write_all(b"},\"traceEvents\":[")?;
+
+    // Track names and order.
+    let lanes = trace.lanes();
+    let mut pid_of_process: HashMap<&str, u32> = HashMap::new();
+    let mut pids = Vec::with_capacity(lanes.len());
+    for (index, lane) in lanes.iter().enumerate() {
+        let next = u32::try_from(pid_of_process.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(1);
+        let pid = *pid_of_process.entry(lane.process.as_str()).or_insert(next);
+        if pid == next {
+            let o = w.begin()?;
+            write!(
+                o,
+                "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"args\":{{\"name\":"
+            )?;
+            json_str(o, &lane.process)?;
+            o.write_all(b"}}")?;
+            let o = w.begin()?;
+            write!(
+                o,
+                "{{\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":{pid},\
+                 \"args\":{{\"sort_index\":{}}}}}",
+                pid - 1
+            )?;
+        }
+        pids.push(pid);
+        let tid = index + 1;
+        let o = w.begin()?;
+        write!(
+            o,
+            "{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\
+             \"args\":{{\"name\":"
+        )?;
+        json_str(o, &lane.thread)?;
+        o.write_all(b"}}")?;
+        let o = w.begin()?;
+        write!(
+            o,
+            "{{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":{pid},\"tid\":{tid},\
+             \"args\":{{\"sort_index\":{index}}}}}"
+        )?;
+    }
+    // Lane ids in a validated trace are always in range; the fallbacks only keep this total.
+    let pid = |lane: u16| pids.get(usize::from(lane)).copied().unwrap_or(0);
+    let cat = |lane: u16| {
+        lanes
+            .get(usize::from(lane))
+            .map_or("", |l| kind_name(l.kind))
+    };
+    let tid = |lane: u16| u32::from(lane) + 1;
+
+    for record in trace.records() {
+        match record {
+            Record::Span {
+                lane,
+                name,
+                start,
+                end,
+                pc,
+                detail,
+            } => {
+                let o = w.begin()?;
+                o.write_all(b"{\"name\":")?;
+                json_str(o, trace.string(name))?;
+                write!(o, ",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":", cat(lane.0))?;
+                micros(o, start)?;
+                o.write_all(b",\"dur\":")?;
+                micros(o, end.saturating_sub(start))?;
+                write!(
+                    o,
+                    ",\"pid\":{},\"tid\":{},\"args\":{{\"pc\":{pc}",
+                    pid(lane.0),
+                    tid(lane.0)
+                )?;
+                detail_arg(o, trace.string(detail))?;
+                o.write_all(b"}}")?;
+            }
+            Record::Instant {
+                lane,
+                name,
+                at,
+                arg,
+                detail,
+            } => {
+                let o = w.begin()?;
+                o.write_all(b"{\"name\":")?;
+                json_str(o, trace.string(name))?;
+                write!(
+                    o,
+                    ",\"cat\":\"{}\",\"ph\":\"i\",\"s\":\"t\",\"ts\":",
+                    cat(lane.0)
+                )?;
+                micros(o, at)?;
+                write!(
+                    o,
+                    ",\"pid\":{},\"tid\":{},\"args\":{{\"arg\":{arg}",
+                    pid(lane.0),
+                    tid(lane.0)
+                )?;
+                detail_arg(o, trace.string(detail))?;
+                o.write_all(b"}}")?;
+            }
+            Record::Counter {
+                lane,
+                name,
+                at,
+                value,
+            } => {
+                let o = w.begin()?;
+                let name = trace.string(name);
+                o.write_all(b"{\"name\":")?;
+                json_str(o, name)?;
+                o.write_all(b",\"ph\":\"C\",\"ts\":")?;
+                micros(o, at)?;
+                write!(
+                    o,
+                    ",\"pid\":{},\"tid\":{},\"args\":{{",
+                    pid(lane.0),
+                    tid(lane.0)
+                )?;
+                json_str(o, name)?;
+                write!(o, ":{value}}}}}")?;
+            }
+            Record::Flow {
+                name,
+                id,
+                from_lane,
+                from_at,
+                to_lane,
+                to_at,
+            } => {
+                let name = trace.string(name);
+                for (ph, lane, at) in [("s", from_lane, from_at), ("f", to_lane, to_at)] {
+                    let o = w.begin()?;
+                    o.write_all(b"{\"name\":")?;
+                    json_str(o, name)?;
+                    write!(o, ",\"cat\":\"flow\",\"ph\":\"{ph}\",")?;
+                    if ph == "f" {
+                        o.write_all(b"\"bp\":\"e\",")?;
+                    }
+                    write!(o, "\"id\":{id},\"ts\":")?;
+                    micros(o, at)?;
+                    write!(o, ",\"pid\":{},\"tid\":{}}}", pid(lane.0), tid(lane.0))?;
+                }
+            }
+        }
+    }
+    w.w.write_all(b"\n]}\n")?;
+    w.w.flush()
+}
+
+/// Exports `trace` to the file `dest` through a temporary file that is renamed into place only
+/// when complete; on error nothing is left behind and an existing `dest` is untouched.
+pub fn export_perfetto_file(trace: &TraceFile, dest: &Path) -> Result<(), TraceError> {
+    let (temp, file) = TempFile::create(dest)?;
+    let mut out = &file;
+    export_perfetto(trace, &mut out).map_err(|source| TraceError::Io {
+        path: temp.path().to_path_buf(),
+        action: "write",
+        source,
+    })?;
+    atomic::sync(&file, temp.path())?;
+    drop(file);
+    temp.persist(dest)
+}
+
+/// The event array being written: handles the separators between events.
+struct Events<W: Write> {
+    w: W,
+    first: bool,
+}
+
+impl<W: Write> Events<W> {
+    /// Starts the next event on its own line and returns the writer to put it on.
+    fn begin(&mut self) -> io::Result<&mut W> {
+        self.w.write_all(if self.first { b"\n" } else { b",\n" })?;
+        self.first = false;
+        Ok(&mut self.w)
+    }
+}
+
+/// Writes picoseconds as exact microseconds: `<ps / 10^6>.<ps % 10^6, six digits>`.
+fn micros(w: &mut impl Write, ps: u64) -> io::Result<()> {
+    write!(w, "{}.{:06}", ps / 1_000_000, ps % 1_000_000)
+}
+
+/// Writes `,"detail":"…"` unless the detail is empty.
+fn detail_arg(w: &mut impl Write, detail: &str) -> io::Result<()> {
+    if detail.is_empty() {
+        return Ok(());
+    }
+    w.write_all(b",\"detail\":")?;
+    json_str(w, detail)
+}
+
+/// Writes `s` as a JSON string literal: quotes and backslashes escaped, control characters as
+/// `\u00XX`, everything else (valid UTF-8 already) as is.
+fn json_str(w: &mut impl Write, s: &str) -> io::Result<()> {
+    w.write_all(b"\"")?;
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b != b'"' && b != b'\\' && b >= 0x20 {
+            continue;
+        }
+        w.write_all(&bytes[start..i])?;
+        match b {
+            b'"' => w.write_all(b"\\\"")?,
+            b'\\' => w.write_all(b"\\\\")?,
+            _ => write!(w, "\\u{b:04x}")?,
+        }
+        start = i + 1;
+    }
+    w.write_all(&bytes[start..])?;
+    w.write_all(b"\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn esc(s: &str) -> String {
+        let mut v = Vec::new();
+        json_str(&mut v, s).unwrap();
+        String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn escapes() {
+        assert_eq!(esc("plain"), "\"plain\"");
+        assert_eq!(esc("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(esc("\n\u{1}\u{1f}"), "\"\\u000a\\u0001\\u001f\"");
+        assert_eq!(esc("é→"), "\"é→\"");
+    }
+
+    #[test]
+    fn micros_are_exact() {
+        let m = |ps| {
+            let mut v = Vec::new();
+            micros(&mut v, ps).unwrap();
+            String::from_utf8(v).unwrap()
+        };
+        assert_eq!(m(0), "0.000000");
+        assert_eq!(m(1), "0.000001");
+        assert_eq!(m(1_234_567), "1.234567");
+        assert_eq!(m(u64::MAX), "18446744073709.551615");
+    }
+}

@@ -1,0 +1,388 @@
+//! The `.gtrace` writer: a [`TraceSink`] that streams records to any seekable byte sink, and a
+//! file variant that only replaces its destination once the trace is complete.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use zerocopy::IntoBytes;
+
+use crate::atomic::{self, TempFile};
+use crate::format::{
+    Checksum, FLAG_COMPLETE, HEADER_SIZE, LANE_ENTRY_SIZE, MAX_LANES, META_ENTRY_SIZE, RECORD_SIZE,
+    RawHeader, RawLane, RawMeta, RawRecord,
+};
+use crate::{Lane, LaneId, LaneKind, Record, StrId, TraceError, TraceSink};
+
+/// Records are collected in memory until this many bytes are pending, then written in one go.
+const FLUSH_AT: usize = 1 << 18;
+
+/// Writes a `.gtrace` trace to `W`.
+///
+/// [`TraceWriter::new`] writes a placeholder header (without the "complete" flag) at the
+/// writer's current position; records then stream out through an internal buffer, and
+/// [`TraceWriter::finish`] appends the lane, metadata and string tables and rewrites the header.
+/// Strings and lanes are kept in memory (they are few); records are not.
+///
+/// The [`TraceSink`] methods cannot return errors, so the first I/O error (or format limit hit)
+/// is stored, later output is dropped, and [`TraceWriter::finish`] returns that error.
+pub struct TraceWriter<W: Write + Seek> {
+    out: W,
+    /// The file name used in error messages.
+    name: PathBuf,
+    /// Stream position of the header (all offsets in the file are relative to it).
+    base: u64,
+    /// Encoded body bytes not yet handed to `out`.
+    buf: Vec<u8>,
+    /// Checksum over the body bytes handed to `out` so far.
+    checksum: Checksum,
+    /// Body bytes handed to `out` so far.
+    written: u64,
+    record_count: u64,
+    /// String lookup; the order of ids lives in `string_table`.
+    strings: HashMap<Box<str>, StrId>,
+    /// The encoded string table (length-prefixed strings in id order).
+    string_table: Vec<u8>,
+    string_count: u32,
+    lanes: Vec<RawLane>,
+    lane_ids: HashMap<(StrId, StrId, LaneKind), LaneId>,
+    meta: Vec<RawMeta>,
+    meta_index: HashMap<StrId, usize>,
+    error: Option<TraceError>,
+}
+
+impl<W: Write + Seek> std::fmt::Debug for TraceWriter<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceWriter")
+            .field("name", &self.name)
+            .field("records", &self.record_count)
+            .field("strings", &self.string_count)
+            .field("lanes", &self.lanes.len())
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<W: Write + Seek> TraceWriter<W> {
+    /// Starts a trace at `out`'s current position by writing a placeholder header.
+    pub fn new(out: W) -> Result<TraceWriter<W>, TraceError> {
+        TraceWriter::with_name(out, PathBuf::from("<stream>"))
+    }
+
+    /// Like [`TraceWriter::new`], naming the output `name` in error messages.
+    pub(crate) fn with_name(mut out: W, name: PathBuf) -> Result<TraceWriter<W>, TraceError> {
+        let io_err = |action, source| TraceError::Io {
+            path: name.clone(),
+            action,
+            source,
+        };
+        let base = out.stream_position().map_err(|e| io_err("seek in", e))?;
+        out.write_all(RawHeader::placeholder().as_bytes())
+            .map_err(|e| io_err("write", e))?;
+        let mut w = TraceWriter {
+            out,
+            name: name.clone(),
+            base,
+            buf: Vec::with_capacity(FLUSH_AT + RECORD_SIZE as usize),
+            checksum: Checksum::new(),
+            written: 0,
+            record_count: 0,
+            strings: HashMap::new(),
+            string_table: Vec::new(),
+            string_count: 0,
+            lanes: Vec::new(),
+            lane_ids: HashMap::new(),
+            meta: Vec::new(),
+            meta_index: HashMap::new(),
+            error: None,
+        };
+        // String 0 is always the empty string.
+        w.add_string("");
+        Ok(w)
+    }
+
+    /// Records written so far.
+    pub fn record_count(&self) -> u64 {
+        self.record_count
+    }
+
+    /// Strings interned so far (including the empty string).
+    pub fn string_count(&self) -> u32 {
+        self.string_count
+    }
+
+    /// Lanes registered so far.
+    pub fn lane_count(&self) -> usize {
+        self.lanes.len()
+    }
+
+    /// Writes the lane, metadata and string tables, then the final header with the "complete"
+    /// flag, and returns the output positioned at the end of the trace.
+    ///
+    /// Returns the first error met while tracing, if any; the output then holds an unfinished
+    /// trace that readers reject.
+    pub fn finish(mut self) -> Result<W, TraceError> {
+        self.flush_buf();
+        let lanes_offset = u64::from(HEADER_SIZE) + self.record_count * u64::from(RECORD_SIZE);
+        let lane_count = self.lanes.len();
+        let meta_offset = lanes_offset + lane_count as u64 * u64::from(LANE_ENTRY_SIZE);
+        let meta_count = self.meta.len();
+        let strings_offset = meta_offset + meta_count as u64 * u64::from(META_ENTRY_SIZE);
+        let strings_bytes = self.string_table.len() as u64;
+        let file_size = strings_offset + strings_bytes;
+
+        let lanes = std::mem::take(&mut self.lanes);
+        self.emit(lanes.as_bytes());
+        let meta = std::mem::take(&mut self.meta);
+        self.emit(meta.as_bytes());
+        let string_table = std::mem::take(&mut self.string_table);
+        self.emit(&string_table);
+
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        if self.written + u64::from(HEADER_SIZE) != file_size {
+            // This would be a bug in this module, but report it rather than write a bad file.
+            return Err(self.io_error(
+                "finish",
+                std::io::Error::other(format!(
+                    "internal error: expected {file_size} bytes written, found {}",
+                    self.written + u64::from(HEADER_SIZE)
+                )),
+            ));
+        }
+        let (Ok(lane_count), Ok(meta_count)) =
+            (u32::try_from(lane_count), u32::try_from(meta_count))
+        else {
+            return Err(TraceError::Limit {
+                path: self.name.clone(),
+                what: format!("{lane_count} lanes or {meta_count} metadata entries exceed u32"),
+            });
+        };
+
+        let mut header = RawHeader::placeholder();
+        header.flags = FLAG_COMPLETE.into();
+        header.record_count = self.record_count.into();
+        header.lanes_offset = lanes_offset.into();
+        header.lane_count = lane_count.into();
+        header.meta_count = meta_count.into();
+        header.meta_offset = meta_offset.into();
+        header.strings_offset = strings_offset.into();
+        header.string_count = self.string_count.into();
+        header.strings_bytes = strings_bytes.into();
+        header.file_size = file_size.into();
+        header.checksum = self.checksum.finish().into();
+
+        let result = (|| {
+            self.out.flush().map_err(|e| ("write", e))?;
+            self.out
+                .seek(SeekFrom::Start(self.base))
+                .map_err(|e| ("seek in", e))?;
+            self.out
+                .write_all(header.as_bytes())
+                .map_err(|e| ("write", e))?;
+            self.out
+                .seek(SeekFrom::Start(self.base + file_size))
+                .map_err(|e| ("seek in", e))?;
+            self.out.flush().map_err(|e| ("write", e))
+        })();
+        match result {
+            Ok(()) => Ok(self.out),
+            Err((action, source)) => Err(self.io_error(action, source)),
+        }
+    }
+
+    fn io_error(&self, action: &'static str, source: std::io::Error) -> TraceError {
+        TraceError::Io {
+            path: self.name.clone(),
+            action,
+            source,
+        }
+    }
+
+    /// Remembers the first error; everything after it is dropped.
+    fn fail(&mut self, e: TraceError) {
+        if self.error.is_none() {
+            self.error = Some(e);
+        }
+    }
+
+    fn limit(&mut self, what: String) {
+        self.fail(TraceError::Limit {
+            path: self.name.clone(),
+            what,
+        });
+    }
+
+    /// Hands body bytes to the output, updating the checksum.
+    fn emit(&mut self, bytes: &[u8]) {
+        if self.error.is_none() {
+            self.checksum.update(bytes);
+            if let Err(source) = self.out.write_all(bytes) {
+                let e = self.io_error("write", source);
+                self.fail(e);
+            }
+        }
+        self.written += bytes.len() as u64;
+    }
+
+    /// Writes out the pending record buffer.
+    fn flush_buf(&mut self) {
+        let buf = std::mem::take(&mut self.buf);
+        self.emit(&buf);
+        self.buf = buf;
+        self.buf.clear();
+    }
+
+    fn add_string(&mut self, s: &str) -> StrId {
+        let Ok(len) = u32::try_from(s.len()) else {
+            self.limit(format!(
+                "string of {} bytes exceeds the format's limit of {} bytes",
+                s.len(),
+                u32::MAX
+            ));
+            return StrId::EMPTY;
+        };
+        if self.string_count == u32::MAX {
+            self.limit(format!("more than {} distinct strings", u32::MAX - 1));
+            return StrId::EMPTY;
+        }
+        let id = StrId(self.string_count);
+        self.string_count += 1;
+        self.string_table.extend_from_slice(&len.to_le_bytes());
+        self.string_table.extend_from_slice(s.as_bytes());
+        self.strings.insert(s.into(), id);
+        id
+    }
+
+    /// Debug builds check each record the way the reader will; a failure is a producer bug.
+    fn debug_check(&self, record: &Record) {
+        if cfg!(debug_assertions) {
+            let check = RawRecord::encode(record).decode(self.lanes.len(), self.string_count);
+            debug_assert!(check.is_ok(), "invalid trace record {record:?}: {check:?}");
+        }
+    }
+}
+
+impl<W: Write + Seek> TraceSink for TraceWriter<W> {
+    fn intern(&mut self, s: &str) -> StrId {
+        match self.strings.get(s) {
+            Some(&id) => id,
+            None => self.add_string(s),
+        }
+    }
+
+    fn lane(&mut self, lane: Lane) -> LaneId {
+        let process = self.intern(&lane.process);
+        let thread = self.intern(&lane.thread);
+        let key = (process, thread, lane.kind);
+        if let Some(&id) = self.lane_ids.get(&key) {
+            return id;
+        }
+        let Ok(id) = u16::try_from(self.lanes.len()) else {
+            self.limit(format!("more than {MAX_LANES} lanes"));
+            return LaneId(u16::MAX);
+        };
+        self.lanes.push(RawLane {
+            process: process.0.into(),
+            thread: thread.0.into(),
+            kind: (lane.kind as u16).into(),
+            reserved: 0.into(),
+        });
+        self.lane_ids.insert(key, LaneId(id));
+        LaneId(id)
+    }
+
+    #[inline]
+    fn record(&mut self, record: Record) {
+        self.debug_check(&record);
+        self.buf
+            .extend_from_slice(RawRecord::encode(&record).as_bytes());
+        self.record_count += 1;
+        if self.buf.len() >= FLUSH_AT {
+            self.flush_buf();
+        }
+    }
+
+    fn meta(&mut self, key: &str, value: &str) {
+        let key = self.intern(key);
+        let value = self.intern(value);
+        match self.meta_index.get(&key) {
+            Some(&i) => self.meta[i].value = value.0.into(),
+            None => {
+                self.meta_index.insert(key, self.meta.len());
+                self.meta.push(RawMeta {
+                    key: key.0.into(),
+                    value: value.0.into(),
+                });
+            }
+        }
+    }
+}
+
+/// Writes a `.gtrace` file through a temporary file next to the destination.
+///
+/// The destination is replaced (by a rename) only when [`TraceFileWriter::finish`] succeeds.
+/// If the writer is dropped without `finish`, or `finish` fails, the temporary file is removed
+/// and an existing destination file is left as it was.
+#[derive(Debug)]
+pub struct TraceFileWriter {
+    // Field order matters: the file handle inside `writer` closes before `temp` removes the file.
+    writer: TraceWriter<File>,
+    temp: TempFile,
+    dest: PathBuf,
+}
+
+impl TraceFileWriter {
+    /// Starts a trace that will end up at `dest`.
+    pub fn create(dest: impl AsRef<Path>) -> Result<TraceFileWriter, TraceError> {
+        let dest = dest.as_ref().to_path_buf();
+        let (temp, file) = TempFile::create(&dest)?;
+        let writer = TraceWriter::with_name(file, temp.path().to_path_buf())?;
+        Ok(TraceFileWriter { writer, temp, dest })
+    }
+
+    /// Where the trace will be once finished.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// The temporary file being written (it disappears on drop or after `finish`).
+    pub fn temp_path(&self) -> &Path {
+        self.temp.path()
+    }
+
+    /// Records written so far.
+    pub fn record_count(&self) -> u64 {
+        self.writer.record_count()
+    }
+
+    /// Completes the trace, syncs it to disk and renames it over the destination.
+    pub fn finish(self) -> Result<(), TraceError> {
+        let TraceFileWriter { writer, temp, dest } = self;
+        let file = writer.finish()?;
+        atomic::sync(&file, temp.path())?;
+        drop(file);
+        temp.persist(&dest)
+    }
+}
+
+impl TraceSink for TraceFileWriter {
+    fn intern(&mut self, s: &str) -> StrId {
+        self.writer.intern(s)
+    }
+
+    fn lane(&mut self, lane: Lane) -> LaneId {
+        self.writer.lane(lane)
+    }
+
+    #[inline]
+    fn record(&mut self, record: Record) {
+        self.writer.record(record);
+    }
+
+    fn meta(&mut self, key: &str, value: &str) {
+        self.writer.meta(key, value);
+    }
+}
