@@ -39,14 +39,22 @@ pub struct Kernel {
     pub name: String,
     /// The instructions.
     pub program: Program,
+    /// The pipe each instruction runs on, looked up once here instead of per execution.
+    pub(crate) pipes: Vec<gearsim_isa::Pipe>,
 }
 
 impl Kernel {
     /// A kernel named after its program.
     pub fn new(program: Program) -> Kernel {
+        let pipes = program
+            .instrs
+            .iter()
+            .map(gearsim_isa::Instruction::pipe)
+            .collect();
         Kernel {
             name: program.display_name().to_string(),
             program,
+            pipes,
         }
     }
 }
@@ -141,6 +149,7 @@ pub struct Chip<S: TraceSink> {
     memory_lanes: Option<MemoryLanes>,
     stopped: Option<StopReason>,
     finished: VecDeque<(u32, Tick)>,
+    done_scratch: Vec<(u64, Owner)>,
 }
 
 impl<S: TraceSink> Chip<S> {
@@ -179,6 +188,7 @@ impl<S: TraceSink> Chip<S> {
             memory_lanes: None,
             stopped: None,
             finished: VecDeque::new(),
+            done_scratch: Vec::new(),
             cfg,
         }
     }
@@ -413,8 +423,7 @@ impl<S: TraceSink> Chip<S> {
     }
 
     fn dma_start(&mut self, core: u32, queue: u8) -> Result<(), StopReason> {
-        let done = self.hbm.advance(self.now);
-        self.complete_transfers(done)?;
+        self.complete_transfers()?;
         if let Some((bytes, cap, write)) =
             self.cores[core as usize].dma_begin(usize::from(queue), &self.cfg)
         {
@@ -425,14 +434,23 @@ impl<S: TraceSink> Chip<S> {
     }
 
     fn memory_check(&mut self) -> Result<(), StopReason> {
-        let done = self.hbm.advance(self.now);
-        self.complete_transfers(done)?;
+        self.complete_transfers()?;
         self.reschedule_memory();
         Ok(())
     }
 
-    fn complete_transfers(&mut self, done: Vec<Owner>) -> Result<(), StopReason> {
-        for owner in done {
+    /// Advances the memory system to now and hands every finished transfer to its core.
+    fn complete_transfers(&mut self) -> Result<(), StopReason> {
+        let mut done = std::mem::take(&mut self.done_scratch);
+        done.clear();
+        self.hbm.advance(self.now, &mut done);
+        let result = self.finish_transfers(&done);
+        self.done_scratch = done;
+        result
+    }
+
+    fn finish_transfers(&mut self, done: &[(u64, Owner)]) -> Result<(), StopReason> {
+        for &(_, owner) in done {
             let now = self.now;
             let (mut ctx, cores) = self.ctx();
             cores[owner.core as usize].dma_end(usize::from(owner.queue), now, &mut ctx)?;

@@ -4,9 +4,14 @@
 //! Active transfers share the chip-level cap max-min fairly (water-filling): a transfer never
 //! exceeds its own cap, and bandwidth it cannot use goes to the others. Rates change only when
 //! a transfer starts or ends, so each transfer costs two events however large it is, and
-//! contention between cores shows up exactly in their completion times. All arithmetic is
-//! integer: work is counted in byte-picoseconds-per-second units (bytes x 10^12), so a rate in
-//! bytes per second times a duration in picoseconds subtracts exactly.
+//! contention between cores shows up exactly in their completion times.
+//!
+//! Transfers with the same cap always get the same rate, so they are kept in one group with a
+//! shared "work served per member" counter (virtual time, as in fair queueing): a member
+//! finishes when the counter passes its finish mark. Starting, finishing and re-dividing cost
+//! O(number of distinct caps), not O(number of transfers). All arithmetic is integer: work is
+//! counted in bytes x 10^12, so a rate in bytes per second times a duration in picoseconds
+//! subtracts exactly.
 
 use crate::time::Tick;
 
@@ -19,20 +24,30 @@ pub(crate) struct Owner {
     pub queue: u8,
 }
 
-#[derive(Debug)]
-struct Transfer {
+#[derive(Debug, Clone, Copy)]
+struct Member {
+    /// Value of the group's `served` counter at which this transfer is complete.
+    finish: u128,
     id: u64,
     owner: Owner,
+    write: bool,
+}
+
+#[derive(Debug)]
+struct Group {
     cap: u64,
     rate: u64,
-    remaining: u128,
-    write: bool,
+    served: u128,
+    /// Sorted by (finish, id).
+    members: Vec<Member>,
+    writes: u64,
 }
 
 #[derive(Debug)]
 pub(crate) struct Hbm {
     cap: u64,
-    transfers: Vec<Transfer>,
+    /// Sorted by cap.
+    groups: Vec<Group>,
     next_id: u64,
     last: Tick,
     pub(crate) generation: u64,
@@ -45,7 +60,7 @@ impl Hbm {
     pub(crate) fn new(cap_bytes_per_second: u64) -> Hbm {
         Hbm {
             cap: cap_bytes_per_second,
-            transfers: Vec::new(),
+            groups: Vec::new(),
             next_id: 0,
             last: Tick::ZERO,
             generation: 0,
@@ -54,29 +69,24 @@ impl Hbm {
         }
     }
 
-    /// Moves every active transfer forward to `now` at its current rate and removes the ones
-    /// that are done, returning their owners in start order.
-    pub(crate) fn advance(&mut self, now: Tick) -> Vec<Owner> {
+    /// Moves every active transfer forward to `now` at its current rate and appends the owners
+    /// of the ones that are done to `done`, in start order.
+    pub(crate) fn advance(&mut self, now: Tick, done: &mut Vec<(u64, Owner)>) {
         let dt = u128::from(now.0.saturating_sub(self.last.0));
         self.last = self.last.max(now);
-        if dt > 0 {
-            for t in &mut self.transfers {
-                t.remaining = t.remaining.saturating_sub(u128::from(t.rate) * dt);
+        let first = done.len();
+        for g in &mut self.groups {
+            g.served += u128::from(g.rate) * dt;
+            let finished = g.members.partition_point(|m| m.finish <= g.served);
+            for m in g.members.drain(..finished) {
+                g.writes -= u64::from(m.write);
+                done.push((m.id, m.owner));
             }
         }
-        let mut done = Vec::new();
-        self.transfers.retain(|t| {
-            if t.remaining == 0 {
-                done.push(t.owner);
-                false
-            } else {
-                true
-            }
-        });
-        done
+        done[first..].sort_unstable_by_key(|(id, _)| *id);
     }
 
-    /// Adds a transfer of `bytes` (already advanced to `now`).
+    /// Adds a transfer of `bytes` (call after advancing to now).
     pub(crate) fn start(&mut self, owner: Owner, bytes: u64, cap: u64, write: bool) {
         self.next_id += 1;
         if write {
@@ -84,40 +94,61 @@ impl Hbm {
         } else {
             self.bytes_read += bytes;
         }
-        self.transfers.push(Transfer {
+        let cap = cap.max(1);
+        let gi = match self.groups.binary_search_by_key(&cap, |g| g.cap) {
+            Ok(i) => i,
+            Err(i) => {
+                self.groups.insert(
+                    i,
+                    Group {
+                        cap,
+                        rate: 0,
+                        served: 0,
+                        members: Vec::new(),
+                        writes: 0,
+                    },
+                );
+                i
+            }
+        };
+        let g = &mut self.groups[gi];
+        let m = Member {
+            finish: g.served + u128::from(bytes.max(1)) * WORK_PER_BYTE,
             id: self.next_id,
             owner,
-            cap: cap.max(1),
-            rate: 0,
-            remaining: u128::from(bytes.max(1)) * WORK_PER_BYTE,
             write,
-        });
+        };
+        let at = g
+            .members
+            .partition_point(|x| (x.finish, x.id) < (m.finish, m.id));
+        g.members.insert(at, m);
+        g.writes += u64::from(write);
     }
 
-    /// Re-divides the bandwidth and returns when the next transfer will finish (with a new
-    /// generation number that invalidates earlier checks).
+    /// Re-divides the bandwidth (water-filling over groups in ascending cap order) and returns
+    /// when the next transfer will finish, with a new generation number that invalidates
+    /// earlier checks.
     pub(crate) fn reschedule(&mut self, now: Tick) -> Option<(Tick, u64)> {
         self.generation += 1;
-        if self.transfers.is_empty() {
+        let mut n: u64 = self.groups.iter().map(|g| g.members.len() as u64).sum();
+        if n == 0 {
             return None;
         }
-        let mut order: Vec<usize> = (0..self.transfers.len()).collect();
-        order.sort_by_key(|&i| (self.transfers[i].cap, self.transfers[i].id));
         let mut left = self.cap;
-        let mut n = order.len() as u64;
-        for i in order {
+        let mut next = u128::MAX;
+        for g in &mut self.groups {
+            let len = g.members.len() as u64;
+            if len == 0 {
+                g.rate = 0;
+                continue;
+            }
             let share = (left / n).max(1);
-            let rate = self.transfers[i].cap.min(share);
-            self.transfers[i].rate = rate;
-            left = left.saturating_sub(rate);
-            n -= 1;
+            g.rate = g.cap.min(share);
+            left = left.saturating_sub(g.rate * len);
+            n -= len;
+            let remaining = g.members[0].finish - g.served;
+            next = next.min(remaining.div_ceil(u128::from(g.rate)));
         }
-        let next = self
-            .transfers
-            .iter()
-            .map(|t| t.remaining.div_ceil(u128::from(t.rate)))
-            .min()
-            .unwrap_or(0);
         let at = Tick(
             now.0
                 .saturating_add(u64::try_from(next).unwrap_or(u64::MAX)),
@@ -128,17 +159,56 @@ impl Hbm {
     /// Current total read and write rates in bytes per second.
     pub(crate) fn rates(&self) -> (u64, u64) {
         let mut r = (0, 0);
-        for t in &self.transfers {
-            if t.write {
-                r.1 += t.rate;
-            } else {
-                r.0 += t.rate;
-            }
+        for g in &self.groups {
+            r.0 += g.rate * (g.members.len() as u64 - g.writes);
+            r.1 += g.rate * g.writes;
         }
         r
     }
 
     pub(crate) fn active(&self) -> usize {
-        self.transfers.len()
+        self.groups.iter().map(|g| g.members.len()).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner(core: u32) -> Owner {
+        Owner { core, queue: 3 }
+    }
+
+    #[test]
+    fn one_transfer_runs_at_its_cap() {
+        let mut h = Hbm::new(1_000_000_000_000);
+        h.start(owner(0), 1000, 1_000_000_000, false);
+        let (at, _) = h.reschedule(Tick(0)).unwrap();
+        assert_eq!(at, Tick(1_000_000)); // 1000 bytes at 1 GB/s = 1 us
+        let mut done = Vec::new();
+        h.advance(at, &mut done);
+        assert_eq!(done.len(), 1);
+    }
+
+    #[test]
+    fn the_chip_cap_is_shared_and_unused_bandwidth_goes_to_the_others() {
+        // Chip 100 B/s; one transfer capped at 10, two capped at 1000: they get 10, 45, 45.
+        let mut h = Hbm::new(100);
+        h.start(owner(0), 100, 10, false);
+        h.start(owner(1), 450, 1000, true);
+        h.start(owner(2), 900, 1000, false);
+        let (at, _) = h.reschedule(Tick(0)).unwrap();
+        assert_eq!(h.rates(), (55, 45));
+        assert_eq!(at, Tick(10_000_000_000_000)); // 450 bytes at 45 B/s and 100 at 10 B/s: 10 s
+        let mut done = Vec::new();
+        h.advance(at, &mut done);
+        assert_eq!(
+            done.iter().map(|(_, o)| o.core).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        // The survivor now gets its cap-limited fair share of everything: 100 B/s.
+        let (at2, _) = h.reschedule(at).unwrap();
+        assert_eq!(h.rates(), (100, 0));
+        assert_eq!(at2, Tick(at.0 + 4_500_000_000_000)); // 450 bytes left at 100 B/s
     }
 }

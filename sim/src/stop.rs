@@ -7,9 +7,10 @@ use gearsim_isa::Pipe;
 use crate::time::Tick;
 
 /// A memory of the chip, as named in fault reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Buffer {
     /// Global (device) memory.
+    #[default]
     Gm,
     /// Unified buffer.
     Ub,

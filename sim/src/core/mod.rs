@@ -146,6 +146,8 @@ struct PipeUnit {
     state: PipeState,
     /// Cycle of the first pop since the scalar unit blocked on this queue being full.
     pop_mark: Option<u64>,
+    /// The plan of the DMA at the head of the queue while it is scheduled or active.
+    dma: Plan,
 }
 
 impl PipeUnit {
@@ -156,6 +158,7 @@ impl PipeUnit {
             last_complete: 0,
             state: PipeState::Ready,
             pop_mark: None,
+            dma: Plan::default(),
         }
     }
 
@@ -200,6 +203,8 @@ pub(crate) struct Block {
     flags: Box<[Option<u64>; FLAG_SLOTS]>,
     consumed: Box<[u64; FLAG_SLOTS]>,
     deadline: u64,
+    /// Units (bit 0 the scalar unit, bit 1 + q pipe queue q) that may be able to proceed.
+    wake: u8,
 }
 
 pub(crate) struct AiCore {
@@ -289,18 +294,29 @@ impl AiCore {
             flags: Box::new([None; FLAG_SLOTS]),
             consumed: Box::new([0; FLAG_SLOTS]),
             deadline: start_cycle.saturating_add(ctx.cfg.core.kernel_timeout_cycles),
+            wake: u8::MAX >> 1,
         }));
     }
 
     /// Runs every unit as far as it can; returns the end cycle if the block finished.
     pub(crate) fn advance<S: TraceSink>(&mut self, ctx: &mut Ctx<'_, S>) -> Res<Option<u64>> {
         loop {
-            let mut progressed = self.run_scalar(ctx)?;
-            for qi in 0..QUEUES {
-                progressed |= self.run_pipe(qi, ctx)?;
-            }
-            if !progressed {
+            let Some(b) = self.block.as_mut() else { break };
+            if b.wake == 0 {
                 break;
+            }
+            let unit = b.wake.trailing_zeros() as usize;
+            b.wake &= !(1 << unit);
+            if unit == 0 {
+                self.run_scalar(ctx)?;
+            } else {
+                let before = b.pipes[unit - 1].queue.len();
+                self.run_pipe(unit - 1, ctx)?;
+                if let Some(b) = self.block.as_mut() {
+                    if b.pipes[unit - 1].queue.len() != before {
+                        b.wake |= 1;
+                    }
+                }
             }
         }
         let done = match &self.block {
@@ -375,6 +391,25 @@ impl AiCore {
         }
     }
 
+    /// A synchronisation event: `arg` is how many cycles the unit waited before it.
+    fn instant<S: TraceSink>(&self, ctx: &mut Ctx<'_, S>, pipe: Pipe, pc: u32, at: u64, arg: u64) {
+        let (Some(lanes), Some(b)) = (&self.lanes, &self.block) else {
+            return;
+        };
+        if let Some(Some(strings)) = ctx.trace.strings.get(b.kernel_id) {
+            let (name, detail) = strings[pc as usize];
+            let at = ctx.trace.clock.tick(crate::time::Cycles(at)).0;
+            let arg = u32::try_from(arg).unwrap_or(u32::MAX);
+            ctx.trace.sink.record(Record::Instant {
+                lane: lanes[lane_index(pipe)],
+                name,
+                at,
+                arg,
+                detail,
+            });
+        }
+    }
+
     fn flow<S: TraceSink>(&self, ctx: &mut Ctx<'_, S>, f: FlagId, set_at: u64, wait_at: u64) {
         let Some(lanes) = &self.lanes else { return };
         let id = ctx.trace.next_flow;
@@ -430,7 +465,7 @@ impl AiCore {
 
     /// Checks a plan's accesses against buffer sizes and device memory.
     fn check_plan(&self, plan: &Plan, mem: &DeviceMemory) -> Result<(), Fault> {
-        for a in &plan.accesses {
+        for a in plan.accesses() {
             if a.count == 0 || a.burst == 0 {
                 continue;
             }
@@ -453,7 +488,7 @@ impl AiCore {
     /// Records which bytes a plan's writes leave computed or uncomputed.
     fn mark_writes(&mut self, plan: &Plan, mem: &mut DeviceMemory, unknown: bool) {
         for a in plan
-            .accesses
+            .accesses()
             .iter()
             .filter(|a| a.write && a.count > 0 && a.burst > 0)
         {
@@ -475,7 +510,17 @@ impl AiCore {
 
     // ---- scalar unit -------------------------------------------------------------------------
 
+    /// Runs the scalar unit until it blocks (including on a state it could leave at once, such
+    /// as a wait for a flag that is already set).
     fn run_scalar<S: TraceSink>(&mut self, ctx: &mut Ctx<'_, S>) -> Res<bool> {
+        let mut any = false;
+        while self.run_scalar_once(ctx)? {
+            any = true;
+        }
+        Ok(any)
+    }
+
+    fn run_scalar_once<S: TraceSink>(&mut self, ctx: &mut Ctx<'_, S>) -> Res<bool> {
         let Some(b) = self.block.as_mut() else {
             return Ok(false);
         };
@@ -487,12 +532,13 @@ impl AiCore {
                 Some(t) => {
                     let at = since.max(t);
                     b.consumed[flag_slot(f)] = at;
+                    b.wake |= 1 << lane_index(f.src);
                     b.s_time = at;
                     let pc = b.pc;
                     b.pc += 1;
                     b.s_state = ScalarState::Run;
                     self.stats.pipes[0].instructions += 1;
-                    self.span(ctx, Pipe::S, pc, since, at);
+                    self.instant(ctx, Pipe::S, pc, at, at - since);
                     self.flow(ctx, f, t, at);
                     progressed = true;
                 }
@@ -512,10 +558,11 @@ impl AiCore {
                     });
                 }
                 b.flags[flag_slot(f)] = Some(at);
+                b.wake |= 1 << lane_index(f.dst);
                 b.pc += 1;
                 b.s_state = ScalarState::Run;
                 self.stats.pipes[0].instructions += 1;
-                self.span(ctx, Pipe::S, pc, at, at + 1);
+                self.instant(ctx, Pipe::S, pc, at, 0);
                 progressed = true;
             }
             ScalarState::QueueFull(qi) => {
@@ -549,7 +596,7 @@ impl AiCore {
                     b.pc += 1;
                 }
                 self.stats.pipes[0].instructions += 1;
-                self.span(ctx, Pipe::S, pc, start, end.max(start + 1));
+                self.instant(ctx, Pipe::S, pc, end, end - start);
                 return Ok(true);
             }
         }
@@ -580,7 +627,7 @@ impl AiCore {
                     ),
                 });
             };
-            let pipe = instr.pipe();
+            let pipe = b.kernel.pipes[pc as usize];
             if pipe != Pipe::S {
                 if !self.dispatch(instr, pipe, ctx)? {
                     return Ok(progressed);
@@ -642,6 +689,7 @@ impl AiCore {
             mask: b.mask,
             fmatrix: b.fmatrix,
         };
+        b.wake |= 1 << (qi + 1);
         b.pipes[qi].queue.push_back(Queued {
             instr,
             pc,
@@ -918,6 +966,7 @@ impl AiCore {
                     return Ok(None);
                 }
                 b.flags[slot] = Some(b.s_time);
+                b.wake |= 1 << lane_index(id.dst);
                 sc.alu_cycles
             }
             Instruction::WaitFlag(f) => {
@@ -1129,13 +1178,14 @@ impl AiCore {
                     };
                     let at = since.max(t);
                     b.consumed[flag_slot(f)] = at;
+                    b.wake |= 1 << lane_index(f.src);
                     let p = &mut b.pipes[qi];
                     p.issue_free = at;
                     p.state = PipeState::Ready;
                     let pc = p.queue.front().map_or(0, |q| q.pc);
                     p.pop(at);
                     self.stats.pipes[qi + 1].instructions += 1;
-                    self.span(ctx, pipe, pc, since, at);
+                    self.instant(ctx, pipe, pc, at, at - since);
                     self.flow(ctx, f, t, at);
                     progressed = true;
                     continue;
@@ -1154,12 +1204,13 @@ impl AiCore {
                         });
                     }
                     b.flags[flag_slot(f)] = Some(at);
+                    b.wake |= 1 << lane_index(f.dst);
                     let p = &mut b.pipes[qi];
                     p.state = PipeState::Ready;
                     p.issue_free = at;
                     p.pop(at);
                     self.stats.pipes[qi + 1].instructions += 1;
-                    self.span(ctx, pipe, pc, at, at + 1);
+                    self.instant(ctx, pipe, pc, at, 0);
                     progressed = true;
                     continue;
                 }
@@ -1186,11 +1237,12 @@ impl AiCore {
                         continue;
                     }
                     b.flags[flag_slot(id)] = Some(at);
+                    b.wake |= 1 << lane_index(id.dst);
                     let p = &mut b.pipes[qi];
                     p.issue_free = at;
                     p.pop(at);
                     self.stats.pipes[qi + 1].instructions += 1;
-                    self.span(ctx, pipe, head.pc, at, at + 1);
+                    self.instant(ctx, pipe, head.pc, at, 0);
                 }
                 Instruction::WaitFlag(f) => {
                     p.state = PipeState::WaitFlag(flag_of(&f), ready);
@@ -1200,7 +1252,7 @@ impl AiCore {
                     p.issue_free = at;
                     p.pop(at);
                     self.stats.pipes[qi + 1].instructions += 1;
-                    self.span(ctx, pipe, head.pc, ready, at.max(ready + 1));
+                    self.instant(ctx, pipe, head.pc, at, at - ready);
                 }
                 instr => {
                     let plan = exec::plan(&instr, &head.ops, ctx.cfg)
@@ -1213,6 +1265,7 @@ impl AiCore {
                     if exec::uses_gm(&instr) && plan.gm_bytes > 0 {
                         let p = &mut b.pipes[qi];
                         p.state = PipeState::DmaScheduled(ready);
+                        p.dma = plan;
                         let at = ctx.clock.tick(crate::time::Cycles(ready)).max(ctx.now);
                         ctx.events.push(
                             at,
@@ -1257,8 +1310,7 @@ impl AiCore {
         let PipeState::DmaScheduled(ready) = p.state else {
             return None;
         };
-        let head = p.queue.front()?;
-        let plan = exec::plan(&head.instr, &head.ops, cfg).ok()?;
+        let plan = p.dma;
         p.state = PipeState::DmaActive(ready);
         let pipe = queue_pipe(qi);
         let write = matches!(pipe, Pipe::Mte3 | Pipe::Fix);
@@ -1285,8 +1337,7 @@ impl AiCore {
         };
         let end_c = ctx.clock.cycle_at_or_after(end).0.max(start + 1);
         let full = b.mode == ExecMode::Full;
-        let plan = exec::plan(&head.instr, &head.ops, ctx.cfg)
-            .map_err(|f| self.fault(pipe, head.pc, f))?;
+        let plan = p.dma;
         if full {
             exec::execute(&head.instr, &head.ops, &mut self.bufs, ctx.mem)
                 .map_err(|f| self.fault(pipe, head.pc, f))?;
@@ -1305,6 +1356,7 @@ impl AiCore {
         p.issue_free = end_c;
         p.last_complete = p.last_complete.max(end_c + latency);
         p.pop(start);
+        b.wake |= 1 | (1 << (qi + 1));
         let st = &mut self.stats.pipes[qi + 1];
         st.instructions += 1;
         st.busy_cycles += end_c - start;

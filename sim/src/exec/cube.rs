@@ -29,8 +29,10 @@ fn blocks(x: u16) -> u64 {
 pub(super) fn plan_load2d(f: &Load2d, ops: &Operands, to: Buffer) -> Plan {
     let [dst, src, _, _] = ops.regs;
     let n = u64::from(f.nfrac);
-    Plan {
-        accesses: vec![
+    Plan::new(
+        n * FRACTAL,
+        0,
+        &[
             Access {
                 buffer: Buffer::L1,
                 start: src,
@@ -48,9 +50,7 @@ pub(super) fn plan_load2d(f: &Load2d, ops: &Operands, to: Buffer) -> Plan {
                 write: true,
             },
         ],
-        work: n * FRACTAL,
-        gm_bytes: 0,
-    }
+    )
 }
 
 pub(super) fn load2d(
@@ -121,14 +121,14 @@ pub(super) fn plan_img2col(f: &Img2col, ops: &Operands) -> Result<Plan, Fault> {
     let g = geometry(f, ops)?;
     let [dst, src, _, _] = ops.regs;
     let out = u64::from(f.mfrac) * u64::from(f.kfrac) * FRACTAL;
-    Ok(Plan {
-        accesses: vec![
+    Ok(Plan::new(
+        out,
+        0,
+        &[
             Access::range(Buffer::L1, src, u64::from(f.c1) * g.h * g.w * 32, false),
             Access::range(Buffer::L0a, dst, out, true),
         ],
-        work: out,
-        gm_bytes: 0,
-    })
+    ))
 }
 
 pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result<(), Fault> {
@@ -173,15 +173,15 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
 pub(super) fn plan_mmad(f: &Mmad, ops: &Operands) -> Plan {
     let [c, a, b, _] = ops.regs;
     let (mb, kb, nb) = (blocks(f.m), blocks(f.k), blocks(f.n));
-    Plan {
-        accesses: vec![
+    Plan::new(
+        mb * kb * nb,
+        0,
+        &[
             Access::range(Buffer::L0a, a, mb * kb * FRACTAL, false),
             Access::range(Buffer::L0b, b, kb * nb * FRACTAL, false),
             Access::range(Buffer::L0c, c, mb * nb * FRACTAL_C, true),
         ],
-        work: mb * kb * nb,
-        gm_bytes: 0,
-    }
+    )
 }
 
 fn f16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
@@ -245,8 +245,10 @@ pub(super) fn plan_l0c_to_ub(f: &L0cToUb, ops: &Operands) -> Plan {
     let [dst, src, _, _] = ops.regs;
     let n = u64::from(f.nfrac);
     let out = 256 * out_size(f.ty);
-    Plan {
-        accesses: vec![
+    Plan::new(
+        n * FRACTAL_C,
+        0,
+        &[
             Access {
                 buffer: Buffer::L0c,
                 start: src,
@@ -264,9 +266,7 @@ pub(super) fn plan_l0c_to_ub(f: &L0cToUb, ops: &Operands) -> Plan {
                 write: true,
             },
         ],
-        work: n * FRACTAL_C,
-        gm_bytes: 0,
-    }
+    )
 }
 
 fn store_out(buf: &mut [u8], at: usize, ty: DType, mut v: f32, relu: bool) {
@@ -285,7 +285,7 @@ fn load_c(l0c: &[u8], at: usize) -> f32 {
 
 pub(super) fn l0c_to_ub(bufs: &mut Buffers, f: &L0cToUb, ops: &Operands) -> Result<(), Fault> {
     let plan = plan_l0c_to_ub(f, ops);
-    let (src, dst) = (plan.accesses[0], plan.accesses[1]);
+    let (src, dst) = (plan.accesses()[0], plan.accesses()[1]);
     let size = out_size(f.ty) as usize;
     let (l0c, ub) = bufs.pair_mut(Buffer::L0c, Buffer::Ub);
     for i in 0..src.count {
@@ -303,8 +303,10 @@ pub(super) fn plan_l0c_to_gm(f: &L0cToGm, ops: &Operands) -> Plan {
     let (m, n) = (u64::from(f.m), u64::from(f.n));
     let size = out_size(f.ty);
     let row = n * size;
-    Plan {
-        accesses: vec![
+    Plan::new(
+        m * row,
+        m * row.div_ceil(32) * 32,
+        &[
             Access::range(
                 Buffer::L0c,
                 src,
@@ -320,9 +322,7 @@ pub(super) fn plan_l0c_to_gm(f: &L0cToGm, ops: &Operands) -> Plan {
                 write: true,
             },
         ],
-        work: m * row,
-        gm_bytes: m * row.div_ceil(32) * 32,
-    }
+    )
 }
 
 pub(super) fn l0c_to_gm(

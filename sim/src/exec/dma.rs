@@ -26,8 +26,10 @@ pub(super) fn plan_burst(f: &Dma, ops: &Operands, from: Buffer, to: Buffer) -> R
     let src_stride = (u64::from(f.len) + u64::from(f.src_gap)) * BLOCK;
     let dst_stride = (u64::from(f.len) + u64::from(f.dst_gap)) * BLOCK;
     let bytes = n * len;
-    Ok(Plan {
-        accesses: vec![
+    Ok(Plan::new(
+        bytes,
+        bytes,
+        &[
             Access {
                 buffer: from,
                 start: src,
@@ -45,9 +47,7 @@ pub(super) fn plan_burst(f: &Dma, ops: &Operands, from: Buffer, to: Buffer) -> R
                 write: true,
             },
         ],
-        work: bytes,
-        gm_bytes: bytes,
-    })
+    ))
 }
 
 pub(super) fn burst(
@@ -62,9 +62,9 @@ pub(super) fn burst(
     copy_bursts(
         bufs,
         mem,
-        &plan.accesses[0],
-        &plan.accesses[1],
-        plan.accesses[0].burst,
+        &plan.accesses()[0],
+        &plan.accesses()[1],
+        plan.accesses()[0].burst,
     )
 }
 
@@ -143,15 +143,11 @@ pub(super) fn plan_pad(
         write: from == Buffer::Gm,
     };
     let accesses = if from == Buffer::Gm {
-        vec![gm(src), local(to, dst)]
+        [gm(src), local(to, dst)]
     } else {
-        vec![local(from, src), gm(dst)]
+        [local(from, src), gm(dst)]
     };
-    Ok(Plan {
-        accesses,
-        work: n * len,
-        gm_bytes: n * local_len,
-    })
+    Ok(Plan::new(n * len, n * local_len, &accesses))
 }
 
 pub(super) fn pad(
@@ -163,7 +159,7 @@ pub(super) fn pad(
     to: Buffer,
 ) -> Result<(), Fault> {
     let plan = plan_pad(f, ops, from, to)?;
-    let (src, dst) = (&plan.accesses[0], &plan.accesses[1]);
+    let (src, dst) = (&plan.accesses()[0], &plan.accesses()[1]);
     let len = u64::from(f.len);
     copy_bursts(bufs, mem, src, dst, len)?;
     if from == Buffer::Gm {
@@ -195,8 +191,10 @@ pub(super) fn plan_nd2nz(f: &Nd2Nz, ops: &Operands) -> Result<Plan, Fault> {
     }
     let col_blocks = cols.div_ceil(16);
     let l1_len = col_blocks * u64::from(f.dst_rows) * 32;
-    Ok(Plan {
-        accesses: vec![
+    Ok(Plan::new(
+        rows * cols * 2,
+        rows * round32(cols * 2),
+        &[
             Access {
                 buffer: Buffer::Gm,
                 start: src,
@@ -207,9 +205,7 @@ pub(super) fn plan_nd2nz(f: &Nd2Nz, ops: &Operands) -> Result<Plan, Fault> {
             },
             Access::range(Buffer::L1, dst, l1_len, true),
         ],
-        work: rows * cols * 2,
-        gm_bytes: rows * round32(cols * 2),
-    })
+    ))
 }
 
 pub(super) fn nd2nz(

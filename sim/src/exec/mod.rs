@@ -59,7 +59,7 @@ pub(crate) struct Operands {
 }
 
 /// A run of equally spaced bursts in one memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Access {
     pub buffer: Buffer,
     pub start: u64,
@@ -98,13 +98,33 @@ impl Access {
 }
 
 /// What an instruction touches and how much work it is.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Plan {
-    pub accesses: Vec<Access>,
+    slots: [Access; 4],
+    len: usize,
     /// Repeats (vector), fractal products (cube) or bytes moved (MTE1, L0C moves).
     pub work: u64,
     /// Bytes that cross the shared memory system, each burst rounded up to 32 bytes.
     pub gm_bytes: u64,
+}
+
+impl Plan {
+    /// A plan touching up to four memory ranges.
+    pub(crate) fn new(work: u64, gm_bytes: u64, accesses: &[Access]) -> Plan {
+        let mut slots = [Access::default(); 4];
+        slots[..accesses.len()].copy_from_slice(accesses);
+        Plan {
+            slots,
+            len: accesses.len(),
+            work,
+            gm_bytes,
+        }
+    }
+
+    /// The memory ranges.
+    pub(crate) fn accesses(&self) -> &[Access] {
+        &self.slots[..self.len]
+    }
 }
 
 /// Elements per vector repeat for an element size.
@@ -230,7 +250,7 @@ pub(crate) fn plan(instr: &Instruction, ops: &Operands, cfg: &ChipConfig) -> Res
         | Instruction::Nop(_)
         | Instruction::End(_) => Plan::default(),
     };
-    for a in &plan.accesses {
+    for a in plan.accesses() {
         if a.count > 0 && a.burst > 0 {
             align(a.buffer, a.start, cfg)?;
         }

@@ -76,11 +76,7 @@ fn enabled(mask: Mask, r: u64, i: u64, elems: u64) -> bool {
 }
 
 fn plan_of(work: u64, accesses: &[Access]) -> Plan {
-    Plan {
-        accesses: accesses.to_vec(),
-        work,
-        gm_bytes: 0,
-    }
+    Plan::new(work, 0, accesses)
 }
 
 pub(super) fn plan_bin(f: &VBin, ops: &Operands) -> Plan {

@@ -1,3 +1,6 @@
 //! gearsim end-to-end tests, one module per behaviour.
 
+mod determinism;
+mod emergent;
+mod faults;
 mod kernels;
