@@ -148,6 +148,11 @@ impl<S: TraceSink> Device<S> {
         Ok(self.chip.write_mem(ptr.0, data)?)
     }
 
+    /// Fills device memory with a byte value (zero time).
+    pub fn fill(&mut self, ptr: DevicePtr, len: u64, byte: u8) -> Result<(), DeviceError> {
+        Ok(self.chip.fill_mem(ptr.0, len, byte)?)
+    }
+
     /// Copies device memory to host bytes (zero time).
     pub fn read(&self, ptr: DevicePtr, buf: &mut [u8]) -> Result<(), DeviceError> {
         Ok(self.chip.read_mem(ptr.0, buf)?)

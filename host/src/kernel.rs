@@ -404,6 +404,20 @@ pub fn run_kernel<S: TraceSink>(
     for (i, a) in args.iter().enumerate() {
         match a {
             ArgSpec::Value(v) => values.push(*v),
+            ArgSpec::Buffer {
+                name,
+                init: BufferInit::Zeros(len),
+            } => {
+                // Zeros need no host copy: fill the device range directly.
+                let ptr = dev.alloc(*len)?;
+                dev.fill(ptr, *len, 0)?;
+                values.push(ptr.0);
+                buffers.push(ArgBuffer {
+                    name: name.clone(),
+                    ptr,
+                    len: *len,
+                });
+            }
             ArgSpec::Buffer { name, init } => {
                 let bytes = buffer_bytes(init).map_err(|message| RunError::Buffer {
                     index: i + 1,

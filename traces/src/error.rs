@@ -84,7 +84,24 @@ pub enum TraceError {
         /// The file.
         path: PathBuf,
     },
-    /// The checksum stored in the header does not match the file's contents.
+    /// The header checksum (offset 68) does not match the header's own bytes: the header is
+    /// damaged, so none of its fields (other than the magic and the major version, checked
+    /// before it) can be trusted.
+    #[error(
+        "{}: header checksum mismatch: header says {expected:#010x}, header bytes hash to \
+         {found:#010x} (the 96-byte header is damaged)",
+        path.display()
+    )]
+    HeaderChecksumMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The header checksum stored in the header.
+        expected: u32,
+        /// The header checksum of the header bytes actually present.
+        found: u32,
+    },
+    /// The body checksum stored in the header (offset 88) does not match the file's contents
+    /// after the header.
     #[error(
         "{}: checksum mismatch: header says {expected:#018x}, contents hash to {found:#018x}",
         path.display()
@@ -92,9 +109,9 @@ pub enum TraceError {
     ChecksumMismatch {
         /// The file.
         path: PathBuf,
-        /// The checksum stored in the header.
+        /// The body checksum stored in the header.
         expected: u64,
-        /// The checksum of the bytes actually present.
+        /// The checksum of the bytes actually present after the header.
         found: u64,
     },
     /// The file is structurally invalid; `what` says where and how.

@@ -37,6 +37,10 @@ pub const KIND_COUNTER: u8 = 3;
 /// Record kind byte of a flow arrow.
 pub const KIND_FLOW: u8 = 4;
 
+/// Byte range of the `header_checksum` field inside the header; these bytes count as zero when
+/// the header checksum is computed (see [`header_checksum`]).
+pub const HEADER_CHECKSUM_FIELD: std::ops::Range<usize> = 68..72;
+
 /// The checksum's starting value (the 64-bit FNV offset basis).
 pub const CHECKSUM_SEED: u64 = 0xcbf2_9ce4_8422_2325;
 /// The checksum's multiplier (the 64-bit FNV prime).
@@ -69,11 +73,13 @@ pub struct Header {
     pub strings_offset: u64,
     /// Number of strings.
     pub string_count: u32,
+    /// Checksum of the header itself (see [`header_checksum`]).
+    pub header_checksum: u32,
     /// Size of the string table in bytes.
     pub strings_bytes: u64,
     /// Size of the whole file in bytes.
     pub file_size: u64,
-    /// Checksum over bytes `[96, file_size)`.
+    /// Body checksum: the [`checksum`] of bytes `[96, file_size)`.
     pub checksum: u64,
 }
 
@@ -94,16 +100,17 @@ pub(crate) struct RawHeader {
     pub meta_offset: U64,
     pub strings_offset: U64,
     pub string_count: U32,
-    pub reserved: U32,
+    pub header_checksum: U32,
     pub strings_bytes: U64,
     pub file_size: U64,
     pub checksum: U64,
 }
 
 impl RawHeader {
-    /// The header a writer puts down first: magic and versions set, not complete, no content.
+    /// The header a writer puts down first: magic and versions set, not complete, no content,
+    /// and a valid header checksum (so that readers report it as an unfinished trace).
     pub(crate) fn placeholder() -> RawHeader {
-        RawHeader {
+        let mut header = RawHeader {
             magic: MAGIC,
             version_major: VERSION_MAJOR.into(),
             version_minor: VERSION_MINOR.into(),
@@ -117,11 +124,25 @@ impl RawHeader {
             meta_offset: 0.into(),
             strings_offset: 0.into(),
             string_count: 0.into(),
-            reserved: 0.into(),
+            header_checksum: 0.into(),
             strings_bytes: 0.into(),
             file_size: 0.into(),
             checksum: 0.into(),
-        }
+        };
+        header.seal();
+        header
+    }
+
+    /// The header checksum these header bytes should carry (the stored field is ignored).
+    pub(crate) fn computed_header_checksum(&self) -> u32 {
+        let mut bytes = [0u8; HEADER_SIZE as usize];
+        bytes.copy_from_slice(self.as_bytes());
+        header_checksum(&bytes)
+    }
+
+    /// Stores the header checksum of the current field values; call after the last field edit.
+    pub(crate) fn seal(&mut self) {
+        self.header_checksum = self.computed_header_checksum().into();
     }
 
     /// The header's fields as native integers.
@@ -139,6 +160,7 @@ impl RawHeader {
             meta_offset: self.meta_offset.get(),
             strings_offset: self.strings_offset.get(),
             string_count: self.string_count.get(),
+            header_checksum: self.header_checksum.get(),
             strings_bytes: self.strings_bytes.get(),
             file_size: self.file_size.get(),
             checksum: self.checksum.get(),
@@ -388,15 +410,26 @@ const _: () = assert!(size_of::<RawRecord>() == RECORD_SIZE as usize);
 const _: () = assert!(size_of::<RawLane>() == LANE_ENTRY_SIZE as usize);
 const _: () = assert!(size_of::<RawMeta>() == META_ENTRY_SIZE as usize);
 
-/// The file checksum over `body` (the bytes from offset 96 to the end of the file).
+/// The 64-bit checksum of `bytes`; the body checksum (header offset 88) is this over the bytes
+/// from offset 96 to the end of the file.
 ///
-/// The body is read as little-endian 64-bit words, the last one zero-padded;
+/// The bytes are read as little-endian 64-bit words, the last one zero-padded;
 /// `h = CHECKSUM_SEED`, then for every word `h = (h ^ w).wrapping_mul(CHECKSUM_PRIME)
-/// .rotate_left(29)`, and finally `h ^= body.len()`.
-pub fn checksum(body: &[u8]) -> u64 {
+/// .rotate_left(29)`, and finally `h ^= bytes.len()`.
+pub fn checksum(bytes: &[u8]) -> u64 {
     let mut c = Checksum::new();
-    c.update(body);
+    c.update(bytes);
     c.finish()
+}
+
+/// The header checksum (header offset 68) of a 96-byte header: [`checksum`], folded to 32
+/// bits by xor of its halves, over the header with the `header_checksum` field itself
+/// ([`HEADER_CHECKSUM_FIELD`]) taken as zero. Whatever that field holds does not matter.
+pub fn header_checksum(header: &[u8; HEADER_SIZE as usize]) -> u32 {
+    let mut bytes = *header;
+    bytes[HEADER_CHECKSUM_FIELD].fill(0);
+    let h = checksum(&bytes);
+    (h ^ (h >> 32)) as u32
 }
 
 /// The checksum computed incrementally over bytes that arrive in pieces of any size.
@@ -496,5 +529,31 @@ mod tests {
         // A partial word is zero-padded but the true length is mixed in at the end.
         let expected = ((CHECKSUM_SEED ^ 1).wrapping_mul(CHECKSUM_PRIME)).rotate_left(29) ^ 1;
         assert_eq!(checksum(&[1]), expected);
+    }
+
+    #[test]
+    fn header_checksum_ignores_its_own_field() {
+        let mut header = [0u8; HEADER_SIZE as usize];
+        header[..8].copy_from_slice(&MAGIC);
+        let sum = header_checksum(&header);
+        let h = checksum(&header);
+        assert_eq!(u64::from(sum), (h ^ (h >> 32)) & 0xffff_ffff);
+        header[HEADER_CHECKSUM_FIELD].copy_from_slice(&sum.to_le_bytes());
+        assert_eq!(header_checksum(&header), sum);
+        header[10] ^= 1;
+        assert_ne!(header_checksum(&header), sum);
+    }
+
+    #[test]
+    fn placeholder_is_sealed() {
+        let placeholder = RawHeader::placeholder();
+        assert_eq!(
+            placeholder.header_checksum.get(),
+            placeholder.computed_header_checksum()
+        );
+        assert_eq!(
+            &placeholder.as_bytes()[HEADER_CHECKSUM_FIELD],
+            &placeholder.header_checksum.get().to_le_bytes()
+        );
     }
 }

@@ -14,8 +14,8 @@
 //!   file: a 96-byte header, fixed 32-byte records streamed out as they arrive, then the lane,
 //!   metadata and string tables. The format is specified in `FORMAT.md` (next to this crate's
 //!   `Cargo.toml`) and implemented in [`format`](mod@format).
-//! - [`TraceFile`] maps a file (or takes a byte buffer), validates all of it including a
-//!   checksum, and then decodes records lazily.
+//! - [`TraceFile`] maps a file (or takes a byte buffer), validates all of it including the
+//!   header and body checksums, and then decodes records lazily.
 //! - [`export_perfetto`] streams a trace as Chrome / Perfetto JSON; [`summary`] and [`diff`]
 //!   compute per-lane busy time and compare two runs.
 //!

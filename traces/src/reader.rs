@@ -32,9 +32,10 @@ impl Backing {
 
 /// A validated `.gtrace` trace.
 ///
-/// [`TraceFile::open`] and [`TraceFile::from_bytes`] check every byte of the file (header,
-/// checksum, tables and every record) before returning, so the accessors never fail; records
-/// are decoded from the underlying bytes on demand by [`TraceFile::records`].
+/// [`TraceFile::open`] and [`TraceFile::from_bytes`] check every byte of the file (the header
+/// and its checksum, the body checksum, the tables and every record) before returning, so the
+/// accessors never fail; records are decoded from the underlying bytes on demand by
+/// [`TraceFile::records`].
 pub struct TraceFile {
     path: PathBuf,
     data: Backing,
@@ -197,6 +198,16 @@ impl TraceFile {
                 ),
             });
         }
+        // Only the magic and the major version are trusted before the header checksum: they
+        // decide whether this is a header of the kind this reader can check at all.
+        let computed = raw.computed_header_checksum();
+        if computed != h.header_checksum {
+            return Err(TraceError::HeaderChecksumMismatch {
+                path,
+                expected: h.header_checksum,
+                found: computed,
+            });
+        }
         let newer = h.version_minor > VERSION_MINOR;
         for (field, expected, found) in [
             ("header_size", HEADER_SIZE, h.header_size),
@@ -243,13 +254,6 @@ impl TraceFile {
                 ))
             });
         }
-        if raw.reserved.get() != 0 {
-            return Err(corrupt(format!(
-                "header reserved field at offset 68: expected 0, found {}",
-                raw.reserved.get()
-            )));
-        }
-
         // Section layout: records, lanes, meta, strings, back to back up to the end.
         let records_end = h
             .record_count
@@ -308,7 +312,7 @@ impl TraceFile {
             h.strings_offset.saturating_add(h.strings_bytes),
         )?;
 
-        // The checksum covers everything after the header.
+        // The body checksum covers everything after the header.
         let body = bytes.get(HEADER_SIZE as usize..).unwrap_or(&[]);
         let found = checksum(body);
         if found != h.checksum {

@@ -173,6 +173,7 @@ impl<W: Write + Seek> TraceWriter<W> {
         header.strings_bytes = strings_bytes.into();
         header.file_size = file_size.into();
         header.checksum = self.checksum.finish().into();
+        header.seal();
 
         let result = (|| {
             self.out.flush().map_err(|e| ("write", e))?;

@@ -300,8 +300,7 @@ impl AiCore {
 
     /// Runs every unit as far as it can; returns the end cycle if the block finished.
     pub(crate) fn advance<S: TraceSink>(&mut self, ctx: &mut Ctx<'_, S>) -> Res<Option<u64>> {
-        loop {
-            let Some(b) = self.block.as_mut() else { break };
+        while let Some(b) = self.block.as_mut() {
             if b.wake == 0 {
                 break;
             }

@@ -364,9 +364,7 @@ fn un_f(op: Un, x: f32) -> f32 {
     match op {
         Un::Abs => x.abs(),
         Un::Relu => {
-            if x > 0.0 {
-                x
-            } else if x.is_nan() {
+            if x > 0.0 || x.is_nan() {
                 x
             } else {
                 0.0
@@ -547,9 +545,7 @@ fn f32_to_f16(x: f32, mode: Round) -> f16 {
             );
             if dl < dh {
                 lo
-            } else if dh < dl {
-                hi
-            } else if x >= 0.0 {
+            } else if dh < dl || x >= 0.0 {
                 hi
             } else {
                 lo

@@ -4,3 +4,4 @@ mod determinism;
 mod emergent;
 mod faults;
 mod kernels;
+mod layering;

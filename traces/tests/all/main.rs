@@ -110,11 +110,21 @@ pub fn dir_listing(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-/// Rewrites the header checksum after a deliberate body edit, so that the structural
-/// validation (rather than the checksum) must catch the corruption.
+/// Rewrites both checksums (the body checksum, then the header checksum that covers it) after
+/// a deliberate edit, so that the structural validation (rather than a checksum) must catch the
+/// corruption.
 pub fn fix_checksum(bytes: &mut [u8]) {
     let sum = gearsim_traces::format::checksum(&bytes[96..]);
     bytes[88..96].copy_from_slice(&sum.to_le_bytes());
+    fix_header_checksum(bytes);
+}
+
+/// Rewrites only the header checksum after a deliberate header edit, leaving the body checksum
+/// field as it is.
+pub fn fix_header_checksum(bytes: &mut [u8]) {
+    let header: &[u8; 96] = bytes[..96].try_into().unwrap();
+    let sum = gearsim_traces::format::header_checksum(header);
+    bytes[68..72].copy_from_slice(&sum.to_le_bytes());
 }
 
 /// Reads a little-endian u64 header field.

@@ -248,7 +248,7 @@ fn empty_trace_matches_the_example_in_format_md() {
     let hex = "
         47 45 41 52 54 52 43 00  01 00 00 00  60 00 00 00  20 00 00 00  01 00 00 00
         00 00 00 00 00 00 00 00  60 00 00 00 00 00 00 00  00 00 00 00  00 00 00 00
-        60 00 00 00 00 00 00 00  60 00 00 00 00 00 00 00  01 00 00 00  00 00 00 00
+        60 00 00 00 00 00 00 00  60 00 00 00 00 00 00 00  01 00 00 00  a9 61 67 b3
         04 00 00 00 00 00 00 00  64 00 00 00 00 00 00 00  ad 77 ec f5 fb 36 c0 90
         00 00 00 00";
     let expected: Vec<u8> = hex
@@ -256,6 +256,29 @@ fn empty_trace_matches_the_example_in_format_md() {
         .map(|b| u8::from_str_radix(b, 16).unwrap())
         .collect();
     assert_eq!(write_trace(|_| {}), expected);
+}
+
+#[test]
+fn format_md_example_is_what_the_writer_writes() {
+    // Parse the dump in FORMAT.md, "Example" itself: `offset  bytes...  description` per line.
+    let doc = include_str!("../../FORMAT.md");
+    let example = doc.split("## Example").nth(1).unwrap();
+    let dump = example.split("```text").nth(1).unwrap();
+    let dump = dump.split("```").next().unwrap();
+    let mut bytes = Vec::new();
+    for line in dump.lines().filter(|l| !l.trim().is_empty()) {
+        let mut tokens = line.split_whitespace();
+        let offset = usize::from_str_radix(tokens.next().unwrap(), 16).unwrap();
+        assert_eq!(offset, bytes.len(), "offset of line {line:?}");
+        let is_byte = |t: &&str| t.len() == 2 && t.chars().all(|c| c.is_ascii_hexdigit());
+        bytes.extend(
+            tokens
+                .take_while(is_byte)
+                .map(|t| u8::from_str_radix(t, 16).unwrap()),
+        );
+    }
+    assert_eq!(bytes.len(), 100);
+    assert_eq!(write_trace(|_| {}), bytes);
 }
 
 #[test]
@@ -274,6 +297,12 @@ fn header_describes_the_layout() {
     assert_eq!(h.strings_offset + h.strings_bytes, h.file_size);
     assert_eq!(h.file_size, bytes.len() as u64);
     assert_eq!(h.checksum, gearsim_traces::format::checksum(&bytes[96..]));
+    let header: &[u8; 96] = bytes[..96].try_into().unwrap();
+    assert_eq!(
+        h.header_checksum,
+        gearsim_traces::format::header_checksum(header)
+    );
+    assert_eq!(&bytes[68..72], &h.header_checksum.to_le_bytes());
     assert_eq!(&bytes[..8], b"GEARTRC\0");
     assert_eq!(trace.meta_value("chip"), Some("demo \"npu\""));
     assert_eq!(trace.meta_value("nope"), None);

@@ -1,0 +1,292 @@
+//! The command line as a user meets it: successful runs print what they promise, bad input
+//! exits 1 with a message naming the problem, and errors never clobber existing files.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn gearsim(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gearsim"))
+        .args(args)
+        .output()
+        .expect("run gearsim")
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/kernels")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cli");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+#[test]
+fn kernel_run_reports_cycles_time_and_busy_percent_per_pipe() {
+    let trace = scratch("vadd.gtrace");
+    let out_dir = scratch("vadd_out");
+    let o = gearsim(&[
+        "kernel",
+        "run",
+        &example("vadd_f16_db.s"),
+        "--soc_version",
+        "Ascend910",
+        "--block_dim",
+        "8",
+        "--args",
+        "x=seq:f16:256k,y=fill:f16:256k:1,z=zeros:512k,256k",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--output_dir",
+        out_dir.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stdout.contains(
+            "kernel vadd_f16_db on ascend910 (32 cores @ 1000 MHz), block_dim 8, full mode"
+        ),
+        "{stdout}"
+    );
+    assert!(stdout.contains("total cycles: "), "{stdout}");
+    for lane in ["SCALAR", "VECTOR", "CUBE", "MTE1", "MTE2", "MTE3", "FIXP"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.trim_start().starts_with(lane) && l.ends_with('%')),
+            "{lane} missing:\n{stdout}"
+        );
+    }
+    // z = x + 1 for x = 0, 1, 2, ... (exact in fp16 up to 2048).
+    let z = std::fs::read(out_dir.join("z.bin")).unwrap();
+    let first: Vec<f32> = z
+        .chunks_exact(2)
+        .take(100)
+        .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+        .collect();
+    assert_eq!(first, (0..100).map(|i| i as f32 + 1.0).collect::<Vec<_>>());
+    // The trace exports to JSON that parses.
+    let json = scratch("vadd.json");
+    let o = gearsim(&[
+        "trace",
+        "export",
+        trace.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["name"] == "vadd.f16" && e["ph"] == "X")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["name"] == "thread_name" && e["args"]["name"] == "MTE2")
+    );
+    let o = gearsim(&["trace", "summary", trace.to_str().unwrap()]);
+    assert!(o.status.success());
+    assert!(text(&o).0.contains("core0"));
+}
+
+#[test]
+fn timing_only_run_has_the_same_cycles() {
+    let args = [
+        "kernel",
+        "run",
+        &example("mmad_loop.s"),
+        "--args",
+        "zeros:64k,zeros:64k,zeros:32k,4",
+    ];
+    let full = text(&gearsim(&args)).0;
+    let mut t = args.to_vec();
+    t.push("--timing_only");
+    let timing = text(&gearsim(&t)).0;
+    let cycles = |s: &str| {
+        s.lines()
+            .find(|l| l.starts_with("total cycles"))
+            .map(str::to_string)
+    };
+    assert!(cycles(&full).is_some());
+    assert_eq!(cycles(&full), cycles(&timing));
+}
+
+#[test]
+fn malformed_assembly_names_file_line_and_column() {
+    let src = scratch("bad.s");
+    std::fs::write(&src, "movi x1, 1\n  vadd.f16 x1, x2\nend\n").unwrap();
+    let o = gearsim(&["kernel", "run", src.to_str().unwrap()]);
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}:2:18: `vadd` expects 3 operand(s) (dst, src0, src1), found 2",
+            src.display()
+        )),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn bad_inputs_exit_1_with_the_problem_named() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["kernel", "run", "/nonexistent/k.s"],
+            "cannot read /nonexistent/k.s",
+        ),
+        (
+            &[
+                "kernel",
+                "run",
+                &example("dma_stream.s"),
+                "--soc_version",
+                "ascend999",
+            ],
+            "unknown soc_version `ascend999` (expected one of: ascend910, ascend310p)",
+        ),
+        (
+            &[
+                "kernel",
+                "run",
+                &example("dma_stream.s"),
+                "--args",
+                "x=rand:f64:4",
+            ],
+            "--args item 1 `x=rand:f64:4`: unknown element type `f64`",
+        ),
+        (
+            &[
+                "kernel",
+                "run",
+                &example("dma_stream.s"),
+                "--block_dim",
+                "0",
+            ],
+            "block_dim 0 is outside [1, 65535]",
+        ),
+        (
+            &[
+                "kernel",
+                "run",
+                &example("dma_stream.s"),
+                "--args",
+                "0x7ffffff000,1m",
+            ],
+            "memory fault: core 0 MTE2 pc",
+        ),
+        (
+            &[
+                "kernel",
+                "run",
+                &example("dma_stream.s"),
+                "--clock_mhz",
+                "0",
+            ],
+            "`core.clock_mhz` = 0",
+        ),
+        (
+            &["trace", "summary", "/nonexistent/t.gtrace"],
+            "/nonexistent/t.gtrace",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = gearsim(args);
+        let (_, stderr) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(want),
+            "{args:?}: expected `{want}` in:\n{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_corrupt_trace_is_refused_and_leaves_the_output_file_alone() {
+    let bad = scratch("corrupt.gtrace");
+    std::fs::write(&bad, b"GEARTRC\0 this is not a trace").unwrap();
+    let out = scratch("keep.json");
+    std::fs::write(&out, "precious").unwrap();
+    let o = gearsim(&[
+        "trace",
+        "export",
+        bad.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).1.contains(bad.to_str().unwrap()));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "precious");
+}
+
+#[test]
+fn asm_and_disasm_round_trip() {
+    let bin = scratch("mmad.bin");
+    let o = gearsim(&[
+        "kernel",
+        "asm",
+        &example("mmad_loop.s"),
+        "-o",
+        bin.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o).1);
+    let dis = text(&gearsim(&["kernel", "disasm", bin.to_str().unwrap()])).0;
+    let again = scratch("mmad_again.s");
+    std::fs::write(&again, &dis).unwrap();
+    let bin2 = scratch("mmad2.bin");
+    assert!(
+        gearsim(&[
+            "kernel",
+            "asm",
+            again.to_str().unwrap(),
+            "-o",
+            bin2.to_str().unwrap()
+        ])
+        .status
+        .success()
+    );
+    assert_eq!(std::fs::read(&bin).unwrap(), std::fs::read(&bin2).unwrap());
+    // A truncated binary is a decode error naming the length.
+    std::fs::write(&bin2, &std::fs::read(&bin).unwrap()[..40]).unwrap();
+    let o = gearsim(&["kernel", "disasm", bin2.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o)
+            .1
+            .contains("program is 40 bytes, not a multiple of the 16-byte instruction word")
+    );
+}
+
+#[test]
+fn demo_runs_and_checks_its_results() {
+    let trace = scratch("demo.gtrace");
+    let o = gearsim(&["demo", "--trace", trace.to_str().unwrap()]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(stdout.contains("sums equal the fp16 reference"), "{stdout}");
+    assert!(trace.exists());
+}
+
+#[test]
+fn isa_reference_matches_the_committed_file() {
+    let o = gearsim(&["isa", "reference"]);
+    let committed =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../isa/ISA.md"))
+            .unwrap();
+    assert_eq!(text(&o).0, committed);
+}

@@ -1,0 +1,3 @@
+//! Tests of the `gearsim` binary: outputs, exit codes and file handling.
+
+mod cli;
