@@ -355,7 +355,7 @@ impl<S: TraceSink> Chip<S> {
                 Event::BlockStart { core } => self.block_start(core),
                 Event::DmaStart { core, queue } => self.dma_start(core, queue),
                 Event::MemoryCheck { generation } => {
-                    if generation == self.hbm.generation {
+                    if self.hbm.take_check(generation) {
                         self.memory_check()
                     } else {
                         Ok(())

@@ -50,7 +50,9 @@ pub(crate) struct Hbm {
     groups: Vec<Group>,
     next_id: u64,
     last: Tick,
-    pub(crate) generation: u64,
+    generation: u64,
+    /// When the pending completion check fires (if one is pending).
+    scheduled: Option<Tick>,
     /// Total bytes read and written since the chip was built.
     pub(crate) bytes_read: u64,
     pub(crate) bytes_written: u64,
@@ -64,6 +66,7 @@ impl Hbm {
             next_id: 0,
             last: Tick::ZERO,
             generation: 0,
+            scheduled: None,
             bytes_read: 0,
             bytes_written: 0,
         }
@@ -125,11 +128,22 @@ impl Hbm {
         g.writes += u64::from(write);
     }
 
+    /// Whether a completion check with this generation is the pending one (it is then
+    /// consumed); stale checks are ignored.
+    pub(crate) fn take_check(&mut self, generation: u64) -> bool {
+        if generation == self.generation && self.scheduled.is_some() {
+            self.scheduled = None;
+            true
+        } else {
+            false
+        }
+    }
+
     /// Re-divides the bandwidth (water-filling over groups in ascending cap order) and returns
-    /// when the next transfer will finish, with a new generation number that invalidates
-    /// earlier checks.
+    /// a completion check to schedule, if the pending one does not already come first: a check
+    /// that fires early finds nothing finished and simply reschedules, so only an earlier
+    /// next completion needs a new event (and a new generation that retires the old one).
     pub(crate) fn reschedule(&mut self, now: Tick) -> Option<(Tick, u64)> {
-        self.generation += 1;
         let mut n: u64 = self.groups.iter().map(|g| g.members.len() as u64).sum();
         if n == 0 {
             return None;
@@ -147,12 +161,21 @@ impl Hbm {
             left = left.saturating_sub(g.rate * len);
             n -= len;
             let remaining = g.members[0].finish - g.served;
-            next = next.min(remaining.div_ceil(u128::from(g.rate)));
+            let finish = match u64::try_from(remaining) {
+                Ok(r) => u128::from(r.div_ceil(g.rate)),
+                Err(_) => remaining.div_ceil(u128::from(g.rate)),
+            };
+            next = next.min(finish);
         }
         let at = Tick(
             now.0
                 .saturating_add(u64::try_from(next).unwrap_or(u64::MAX)),
         );
+        if self.scheduled.is_some_and(|s| s <= at) {
+            return None;
+        }
+        self.generation += 1;
+        self.scheduled = Some(at);
         Some((at, self.generation))
     }
 
@@ -206,7 +229,10 @@ mod tests {
             done.iter().map(|(_, o)| o.core).collect::<Vec<_>>(),
             vec![0, 1]
         );
-        // The survivor now gets its cap-limited fair share of everything: 100 B/s.
+        // The pending check fired; the survivor now gets its cap-limited fair share of
+        // everything: 100 B/s.
+        let generation = h.generation;
+        assert!(h.take_check(generation));
         let (at2, _) = h.reschedule(at).unwrap();
         assert_eq!(h.rates(), (100, 0));
         assert_eq!(at2, Tick(at.0 + 4_500_000_000_000)); // 450 bytes left at 100 B/s

@@ -65,6 +65,9 @@ impl Add for Tick {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Clock {
     khz: u64,
+    /// The period in picoseconds when it is a whole number (1 GHz: 1000), which makes both
+    /// conversions a single 64-bit multiply or divide.
+    period_ps: Option<u64>,
 }
 
 const PS_PER_KHZ_CYCLE: u128 = 1_000_000_000; // 1 / 1 kHz = 1e9 ps
@@ -72,9 +75,10 @@ const PS_PER_KHZ_CYCLE: u128 = 1_000_000_000; // 1 / 1 kHz = 1e9 ps
 impl Clock {
     /// A clock of `mhz` megahertz.
     pub fn from_mhz(mhz: u64) -> Clock {
-        Clock {
-            khz: mhz.max(1) * 1000,
-        }
+        let khz = mhz.max(1) * 1000;
+        let period_ps = (PS_PER_KHZ_CYCLE % u128::from(khz) == 0)
+            .then(|| u64::try_from(PS_PER_KHZ_CYCLE / u128::from(khz)).unwrap_or(u64::MAX));
+        Clock { khz, period_ps }
     }
 
     /// Frequency in hertz.
@@ -84,19 +88,56 @@ impl Clock {
 
     /// The tick at which cycle `c` starts. Rounds up, so the tick never precedes the edge.
     pub fn tick(self, c: Cycles) -> Tick {
+        if let Some(p) = self.period_ps {
+            if let Some(ps) = c.0.checked_mul(p) {
+                return Tick(ps);
+            }
+        }
         let ps = (u128::from(c.0) * PS_PER_KHZ_CYCLE).div_ceil(u128::from(self.khz));
         Tick(u64::try_from(ps).unwrap_or(u64::MAX))
     }
 
-    /// The first cycle edge at or after tick `t` (gem5's `clockEdge`). Rounds up, so
-    /// `cycle_at_or_after(tick(c)) == c` for every `c`.
+    /// The first cycle whose edge ([`Clock::tick`]) is at or after tick `t` (gem5's
+    /// `clockEdge`), so `cycle_at_or_after(tick(c)) == c` for every `c`.
     pub fn cycle_at_or_after(self, t: Tick) -> Cycles {
-        let c = (u128::from(t.0) * u128::from(self.khz)).div_ceil(PS_PER_KHZ_CYCLE);
+        if let Some(p) = self.period_ps {
+            return Cycles(t.0.div_ceil(p));
+        }
+        if t.0 == 0 {
+            return Cycles(0);
+        }
+        // The smallest c with ceil(c * 1e9 / khz) >= t, i.e. c * 1e9 / khz > t - 1.
+        let c = u128::from(t.0 - 1) * u128::from(self.khz) / PS_PER_KHZ_CYCLE + 1;
         Cycles(u64::try_from(c).unwrap_or(u64::MAX))
     }
 
     /// Bytes per second of a rate given in bytes per cycle (exact).
     pub fn bytes_per_second(self, bytes_per_cycle: u64) -> u64 {
         bytes_per_cycle * self.hz()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversions_round_up_and_invert() {
+        for mhz in [1000, 1080, 1800, 3] {
+            let clock = Clock::from_mhz(mhz);
+            for c in [0u64, 1, 2, 999, 1_000_001, 123_456_789_012] {
+                let t = clock.tick(Cycles(c));
+                assert_eq!(
+                    clock.cycle_at_or_after(t),
+                    Cycles(c),
+                    "{mhz} MHz, cycle {c}"
+                );
+                // The tick is the first picosecond at or after the exact edge.
+                let exact = u128::from(c) * 1_000_000 / u128::from(mhz);
+                assert!(u128::from(t.0) >= exact && u128::from(t.0) <= exact + 1);
+            }
+        }
+        assert_eq!(Clock::from_mhz(1000).tick(Cycles(7)), Tick(7000));
+        assert_eq!(Clock::from_mhz(1080).tick(Cycles(1)), Tick(926));
     }
 }

@@ -28,7 +28,7 @@ struct Workload {
     check: fn(&Prepared),
 }
 
-const VADD_N: usize = 1 << 22;
+const VADD_N: usize = 1 << 24;
 
 fn vadd() -> Prepared {
     let mut dev = device("ascend910", NullSink);
@@ -37,18 +37,29 @@ fn vadd() -> Prepared {
     let y = upload(&mut dev, &f16_bytes(&rng.f16s(VADD_N, -8.0, 8.0)));
     let z = dev.alloc(2 * VADD_N as u64).unwrap();
     let kernel = dev.load_kernel(example_kernel("vadd_f16_db")).unwrap();
-    Prepared { dev, kernel, block_dim: 32, args: vec![x.0, y.0, z.0, VADD_N as u64] }
+    Prepared {
+        dev,
+        kernel,
+        block_dim: 32,
+        args: vec![x.0, y.0, z.0, VADD_N as u64],
+    }
 }
 
 fn check_vadd(p: &Prepared) {
     let read = |ptr: u64| {
         let mut b = vec![0u8; 2 * VADD_N];
-        p.dev.read(gearsim_firmware::DevicePtr(ptr), &mut b).unwrap();
+        p.dev
+            .read(gearsim_firmware::DevicePtr(ptr), &mut b)
+            .unwrap();
         f16_from_bytes(&b)
     };
     let (x, y, z) = (read(p.args[0]), read(p.args[1]), read(p.args[2]));
     for i in (0..VADD_N).step_by(997) {
-        assert_eq!(z[i], f16::from_f32(x[i].to_f32() + y[i].to_f32()), "vadd element {i}");
+        assert_eq!(
+            z[i],
+            f16::from_f32(x[i].to_f32() + y[i].to_f32()),
+            "vadd element {i}"
+        );
     }
 }
 
@@ -58,53 +69,97 @@ fn mmad() -> Prepared {
     let b = upload(&mut dev, &f16_bytes(&Rng::new(3).f16s(32768, -1.0, 1.0)));
     let c = dev.alloc(32 * 32768).unwrap();
     let kernel = dev.load_kernel(example_kernel("mmad_loop")).unwrap();
-    Prepared { dev, kernel, block_dim: 32, args: vec![a.0, b.0, c.0, 16] }
+    Prepared {
+        dev,
+        kernel,
+        block_dim: 32,
+        args: vec![a.0, b.0, c.0, 64],
+    }
 }
 
 fn check_mmad(p: &Prepared) {
     let mut out = vec![0u8; 32768];
-    p.dev.read(gearsim_firmware::DevicePtr(p.args[2]), &mut out).unwrap();
-    assert!(f16_from_bytes(&out).iter().any(|v| v.to_f32() != 0.0), "mmad produced only zeros");
+    p.dev
+        .read(gearsim_firmware::DevicePtr(p.args[2]), &mut out)
+        .unwrap();
+    assert!(
+        f16_from_bytes(&out).iter().any(|v| v.to_f32() != 0.0),
+        "mmad produced only zeros"
+    );
 }
 
 fn dma() -> Prepared {
     let mut dev = device("ascend910", NullSink);
-    let total = 32u64 << 20;
+    let total = 256u64 << 20;
     let src = dev.alloc(total).unwrap();
     let kernel = dev.load_kernel(example_kernel("dma_stream")).unwrap();
-    Prepared { dev, kernel, block_dim: 32, args: vec![src.0, total] }
+    Prepared {
+        dev,
+        kernel,
+        block_dim: 32,
+        args: vec![src.0, total],
+    }
 }
 
 fn check_nothing(_: &Prepared) {}
 
 const WORKLOADS: &[Workload] = &[
-    Workload { name: "vadd_f16_db x32", prepare: vadd, check: check_vadd },
-    Workload { name: "mmad_loop x32", prepare: mmad, check: check_mmad },
-    Workload { name: "dma_stream x32", prepare: dma, check: check_nothing },
+    Workload {
+        name: "vadd_f16_db x32",
+        prepare: vadd,
+        check: check_vadd,
+    },
+    Workload {
+        name: "mmad_loop x32",
+        prepare: mmad,
+        check: check_mmad,
+    },
+    Workload {
+        name: "dma_stream x32",
+        prepare: dma,
+        check: check_nothing,
+    },
 ];
 
 fn run(p: &mut Prepared, mode: ExecMode) -> (u64, u64) {
     let r = p.dev.launch(p.kernel, p.block_dim, &p.args, mode).unwrap();
-    let cycles = p.dev.chip().clock().cycle_at_or_after(r.end).0 - p.dev.chip().clock().cycle_at_or_after(r.first_start).0;
+    let cycles = p.dev.chip().clock().cycle_at_or_after(r.end).0
+        - p.dev.chip().clock().cycle_at_or_after(r.first_start).0;
     (r.instructions(), cycles)
 }
 
 fn sim_speed(c: &mut Criterion) {
     for w in WORKLOADS {
-        for (mode, label) in [(ExecMode::Full, "full"), (ExecMode::TimingOnly, "timing-only")] {
+        for (mode, label) in [
+            (ExecMode::Full, "full"),
+            (ExecMode::TimingOnly, "timing-only"),
+        ] {
             let mut p = (w.prepare)();
             let (instrs, cycles) = run(&mut p, mode);
             if mode == ExecMode::Full {
                 (w.check)(&p);
             }
-            println!("{} {label}: {instrs} instructions, {cycles} chip cycles per run", w.name);
+            println!(
+                "{} {label}: {instrs} instructions, {cycles} chip cycles per run",
+                w.name
+            );
             let id = format!("{} {label}", w.name);
             for (group, amount) in [("instructions", instrs), ("cycles", cycles)] {
                 let mut g = c.benchmark_group(format!("sim_speed/{group}"));
-                g.sample_size(10).warm_up_time(Duration::from_millis(500)).measurement_time(Duration::from_secs(3));
+                g.sample_size(10)
+                    .warm_up_time(Duration::from_millis(500))
+                    .measurement_time(Duration::from_secs(3));
                 g.throughput(Throughput::Elements(amount));
                 g.bench_function(&id, |b| {
-                    b.iter_batched(w.prepare, |mut p| run(&mut p, mode), BatchSize::PerIteration)
+                    // Return the prepared device so that freeing it is not timed.
+                    b.iter_batched(
+                        w.prepare,
+                        |mut p| {
+                            run(&mut p, mode);
+                            p
+                        },
+                        BatchSize::PerIteration,
+                    )
                 });
                 g.finish();
             }

@@ -17,24 +17,57 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ("gearsim-isa", &[]),
     ("gearsim-traces", &["gearsim-isa"]),
     ("gearsim-sim", &["gearsim-isa", "gearsim-traces"]),
-    ("gearsim-firmware", &["gearsim-isa", "gearsim-traces", "gearsim-sim"]),
-    ("gearsim-host", &["gearsim-isa", "gearsim-traces", "gearsim-sim", "gearsim-firmware"]),
-    ("gearsim-tests", &["gearsim-isa", "gearsim-traces", "gearsim-sim", "gearsim-firmware", "gearsim-host"]),
+    (
+        "gearsim-firmware",
+        &["gearsim-isa", "gearsim-traces", "gearsim-sim"],
+    ),
+    (
+        "gearsim-host",
+        &[
+            "gearsim-isa",
+            "gearsim-traces",
+            "gearsim-sim",
+            "gearsim-firmware",
+        ],
+    ),
+    (
+        "gearsim-tests",
+        &[
+            "gearsim-isa",
+            "gearsim-traces",
+            "gearsim-sim",
+            "gearsim-firmware",
+            "gearsim-host",
+        ],
+    ),
 ];
 
 /// External crates a layer must not use, and why.
 const FORBIDDEN_EXTERNAL: &[(&str, &str, &str)] = &[
     ("gearsim-isa", "memmap2", "isa knows nothing of files"),
-    ("gearsim-isa", "toml", "isa knows nothing of files or configuration"),
+    (
+        "gearsim-isa",
+        "toml",
+        "isa knows nothing of files or configuration",
+    ),
     ("gearsim-isa", "serde_json", "isa knows nothing of files"),
     ("gearsim-sim", "memmap2", "sim does no file IO"),
-    ("gearsim-sim", "serde_json", "only traces serialises trace data"),
-    ("gearsim-firmware", "memmap2", "firmware runs on the chip and reads no files"),
+    (
+        "gearsim-sim",
+        "serde_json",
+        "only traces serialises trace data",
+    ),
+    (
+        "gearsim-firmware",
+        "memmap2",
+        "firmware runs on the chip and reads no files",
+    ),
 ];
 
 fn manifests() -> BTreeMap<String, (String, toml::Table)> {
     let root = workspace_root();
-    let ws: toml::Table = toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap()).unwrap();
+    let ws: toml::Table =
+        toml::from_str(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap()).unwrap();
     let members = ws["workspace"]["members"].as_array().unwrap();
     members
         .iter()
@@ -49,7 +82,11 @@ fn manifests() -> BTreeMap<String, (String, toml::Table)> {
 }
 
 fn deps(table: &toml::Table, section: &str) -> Vec<String> {
-    table.get(section).and_then(|d| d.as_table()).map(|d| d.keys().cloned().collect()).unwrap_or_default()
+    table
+        .get(section)
+        .and_then(|d| d.as_table())
+        .map(|d| d.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 #[test]
@@ -57,18 +94,27 @@ fn every_crate_is_in_the_layer_table() {
     let found: Vec<String> = manifests().into_keys().collect();
     let mut known: Vec<String> = ALLOWED.iter().map(|(n, _)| n.to_string()).collect();
     known.sort();
-    assert_eq!(found, known, "workspace members and the layering table disagree");
+    assert_eq!(
+        found, known,
+        "workspace members and the layering table disagree"
+    );
 }
 
 #[test]
 fn no_dependency_edge_that_the_design_forbids() {
     let mut violations = Vec::new();
     for (name, (_, table)) in manifests() {
-        let allowed = ALLOWED.iter().find(|(n, _)| *n == name).map(|(_, a)| *a).unwrap_or(&[]);
+        let allowed = ALLOWED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| *a)
+            .unwrap_or(&[]);
         for section in ["dependencies", "build-dependencies"] {
             for dep in deps(&table, section) {
                 if dep.starts_with("gearsim-") && !allowed.contains(&dep.as_str()) {
-                    violations.push(format!("{name} depends on {dep} ({section}): not allowed by DESIGN.md §1"));
+                    violations.push(format!(
+                        "{name} depends on {dep} ({section}): not allowed by DESIGN.md §1"
+                    ));
                 }
                 for (crate_name, ext, why) in FORBIDDEN_EXTERNAL {
                     if *crate_name == name && dep == *ext {
@@ -78,7 +124,11 @@ fn no_dependency_edge_that_the_design_forbids() {
             }
         }
     }
-    assert!(violations.is_empty(), "layering violations:\n{}", violations.join("\n"));
+    assert!(
+        violations.is_empty(),
+        "layering violations:\n{}",
+        violations.join("\n")
+    );
 }
 
 /// `host::compiler` produces bytes and never runs the chip: its sources may use `isa` and
@@ -100,7 +150,9 @@ fn host_compiler_uses_only_isa_and_traces() {
 }
 
 fn visit(dir: &Path, f: &mut dyn FnMut(&Path, &str)) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() {
