@@ -243,7 +243,7 @@ fn buffer_bytes(init: &BufferInit) -> Result<Vec<u8>, String> {
             Ok(vec![0; *n as usize])
         }
         BufferInit::Random { ty, count, seed } => {
-            let mut state = *seed ^ 0x5eed_0f_9ea5_51u64;
+            let mut state = *seed ^ 0x5eed_0f9e_a551_u64;
             let float = matches!(ty, ElemType::F16 | ElemType::F32);
             generated(*ty, *count, &mut |_| {
                 state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);

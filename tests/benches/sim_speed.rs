@@ -4,6 +4,9 @@
 //! chip cycles/s (cycles of the chip clock, not summed over cores) in the `cycles` group.
 //! Every workload's result is checked before it is timed.
 
+// Tests unwrap freely: a failed unwrap is a failed test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};

@@ -1,3 +1,6 @@
 //! Tests of the `gearsim` binary: outputs, exit codes and file handling.
 
+// Tests unwrap freely: a failed unwrap is a failed test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod cli;

@@ -1,5 +1,8 @@
 //! Integration tests of the instruction set: round trips, table consistency, error messages.
 
+// Tests unwrap freely: a failed unwrap is a failed test with its message.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod arbitrary;
 mod assembler_errors;
 mod reference_doc;

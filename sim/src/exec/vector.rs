@@ -510,6 +510,11 @@ fn f32_to_f16(x: f32, mode: Round) -> f16 {
     if x.is_nan() || near.to_f32() == x || mode == Round::Rint {
         return near;
     }
+    // The two to-nearest modes differ only on ties between two finite values; both overflow to
+    // infinity from the same threshold (65520, halfway to 2^16), as IEEE 754 requires.
+    if mode == Round::Round && near.is_infinite() {
+        return near;
+    }
     let next = |h: f16, up: bool| -> f16 {
         let b = h.to_bits();
         let (neg, mag) = (b & 0x8000 != 0, b & 0x7fff);
@@ -578,11 +583,10 @@ pub(super) fn conv(bufs: &mut Buffers, f: &VConv, ops: &Operands) -> Result<(), 
             match f.dst_ty {
                 DType::F32 => st_f(ub, pd, DType::F32, x as f32),
                 DType::F16 => {
-                    let h = if f.src_ty == DType::F32 {
-                        f32_to_f16(x as f32, f.round)
-                    } else {
-                        f16::from_f64(x)
-                    };
+                    // Both sources (f32, i32) narrow in the requested rounding mode. An i32 goes
+                    // through f32 first: exact up to 2^24, and beyond that both values lie far
+                    // outside the f16 range, where every mode gives the same result.
+                    let h = f32_to_f16(x as f32, f.round);
                     ub[pd..pd + 2].copy_from_slice(&h.to_bits().to_le_bytes());
                 }
                 DType::I32 => st_i(ub, pd, DType::I32, i64::from(to_i32(x, f.round))),
@@ -773,6 +777,9 @@ mod tests {
         let tie = 1.0f32 + 2f32.powi(-11);
         assert_eq!(f32_to_f16(tie, Round::Rint).to_f32(), 1.0);
         assert_eq!(f32_to_f16(tie, Round::Round).to_f32(), 1.0 + 2f32.powi(-10));
+        assert_eq!(f32_to_f16(65520.0, Round::Round), f16::INFINITY);
+        assert_eq!(f32_to_f16(-70000.0, Round::Round), f16::NEG_INFINITY);
+        assert_eq!(f32_to_f16(70000.0, Round::Trunc), f16::MAX);
         assert_eq!(to_i32(2.5, Round::Rint), 2);
         assert_eq!(to_i32(-2.5, Round::Round), -3);
         assert_eq!(to_i32(1e20, Round::Trunc), i32::MAX);

@@ -4,7 +4,6 @@
 use gearsim_firmware::DeviceError;
 use gearsim_isa::Pipe;
 use gearsim_sim::{Buffer, ChipConfig, ExecMode, StopReason};
-use gearsim_tests::*;
 use gearsim_traces::NullSink;
 
 fn run_on(cfg: ChipConfig, src: &str, args: &[u64], mode: ExecMode) -> StopReason {
