@@ -15,13 +15,15 @@ pub(crate) mod buffers;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use gearsim_isa::{FMatrix, Flag, Instruction, Pipe, SReg, SType, Space, TimingClass};
+use gearsim_isa::{
+    FMatrix, Flag, Instruction, Pipe, Rr, Rri, Rrr, SReg, SType, Space, TimingClass,
+};
 use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
 
 use crate::chip::{ExecMode, Kernel};
 use crate::config::ChipConfig;
 use crate::event::{Event, EventQueue, PRIO_CORE};
-use crate::exec::{self, Fault, Mask, Operands, Plan};
+use crate::exec::{self, Fault, Mask, Operands, PipeOp, Plan};
 use crate::memory::DeviceMemory;
 use crate::stop::{Blocked, Buffer, FlagId, StopReason};
 use crate::time::{Clock, Tick};
@@ -627,6 +629,14 @@ impl AiCore {
                 });
             };
             let pipe = b.kernel.pipes[pc as usize];
+            if let Instruction::SetFlag(f) | Instruction::WaitFlag(f) = &instr {
+                check_flag(f, ctx.cfg).map_err(|reason| StopReason::IllegalInstruction {
+                    core: self.id,
+                    pipe,
+                    pc,
+                    reason,
+                })?;
+            }
             if pipe != Pipe::S {
                 if !self.dispatch(instr, pipe, ctx)? {
                     return Ok(progressed);
@@ -674,9 +684,6 @@ impl AiCore {
                 ctx.cfg.name
             )));
         }
-        if let Instruction::SetFlag(f) | Instruction::WaitFlag(f) = &instr {
-            check_flag(f, ctx.cfg).map_err(illegal)?;
-        }
         let qi = pipe.queue_index().unwrap_or(0);
         if b.pipes[qi].queue.len() >= ctx.cfg.core.pipe_queue_depth as usize {
             b.s_state = ScalarState::QueueFull(qi);
@@ -684,7 +691,7 @@ impl AiCore {
             return Ok(false);
         }
         let ops = Operands {
-            regs: capture(&instr, &b.regs),
+            regs: PipeOp::of(&instr).map_or([0; 4], |op| op.capture(&b.regs)),
             mask: b.mask,
             fmatrix: b.fmatrix,
         };
@@ -716,192 +723,71 @@ impl AiCore {
         let pc = b.pc;
         let r = &mut b.regs;
         let mut next = pc + 1;
-        let alu = |r: &mut [u64; 32], d: gearsim_isa::Reg, v: u64| r[d.index()] = v;
+        // Register-register and register-immediate ALU forms: apply `op` and return its cost.
+        let rrr = |r: &mut [u64; 32], f: &Rrr, cost: u64, op: fn(u64, u64) -> u64| {
+            r[f.dst.index()] = op(r[f.a.index()], r[f.b.index()]);
+            cost
+        };
+        let rri = |r: &mut [u64; 32], f: &Rri, cost: u64, op: fn(u64, u64) -> u64| {
+            r[f.dst.index()] = op(r[f.a.index()], i64::from(f.imm) as u64);
+            cost
+        };
+        let rr = |r: &mut [u64; 32], f: &Rr, op: fn(u64) -> u64| {
+            r[f.dst.index()] = op(r[f.src.index()]);
+            sc.alu_cycles
+        };
         let cost = match instr {
-            Instruction::Add(f) => {
-                alu(r, f.dst, r[f.a.index()].wrapping_add(r[f.b.index()]));
-                sc.alu_cycles
-            }
-            Instruction::Sub(f) => {
-                alu(r, f.dst, r[f.a.index()].wrapping_sub(r[f.b.index()]));
-                sc.alu_cycles
-            }
-            Instruction::Mul(f) => {
-                alu(r, f.dst, r[f.a.index()].wrapping_mul(r[f.b.index()]));
-                sc.mul_cycles
-            }
-            Instruction::Div(f) => {
-                let (a, d) = (r[f.a.index()] as i64, r[f.b.index()] as i64);
-                alu(
-                    r,
-                    f.dst,
-                    if d == 0 {
-                        u64::MAX
-                    } else {
-                        a.wrapping_div(d) as u64
-                    },
-                );
-                sc.div_cycles
-            }
-            Instruction::Divu(f) => {
-                let (a, d) = (r[f.a.index()], r[f.b.index()]);
-                alu(r, f.dst, a.checked_div(d).unwrap_or(u64::MAX));
-                sc.div_cycles
-            }
-            Instruction::Rem(f) => {
-                let (a, d) = (r[f.a.index()] as i64, r[f.b.index()] as i64);
-                alu(
-                    r,
-                    f.dst,
-                    if d == 0 {
-                        a as u64
-                    } else {
-                        a.wrapping_rem(d) as u64
-                    },
-                );
-                sc.div_cycles
-            }
-            Instruction::Remu(f) => {
-                let (a, d) = (r[f.a.index()], r[f.b.index()]);
-                alu(r, f.dst, a.checked_rem(d).unwrap_or(a));
-                sc.div_cycles
-            }
-            Instruction::And(f) => {
-                alu(r, f.dst, r[f.a.index()] & r[f.b.index()]);
-                sc.alu_cycles
-            }
-            Instruction::Or(f) => {
-                alu(r, f.dst, r[f.a.index()] | r[f.b.index()]);
-                sc.alu_cycles
-            }
-            Instruction::Xor(f) => {
-                alu(r, f.dst, r[f.a.index()] ^ r[f.b.index()]);
-                sc.alu_cycles
-            }
-            Instruction::Shl(f) => {
-                alu(r, f.dst, r[f.a.index()] << (r[f.b.index()] & 63));
-                sc.alu_cycles
-            }
-            Instruction::Shr(f) => {
-                alu(r, f.dst, r[f.a.index()] >> (r[f.b.index()] & 63));
-                sc.alu_cycles
-            }
+            Instruction::Add(f) => rrr(r, &f, sc.alu_cycles, u64::wrapping_add),
+            Instruction::Sub(f) => rrr(r, &f, sc.alu_cycles, u64::wrapping_sub),
+            Instruction::Mul(f) => rrr(r, &f, sc.mul_cycles, u64::wrapping_mul),
+            Instruction::Div(f) => rrr(r, &f, sc.div_cycles, div_signed),
+            Instruction::Divu(f) => rrr(r, &f, sc.div_cycles, |a, d| {
+                a.checked_div(d).unwrap_or(u64::MAX)
+            }),
+            Instruction::Rem(f) => rrr(r, &f, sc.div_cycles, rem_signed),
+            Instruction::Remu(f) => rrr(r, &f, sc.div_cycles, |a, d| a.checked_rem(d).unwrap_or(a)),
+            Instruction::And(f) => rrr(r, &f, sc.alu_cycles, |a, b| a & b),
+            Instruction::Or(f) => rrr(r, &f, sc.alu_cycles, |a, b| a | b),
+            Instruction::Xor(f) => rrr(r, &f, sc.alu_cycles, |a, b| a ^ b),
+            Instruction::Shl(f) => rrr(r, &f, sc.alu_cycles, |a, b| a << (b & 63)),
+            Instruction::Shr(f) => rrr(r, &f, sc.alu_cycles, |a, b| a >> (b & 63)),
             Instruction::Sra(f) => {
-                alu(
-                    r,
-                    f.dst,
-                    ((r[f.a.index()] as i64) >> (r[f.b.index()] & 63)) as u64,
-                );
-                sc.alu_cycles
+                rrr(r, &f, sc.alu_cycles, |a, b| ((a as i64) >> (b & 63)) as u64)
             }
             Instruction::Min(f) => {
-                alu(
-                    r,
-                    f.dst,
-                    (r[f.a.index()] as i64).min(r[f.b.index()] as i64) as u64,
-                );
-                sc.alu_cycles
+                rrr(r, &f, sc.alu_cycles, |a, b| (a as i64).min(b as i64) as u64)
             }
             Instruction::Max(f) => {
-                alu(
-                    r,
-                    f.dst,
-                    (r[f.a.index()] as i64).max(r[f.b.index()] as i64) as u64,
-                );
-                sc.alu_cycles
+                rrr(r, &f, sc.alu_cycles, |a, b| (a as i64).max(b as i64) as u64)
             }
-            Instruction::Minu(f) => {
-                alu(r, f.dst, r[f.a.index()].min(r[f.b.index()]));
-                sc.alu_cycles
-            }
-            Instruction::Maxu(f) => {
-                alu(r, f.dst, r[f.a.index()].max(r[f.b.index()]));
-                sc.alu_cycles
-            }
-            Instruction::Slt(f) => {
-                alu(
-                    r,
-                    f.dst,
-                    u64::from((r[f.a.index()] as i64) < (r[f.b.index()] as i64)),
-                );
-                sc.alu_cycles
-            }
-            Instruction::Sltu(f) => {
-                alu(r, f.dst, u64::from(r[f.a.index()] < r[f.b.index()]));
-                sc.alu_cycles
-            }
-            Instruction::Seq(f) => {
-                alu(r, f.dst, u64::from(r[f.a.index()] == r[f.b.index()]));
-                sc.alu_cycles
-            }
-            Instruction::Addi(f) => {
-                alu(
-                    r,
-                    f.dst,
-                    r[f.a.index()].wrapping_add(i64::from(f.imm) as u64),
-                );
-                sc.alu_cycles
-            }
-            Instruction::Muli(f) => {
-                alu(
-                    r,
-                    f.dst,
-                    r[f.a.index()].wrapping_mul(i64::from(f.imm) as u64),
-                );
-                sc.mul_cycles
-            }
-            Instruction::Andi(f) => {
-                alu(r, f.dst, r[f.a.index()] & (i64::from(f.imm) as u64));
-                sc.alu_cycles
-            }
-            Instruction::Ori(f) => {
-                alu(r, f.dst, r[f.a.index()] | (i64::from(f.imm) as u64));
-                sc.alu_cycles
-            }
-            Instruction::Xori(f) => {
-                alu(r, f.dst, r[f.a.index()] ^ (i64::from(f.imm) as u64));
-                sc.alu_cycles
-            }
-            Instruction::Shli(f) => {
-                alu(r, f.dst, r[f.a.index()] << (f.imm & 63));
-                sc.alu_cycles
-            }
-            Instruction::Shri(f) => {
-                alu(r, f.dst, r[f.a.index()] >> (f.imm & 63));
-                sc.alu_cycles
-            }
+            Instruction::Minu(f) => rrr(r, &f, sc.alu_cycles, u64::min),
+            Instruction::Maxu(f) => rrr(r, &f, sc.alu_cycles, u64::max),
+            Instruction::Slt(f) => rrr(r, &f, sc.alu_cycles, |a, b| {
+                u64::from((a as i64) < (b as i64))
+            }),
+            Instruction::Sltu(f) => rrr(r, &f, sc.alu_cycles, |a, b| u64::from(a < b)),
+            Instruction::Seq(f) => rrr(r, &f, sc.alu_cycles, |a, b| u64::from(a == b)),
+            Instruction::Addi(f) => rri(r, &f, sc.alu_cycles, u64::wrapping_add),
+            Instruction::Muli(f) => rri(r, &f, sc.mul_cycles, u64::wrapping_mul),
+            Instruction::Andi(f) => rri(r, &f, sc.alu_cycles, |a, b| a & b),
+            Instruction::Ori(f) => rri(r, &f, sc.alu_cycles, |a, b| a | b),
+            Instruction::Xori(f) => rri(r, &f, sc.alu_cycles, |a, b| a ^ b),
+            Instruction::Shli(f) => rri(r, &f, sc.alu_cycles, |a, b| a << (b & 63)),
+            Instruction::Shri(f) => rri(r, &f, sc.alu_cycles, |a, b| a >> (b & 63)),
             Instruction::Srai(f) => {
-                alu(r, f.dst, ((r[f.a.index()] as i64) >> (f.imm & 63)) as u64);
-                sc.alu_cycles
+                rri(r, &f, sc.alu_cycles, |a, b| ((a as i64) >> (b & 63)) as u64)
             }
-            Instruction::Slti(f) => {
-                alu(
-                    r,
-                    f.dst,
-                    u64::from((r[f.a.index()] as i64) < i64::from(f.imm)),
-                );
-                sc.alu_cycles
-            }
+            Instruction::Slti(f) => rri(r, &f, sc.alu_cycles, |a, b| {
+                u64::from((a as i64) < (b as i64))
+            }),
             Instruction::Movi(f) => {
-                alu(r, f.dst, f.imm as u64);
+                r[f.dst.index()] = f.imm as u64;
                 sc.alu_cycles
             }
-            Instruction::Mov(f) => {
-                alu(r, f.dst, r[f.src.index()]);
-                sc.alu_cycles
-            }
-            Instruction::Ctz(f) => {
-                alu(r, f.dst, u64::from(r[f.src.index()].trailing_zeros()));
-                sc.alu_cycles
-            }
-            Instruction::Clz(f) => {
-                alu(r, f.dst, u64::from(r[f.src.index()].leading_zeros()));
-                sc.alu_cycles
-            }
-            Instruction::Popc(f) => {
-                alu(r, f.dst, u64::from(r[f.src.index()].count_ones()));
-                sc.alu_cycles
-            }
+            Instruction::Mov(f) => rr(r, &f, |a| a),
+            Instruction::Ctz(f) => rr(r, &f, |a| u64::from(a.trailing_zeros())),
+            Instruction::Clz(f) => rr(r, &f, |a| u64::from(a.leading_zeros())),
+            Instruction::Popc(f) => rr(r, &f, |a| u64::from(a.count_ones())),
             Instruction::Nop(_) => sc.alu_cycles,
             Instruction::Sreg(f) => {
                 let v = match f.which {
@@ -952,12 +838,6 @@ impl AiCore {
                 sc.spr_cycles
             }
             Instruction::SetFlag(f) => {
-                check_flag(&f, cfg).map_err(|reason| StopReason::IllegalInstruction {
-                    core,
-                    pipe: Pipe::S,
-                    pc,
-                    reason,
-                })?;
                 let id = flag_of(&f);
                 let slot = flag_slot(id);
                 if b.flags[slot].is_some() {
@@ -969,12 +849,6 @@ impl AiCore {
                 sc.alu_cycles
             }
             Instruction::WaitFlag(f) => {
-                check_flag(&f, cfg).map_err(|reason| StopReason::IllegalInstruction {
-                    core,
-                    pipe: Pipe::S,
-                    pc,
-                    reason,
-                })?;
                 let id = flag_of(&f);
                 b.s_state = ScalarState::WaitFlag(id, b.s_time);
                 return Ok(None);
@@ -1254,7 +1128,9 @@ impl AiCore {
                     self.instant(ctx, pipe, head.pc, at, at - ready);
                 }
                 instr => {
-                    let plan = exec::plan(&instr, &head.ops, ctx.cfg)
+                    let op = PipeOp::of(&instr).unwrap_or(PipeOp::Sync);
+                    let plan = op
+                        .plan(&head.ops, ctx.cfg)
                         .map_err(|f| self.fault(pipe, head.pc, f))?;
                     self.check_plan(&plan, ctx.mem)
                         .map_err(|f| self.fault(pipe, head.pc, f))?;
@@ -1279,7 +1155,7 @@ impl AiCore {
                     let (issue, latency) = exec::local_cost(&instr, &plan, ctx.cfg);
                     let full = b.mode == ExecMode::Full;
                     if full {
-                        exec::execute(&instr, &head.ops, &mut self.bufs, ctx.mem)
+                        op.execute(&head.ops, &mut self.bufs, ctx.mem)
                             .map_err(|f| self.fault(pipe, head.pc, f))?;
                     }
                     self.mark_writes(&plan, ctx.mem, !full);
@@ -1338,7 +1214,9 @@ impl AiCore {
         let full = b.mode == ExecMode::Full;
         let plan = p.dma;
         if full {
-            exec::execute(&head.instr, &head.ops, &mut self.bufs, ctx.mem)
+            PipeOp::of(&head.instr)
+                .unwrap_or(PipeOp::Sync)
+                .execute(&head.ops, &mut self.bufs, ctx.mem)
                 .map_err(|f| self.fault(pipe, head.pc, f))?;
         }
         self.mark_writes(&plan, ctx.mem, !full);
@@ -1361,6 +1239,26 @@ impl AiCore {
         st.busy_cycles += end_c - start;
         self.span(ctx, pipe, head.pc, start, end_c);
         Ok(())
+    }
+}
+
+/// Signed division as RISC-V defines it: x/0 = -1, MIN/-1 = MIN.
+fn div_signed(a: u64, d: u64) -> u64 {
+    let (a, d) = (a as i64, d as i64);
+    if d == 0 {
+        u64::MAX
+    } else {
+        a.wrapping_div(d) as u64
+    }
+}
+
+/// Signed remainder as RISC-V defines it: x%0 = x, MIN%-1 = 0.
+fn rem_signed(a: u64, d: u64) -> u64 {
+    let (a, d) = (a as i64, d as i64);
+    if d == 0 {
+        a as u64
+    } else {
+        a.wrapping_rem(d) as u64
     }
 }
 
@@ -1393,102 +1291,4 @@ fn check_flag(f: &Flag, cfg: &ChipConfig) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// Reads the registers a pipe instruction uses when it is dispatched.
-fn capture(instr: &Instruction, r: &[u64; 32]) -> [u64; 4] {
-    let g = |x: gearsim_isa::Reg| r[x.index()];
-    match instr {
-        Instruction::Vadd(f)
-        | Instruction::Vsub(f)
-        | Instruction::Vmul(f)
-        | Instruction::Vdiv(f)
-        | Instruction::Vmax(f)
-        | Instruction::Vmin(f)
-        | Instruction::Vand(f)
-        | Instruction::Vor(f)
-        | Instruction::Vmla(f) => [g(f.dst), g(f.src0), g(f.src1), 0],
-        Instruction::Vabs(f)
-        | Instruction::Vrelu(f)
-        | Instruction::Vexp(f)
-        | Instruction::Vln(f)
-        | Instruction::Vsqrt(f)
-        | Instruction::Vrsqrt(f)
-        | Instruction::Vrec(f)
-        | Instruction::Vnot(f)
-        | Instruction::Vmov(f) => [g(f.dst), g(f.src), 0, 0],
-        Instruction::Vadds(f)
-        | Instruction::Vmuls(f)
-        | Instruction::Vmaxs(f)
-        | Instruction::Vmins(f) => [g(f.dst), g(f.src), g(f.scalar), 0],
-        Instruction::Vdup(f) => [g(f.dst), g(f.scalar), 0, 0],
-        Instruction::Vconv(f) => [g(f.dst), g(f.src), 0, 0],
-        Instruction::Vcmp(f) => [g(f.dst), g(f.src0), g(f.src1), 0],
-        Instruction::Vcmps(f) => [g(f.dst), g(f.src), g(f.scalar), 0],
-        Instruction::Vsel(f) => [g(f.dst), g(f.src0), g(f.src1), g(f.sel)],
-        Instruction::Vreduce(f) | Instruction::Vbreduce(f) => [g(f.dst), g(f.src), 0, 0],
-        Instruction::CopyL0cToUb(f) => [g(f.dst), g(f.src), 0, 0],
-        Instruction::CopyGmToUb(f) | Instruction::CopyUbToGm(f) | Instruction::CopyGmToL1(f) => {
-            [g(f.dst), g(f.src), 0, 0]
-        }
-        Instruction::CopyGmToUbPad(f) | Instruction::CopyUbToGmPad(f) => [g(f.dst), g(f.src), 0, 0],
-        Instruction::CopyGmToL1Nd2nz(f) => [g(f.dst), g(f.src), 0, 0],
-        Instruction::LoadL0a(f) | Instruction::LoadL0b(f) => [g(f.dst), g(f.src), 0, 0],
-        Instruction::Img2colL0a(f) => [g(f.dst), g(f.src), 0, 0],
-        Instruction::CopyL0cToGm(f) => [g(f.dst), g(f.src), 0, 0],
-        Instruction::Mmad(f) => [g(f.dst), g(f.a), g(f.b), 0],
-        Instruction::Add(_)
-        | Instruction::Sub(_)
-        | Instruction::Mul(_)
-        | Instruction::Div(_)
-        | Instruction::Divu(_)
-        | Instruction::Rem(_)
-        | Instruction::Remu(_)
-        | Instruction::And(_)
-        | Instruction::Or(_)
-        | Instruction::Xor(_)
-        | Instruction::Shl(_)
-        | Instruction::Shr(_)
-        | Instruction::Sra(_)
-        | Instruction::Min(_)
-        | Instruction::Max(_)
-        | Instruction::Minu(_)
-        | Instruction::Maxu(_)
-        | Instruction::Slt(_)
-        | Instruction::Sltu(_)
-        | Instruction::Seq(_)
-        | Instruction::Addi(_)
-        | Instruction::Muli(_)
-        | Instruction::Andi(_)
-        | Instruction::Ori(_)
-        | Instruction::Xori(_)
-        | Instruction::Shli(_)
-        | Instruction::Shri(_)
-        | Instruction::Srai(_)
-        | Instruction::Slti(_)
-        | Instruction::Movi(_)
-        | Instruction::Mov(_)
-        | Instruction::Ctz(_)
-        | Instruction::Clz(_)
-        | Instruction::Popc(_)
-        | Instruction::Sreg(_)
-        | Instruction::Beq(_)
-        | Instruction::Bne(_)
-        | Instruction::Blt(_)
-        | Instruction::Bge(_)
-        | Instruction::Bltu(_)
-        | Instruction::Bgeu(_)
-        | Instruction::Jmp(_)
-        | Instruction::LoopNz(_)
-        | Instruction::Ld(_)
-        | Instruction::St(_)
-        | Instruction::SetMask(_)
-        | Instruction::SetMaskCount(_)
-        | Instruction::SetFmatrix(_)
-        | Instruction::SetFlag(_)
-        | Instruction::WaitFlag(_)
-        | Instruction::PipeBarrier(_)
-        | Instruction::Nop(_)
-        | Instruction::End(_) => [0; 4],
-    }
 }

@@ -10,7 +10,10 @@ mod cube;
 mod dma;
 mod vector;
 
-use gearsim_isa::{DType, FMatrix, Instruction, Pipe, TimingClass};
+use gearsim_isa::{
+    DType, Dma, DmaPad, FMatrix, Img2col, Instruction, L0cToGm, L0cToUb, Load2d, Mmad, Nd2Nz, Pipe,
+    TimingClass, VBin, VCmp, VCmpS, VConv, VDup, VReduce, VScalar, VSel, VUn,
+};
 
 use crate::config::ChipConfig;
 use crate::core::buffers::Buffers;
@@ -152,110 +155,216 @@ fn align(buffer: Buffer, addr: u64, cfg: &ChipConfig) -> Result<(), Fault> {
     }
 }
 
-/// Builds the plan of a pipe instruction (never called for scalar-unit instructions).
-pub(crate) fn plan(instr: &Instruction, ops: &Operands, cfg: &ChipConfig) -> Result<Plan, Fault> {
-    let plan = match instr {
-        Instruction::Vadd(f)
-        | Instruction::Vsub(f)
-        | Instruction::Vmul(f)
-        | Instruction::Vdiv(f)
-        | Instruction::Vmax(f)
-        | Instruction::Vmin(f)
-        | Instruction::Vand(f)
-        | Instruction::Vor(f)
-        | Instruction::Vmla(f) => vector::plan_bin(f, ops),
-        Instruction::Vabs(f)
-        | Instruction::Vrelu(f)
-        | Instruction::Vexp(f)
-        | Instruction::Vln(f)
-        | Instruction::Vsqrt(f)
-        | Instruction::Vrsqrt(f)
-        | Instruction::Vrec(f)
-        | Instruction::Vnot(f)
-        | Instruction::Vmov(f) => vector::plan_un(f, ops),
-        Instruction::Vadds(f)
-        | Instruction::Vmuls(f)
-        | Instruction::Vmaxs(f)
-        | Instruction::Vmins(f) => vector::plan_scalar(f, ops),
-        Instruction::Vdup(f) => vector::plan_dup(f, ops),
-        Instruction::Vconv(f) => vector::plan_conv(f, ops),
-        Instruction::Vcmp(f) => vector::plan_cmp(f, ops),
-        Instruction::Vcmps(f) => vector::plan_cmps(f, ops),
-        Instruction::Vsel(f) => vector::plan_sel(f, ops),
-        Instruction::Vreduce(f) => vector::plan_reduce(f, ops, false),
-        Instruction::Vbreduce(f) => vector::plan_reduce(f, ops, true),
-        Instruction::CopyL0cToUb(f) => cube::plan_l0c_to_ub(f, ops),
-        Instruction::CopyGmToUb(f) => dma::plan_burst(f, ops, Buffer::Gm, Buffer::Ub)?,
-        Instruction::CopyUbToGm(f) => dma::plan_burst(f, ops, Buffer::Ub, Buffer::Gm)?,
-        Instruction::CopyGmToL1(f) => dma::plan_burst(f, ops, Buffer::Gm, Buffer::L1)?,
-        Instruction::CopyGmToUbPad(f) => dma::plan_pad(f, ops, Buffer::Gm, Buffer::Ub)?,
-        Instruction::CopyUbToGmPad(f) => dma::plan_pad(f, ops, Buffer::Ub, Buffer::Gm)?,
-        Instruction::CopyGmToL1Nd2nz(f) => dma::plan_nd2nz(f, ops)?,
-        Instruction::LoadL0a(f) => cube::plan_load2d(f, ops, Buffer::L0a),
-        Instruction::LoadL0b(f) => cube::plan_load2d(f, ops, Buffer::L0b),
-        Instruction::Img2colL0a(f) => cube::plan_img2col(f, ops)?,
-        Instruction::CopyL0cToGm(f) => cube::plan_l0c_to_gm(f, ops),
-        Instruction::Mmad(f) => cube::plan_mmad(f, ops),
-        Instruction::Add(_)
-        | Instruction::Sub(_)
-        | Instruction::Mul(_)
-        | Instruction::Div(_)
-        | Instruction::Divu(_)
-        | Instruction::Rem(_)
-        | Instruction::Remu(_)
-        | Instruction::And(_)
-        | Instruction::Or(_)
-        | Instruction::Xor(_)
-        | Instruction::Shl(_)
-        | Instruction::Shr(_)
-        | Instruction::Sra(_)
-        | Instruction::Min(_)
-        | Instruction::Max(_)
-        | Instruction::Minu(_)
-        | Instruction::Maxu(_)
-        | Instruction::Slt(_)
-        | Instruction::Sltu(_)
-        | Instruction::Seq(_)
-        | Instruction::Addi(_)
-        | Instruction::Muli(_)
-        | Instruction::Andi(_)
-        | Instruction::Ori(_)
-        | Instruction::Xori(_)
-        | Instruction::Shli(_)
-        | Instruction::Shri(_)
-        | Instruction::Srai(_)
-        | Instruction::Slti(_)
-        | Instruction::Movi(_)
-        | Instruction::Mov(_)
-        | Instruction::Ctz(_)
-        | Instruction::Clz(_)
-        | Instruction::Popc(_)
-        | Instruction::Sreg(_)
-        | Instruction::Beq(_)
-        | Instruction::Bne(_)
-        | Instruction::Blt(_)
-        | Instruction::Bge(_)
-        | Instruction::Bltu(_)
-        | Instruction::Bgeu(_)
-        | Instruction::Jmp(_)
-        | Instruction::LoopNz(_)
-        | Instruction::Ld(_)
-        | Instruction::St(_)
-        | Instruction::SetMask(_)
-        | Instruction::SetMaskCount(_)
-        | Instruction::SetFmatrix(_)
-        | Instruction::SetFlag(_)
-        | Instruction::WaitFlag(_)
-        | Instruction::PipeBarrier(_)
-        | Instruction::Nop(_)
-        | Instruction::End(_) => Plan::default(),
-    };
-    for a in plan.accesses() {
-        if a.count > 0 && a.burst > 0 {
-            align(a.buffer, a.start, cfg)?;
+/// A pipe instruction with its operand layout and the operation it performs: the one place
+/// that sorts every instruction into "executed by the scalar unit" or "dispatched to a pipe".
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PipeOp<'a> {
+    Bin(&'a VBin, vector::Bin),
+    Un(&'a VUn, vector::Un),
+    Scalar(&'a VScalar, vector::Bin),
+    Dup(&'a VDup),
+    Conv(&'a VConv),
+    Cmp(&'a VCmp),
+    Cmps(&'a VCmpS),
+    Sel(&'a VSel),
+    Reduce(&'a VReduce, bool),
+    L0cToUb(&'a L0cToUb),
+    Burst(&'a Dma, Buffer, Buffer),
+    Pad(&'a DmaPad, Buffer, Buffer),
+    Nd2nz(&'a Nd2Nz),
+    Load2d(&'a Load2d, Buffer),
+    Img2col(&'a Img2col),
+    L0cToGm(&'a L0cToGm),
+    Mmad(&'a Mmad),
+    /// `set_flag`, `wait_flag`, `pipe_barrier`: handled by the pipe itself.
+    Sync,
+}
+
+impl<'a> PipeOp<'a> {
+    /// The pipe operation of an instruction, or `None` if the scalar unit executes it.
+    pub(crate) fn of(instr: &'a Instruction) -> Option<PipeOp<'a>> {
+        use vector::{Bin, Un};
+        Some(match instr {
+            Instruction::Vadd(f) => PipeOp::Bin(f, Bin::Add),
+            Instruction::Vsub(f) => PipeOp::Bin(f, Bin::Sub),
+            Instruction::Vmul(f) => PipeOp::Bin(f, Bin::Mul),
+            Instruction::Vdiv(f) => PipeOp::Bin(f, Bin::Div),
+            Instruction::Vmax(f) => PipeOp::Bin(f, Bin::Max),
+            Instruction::Vmin(f) => PipeOp::Bin(f, Bin::Min),
+            Instruction::Vand(f) => PipeOp::Bin(f, Bin::And),
+            Instruction::Vor(f) => PipeOp::Bin(f, Bin::Or),
+            Instruction::Vmla(f) => PipeOp::Bin(f, Bin::Mla),
+            Instruction::Vabs(f) => PipeOp::Un(f, Un::Abs),
+            Instruction::Vrelu(f) => PipeOp::Un(f, Un::Relu),
+            Instruction::Vexp(f) => PipeOp::Un(f, Un::Exp),
+            Instruction::Vln(f) => PipeOp::Un(f, Un::Ln),
+            Instruction::Vsqrt(f) => PipeOp::Un(f, Un::Sqrt),
+            Instruction::Vrsqrt(f) => PipeOp::Un(f, Un::Rsqrt),
+            Instruction::Vrec(f) => PipeOp::Un(f, Un::Rec),
+            Instruction::Vnot(f) => PipeOp::Un(f, Un::Not),
+            Instruction::Vmov(f) => PipeOp::Un(f, Un::Mov),
+            Instruction::Vadds(f) => PipeOp::Scalar(f, Bin::Add),
+            Instruction::Vmuls(f) => PipeOp::Scalar(f, Bin::Mul),
+            Instruction::Vmaxs(f) => PipeOp::Scalar(f, Bin::Max),
+            Instruction::Vmins(f) => PipeOp::Scalar(f, Bin::Min),
+            Instruction::Vdup(f) => PipeOp::Dup(f),
+            Instruction::Vconv(f) => PipeOp::Conv(f),
+            Instruction::Vcmp(f) => PipeOp::Cmp(f),
+            Instruction::Vcmps(f) => PipeOp::Cmps(f),
+            Instruction::Vsel(f) => PipeOp::Sel(f),
+            Instruction::Vreduce(f) => PipeOp::Reduce(f, false),
+            Instruction::Vbreduce(f) => PipeOp::Reduce(f, true),
+            Instruction::CopyL0cToUb(f) => PipeOp::L0cToUb(f),
+            Instruction::CopyGmToUb(f) => PipeOp::Burst(f, Buffer::Gm, Buffer::Ub),
+            Instruction::CopyUbToGm(f) => PipeOp::Burst(f, Buffer::Ub, Buffer::Gm),
+            Instruction::CopyGmToL1(f) => PipeOp::Burst(f, Buffer::Gm, Buffer::L1),
+            Instruction::CopyGmToUbPad(f) => PipeOp::Pad(f, Buffer::Gm, Buffer::Ub),
+            Instruction::CopyUbToGmPad(f) => PipeOp::Pad(f, Buffer::Ub, Buffer::Gm),
+            Instruction::CopyGmToL1Nd2nz(f) => PipeOp::Nd2nz(f),
+            Instruction::LoadL0a(f) => PipeOp::Load2d(f, Buffer::L0a),
+            Instruction::LoadL0b(f) => PipeOp::Load2d(f, Buffer::L0b),
+            Instruction::Img2colL0a(f) => PipeOp::Img2col(f),
+            Instruction::CopyL0cToGm(f) => PipeOp::L0cToGm(f),
+            Instruction::Mmad(f) => PipeOp::Mmad(f),
+            Instruction::SetFlag(_) | Instruction::WaitFlag(_) | Instruction::PipeBarrier(_) => {
+                PipeOp::Sync
+            }
+            Instruction::Add(_)
+            | Instruction::Sub(_)
+            | Instruction::Mul(_)
+            | Instruction::Div(_)
+            | Instruction::Divu(_)
+            | Instruction::Rem(_)
+            | Instruction::Remu(_)
+            | Instruction::And(_)
+            | Instruction::Or(_)
+            | Instruction::Xor(_)
+            | Instruction::Shl(_)
+            | Instruction::Shr(_)
+            | Instruction::Sra(_)
+            | Instruction::Min(_)
+            | Instruction::Max(_)
+            | Instruction::Minu(_)
+            | Instruction::Maxu(_)
+            | Instruction::Slt(_)
+            | Instruction::Sltu(_)
+            | Instruction::Seq(_)
+            | Instruction::Addi(_)
+            | Instruction::Muli(_)
+            | Instruction::Andi(_)
+            | Instruction::Ori(_)
+            | Instruction::Xori(_)
+            | Instruction::Shli(_)
+            | Instruction::Shri(_)
+            | Instruction::Srai(_)
+            | Instruction::Slti(_)
+            | Instruction::Movi(_)
+            | Instruction::Mov(_)
+            | Instruction::Ctz(_)
+            | Instruction::Clz(_)
+            | Instruction::Popc(_)
+            | Instruction::Sreg(_)
+            | Instruction::Beq(_)
+            | Instruction::Bne(_)
+            | Instruction::Blt(_)
+            | Instruction::Bge(_)
+            | Instruction::Bltu(_)
+            | Instruction::Bgeu(_)
+            | Instruction::Jmp(_)
+            | Instruction::LoopNz(_)
+            | Instruction::Ld(_)
+            | Instruction::St(_)
+            | Instruction::SetMask(_)
+            | Instruction::SetMaskCount(_)
+            | Instruction::SetFmatrix(_)
+            | Instruction::Nop(_)
+            | Instruction::End(_) => return None,
+        })
+    }
+
+    /// The registers read when the instruction is dispatched (addresses, then scalar operand).
+    pub(crate) fn capture(self, r: &[u64; 32]) -> [u64; 4] {
+        let g = |x: gearsim_isa::Reg| r[x.index()];
+        match self {
+            PipeOp::Bin(f, _) => [g(f.dst), g(f.src0), g(f.src1), 0],
+            PipeOp::Un(f, _) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::Scalar(f, _) => [g(f.dst), g(f.src), g(f.scalar), 0],
+            PipeOp::Dup(f) => [g(f.dst), g(f.scalar), 0, 0],
+            PipeOp::Conv(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::Cmp(f) => [g(f.dst), g(f.src0), g(f.src1), 0],
+            PipeOp::Cmps(f) => [g(f.dst), g(f.src), g(f.scalar), 0],
+            PipeOp::Sel(f) => [g(f.dst), g(f.src0), g(f.src1), g(f.sel)],
+            PipeOp::Reduce(f, _) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::L0cToUb(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::Burst(f, ..) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::Pad(f, ..) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::Nd2nz(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::Load2d(f, _) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::Img2col(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::L0cToGm(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::Mmad(f) => [g(f.dst), g(f.a), g(f.b), 0],
+            PipeOp::Sync => [0; 4],
         }
     }
-    Ok(plan)
+
+    /// What the instruction touches and how much work it is.
+    pub(crate) fn plan(self, ops: &Operands, cfg: &ChipConfig) -> Result<Plan, Fault> {
+        let plan = match self {
+            PipeOp::Bin(f, _) => vector::plan_bin(f, ops),
+            PipeOp::Un(f, _) => vector::plan_un(f, ops),
+            PipeOp::Scalar(f, _) => vector::plan_scalar(f, ops),
+            PipeOp::Dup(f) => vector::plan_dup(f, ops),
+            PipeOp::Conv(f) => vector::plan_conv(f, ops),
+            PipeOp::Cmp(f) => vector::plan_cmp(f, ops),
+            PipeOp::Cmps(f) => vector::plan_cmps(f, ops),
+            PipeOp::Sel(f) => vector::plan_sel(f, ops),
+            PipeOp::Reduce(f, per_block) => vector::plan_reduce(f, ops, per_block),
+            PipeOp::L0cToUb(f) => cube::plan_l0c_to_ub(f, ops),
+            PipeOp::Burst(f, from, to) => dma::plan_burst(f, ops, from, to)?,
+            PipeOp::Pad(f, from, to) => dma::plan_pad(f, ops, from, to)?,
+            PipeOp::Nd2nz(f) => dma::plan_nd2nz(f, ops)?,
+            PipeOp::Load2d(f, to) => cube::plan_load2d(f, ops, to),
+            PipeOp::Img2col(f) => cube::plan_img2col(f, ops)?,
+            PipeOp::L0cToGm(f) => cube::plan_l0c_to_gm(f, ops),
+            PipeOp::Mmad(f) => cube::plan_mmad(f, ops),
+            PipeOp::Sync => Plan::default(),
+        };
+        for a in plan.accesses() {
+            if a.count > 0 && a.burst > 0 {
+                align(a.buffer, a.start, cfg)?;
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Applies the effect on real values (full mode only).
+    pub(crate) fn execute(
+        self,
+        ops: &Operands,
+        bufs: &mut Buffers,
+        mem: &mut DeviceMemory,
+    ) -> Result<(), Fault> {
+        match self {
+            PipeOp::Bin(f, op) => vector::bin(bufs, f, ops, op),
+            PipeOp::Un(f, op) => vector::un(bufs, f, ops, op),
+            PipeOp::Scalar(f, op) => vector::scalar_op(bufs, f, ops, op),
+            PipeOp::Dup(f) => vector::dup(bufs, f, ops),
+            PipeOp::Conv(f) => vector::conv(bufs, f, ops),
+            PipeOp::Cmp(f) => vector::cmp(bufs, f, ops),
+            PipeOp::Cmps(f) => vector::cmps(bufs, f, ops),
+            PipeOp::Sel(f) => vector::sel(bufs, f, ops),
+            PipeOp::Reduce(f, per_block) => vector::reduce(bufs, f, ops, per_block),
+            PipeOp::L0cToUb(f) => cube::l0c_to_ub(bufs, f, ops),
+            PipeOp::Burst(f, from, to) => dma::burst(bufs, mem, f, ops, from, to),
+            PipeOp::Pad(f, from, to) => dma::pad(bufs, mem, f, ops, from, to),
+            PipeOp::Nd2nz(f) => dma::nd2nz(bufs, mem, f, ops),
+            PipeOp::Load2d(f, to) => cube::load2d(bufs, f, ops, to),
+            PipeOp::Img2col(f) => cube::img2col(bufs, f, ops),
+            PipeOp::L0cToGm(f) => cube::l0c_to_gm(bufs, mem, f, ops),
+            PipeOp::Mmad(f) => cube::mmad(bufs, f, ops),
+            PipeOp::Sync => Ok(()),
+        }
+    }
 }
 
 /// Cycles a pipe is occupied issuing an instruction of this plan (the pipe can take the next
@@ -323,109 +432,4 @@ pub(crate) fn gm_rate_cap(pipe: Pipe, cfg: &ChipConfig) -> u64 {
         _ => cfg.mte.gm_read_bytes_per_cycle,
     };
     cfg.core_clock().bytes_per_second(per_cycle)
-}
-
-/// Applies an instruction's effect on real values (full mode only).
-pub(crate) fn execute(
-    instr: &Instruction,
-    ops: &Operands,
-    bufs: &mut Buffers,
-    mem: &mut DeviceMemory,
-) -> Result<(), Fault> {
-    match instr {
-        Instruction::Vadd(f) => vector::bin(bufs, f, ops, vector::Bin::Add),
-        Instruction::Vsub(f) => vector::bin(bufs, f, ops, vector::Bin::Sub),
-        Instruction::Vmul(f) => vector::bin(bufs, f, ops, vector::Bin::Mul),
-        Instruction::Vdiv(f) => vector::bin(bufs, f, ops, vector::Bin::Div),
-        Instruction::Vmax(f) => vector::bin(bufs, f, ops, vector::Bin::Max),
-        Instruction::Vmin(f) => vector::bin(bufs, f, ops, vector::Bin::Min),
-        Instruction::Vand(f) => vector::bin(bufs, f, ops, vector::Bin::And),
-        Instruction::Vor(f) => vector::bin(bufs, f, ops, vector::Bin::Or),
-        Instruction::Vmla(f) => vector::bin(bufs, f, ops, vector::Bin::Mla),
-        Instruction::Vabs(f) => vector::un(bufs, f, ops, vector::Un::Abs),
-        Instruction::Vrelu(f) => vector::un(bufs, f, ops, vector::Un::Relu),
-        Instruction::Vexp(f) => vector::un(bufs, f, ops, vector::Un::Exp),
-        Instruction::Vln(f) => vector::un(bufs, f, ops, vector::Un::Ln),
-        Instruction::Vsqrt(f) => vector::un(bufs, f, ops, vector::Un::Sqrt),
-        Instruction::Vrsqrt(f) => vector::un(bufs, f, ops, vector::Un::Rsqrt),
-        Instruction::Vrec(f) => vector::un(bufs, f, ops, vector::Un::Rec),
-        Instruction::Vnot(f) => vector::un(bufs, f, ops, vector::Un::Not),
-        Instruction::Vmov(f) => vector::un(bufs, f, ops, vector::Un::Mov),
-        Instruction::Vadds(f) => vector::scalar_op(bufs, f, ops, vector::Bin::Add),
-        Instruction::Vmuls(f) => vector::scalar_op(bufs, f, ops, vector::Bin::Mul),
-        Instruction::Vmaxs(f) => vector::scalar_op(bufs, f, ops, vector::Bin::Max),
-        Instruction::Vmins(f) => vector::scalar_op(bufs, f, ops, vector::Bin::Min),
-        Instruction::Vdup(f) => vector::dup(bufs, f, ops),
-        Instruction::Vconv(f) => vector::conv(bufs, f, ops),
-        Instruction::Vcmp(f) => vector::cmp(bufs, f, ops),
-        Instruction::Vcmps(f) => vector::cmps(bufs, f, ops),
-        Instruction::Vsel(f) => vector::sel(bufs, f, ops),
-        Instruction::Vreduce(f) => vector::reduce(bufs, f, ops, false),
-        Instruction::Vbreduce(f) => vector::reduce(bufs, f, ops, true),
-        Instruction::CopyL0cToUb(f) => cube::l0c_to_ub(bufs, f, ops),
-        Instruction::CopyGmToUb(f) => dma::burst(bufs, mem, f, ops, Buffer::Gm, Buffer::Ub),
-        Instruction::CopyUbToGm(f) => dma::burst(bufs, mem, f, ops, Buffer::Ub, Buffer::Gm),
-        Instruction::CopyGmToL1(f) => dma::burst(bufs, mem, f, ops, Buffer::Gm, Buffer::L1),
-        Instruction::CopyGmToUbPad(f) => dma::pad(bufs, mem, f, ops, Buffer::Gm, Buffer::Ub),
-        Instruction::CopyUbToGmPad(f) => dma::pad(bufs, mem, f, ops, Buffer::Ub, Buffer::Gm),
-        Instruction::CopyGmToL1Nd2nz(f) => dma::nd2nz(bufs, mem, f, ops),
-        Instruction::LoadL0a(f) => cube::load2d(bufs, f, ops, Buffer::L0a),
-        Instruction::LoadL0b(f) => cube::load2d(bufs, f, ops, Buffer::L0b),
-        Instruction::Img2colL0a(f) => cube::img2col(bufs, f, ops),
-        Instruction::CopyL0cToGm(f) => cube::l0c_to_gm(bufs, mem, f, ops),
-        Instruction::Mmad(f) => cube::mmad(bufs, f, ops),
-        Instruction::Add(_)
-        | Instruction::Sub(_)
-        | Instruction::Mul(_)
-        | Instruction::Div(_)
-        | Instruction::Divu(_)
-        | Instruction::Rem(_)
-        | Instruction::Remu(_)
-        | Instruction::And(_)
-        | Instruction::Or(_)
-        | Instruction::Xor(_)
-        | Instruction::Shl(_)
-        | Instruction::Shr(_)
-        | Instruction::Sra(_)
-        | Instruction::Min(_)
-        | Instruction::Max(_)
-        | Instruction::Minu(_)
-        | Instruction::Maxu(_)
-        | Instruction::Slt(_)
-        | Instruction::Sltu(_)
-        | Instruction::Seq(_)
-        | Instruction::Addi(_)
-        | Instruction::Muli(_)
-        | Instruction::Andi(_)
-        | Instruction::Ori(_)
-        | Instruction::Xori(_)
-        | Instruction::Shli(_)
-        | Instruction::Shri(_)
-        | Instruction::Srai(_)
-        | Instruction::Slti(_)
-        | Instruction::Movi(_)
-        | Instruction::Mov(_)
-        | Instruction::Ctz(_)
-        | Instruction::Clz(_)
-        | Instruction::Popc(_)
-        | Instruction::Sreg(_)
-        | Instruction::Beq(_)
-        | Instruction::Bne(_)
-        | Instruction::Blt(_)
-        | Instruction::Bge(_)
-        | Instruction::Bltu(_)
-        | Instruction::Bgeu(_)
-        | Instruction::Jmp(_)
-        | Instruction::LoopNz(_)
-        | Instruction::Ld(_)
-        | Instruction::St(_)
-        | Instruction::SetMask(_)
-        | Instruction::SetMaskCount(_)
-        | Instruction::SetFmatrix(_)
-        | Instruction::SetFlag(_)
-        | Instruction::WaitFlag(_)
-        | Instruction::PipeBarrier(_)
-        | Instruction::Nop(_)
-        | Instruction::End(_) => Ok(()),
-    }
 }

@@ -261,7 +261,7 @@ fn is_float(ty: DType) -> bool {
 
 /// Two-operand arithmetic.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Bin {
+pub(crate) enum Bin {
     Add,
     Sub,
     Mul,
@@ -348,7 +348,7 @@ pub(super) fn bin(bufs: &mut Buffers, f: &VBin, ops: &Operands, op: Bin) -> Resu
 
 /// One-operand arithmetic.
 #[derive(Debug, Clone, Copy)]
-pub(super) enum Un {
+pub(crate) enum Un {
     Abs,
     Relu,
     Exp,
