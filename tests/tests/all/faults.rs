@@ -94,6 +94,35 @@ fn ub_overflow_and_misalignment() {
 }
 
 #[test]
+fn l1_overflow_and_misalignment() {
+    let s = run("movi x1, 1048576 - 512\n movi x2, 0\n copy_gm_to_l1 x1, x2, 2, 16\n end");
+    assert_eq!(
+        s,
+        StopReason::MemoryFault {
+            core: 0,
+            pipe: Pipe::Mte2,
+            pc: 2,
+            buffer: Buffer::L1,
+            addr: 1048576 - 512,
+            len: 1024,
+            size: 1048576,
+        }
+    );
+    let s = run("movi x1, 8\n movi x2, 0\n copy_gm_to_l1 x1, x2, 1, 1\n end");
+    assert_eq!(
+        s,
+        StopReason::Misaligned {
+            core: 0,
+            pipe: Pipe::Mte2,
+            pc: 2,
+            buffer: Buffer::L1,
+            addr: 8,
+            align: 32
+        }
+    );
+}
+
+#[test]
 fn l0_overflow_and_misalignment() {
     let s = run("movi x1, 256\n movi x2, 0\n load_l0a x1, x2, 1\n end");
     assert_eq!(
