@@ -145,15 +145,11 @@ impl RangeSet {
         if start >= end {
             return;
         }
-        // Merge with every range that overlaps or touches [start, end).
-        let touching: Vec<(u64, u64)> = self
-            .ranges
-            .range(..=end)
-            .rev()
-            .take_while(|(_, e)| **e >= start)
-            .map(|(s, e)| (*s, *e))
-            .collect();
-        for (s, e) in touching {
+        // Absorb, one at a time, the last range that overlaps or touches [start, end).
+        while let Some((&s, &e)) = self.ranges.range(..=end).next_back() {
+            if e < start {
+                break;
+            }
             self.ranges.remove(&s);
             start = start.min(s);
             end = end.max(e);
@@ -165,20 +161,18 @@ impl RangeSet {
         if start >= end || self.ranges.is_empty() {
             return;
         }
-        let overlapping: Vec<(u64, u64)> = self
-            .ranges
-            .range(..end)
-            .rev()
-            .take_while(|(_, e)| **e > start)
-            .map(|(s, e)| (*s, *e))
-            .collect();
-        for (s, e) in overlapping {
-            self.ranges.remove(&s);
-            if s < start {
-                self.ranges.insert(s, start);
+        // Cut, one at a time, the last range that overlaps [start, end).
+        while let Some((&s, &e)) = self.ranges.range(..end).next_back() {
+            if e <= start {
+                break;
             }
+            self.ranges.remove(&s);
             if e > end {
                 self.ranges.insert(end, e);
+            }
+            if s < start {
+                self.ranges.insert(s, start);
+                break;
             }
         }
     }
@@ -190,5 +184,35 @@ impl RangeSet {
                 .range(..end)
                 .next_back()
                 .is_some_and(|(_, e)| *e > start)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RangeSet;
+
+    fn ranges(r: &RangeSet) -> Vec<(u64, u64)> {
+        r.ranges.iter().map(|(s, e)| (*s, *e)).collect()
+    }
+
+    #[test]
+    fn ranges_merge_split_and_intersect() {
+        let mut r = RangeSet::default();
+        r.insert(10, 20);
+        r.insert(30, 40);
+        r.insert(20, 25);
+        assert_eq!(ranges(&r), [(10, 25), (30, 40)]);
+        r.insert(5, 35);
+        assert_eq!(ranges(&r), [(5, 40)]);
+        r.remove(12, 18);
+        assert_eq!(ranges(&r), [(5, 12), (18, 40)]);
+        r.remove(0, 100);
+        assert!(ranges(&r).is_empty());
+        r.insert(0, 10);
+        r.insert(20, 30);
+        r.insert(40, 50);
+        r.remove(5, 45);
+        assert_eq!(ranges(&r), [(0, 5), (45, 50)]);
+        assert!(r.intersects(4, 6) && r.intersects(49, 60) && !r.intersects(5, 45));
     }
 }

@@ -32,7 +32,6 @@ use buffers::Buffers;
 /// Number of pipes with a trace lane (S plus the six queued pipes).
 pub const LANES: usize = 7;
 const QUEUES: usize = 6;
-const FLAG_SLOTS: usize = LANES * LANES * 16;
 
 /// Lane index of a pipe (its position in [`Pipe::EXECUTING`]).
 pub(crate) fn lane_index(p: Pipe) -> usize {
@@ -51,8 +50,50 @@ fn queue_pipe(qi: usize) -> Pipe {
     Pipe::QUEUED[qi]
 }
 
-fn flag_slot(f: FlagId) -> usize {
-    (lane_index(f.src) * LANES + lane_index(f.dst)) * 16 + usize::from(f.id)
+fn flag_slot(f: FlagId) -> u16 {
+    ((lane_index(f.src) * LANES + lane_index(f.dst)) * 16 + usize::from(f.id)) as u16
+}
+
+/// The flags a block has used: a kernel touches a handful, so a short list searched linearly
+/// stays in cache where a table of every (src, dst, id) would not.
+#[derive(Debug, Default)]
+struct FlagTable {
+    /// (slot, cycle it was set if it is set, cycle it was last consumed).
+    entries: Vec<(u16, Option<u64>, u64)>,
+}
+
+impl FlagTable {
+    fn entry(&mut self, f: FlagId) -> &mut (u16, Option<u64>, u64) {
+        let slot = flag_slot(f);
+        let i = match self.entries.iter().position(|e| e.0 == slot) {
+            Some(i) => i,
+            None => {
+                self.entries.push((slot, None, 0));
+                self.entries.len() - 1
+            }
+        };
+        &mut self.entries[i]
+    }
+
+    fn is_set(&mut self, f: FlagId) -> bool {
+        self.entry(f).1.is_some()
+    }
+
+    fn set(&mut self, f: FlagId, at: u64) {
+        self.entry(f).1 = Some(at);
+    }
+
+    fn take(&mut self, f: FlagId) -> Option<u64> {
+        self.entry(f).1.take()
+    }
+
+    fn consumed(&mut self, f: FlagId) -> u64 {
+        self.entry(f).2
+    }
+
+    fn set_consumed(&mut self, f: FlagId, at: u64) {
+        self.entry(f).2 = at;
+    }
 }
 
 fn flag_of(f: &Flag) -> FlagId {
@@ -202,8 +243,7 @@ pub(crate) struct Block {
     mask: Mask,
     fmatrix: FMatrix,
     pipes: [PipeUnit; QUEUES],
-    flags: Box<[Option<u64>; FLAG_SLOTS]>,
-    consumed: Box<[u64; FLAG_SLOTS]>,
+    flags: FlagTable,
     deadline: u64,
     /// Units (bit 0 the scalar unit, bit 1 + q pipe queue q) that may be able to proceed.
     wake: u8,
@@ -293,8 +333,7 @@ impl AiCore {
                 p.last_complete = start_cycle;
                 p
             }),
-            flags: Box::new([None; FLAG_SLOTS]),
-            consumed: Box::new([0; FLAG_SLOTS]),
+            flags: FlagTable::default(),
             deadline: start_cycle.saturating_add(ctx.cfg.core.kernel_timeout_cycles),
             wake: u8::MAX >> 1,
         }));
@@ -529,10 +568,10 @@ impl AiCore {
         match b.s_state {
             ScalarState::Run => {}
             ScalarState::Done => return Ok(false),
-            ScalarState::WaitFlag(f, since) => match b.flags[flag_slot(f)].take() {
+            ScalarState::WaitFlag(f, since) => match b.flags.take(f) {
                 Some(t) => {
                     let at = since.max(t);
-                    b.consumed[flag_slot(f)] = at;
+                    b.flags.set_consumed(f, at);
                     b.wake |= 1 << lane_index(f.src);
                     b.s_time = at;
                     let pc = b.pc;
@@ -546,11 +585,11 @@ impl AiCore {
                 None => return Ok(false),
             },
             ScalarState::WaitFlagFree(f, at) => {
-                if b.flags[flag_slot(f)].is_some() {
+                if b.flags.is_set(f) {
                     return Ok(false);
                 }
                 let pc = b.pc;
-                if b.consumed[flag_slot(f)] > at {
+                if b.flags.consumed(f) > at {
                     return Err(StopReason::FlagOverflow {
                         core: self.id,
                         pipe: Pipe::S,
@@ -558,7 +597,7 @@ impl AiCore {
                         flag: f,
                     });
                 }
-                b.flags[flag_slot(f)] = Some(at);
+                b.flags.set(f, at);
                 b.wake |= 1 << lane_index(f.dst);
                 b.pc += 1;
                 b.s_state = ScalarState::Run;
@@ -839,12 +878,11 @@ impl AiCore {
             }
             Instruction::SetFlag(f) => {
                 let id = flag_of(&f);
-                let slot = flag_slot(id);
-                if b.flags[slot].is_some() {
+                if b.flags.is_set(id) {
                     b.s_state = ScalarState::WaitFlagFree(id, b.s_time);
                     return Ok(None);
                 }
-                b.flags[slot] = Some(b.s_time);
+                b.flags.set(id, b.s_time);
                 b.wake |= 1 << lane_index(id.dst);
                 sc.alu_cycles
             }
@@ -1046,11 +1084,11 @@ impl AiCore {
             match p.state {
                 PipeState::DmaScheduled(_) | PipeState::DmaActive(_) => return Ok(progressed),
                 PipeState::WaitFlag(f, since) => {
-                    let Some(t) = b.flags[flag_slot(f)].take() else {
+                    let Some(t) = b.flags.take(f) else {
                         return Ok(progressed);
                     };
                     let at = since.max(t);
-                    b.consumed[flag_slot(f)] = at;
+                    b.flags.set_consumed(f, at);
                     b.wake |= 1 << lane_index(f.src);
                     let p = &mut b.pipes[qi];
                     p.issue_free = at;
@@ -1064,11 +1102,11 @@ impl AiCore {
                     continue;
                 }
                 PipeState::WaitFlagFree(f, at) => {
-                    if b.flags[flag_slot(f)].is_some() {
+                    if b.flags.is_set(f) {
                         return Ok(progressed);
                     }
                     let pc = p.queue.front().map_or(0, |q| q.pc);
-                    if b.consumed[flag_slot(f)] > at {
+                    if b.flags.consumed(f) > at {
                         return Err(StopReason::FlagOverflow {
                             core,
                             pipe,
@@ -1076,7 +1114,7 @@ impl AiCore {
                             flag: f,
                         });
                     }
-                    b.flags[flag_slot(f)] = Some(at);
+                    b.flags.set(f, at);
                     b.wake |= 1 << lane_index(f.dst);
                     let p = &mut b.pipes[qi];
                     p.state = PipeState::Ready;
@@ -1105,11 +1143,11 @@ impl AiCore {
                 Instruction::SetFlag(f) => {
                     let id = flag_of(&f);
                     let at = ready.max(p.last_complete);
-                    if b.flags[flag_slot(id)].is_some() {
+                    if b.flags.is_set(id) {
                         p.state = PipeState::WaitFlagFree(id, at);
                         continue;
                     }
-                    b.flags[flag_slot(id)] = Some(at);
+                    b.flags.set(id, at);
                     b.wake |= 1 << lane_index(id.dst);
                     let p = &mut b.pipes[qi];
                     p.issue_free = at;
