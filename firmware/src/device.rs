@@ -1,50 +1,72 @@
-//! A device: a chip plus device-memory allocation and kernel launch with wave dispatch.
+//! The device: a chip plus everything the firmware keeps about it — device and host memory,
+//! streams, events, labels, models, data queues and the kernel images in device memory — and
+//! the host-facing API. The scheduler that runs the streams is in `scheduler.rs`.
+
+use std::collections::{BTreeMap, VecDeque};
 
 use gearsim_isa::Program;
-use gearsim_sim::{
-    BlockLaunch, Chip, ChipConfig, ChipError, CoreStats, ExecMode, Kernel, LANES, OutOfRange,
-    RunEvent, StopReason, Tick,
-};
-use gearsim_traces::TraceSink;
-use thiserror::Error;
+use gearsim_isa::task::{Task, TaskDescriptor, TaskKind};
+use gearsim_sim::{Chip, ChipConfig, CoreStats, ExecMode, Kernel, LANES, Tick};
+use gearsim_traces::{LaneId, TraceSink};
+use zerocopy::IntoBytes;
+
+use crate::error::{DeviceError, TaskRef};
+use crate::kernels::SHAPE_TENSOR_BYTES;
+use crate::memory::{Allocator, HostMemory, RESERVED_LOW};
+use crate::scheduler::{Fw, Lanes, Scheduler};
 
 /// A device address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DevicePtr(pub u64);
 
-/// Errors of the device API.
-#[derive(Debug, Error)]
-pub enum DeviceError {
-    /// Device memory is exhausted.
-    #[error(
-        "out of device memory: {requested} bytes requested, {available} bytes free of {capacity}"
-    )]
-    OutOfMemory {
-        /// Bytes asked for.
-        requested: u64,
-        /// Bytes left.
-        available: u64,
-        /// Capacity.
-        capacity: u64,
-    },
-    /// An access outside device memory.
-    #[error("device memory access [{:#x}, +{}) is outside the {} bytes of device memory", .0.addr, .0.len, .0.capacity)]
-    OutOfRange(OutOfRange),
-    /// A launch parameter is invalid.
-    #[error("invalid launch: {0}")]
-    InvalidLaunch(String),
-    /// The chip refused a request.
-    #[error(transparent)]
-    Chip(#[from] ChipError),
-    /// The simulated hardware faulted.
-    #[error("{0}")]
-    Fault(StopReason),
+/// A host address (in the simulated host's memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPtr(pub u64);
+
+macro_rules! ids {
+    ($($(#[$m:meta])* $name:ident),*) => {$(
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub u32);
+    )*};
+}
+ids! {
+    /// A stream.
+    StreamId,
+    /// An event.
+    EventId,
+    /// A label.
+    LabelId,
+    /// A data queue feeding GetNext.
+    QueueId,
+    /// A loaded model.
+    ModelId
 }
 
-impl From<OutOfRange> for DeviceError {
-    fn from(e: OutOfRange) -> DeviceError {
-        DeviceError::OutOfRange(e)
-    }
+/// A kernel image in device memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KernelHandle {
+    /// Device address of the image.
+    pub addr: DevicePtr,
+}
+
+/// Magic bytes at the start of a kernel image.
+pub const KERNEL_MAGIC: [u8; 8] = *b"GEARKRN\0";
+/// Size of a kernel image's header: magic, instruction count (u32), flags (u32).
+pub const KERNEL_HEADER_BYTES: u64 = 16;
+/// Kernel image flag: the kernel's control flow depends on computed values, so it always runs
+/// in full mode (MapIndex scans the bits its vector compare produced).
+pub const KERNEL_NEEDS_VALUES: u32 = 1;
+/// Longest kernel image the scheduler decodes.
+pub const MAX_KERNEL_INSTRUCTIONS: u32 = 1 << 20;
+
+/// A tensor a host hands to a data queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostTensor {
+    /// Its bytes.
+    pub data: Vec<u8>,
+    /// Its runtime shape.
+    pub dims: Vec<i64>,
 }
 
 /// What a kernel launch did.
@@ -91,23 +113,138 @@ impl LaunchReport {
     }
 }
 
-/// Alignment of every allocation (the runtime's 512-byte device alignment with room to spare).
-pub const ALLOC_ALIGN: u64 = 512;
-/// Device memory kept back at address 0 so that a null pointer is never a valid buffer.
-pub const RESERVED_LOW: u64 = 2 << 20;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StreamKind {
+    User,
+    Model(u32),
+}
+
+/// Where a stream stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum StreamState {
+    /// Nothing to run.
+    Idle,
+    /// A step (fetch of the next task) is scheduled.
+    Stepping,
+    /// A task is executing.
+    Running {
+        index: u32,
+        kind: TaskKind,
+        start: Tick,
+    },
+    /// Waiting for an event to be recorded.
+    WaitEvent { index: u32, event: u32, since: Tick },
+    /// GetNext waiting for its queue.
+    WaitQueue {
+        index: u32,
+        queue: u32,
+        since: Tick,
+        deadline: Option<Tick>,
+        args: u64,
+        args_size: u32,
+    },
+    /// ModelExecute waiting for its model to end.
+    WaitModel { index: u32, model: u32, start: Tick },
+}
+
+pub(crate) struct Stream {
+    pub kind: StreamKind,
+    /// Device address of the descriptor array.
+    pub sq: u64,
+    pub capacity: u32,
+    /// User streams: tasks submitted so far (the ring holds `pos..submitted`).
+    pub submitted: u32,
+    /// Next task index to run.
+    pub pos: u32,
+    /// Model streams: the number of tasks.
+    pub len: u32,
+    pub names: BTreeMap<u32, String>,
+    pub state: StreamState,
+    pub lane: Option<LaneId>,
+    /// Earliest time the next task may start (the end of the previous one).
+    pub ready_at: Tick,
+}
+
+impl Stream {
+    pub(crate) fn has_work(&self) -> bool {
+        match self.kind {
+            StreamKind::User => self.pos < self.submitted,
+            StreamKind::Model(_) => self.pos < self.len,
+        }
+    }
+
+    pub(crate) fn slot_addr(&self, index: u32) -> u64 {
+        let slot = match self.kind {
+            StreamKind::User => index % self.capacity,
+            StreamKind::Model(_) => index,
+        };
+        self.sq + u64::from(slot) * gearsim_isa::task::TASK_BYTES as u64
+    }
+}
+
+pub(crate) struct Model {
+    pub streams: Vec<u32>,
+    pub running: bool,
+    pub end_requested: bool,
+    pub waiter: Option<TaskRef>,
+}
+
+pub(crate) struct DataQueue {
+    pub capacity: u32,
+    /// Items whose copies to the device are still in flight.
+    pub pending: u32,
+    /// Items on the device, oldest first: per tensor (staging buffer, bytes, dims).
+    pub ready: VecDeque<Vec<(u64, u64, Vec<i64>)>>,
+    pub lane: Option<LaneId>,
+}
+
+pub(crate) struct KernelEntry {
+    pub chip_id: usize,
+    pub needs_values: bool,
+}
 
 /// A simulated device.
 pub struct Device<S: TraceSink> {
-    chip: Chip<S>,
-    next_free: u64,
+    pub(crate) chip: Chip<S>,
+    pub(crate) cfg: ChipConfig,
+    pub(crate) heap: Allocator,
+    pub(crate) host: HostMemory,
+    pub(crate) streams: Vec<Stream>,
+    pub(crate) events: Vec<bool>,
+    pub(crate) labels: Vec<Option<(u32, u32)>>,
+    pub(crate) queues: Vec<DataQueue>,
+    pub(crate) models: Vec<Model>,
+    pub(crate) kernels: BTreeMap<u64, KernelEntry>,
+    pub(crate) kernel_names: BTreeMap<u64, String>,
+    pub(crate) mode: ExecMode,
+    pub(crate) sched: Scheduler,
+    pub(crate) lanes: Lanes,
+    pub(crate) stopped: Option<String>,
+    default_stream: Option<StreamId>,
 }
 
 impl<S: TraceSink> Device<S> {
     /// A device over a fresh chip.
     pub fn new(cfg: ChipConfig, sink: S) -> Device<S> {
+        let capacity = cfg.memory.hbm_bytes;
+        let sched = Scheduler::new(&cfg);
         Device {
-            chip: Chip::new(cfg, sink),
-            next_free: RESERVED_LOW,
+            chip: Chip::new(cfg.clone(), sink),
+            heap: Allocator::new(RESERVED_LOW, capacity),
+            host: HostMemory::default(),
+            streams: Vec::new(),
+            events: Vec::new(),
+            labels: Vec::new(),
+            queues: Vec::new(),
+            models: Vec::new(),
+            kernels: BTreeMap::new(),
+            kernel_names: BTreeMap::new(),
+            mode: ExecMode::Full,
+            sched,
+            lanes: Lanes::default(),
+            stopped: None,
+            default_stream: None,
+            cfg,
         }
     }
 
@@ -126,26 +263,42 @@ impl<S: TraceSink> Device<S> {
         self.chip.into_sink()
     }
 
-    /// Allocates `bytes` of device memory.
-    pub fn alloc(&mut self, bytes: u64) -> Result<DevicePtr, DeviceError> {
-        let capacity = self.chip.config().memory.hbm_bytes;
-        let size = bytes.max(1).div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN;
-        let available = capacity.saturating_sub(self.next_free);
-        if size > available {
-            return Err(DeviceError::OutOfMemory {
-                requested: bytes,
-                available,
-                capacity,
-            });
-        }
-        let ptr = DevicePtr(self.next_free);
-        self.next_free += size;
-        Ok(ptr)
+    /// Current device time.
+    pub fn now(&self) -> Tick {
+        self.chip.now()
     }
 
-    /// Copies host bytes into device memory (zero time; the timed copy is the runtime's job).
+    /// Whether AI core kernels compute values or only times (kernels whose control flow needs
+    /// values, such as MapIndex, always run in full mode).
+    pub fn set_exec_mode(&mut self, mode: ExecMode) {
+        self.mode = mode;
+    }
+
+    // ---- memory -------------------------------------------------------------------------------
+
+    /// Allocates `bytes` of device memory (512-byte aligned).
+    pub fn alloc(&mut self, bytes: u64) -> Result<DevicePtr, DeviceError> {
+        self.heap.alloc(bytes).map(DevicePtr)
+    }
+
+    /// Frees a device allocation.
+    pub fn free(&mut self, ptr: DevicePtr) -> Result<(), DeviceError> {
+        self.heap.free(ptr.0)
+    }
+
+    /// Bytes of device memory allocated.
+    pub fn allocated_bytes(&self) -> u64 {
+        self.heap.used_bytes()
+    }
+
+    /// Writes device memory directly (zero time; timed copies are `Memcpy` tasks).
     pub fn write(&mut self, ptr: DevicePtr, data: &[u8]) -> Result<(), DeviceError> {
         Ok(self.chip.write_mem(ptr.0, data)?)
+    }
+
+    /// Reads device memory directly (zero time).
+    pub fn read(&self, ptr: DevicePtr, buf: &mut [u8]) -> Result<(), DeviceError> {
+        Ok(self.chip.read_mem(ptr.0, buf)?)
     }
 
     /// Fills device memory with a byte value (zero time).
@@ -153,30 +306,388 @@ impl<S: TraceSink> Device<S> {
         Ok(self.chip.fill_mem(ptr.0, len, byte)?)
     }
 
-    /// Copies device memory to host bytes (zero time).
-    pub fn read(&self, ptr: DevicePtr, buf: &mut [u8]) -> Result<(), DeviceError> {
-        Ok(self.chip.read_mem(ptr.0, buf)?)
+    /// Allocates a host buffer (the source or destination of host<->device copies).
+    pub fn host_alloc(&mut self, bytes: u64) -> Result<HostPtr, DeviceError> {
+        self.host.alloc(bytes).map(HostPtr)
     }
 
-    /// Loads a kernel program.
-    pub fn load_kernel(&mut self, program: Program) -> Result<usize, DeviceError> {
-        Ok(self.chip.load_kernel(Kernel::new(program))?)
+    /// Frees a host buffer.
+    pub fn host_free(&mut self, ptr: HostPtr) -> Result<(), DeviceError> {
+        self.host.free(ptr.0)
     }
 
-    /// Launches a kernel of `block_dim` blocks with the given argument values and runs the chip
-    /// until every block has finished.
+    /// Writes host memory.
+    pub fn host_write(&mut self, ptr: HostPtr, data: &[u8]) -> Result<(), DeviceError> {
+        self.host
+            .write(ptr.0, data)
+            .map_err(DeviceError::HostMemory)
+    }
+
+    /// Reads host memory.
+    pub fn host_read(&self, ptr: HostPtr, buf: &mut [u8]) -> Result<(), DeviceError> {
+        self.host.read(ptr.0, buf).map_err(DeviceError::HostMemory)
+    }
+
+    fn limit(&self, what: &'static str, limit: u64, field: &'static str) -> DeviceError {
+        DeviceError::Limit {
+            what,
+            limit,
+            preset: self.cfg.name.clone(),
+            field,
+        }
+    }
+
+    // ---- kernels ------------------------------------------------------------------------------
+
+    /// Writes a kernel image into device memory and registers it; returns its handle.
+    pub fn load_kernel(&mut self, program: Program) -> Result<KernelHandle, DeviceError> {
+        self.load_kernel_flags(program, 0)
+    }
+
+    /// Like [`Device::load_kernel`] with image flags ([`KERNEL_NEEDS_VALUES`]).
+    pub fn load_kernel_flags(
+        &mut self,
+        program: Program,
+        flags: u32,
+    ) -> Result<KernelHandle, DeviceError> {
+        let words = program.encode().map_err(|(pc, e)| {
+            DeviceError::InvalidLaunch(format!("kernel instruction {pc}: {e}"))
+        })?;
+        let count = u32::try_from(program.instrs.len()).unwrap_or(u32::MAX);
+        let mut image = Vec::with_capacity(KERNEL_HEADER_BYTES as usize + words.len());
+        image.extend_from_slice(&KERNEL_MAGIC);
+        image.extend_from_slice(&count.to_le_bytes());
+        image.extend_from_slice(&flags.to_le_bytes());
+        image.extend_from_slice(&words);
+        let ptr = self.alloc(image.len() as u64)?;
+        self.write(ptr, &image)?;
+        let name = program.display_name().to_string();
+        let chip_id = self.chip.load_kernel(Kernel::new(program))?;
+        self.kernels.insert(
+            ptr.0,
+            KernelEntry {
+                chip_id,
+                needs_values: flags & KERNEL_NEEDS_VALUES != 0,
+            },
+        );
+        self.kernel_names.insert(ptr.0, name);
+        Ok(KernelHandle { addr: ptr })
+    }
+
+    /// The name of a loaded kernel.
+    pub fn kernel_name(&self, k: KernelHandle) -> Option<&str> {
+        self.kernel_names.get(&k.addr.0).map(String::as_str)
+    }
+
+    // ---- streams, events, labels, queues ------------------------------------------------------
+
+    fn new_stream(&mut self, kind: StreamKind, tasks: u32) -> Result<u32, DeviceError> {
+        let max = self.cfg.scheduler.max_streams;
+        if self.streams.len() as u32 >= max {
+            return Err(self.limit("streams", u64::from(max), "scheduler.max_streams"));
+        }
+        let capacity = match kind {
+            StreamKind::User => self.cfg.scheduler.sq_depth,
+            StreamKind::Model(_) => tasks.max(1),
+        };
+        let sq = self.alloc(u64::from(capacity) * gearsim_isa::task::TASK_BYTES as u64)?;
+        self.streams.push(Stream {
+            kind,
+            sq: sq.0,
+            capacity,
+            submitted: 0,
+            pos: 0,
+            len: 0,
+            names: BTreeMap::new(),
+            state: StreamState::Idle,
+            lane: None,
+            ready_at: Tick::ZERO,
+        });
+        Ok(self.streams.len() as u32 - 1)
+    }
+
+    /// Creates a stream whose submission queue (`scheduler.sq_depth` descriptors) lives in
+    /// device memory.
+    pub fn create_stream(&mut self) -> Result<StreamId, DeviceError> {
+        self.new_stream(StreamKind::User, 0).map(StreamId)
+    }
+
+    /// Creates an event.
+    pub fn create_event(&mut self) -> Result<EventId, DeviceError> {
+        let max = self.cfg.scheduler.max_events;
+        if self.events.len() as u32 >= max {
+            return Err(self.limit("events", u64::from(max), "scheduler.max_events"));
+        }
+        self.events.push(false);
+        Ok(EventId(self.events.len() as u32 - 1))
+    }
+
+    /// Creates a label (bound to a position when a model containing its `LabelSet` is loaded).
+    pub fn create_label(&mut self) -> Result<LabelId, DeviceError> {
+        let max = self.cfg.scheduler.max_labels;
+        if self.labels.len() as u32 >= max {
+            return Err(self.limit("labels", u64::from(max), "scheduler.max_labels"));
+        }
+        self.labels.push(None);
+        Ok(LabelId(self.labels.len() as u32 - 1))
+    }
+
+    /// Creates a data queue holding up to `capacity` items for GetNext.
+    pub fn create_queue(&mut self, capacity: u32) -> Result<QueueId, DeviceError> {
+        if capacity == 0 {
+            return Err(DeviceError::InvalidLaunch(
+                "a data queue needs a capacity of at least 1".into(),
+            ));
+        }
+        self.queues.push(DataQueue {
+            capacity,
+            pending: 0,
+            ready: VecDeque::new(),
+            lane: None,
+        });
+        Ok(QueueId(self.queues.len() as u32 - 1))
+    }
+
+    /// Items a queue holds (on the device or still being copied there).
+    pub fn queue_len(&self, q: QueueId) -> Option<u32> {
+        self.queues
+            .get(q.0 as usize)
+            .map(|d| d.pending + d.ready.len() as u32)
+    }
+
+    /// Hands an item to a data queue: its tensors are copied to device staging buffers over
+    /// PCIe (timed) and the item becomes visible to GetNext when the copies finish.
+    pub fn enqueue(&mut self, q: QueueId, item: Vec<HostTensor>) -> Result<(), DeviceError> {
+        self.check_running()?;
+        let queue = self.queues.get(q.0 as usize).ok_or(DeviceError::NoSuch {
+            what: "queue",
+            id: u64::from(q.0),
+        })?;
+        if queue.pending + queue.ready.len() as u32 >= queue.capacity {
+            return Err(DeviceError::QueueFull {
+                queue: q.0,
+                capacity: queue.capacity,
+            });
+        }
+        let mut staged = Vec::with_capacity(item.len());
+        for t in &item {
+            if t.dims.len() > crate::kernels::MAX_RANK {
+                return Err(DeviceError::InvalidLaunch(format!(
+                    "queue {}: a tensor of rank {} exceeds the largest supported rank {}",
+                    q.0,
+                    t.dims.len(),
+                    crate::kernels::MAX_RANK
+                )));
+            }
+            let dev = self.alloc(t.data.len() as u64)?;
+            staged.push((dev.0, t.data.len() as u64, t.dims.clone()));
+        }
+        self.queues[q.0 as usize].pending += 1;
+        Scheduler::enqueue_item(self, q.0, item, staged);
+        Ok(())
+    }
+
+    // ---- task submission ----------------------------------------------------------------------
+
+    fn user_stream(&self, s: StreamId) -> Result<&Stream, DeviceError> {
+        let st = self.streams.get(s.0 as usize).ok_or(DeviceError::NoSuch {
+            what: "stream",
+            id: u64::from(s.0),
+        })?;
+        if st.kind != StreamKind::User {
+            return Err(DeviceError::InvalidLaunch(format!(
+                "stream {} belongs to a model; submit to a user stream",
+                s.0
+            )));
+        }
+        Ok(st)
+    }
+
+    /// Submits a task to a user stream; returns its index in the stream. When the submission
+    /// queue is full the device runs until a slot frees, as the runtime blocks the host.
+    pub fn submit(
+        &mut self,
+        s: StreamId,
+        task: Task,
+        name: Option<&str>,
+    ) -> Result<u32, DeviceError> {
+        self.submit_descriptor(s, task.encode(0), name)
+    }
+
+    /// Submits a raw descriptor (for tests of bad input: it is decoded when the scheduler
+    /// fetches it, and errors name the stream and task index).
+    pub fn submit_descriptor(
+        &mut self,
+        s: StreamId,
+        mut desc: TaskDescriptor,
+        name: Option<&str>,
+    ) -> Result<u32, DeviceError> {
+        self.check_running()?;
+        let cap = self.user_stream(s)?.capacity;
+        let sid = s.0 as usize;
+        if self.streams[sid].submitted - self.streams[sid].pos >= cap {
+            self.run_until(|d| d.streams[sid].submitted - d.streams[sid].pos < cap)?;
+        }
+        let index = self.streams[sid].submitted;
+        desc.task_id.set(index);
+        let addr = self.streams[sid].slot_addr(index);
+        self.chip.write_mem(addr, desc.as_bytes())?;
+        let stream = &mut self.streams[sid];
+        stream.submitted += 1;
+        match name {
+            Some(n) => {
+                stream.names.insert(index, n.to_string());
+            }
+            None => {
+                stream.names.remove(&index);
+            }
+        }
+        if stream.state == StreamState::Idle {
+            Scheduler::step_later(self, s.0, self.chip.now());
+        }
+        Ok(index)
+    }
+
+    /// Loads a model: each inner list becomes a model stream holding those tasks in device
+    /// memory; the first is the head stream a `ModelExecute` task starts. `LabelSet` tasks bind
+    /// their labels to their position.
+    pub fn load_model(
+        &mut self,
+        streams: Vec<Vec<(Task, Option<String>)>>,
+    ) -> Result<ModelId, DeviceError> {
+        self.check_running()?;
+        if streams.is_empty() {
+            return Err(DeviceError::InvalidLaunch(
+                "a model needs at least one stream".into(),
+            ));
+        }
+        let model = self.models.len() as u32;
+        let mut ids = Vec::with_capacity(streams.len());
+        for tasks in &streams {
+            let len = u32::try_from(tasks.len()).unwrap_or(u32::MAX);
+            let max = self.cfg.scheduler.sq_depth;
+            if len > max {
+                return Err(self.limit(
+                    "tasks in one stream",
+                    u64::from(max),
+                    "scheduler.sq_depth",
+                ));
+            }
+            ids.push(self.new_stream(StreamKind::Model(model), len)?);
+        }
+        for (tasks, &sid) in streams.iter().zip(&ids) {
+            for (i, (task, name)) in tasks.iter().enumerate() {
+                let index = i as u32;
+                let at = TaskRef { stream: sid, index };
+                if let Task::LabelSet(l) = task {
+                    let count = self.labels.len();
+                    let slot =
+                        self.labels
+                            .get_mut(l.label as usize)
+                            .ok_or(DeviceError::BadTask {
+                                task: at,
+                                kind: "LabelSet",
+                                field: "label",
+                                message: format!(
+                                    "label {} was never created ({count} labels exist)",
+                                    l.label
+                                ),
+                            })?;
+                    if let Some((s0, i0)) = *slot {
+                        return Err(DeviceError::BadTask {
+                            task: at,
+                            kind: "LabelSet",
+                            field: "label",
+                            message: format!(
+                                "label {} is already set at stream {s0} task {i0}",
+                                l.label
+                            ),
+                        });
+                    }
+                    *slot = Some((sid, index));
+                }
+                let stream = &mut self.streams[sid as usize];
+                let addr = stream.slot_addr(index);
+                stream.len = index + 1;
+                if let Some(n) = name {
+                    stream.names.insert(index, n.clone());
+                }
+                self.chip.write_mem(addr, task.encode(index).as_bytes())?;
+            }
+        }
+        self.models.push(Model {
+            streams: ids,
+            running: false,
+            end_requested: false,
+            waiter: None,
+        });
+        Ok(ModelId(model))
+    }
+
+    /// The streams of a model, head first.
+    pub fn model_streams(&self, m: ModelId) -> Option<Vec<StreamId>> {
+        self.models
+            .get(m.0 as usize)
+            .map(|m| m.streams.iter().map(|&s| StreamId(s)).collect())
+    }
+
+    // ---- running ------------------------------------------------------------------------------
+
+    pub(crate) fn check_running(&self) -> Result<(), DeviceError> {
+        match &self.stopped {
+            Some(why) => Err(DeviceError::InvalidLaunch(format!(
+                "the device stopped earlier: {why}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs until every task of stream `s` has finished.
+    pub fn synchronize(&mut self, s: StreamId) -> Result<(), DeviceError> {
+        self.user_stream(s)?;
+        let sid = s.0 as usize;
+        self.run_until(|d| d.streams[sid].state == StreamState::Idle && !d.streams[sid].has_work())
+    }
+
+    /// Runs until nothing is left to do.
+    pub fn run_until_idle(&mut self) -> Result<(), DeviceError> {
+        self.run_until(|_| false)
+    }
+
+    /// Runs the event loop until `done` holds (or, for a condition that never holds, until the
+    /// device is idle).
+    pub(crate) fn run_until(&mut self, done: impl Fn(&Self) -> bool) -> Result<(), DeviceError> {
+        self.check_running()?;
+        let result = Scheduler::run(self, &done);
+        if let Err(e) = &result {
+            self.stopped = Some(e.to_string());
+        }
+        result
+    }
+
+    /// The default stream (created on first use).
+    pub fn default_stream(&mut self) -> Result<StreamId, DeviceError> {
+        if let Some(s) = self.default_stream {
+            return Ok(s);
+        }
+        let s = self.create_stream()?;
+        self.default_stream = Some(s);
+        Ok(s)
+    }
+
+    /// Launches an AI core kernel of `block_dim` blocks with the given argument values on the
+    /// default stream and runs until it finishes.
     pub fn launch(
         &mut self,
-        kernel: usize,
+        kernel: KernelHandle,
         block_dim: u32,
         args: &[u64],
         mode: ExecMode,
     ) -> Result<LaunchReport, DeviceError> {
-        let cfg = self.chip.config().clone();
-        if block_dim == 0 || block_dim > cfg.scheduler.max_block_dim {
+        let max = self.cfg.scheduler.max_block_dim;
+        if block_dim == 0 || block_dim > max {
             return Err(DeviceError::InvalidLaunch(format!(
-                "block_dim {block_dim} is outside [1, {}]",
-                cfg.scheduler.max_block_dim
+                "block_dim {block_dim} is outside [1, {max}]"
             )));
         }
         let args_ptr = if args.is_empty() {
@@ -187,53 +698,30 @@ impl<S: TraceSink> Device<S> {
             self.write(p, &bytes)?;
             p.0
         };
+        let s = self.default_stream()?;
         let cores = self.chip.core_count();
-        let before: Vec<CoreStats> = (0..cores).filter_map(|c| self.chip.core_stats(c)).collect();
-        let ns = |n: u64| Tick(n * 1000);
+        let before: Vec<CoreStats> = (0..cores)
+            .map(|c| self.chip.core_stats(c).unwrap_or_default())
+            .collect();
         let submitted = self.chip.now();
-        let mut slot = submitted + ns(cfg.scheduler.kernel_launch_ns);
-        let mut next = 0u32;
-        let mut first_start = None;
-        let mut used = vec![false; cores as usize];
-        let launch = |block_idx| BlockLaunch {
-            kernel,
-            block_idx,
-            block_dim,
+        let saved = self.mode;
+        self.mode = mode;
+        self.sched.last_run = None;
+        let name = self.kernel_name(kernel).map(str::to_string);
+        let task = Task::AiCoreKernel(gearsim_isa::task::AiCoreKernel {
+            kernel: kernel.addr.0,
             args: args_ptr,
-            mode,
-        };
-        for core in 0..cores.min(block_dim) {
-            let at = slot.max(self.chip.core_free_at(core).unwrap_or(slot));
-            self.chip.start_block(core, launch(next), at)?;
-            first_start.get_or_insert(at);
-            used[core as usize] = true;
-            slot = at + ns(cfg.scheduler.block_dispatch_ns);
-            next += 1;
+            block_dim,
+        });
+        let result = self
+            .submit(s, task, name.as_deref())
+            .and_then(|_| self.synchronize(s));
+        self.mode = saved;
+        result?;
+        if args_ptr != 0 {
+            self.free(DevicePtr(args_ptr))?;
         }
-        let mut finished = 0u32;
-        let mut end = slot;
-        while finished < block_dim {
-            match self.chip.run_until_event().map_err(DeviceError::Fault)? {
-                RunEvent::BlockFinished { core, at } => {
-                    finished += 1;
-                    end = end.max(at);
-                    if next < block_dim {
-                        let start = at.max(slot);
-                        self.chip.start_block(core, launch(next), start)?;
-                        used[core as usize] = true;
-                        slot = start + ns(cfg.scheduler.block_dispatch_ns);
-                        next += 1;
-                    }
-                }
-                RunEvent::Timer { .. } => {}
-                RunEvent::Idle { at } => {
-                    return Err(DeviceError::InvalidLaunch(format!(
-                        "chip went idle at {at} with {} of {block_dim} blocks unfinished",
-                        block_dim - finished
-                    )));
-                }
-            }
-        }
+        let run = self.sched.last_run.clone().unwrap_or_default();
         let core_stats = (0..cores)
             .map(|c| {
                 let now = self.chip.core_stats(c).unwrap_or_default();
@@ -249,11 +737,23 @@ impl<S: TraceSink> Device<S> {
             .collect();
         Ok(LaunchReport {
             blocks: block_dim,
-            cores_used: used.iter().filter(|u| **u).count() as u32,
+            cores_used: run.cores_used,
             submitted,
-            first_start: first_start.unwrap_or(submitted),
-            end,
+            first_start: run.first_start.unwrap_or(submitted),
+            end: run.end,
             core_stats,
         })
+    }
+
+    /// Shape tensor size, for hosts wiring GetNext and GetDynamicDims.
+    pub fn shape_tensor_bytes(&self) -> u64 {
+        SHAPE_TENSOR_BYTES
+    }
+
+    pub(crate) fn timer(&mut self, at: Tick, fw: Fw) {
+        let at = at.max(self.chip.now());
+        let token = self.sched.push_timer(fw);
+        // `at` is never in the past, so the chip accepts it.
+        let _ = self.chip.set_timer(at, token);
     }
 }

@@ -1,15 +1,17 @@
 //! gearsim firmware: the code that runs the simulated chip the way the device's task scheduler
-//! and runtime do. Today it manages device memory and launches AI core kernels, splitting them
-//! into `block_dim` blocks dispatched to idle cores in waves; streams, events, labels and the
-//! gear kernels build on this.
+//! (HWTS) and runtime firmware do.
 //!
 //! ```text
-//!   host ──▶ Device::launch(kernel, block_dim, args)
-//!               │  args array written to device memory
-//!               │  blocks 0..N dispatched to the lowest free core, one per dispatch slot
-//!               ▼
-//!            sim::Chip ── BlockFinished ──▶ next block to the freed core ──▶ LaunchReport
+//!   host ──submit──▶ stream SQ (descriptors in device memory)      load_model ──▶ model streams
+//!                          │ fetch (task_fetch_ns, one at a time)                   ▲
+//!                          ▼                                         ModelExecute / StreamActive
+//!   AiCoreKernel ──blocks──▶ cores (waves)     AiCpuKernel ──▶ AI CPUs (MapIndex, GetDynamicDims, GetNext)
+//!   Memcpy H2D/D2H ──▶ PCIe link   Memcpy D2D / Memset ──▶ SDMA   (all through the chip's HBM model)
+//!   EventRecord / StreamWaitEvent, LabelSet / LabelGoto / LabelSwitchByIndex, ModelEndGraph
 //! ```
+//!
+//! Every cost comes from the chip preset and shows in the trace: a scheduler lane with each
+//! descriptor fetch, a lane per stream with each task, AI CPU and PCIe lanes, queue depths.
 //!
 //! ```
 //! use gearsim_firmware::Device;
@@ -23,5 +25,15 @@
 //! ```
 
 mod device;
+mod error;
+pub mod kernels;
+mod memory;
+mod scheduler;
 
-pub use device::{Device, DeviceError, DevicePtr, LaunchReport};
+pub use device::{
+    Device, DevicePtr, EventId, HostPtr, HostTensor, KERNEL_HEADER_BYTES, KERNEL_MAGIC,
+    KERNEL_NEEDS_VALUES, KernelHandle, LabelId, LaunchReport, MAX_KERNEL_INSTRUCTIONS, ModelId,
+    QueueId, StreamId,
+};
+pub use error::{BlockedTask, DeviceError, TaskRef};
+pub use memory::{ALLOC_ALIGN, HOST_BASE, RESERVED_LOW};

@@ -188,21 +188,29 @@ struct DemoArgs {
     trace: Option<PathBuf>,
 }
 
-/// Prints a line on standard output; a closed pipe (`gearsim ... | head`) ends the program
-/// quietly with success, as other command-line tools do.
+/// Prints a line on standard output. Once the reader has gone (`gearsim ... | head`), output
+/// is dropped quietly and the command still finishes its work (and its files), as other
+/// command-line tools do.
 macro_rules! say {
     ($($t:tt)*) => { say_raw(&format!("{}\n", format_args!($($t)*))) };
 }
 
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn say_raw(text: &str) {
     use std::io::Write;
+    use std::sync::atomic::Ordering;
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return;
+    }
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+        } else {
+            eprintln!("error: cannot write to standard output: {e}");
+            std::process::exit(1);
         }
-        eprintln!("error: cannot write to standard output: {e}");
-        std::process::exit(1);
     }
 }
 

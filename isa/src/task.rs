@@ -257,12 +257,12 @@ macro_rules! tasks {
 tasks! {
     /// Launch an AI core kernel split into `block_dim` blocks.
     AiCoreKernel = 0 {
-        /// Kernel id in the model's kernel table.
-        kernel: u32,
-        /// Number of blocks.
-        block_dim: u32,
+        /// Device address of the kernel image (see `firmware`'s kernel image format).
+        kernel: u64,
         /// Device address of the argument array (u64 values).
         args: u64,
+        /// Number of blocks.
+        block_dim: u32,
     }
     /// Launch an AI CPU kernel.
     AiCpuKernel = 1 {

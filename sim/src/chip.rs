@@ -119,6 +119,13 @@ pub enum RunEvent {
         /// Its time.
         at: Tick,
     },
+    /// A transfer started with [`Chip::start_transfer`] finished moving its data.
+    TransferDone {
+        /// The token given.
+        token: u64,
+        /// Its completion time.
+        at: Tick,
+    },
     /// Nothing is left to do.
     Idle {
         /// Current time.
@@ -149,6 +156,7 @@ pub struct Chip<S: TraceSink> {
     memory_lanes: Option<MemoryLanes>,
     stopped: Option<StopReason>,
     finished: VecDeque<(u32, Tick)>,
+    transfers_done: VecDeque<(u64, Tick)>,
     done_scratch: Vec<(u64, Owner)>,
 }
 
@@ -188,6 +196,7 @@ impl<S: TraceSink> Chip<S> {
             memory_lanes: None,
             stopped: None,
             finished: VecDeque::new(),
+            transfers_done: VecDeque::new(),
             done_scratch: Vec::new(),
             cfg,
         }
@@ -339,6 +348,9 @@ impl<S: TraceSink> Chip<S> {
             if let Some((core, at)) = self.finished.pop_front() {
                 return Ok(RunEvent::BlockFinished { core, at });
             }
+            if let Some((token, at)) = self.transfers_done.pop_front() {
+                return Ok(RunEvent::TransferDone { token, at });
+            }
             let Some((t, event)) = self.events.pop() else {
                 let blocked: Vec<_> = self.cores.iter().flat_map(AiCore::blocked_units).collect();
                 if !blocked.is_empty() || self.cores.iter().any(AiCore::is_busy) {
@@ -374,7 +386,7 @@ impl<S: TraceSink> Chip<S> {
         loop {
             match self.run_until_event()? {
                 RunEvent::BlockFinished { core, at } => done.push((core, at)),
-                RunEvent::Timer { .. } => {}
+                RunEvent::Timer { .. } | RunEvent::TransferDone { .. } => {}
                 RunEvent::Idle { .. } => return Ok(done),
             }
         }
@@ -427,7 +439,8 @@ impl<S: TraceSink> Chip<S> {
         if let Some((bytes, cap, write)) =
             self.cores[core as usize].dma_begin(usize::from(queue), &self.cfg)
         {
-            self.hbm.start(Owner { core, queue }, bytes, cap, write);
+            self.hbm
+                .start(Owner::Core { core, queue }, bytes, cap, write);
         }
         self.reschedule_memory();
         Ok(())
@@ -451,12 +464,42 @@ impl<S: TraceSink> Chip<S> {
 
     fn finish_transfers(&mut self, done: &[(u64, Owner)]) -> Result<(), StopReason> {
         for &(_, owner) in done {
-            let now = self.now;
-            let (mut ctx, cores) = self.ctx();
-            cores[owner.core as usize].dma_end(usize::from(owner.queue), now, &mut ctx)?;
-            self.advance_core(owner.core)?;
+            match owner {
+                Owner::Core { core, queue } => {
+                    let now = self.now;
+                    let (mut ctx, cores) = self.ctx();
+                    cores[core as usize].dma_end(usize::from(queue), now, &mut ctx)?;
+                    self.advance_core(core)?;
+                }
+                Owner::External { token } => self.transfers_done.push_back((token, self.now)),
+            }
         }
         Ok(())
+    }
+
+    /// Starts a transfer of `bytes` through the shared memory system now, for an engine outside
+    /// the AI cores (AI CPU, SDMA, PCIe DMA): it competes for HBM bandwidth with the cores'
+    /// DMAs, at most at `cap_bytes_per_second`, and [`Chip::run_until_event`] reports
+    /// [`RunEvent::TransferDone`] with `token` when its data has moved.
+    pub fn start_transfer(
+        &mut self,
+        token: u64,
+        bytes: u64,
+        cap_bytes_per_second: u64,
+        write: bool,
+    ) {
+        // Bring the memory system up to now (finishing anything that ends at this tick) so the
+        // new transfer shares bandwidth only from now on.
+        if let Err(s) = self.complete_transfers() {
+            self.stop(s);
+        }
+        self.hbm.start(
+            Owner::External { token },
+            bytes,
+            cap_bytes_per_second,
+            write,
+        );
+        self.reschedule_memory();
     }
 
     fn reschedule_memory(&mut self) {

@@ -68,6 +68,8 @@ pub struct ChipConfig {
     pub aicpu: AiCpuConfig,
     /// Task scheduler limits and costs.
     pub scheduler: SchedulerConfig,
+    /// Limits of the firmware's built-in kernels.
+    pub kernels: KernelLimits,
 }
 
 /// AI core organisation and local buffers.
@@ -220,6 +222,22 @@ pub struct AiCpuConfig {
     pub count: u32,
     /// Clock in MHz.
     pub clock_mhz: u64,
+    /// Starting an AI CPU kernel, nanoseconds.
+    pub launch_ns: u64,
+    /// Device-memory read rate of one AI CPU core, bytes per AI CPU cycle.
+    pub mem_bytes_per_cycle: u64,
+    /// Cycles of a kernel's inner loop per element it processes.
+    pub cycles_per_element: u64,
+}
+
+/// Limits of the firmware's built-in kernels.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelLimits {
+    /// Most gears (table rows) MapIndex accepts.
+    pub map_index_max_gears: u32,
+    /// Longest query vector MapIndex accepts.
+    pub map_index_max_dims: u32,
 }
 
 /// Task scheduler limits and costs.
@@ -242,6 +260,10 @@ pub struct SchedulerConfig {
     pub kernel_launch_ns: u64,
     /// Dispatching one block to an idle core, nanoseconds.
     pub block_dispatch_ns: u64,
+    /// A label, event or stream-control task, nanoseconds.
+    pub control_task_ns: u64,
+    /// Device-to-device copy and memset rate of the SDMA engine, bytes per second.
+    pub sdma_bytes_per_second: u64,
 }
 
 /// Names of the compiled-in presets.
@@ -397,6 +419,11 @@ impl ChipConfig {
             ),
             ("pcie.bytes_per_second", self.pcie.bytes_per_second),
             ("aicpu.clock_mhz", self.aicpu.clock_mhz),
+            ("aicpu.mem_bytes_per_cycle", self.aicpu.mem_bytes_per_cycle),
+            (
+                "scheduler.sdma_bytes_per_second",
+                self.scheduler.sdma_bytes_per_second,
+            ),
         ] {
             if v == 0 {
                 return bad(field, "0".into(), "expected a positive rate");
@@ -420,6 +447,14 @@ impl ChipConfig {
             ("scheduler.max_events", s.max_events),
             ("scheduler.max_labels", s.max_labels),
             ("scheduler.max_block_dim", s.max_block_dim),
+            (
+                "kernels.map_index_max_gears",
+                self.kernels.map_index_max_gears,
+            ),
+            (
+                "kernels.map_index_max_dims",
+                self.kernels.map_index_max_dims,
+            ),
         ] {
             if v == 0 {
                 return bad(field, "0".into(), "expected at least 1");

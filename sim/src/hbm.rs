@@ -17,11 +17,12 @@ use crate::time::Tick;
 
 const WORK_PER_BYTE: u128 = 1_000_000_000_000;
 
-/// Who owns a transfer: a core and the index of its pipe queue.
+/// Who owns a transfer: a core's pipe queue, or an engine outside the cores (the firmware's
+/// AI CPUs, SDMA and PCIe DMA) identified by the token it gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Owner {
-    pub core: u32,
-    pub queue: u8,
+pub(crate) enum Owner {
+    Core { core: u32, queue: u8 },
+    External { token: u64 },
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -199,7 +200,7 @@ mod tests {
     use super::*;
 
     fn owner(core: u32) -> Owner {
-        Owner { core, queue: 3 }
+        Owner::Core { core, queue: 3 }
     }
 
     #[test]
@@ -226,8 +227,8 @@ mod tests {
         let mut done = Vec::new();
         h.advance(at, &mut done);
         assert_eq!(
-            done.iter().map(|(_, o)| o.core).collect::<Vec<_>>(),
-            vec![0, 1]
+            done.iter().map(|(_, o)| *o).collect::<Vec<_>>(),
+            vec![owner(0), owner(1)]
         );
         // The pending check fired; the survivor now gets its cap-limited fair share of
         // everything: 100 B/s.

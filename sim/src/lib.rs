@@ -44,8 +44,8 @@ mod time;
 
 pub use chip::{Chip, ChipError, ExecMode, Kernel, RunEvent};
 pub use config::{
-    AiCpuConfig, ChipConfig, ConfigError, CoreConfig, CubeConfig, MemoryConfig, MteConfig, PRESETS,
-    PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,
+    AiCpuConfig, ChipConfig, ConfigError, CoreConfig, CubeConfig, KernelLimits, MemoryConfig,
+    MteConfig, PRESETS, PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,
 };
 pub use core::{BlockLaunch, CoreStats, LANES, PipeStats};
 pub use memory::{DeviceMemory, OutOfRange};

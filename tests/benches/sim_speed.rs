@@ -19,7 +19,7 @@ use half::f16;
 /// A prepared launch: a device with its data loaded and the launch parameters.
 struct Prepared {
     dev: Device<NullSink>,
-    kernel: usize,
+    kernel: gearsim_firmware::KernelHandle,
     block_dim: u32,
     args: Vec<u64>,
 }

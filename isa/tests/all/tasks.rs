@@ -9,9 +9,9 @@ fn task() -> impl Strategy<Value = Task> {
         let u = |i: usize| v[i] as u32;
         match TaskKind::ALL[k] {
             TaskKind::AiCoreKernel => Task::AiCoreKernel(AiCoreKernel {
-                kernel: u(0),
-                block_dim: u(1),
+                kernel: v[0],
                 args: v[2],
+                block_dim: u(1),
             }),
             TaskKind::AiCpuKernel => Task::AiCpuKernel(AiCpuKernel {
                 kernel: u(0),
