@@ -624,6 +624,16 @@ impl<S: TraceSink> Device<S> {
         Ok(ModelId(model))
     }
 
+    /// Number of streams created so far (the next stream gets this id).
+    pub fn stream_count(&self) -> u32 {
+        self.streams.len() as u32
+    }
+
+    /// Number of models loaded so far (the next model gets this id).
+    pub fn model_count(&self) -> u32 {
+        self.models.len() as u32
+    }
+
     /// The streams of a model, head first.
     pub fn model_streams(&self, m: ModelId) -> Option<Vec<StreamId>> {
         self.models

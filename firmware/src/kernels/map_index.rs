@@ -273,7 +273,7 @@ fn gear_major_asm(s: &MapIndexShape) -> String {
     // Replicate the query into gc rows, 64 dims at a time.
     for c in 0..chunks {
         let m = mask_for(n - 64 * c);
-        let _ = writeln!(o, "    movi      x8, {m}");
+        let _ = writeln!(o, "    movi      x8, {m:#x}");
         let _ = writeln!(o, "    set_mask  x7, x8");
         let _ = writeln!(o, "    movi      x9, {}", xrep_ub + 256 * c);
         let _ = writeln!(o, "    movi      x10, {}", x_ub + 256 * c);
@@ -295,7 +295,7 @@ fn gear_major_asm(s: &MapIndexShape) -> String {
         let _ = writeln!(o, "    wait_flag MTE2, V, 1");
         for c in 0..chunks {
             let m = mask_for(n - 64 * c);
-            let _ = writeln!(o, "    movi      x8, {m}");
+            let _ = writeln!(o, "    movi      x8, {m:#x}");
             let _ = writeln!(o, "    set_mask  x7, x8");
             let _ = writeln!(o, "    movi      x13, {}", bits_ub + c * bits_stride);
             let _ = writeln!(o, "    movi      x14, {}", tbl_ub + 256 * c);
@@ -315,7 +315,7 @@ fn gear_major_asm(s: &MapIndexShape) -> String {
         let _ = writeln!(o, "    shli      x18, x16, 3");
         for c in 0..chunks {
             let m = mask_for(n - 64 * c);
-            let _ = writeln!(o, "    movi      x8, {m}");
+            let _ = writeln!(o, "    movi      x8, {m:#x}");
             let _ = writeln!(o, "    addi      x19, x18, {}", bits_ub + c * bits_stride);
             let _ = writeln!(o, "    ld.ub.u64 x20, x19");
             let _ = writeln!(o, "    and       x20, x20, x8");

@@ -1,0 +1,239 @@
+//! Bad input is a typed error naming the stream, task index and field, never a panic: unknown
+//! task kinds, labels out of range, limits of the preset, kernel pointers outside device memory.
+
+use gearsim_firmware::DeviceError;
+use gearsim_isa::task::*;
+use gearsim_sim::ChipConfig;
+use gearsim_traces::NullSink;
+
+use crate::support::*;
+
+#[test]
+fn an_unknown_task_kind_names_stream_task_and_field() {
+    let mut dev = device("ascend910", NullSink);
+    let s = dev.create_stream().unwrap();
+    let buf = dev.alloc(64).unwrap();
+    dev.submit(
+        s,
+        Task::Memset(Memset {
+            dst: buf.0,
+            size: 64,
+            value: 1,
+        }),
+        None,
+    )
+    .unwrap();
+    let mut desc = Task::LabelSet(LabelSet { label: 0 }).encode(0);
+    desc.kind.set(999);
+    dev.submit_descriptor(s, desc, None).unwrap();
+    let e = dev.synchronize(s).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            DeviceError::BadTask {
+                kind: "descriptor",
+                field: "kind",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "stream 0 task 1: descriptor: field `kind`: task 1: unknown task kind 999"
+    );
+    // A field holding no enum value.
+    let mut dev = device("ascend910", NullSink);
+    let s = dev.create_stream().unwrap();
+    let mut desc = Task::Memcpy(Memcpy {
+        kind: MemcpyKind::HostToDevice,
+        dst: 0,
+        src: 0,
+        size: 0,
+    })
+    .encode(0);
+    desc.payload[0] = 9;
+    dev.submit_descriptor(s, desc, None).unwrap();
+    let e = dev.synchronize(s).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "stream 0 task 0: Memcpy: field `kind`: task 0 (Memcpy): field `kind` = 9 is not valid"
+    );
+}
+
+#[test]
+fn labels_out_of_range_or_on_other_streams_are_errors() {
+    let mut dev = device("ascend910", NullSink);
+    let l = dev.create_label().unwrap();
+    // A label id that was never created, at load time.
+    let e = dev
+        .load_model(vec![vec![(Task::LabelSet(LabelSet { label: 7 }), None)]])
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "stream 0 task 0: LabelSet: field `label`: label 7 was never created (1 labels exist)"
+    );
+    // A goto to a label set on another stream, at run time.
+    let m = dev.model_count();
+    let model = dev
+        .load_model(vec![
+            vec![
+                (Task::LabelGoto(LabelGoto { label: l.0 }), None),
+                (Task::ModelEndGraph(ModelEndGraph { model: m }), None),
+            ],
+            vec![(Task::LabelSet(LabelSet { label: l.0 }), None)],
+        ])
+        .unwrap();
+    let s = dev.create_stream().unwrap();
+    dev.submit(s, Task::ModelExecute(ModelExecute { model: model.0 }), None)
+        .unwrap();
+    let e = dev.synchronize(s).unwrap_err().to_string();
+    assert!(
+        e.contains(
+            "LabelGoto: field `label`: label 0 is set on stream 2; a jump stays within its stream 1"
+        ),
+        "{e}"
+    );
+    // A switch index pointer outside device memory.
+    let mut dev = device("ascend910", NullSink);
+    let l = dev.create_label().unwrap();
+    let list = upload(&mut dev, &l.0.to_le_bytes());
+    let model = dev
+        .load_model(vec![vec![
+            (
+                Task::LabelSwitchByIndex(LabelSwitchByIndex {
+                    index_ptr: 1 << 40,
+                    max: 1,
+                    label_list: list.0,
+                }),
+                None,
+            ),
+            (Task::LabelSet(LabelSet { label: l.0 }), None),
+        ]])
+        .unwrap();
+    let s = dev.create_stream().unwrap();
+    dev.submit(s, Task::ModelExecute(ModelExecute { model: model.0 }), None)
+        .unwrap();
+    let e = dev.synchronize(s).unwrap_err().to_string();
+    assert!(e.contains("LabelSwitchByIndex: field `index_ptr`: device range [0x10000000000, +4) is outside device memory"), "{e}");
+}
+
+#[test]
+fn preset_limits_are_enforced() {
+    let mut cfg = ChipConfig::preset("ascend910").unwrap();
+    cfg.scheduler.max_streams = 2;
+    cfg.scheduler.max_events = 1;
+    cfg.scheduler.max_labels = 1;
+    let mut dev = gearsim_firmware::Device::new(cfg, NullSink);
+    dev.create_stream().unwrap();
+    dev.create_stream().unwrap();
+    assert_eq!(
+        dev.create_stream().unwrap_err().to_string(),
+        "streams: limit of 2 reached (ascend910 preset, `scheduler.max_streams`)"
+    );
+    dev.create_event().unwrap();
+    assert!(
+        dev.create_event()
+            .unwrap_err()
+            .to_string()
+            .contains("`scheduler.max_events`")
+    );
+    dev.create_label().unwrap();
+    assert!(
+        dev.create_label()
+            .unwrap_err()
+            .to_string()
+            .contains("`scheduler.max_labels`")
+    );
+    // An event id that was never created.
+    let mut dev = device("ascend910", NullSink);
+    let s = dev.create_stream().unwrap();
+    dev.submit(s, Task::EventRecord(EventRecord { event: 3 }), None)
+        .unwrap();
+    let e = dev.synchronize(s).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "stream 0 task 0: EventRecord: field `event`: event 3 was never created"
+    );
+}
+
+#[test]
+fn kernel_pointers_must_point_at_kernel_images() {
+    let mut dev = device("ascend910", NullSink);
+    let s = dev.create_stream().unwrap();
+    dev.submit(
+        s,
+        Task::AiCoreKernel(AiCoreKernel {
+            kernel: 1 << 40,
+            args: 0,
+            block_dim: 1,
+        }),
+        None,
+    )
+    .unwrap();
+    let e = dev.synchronize(s).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "stream 0 task 0: AiCoreKernel: field `kernel`: kernel pointer 0x10000000000 is outside device memory (34359738368 bytes)"
+    );
+    let mut dev = device("ascend910", NullSink);
+    let s = dev.create_stream().unwrap();
+    let junk = upload(&mut dev, &[0xab; 64]);
+    dev.submit(
+        s,
+        Task::AiCoreKernel(AiCoreKernel {
+            kernel: junk.0,
+            args: 0,
+            block_dim: 1,
+        }),
+        None,
+    )
+    .unwrap();
+    let e = dev.synchronize(s).unwrap_err().to_string();
+    assert!(
+        e.ends_with(&format!("no kernel image at {:#x} (bad magic)", junk.0)),
+        "{e}"
+    );
+    // A valid image whose words do not decode.
+    let mut dev = device("ascend910", NullSink);
+    let s = dev.create_stream().unwrap();
+    let mut image = gearsim_firmware::KERNEL_MAGIC.to_vec();
+    image.extend_from_slice(&1u32.to_le_bytes());
+    image.extend_from_slice(&0u32.to_le_bytes());
+    image.extend_from_slice(&[0xee; 16]);
+    let p = upload(&mut dev, &image);
+    dev.submit(
+        s,
+        Task::AiCoreKernel(AiCoreKernel {
+            kernel: p.0,
+            args: 0,
+            block_dim: 1,
+        }),
+        None,
+    )
+    .unwrap();
+    let e = dev.synchronize(s).unwrap_err().to_string();
+    assert!(e.contains("unknown opcode 0xee"), "{e}");
+    // block_dim 0.
+    let mut dev = device("ascend910", NullSink);
+    let s = dev.create_stream().unwrap();
+    let k = dev
+        .load_kernel(gearsim_isa::assemble("end", "e.s").unwrap())
+        .unwrap();
+    dev.submit(
+        s,
+        Task::AiCoreKernel(AiCoreKernel {
+            kernel: k.addr.0,
+            args: 0,
+            block_dim: 0,
+        }),
+        None,
+    )
+    .unwrap();
+    let e = dev.synchronize(s).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "stream 0 task 0: AiCoreKernel: field `block_dim`: 0 is outside [1, 65535]"
+    );
+}
