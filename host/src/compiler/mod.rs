@@ -1,0 +1,32 @@
+//! The compiler: an ONNX model and atc-style options in, a `.om` model out.
+//!
+//! ```text
+//!   options.rs ─ parse + validate (GE's rules and E-codes)
+//!   onnx/      ─ read .onnx (prost message structs) ─▶ ir::Model (Data / Const / ops / NetOutput)
+//!   infer.rs + ops/ ─ shape inference and constant folding with an op registry
+//!   gear.rs    ─ MultiBatchClonePass: MapIndex + Case with one static branch per gear
+//!   memory.rs  ─ memory plan: weights once, feature maps reused, branches overlaid
+//!   om.rs      ─ the .om sections
+//! ```
+//!
+//! The compiler produces bytes and never runs the chip: it depends on `isa` and `traces` only
+//! (the layering test checks its `use` lines). What it needs to know about the target chip comes
+//! in a [`Target`] the command line fills from the chip preset.
+
+pub mod infer;
+pub mod ir;
+pub mod onnx;
+pub mod ops;
+pub mod options;
+pub mod symbolic;
+
+/// What the compiler needs to know about the target chip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Preset name (`soc_version`).
+    pub soc_version: String,
+    /// Most gears the MapIndex kernel accepts.
+    pub map_index_max_gears: u32,
+    /// Longest gear vector the MapIndex kernel accepts.
+    pub map_index_max_dims: u32,
+}

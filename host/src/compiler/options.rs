@@ -1,0 +1,1 @@
+//! atc option parsing and validation (in progress).
