@@ -30,8 +30,10 @@
 //! ```
 
 mod asm;
+pub mod checksum;
 mod disasm;
 mod encode;
+pub mod om;
 pub mod operand;
 mod program;
 pub mod reference;
