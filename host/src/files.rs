@@ -1,10 +1,12 @@
 //! Output files are written whole or not at all: to a temporary file next to the destination,
 //! then renamed over it, so an error never leaves a half-written or clobbered file behind.
+//! Model files are read through a memory map and validated before anything uses them.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, anyhow};
+use gearsim_isa::om::OmFile;
 
 fn temp_path(dest: &Path) -> PathBuf {
     let mut name = dest
@@ -28,4 +30,42 @@ pub fn write_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result.with_context(|| format!("cannot write {}", dest.display()))
+}
+
+/// A `.om` file mapped into memory and validated (header, section table, checksums over the
+/// whole body, the model description) before anything uses it.
+#[derive(Debug)]
+pub struct OmMap {
+    map: memmap2::Mmap,
+}
+
+impl OmMap {
+    /// Maps and validates the file at `path`.
+    pub fn open(path: &Path) -> Result<OmMap> {
+        let file =
+            std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        #[allow(unsafe_code)]
+        // SAFETY: `Mmap::map` is unsafe because the mapped bytes may change if the file is
+        // modified while mapped. The file is opened read-only, never written through the
+        // mapping, and every byte is validated (checksums over the whole body) before `open`
+        // returns; later reads are bounds-checked slices. gearsim writes `.om` files to a
+        // temporary name and renames them into place, so it never rewrites a mapped file.
+        let map = unsafe { memmap2::Mmap::map(&file) }
+            .with_context(|| format!("cannot map {}", path.display()))?;
+        let om = OmMap { map };
+        OmFile::parse(&om.map)
+            .and_then(|f| f.desc())
+            .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        Ok(om)
+    }
+
+    /// The validated file.
+    pub fn file(&self) -> Result<OmFile<'_>> {
+        OmFile::parse(&self.map).map_err(|e| anyhow!("{e}"))
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
 }

@@ -14,6 +14,7 @@
 //! assert_eq!(args[2], ArgSpec::Value(1024));
 //! ```
 
+pub mod atc;
 pub mod compiler;
 pub mod examples;
 pub mod files;

@@ -8,6 +8,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gearsim_firmware::{Device, DeviceError};
+use gearsim_host::atc::{self, info_json, load_desc};
+use gearsim_host::compiler::options::GearOptions;
+use gearsim_host::compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
 use gearsim_host::examples;
 use gearsim_host::files::write_atomic;
 use gearsim_host::kernel::{KernelRunReport, parse_args, run_kernel};
@@ -39,8 +42,65 @@ enum Command {
     /// The instruction set.
     #[command(subcommand)]
     Isa(IsaCommand),
+    /// Compile an ONNX model into a .om, as atc does (gear options included).
+    Compile(Box<CompileArgs>),
+    /// Print a .om model's description as JSON (inputs, outputs, gears, memory per gear).
+    Info(InfoArgs),
+    /// List the ONNX operators the compiler supports.
+    Ops,
     /// Run the built-in demo: the example kernels on the default chip, results checked.
     Demo(DemoArgs),
+}
+
+#[derive(Args)]
+struct CompileArgs {
+    /// The ONNX model.
+    #[arg(long = "model", value_name = "FILE.onnx")]
+    model: PathBuf,
+    /// Output name: writes NAME.om.
+    #[arg(long = "output", value_name = "NAME")]
+    output: PathBuf,
+    /// Source framework: 5 (ONNX) is the only one gearsim reads.
+    #[arg(long = "framework", default_value_t = 5)]
+    framework: u32,
+    /// Chip preset, as atc's --soc_version (ascend910, ascend310p; case-insensitive).
+    #[arg(long = "soc_version", default_value = "ascend910")]
+    soc_version: String,
+    /// Input shapes: "name:d0,d1,...;name2:..." with -1 for gear axes.
+    #[arg(long = "input_shape", allow_hyphen_values = true)]
+    input_shape: Option<String>,
+    /// Batch gears: "1,2,4,8".
+    #[arg(long = "dynamic_batch_size", allow_hyphen_values = true)]
+    dynamic_batch_size: Option<String>,
+    /// Image size gears: "h1,w1;h2,w2".
+    #[arg(long = "dynamic_image_size", allow_hyphen_values = true)]
+    dynamic_image_size: Option<String>,
+    /// Dims gears: "d0,d1,...;d0,d1,..." (one value per -1 of --input_shape, in order).
+    #[arg(long = "dynamic_dims", allow_hyphen_values = true)]
+    dynamic_dims: Option<String>,
+    /// Layout of the inputs: NCHW (default), NHWC or ND.
+    #[arg(long = "input_format")]
+    input_format: Option<String>,
+    /// GetNext sink mode: inputs come from a data queue and the gear vector from
+    /// GetDynamicDims on the device (instead of the ascend_mbatch_shape_data input).
+    #[arg(long = "getnext_sink")]
+    getnext_sink: bool,
+    /// Gear table layout in device memory: gear_major (GE's) or dim_major8.
+    #[arg(long = "gear_table_layout", default_value = "gear_major")]
+    gear_table_layout: String,
+    /// Engine that runs MapIndex: aicore or aicpu.
+    #[arg(long = "mapindex_engine", default_value = "aicore")]
+    mapindex_engine: String,
+    /// Write the graph before and after the gear passes as text into DIR.
+    #[arg(long = "dump_graph", value_name = "DIR")]
+    dump_graph: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct InfoArgs {
+    /// The .om model.
+    #[arg(long = "model", value_name = "NAME.om")]
+    model: PathBuf,
 }
 
 #[derive(Subcommand)]
@@ -299,8 +359,86 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
+        Command::Compile(a) => compile(&a),
+        Command::Info(a) => {
+            let (desc, bytes) = load_desc(&a.model)?;
+            say!("{}", atc::to_json_text(&info_json(&desc, bytes)));
+            Ok(())
+        }
+        Command::Ops => {
+            for op in gearsim_host::compiler::ops::standard().ops() {
+                say!("{op}");
+            }
+            Ok(())
+        }
         Command::Demo(a) => demo(a),
     }
+}
+
+fn compile(a: &CompileArgs) -> Result<(), Failure> {
+    if a.framework != 5 {
+        return Err(anyhow!(
+            "E10001: Value {} for parameter --framework is invalid. Reason: gearsim reads ONNX \
+             models only (--framework=5)",
+            a.framework
+        )
+        .into());
+    }
+    let table_layout = TableLayout::parse(&a.gear_table_layout).ok_or_else(|| {
+        anyhow!(
+            "--gear_table_layout: expected gear_major or dim_major8, got `{}`",
+            a.gear_table_layout
+        )
+    })?;
+    let mapindex_engine = MapIndexEngine::parse(&a.mapindex_engine).ok_or_else(|| {
+        anyhow!(
+            "--mapindex_engine: expected aicore or aicpu, got `{}`",
+            a.mapindex_engine
+        )
+    })?;
+    let chip = ChipConfig::preset(&a.soc_version)?;
+    let opts = CompileOptions {
+        gear: GearOptions {
+            input_shape: a.input_shape.clone(),
+            dynamic_batch_size: a.dynamic_batch_size.clone(),
+            dynamic_image_size: a.dynamic_image_size.clone(),
+            dynamic_dims: a.dynamic_dims.clone(),
+            input_format: a.input_format.clone(),
+            ..GearOptions::default()
+        },
+        getnext_sink: a.getnext_sink,
+        table_layout,
+        mapindex_engine,
+        target: atc::target(&chip),
+    };
+    let om = atc::om_path(&a.output);
+    let r = atc::compile_file(&a.model, &om, &opts, a.dump_graph.as_deref())?;
+    for note in &r.compiled.notes {
+        eprintln!("note: {note}");
+    }
+    let m = &r.compiled.desc.memory;
+    let gears = r
+        .compiled
+        .desc
+        .dynamic
+        .as_ref()
+        .map_or(0, |d| d.gears.len());
+    say!(
+        "{}: {} bytes, {} gear(s), weights {} B, feature maps {} B (largest gear), inputs {} B, \
+         outputs {} B; compiled in {:.1} ms",
+        r.om.display(),
+        r.om_bytes,
+        gears,
+        m.weight_bytes,
+        m.feature_map_bytes,
+        m.input_bytes,
+        m.output_bytes,
+        r.elapsed.as_secs_f64() * 1e3
+    );
+    for d in &r.dumps {
+        say!("graph dump: {}", d.display());
+    }
+    Ok(())
 }
 
 fn load_program(path: &Path) -> Result<Program> {

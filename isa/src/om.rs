@@ -513,7 +513,10 @@ pub struct MemoryDesc {
     pub weight_bytes: u64,
     /// Feature-map region: the largest gear's plan (branches are overlaid).
     pub feature_map_bytes: u64,
-    /// Per gear, the feature-map bytes its branch needs.
+    /// The part of the feature-map region every gear shares (the root graph's tensors: the gear
+    /// vector, MapIndex's result); the branches are overlaid after it.
+    pub root_feature_map_bytes: u64,
+    /// Per gear, the feature-map bytes it needs (root part included).
     pub per_gear_feature_map: Vec<u64>,
     /// Model inputs (largest gear), including the gear vector.
     pub input_bytes: u64,
@@ -617,6 +620,7 @@ impl ModelDesc {
         let m = &self.memory;
         e.u64(m.weight_bytes);
         e.u64(m.feature_map_bytes);
+        e.u64(m.root_feature_map_bytes);
         e.u64s(&m.per_gear_feature_map);
         e.u64(m.input_bytes);
         e.u64(m.output_bytes);
@@ -681,6 +685,7 @@ impl ModelDesc {
         let memory = MemoryDesc {
             weight_bytes: d.u64("weight_bytes")?,
             feature_map_bytes: d.u64("feature_map_bytes")?,
+            root_feature_map_bytes: d.u64("root_feature_map_bytes")?,
             per_gear_feature_map: d.u64s("per_gear_feature_map")?,
             input_bytes: d.u64("input_bytes")?,
             output_bytes: d.u64("output_bytes")?,
@@ -728,6 +733,7 @@ mod tests {
             memory: MemoryDesc {
                 weight_bytes: 10,
                 feature_map_bytes: 20,
+                root_feature_map_bytes: 4,
                 per_gear_feature_map: vec![5, 20],
                 input_bytes: 96,
                 output_bytes: 0,

@@ -119,6 +119,9 @@ impl OpError {
     }
 }
 
+/// An operator's compile-time evaluation.
+pub type FoldFn = fn(&OpCtx<'_>) -> Result<Vec<Tensor>, OpError>;
+
 /// The functions an operator type registers.
 #[derive(Clone, Copy)]
 pub struct OpDef {
@@ -132,8 +135,14 @@ pub struct OpDef {
     pub verify: fn(&OpCtx<'_>) -> Result<(), OpError>,
     /// Derives the output descriptors.
     pub infer: fn(&OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError>,
-    /// Computes the outputs when every input value is known (shape computations).
-    pub fold: Option<fn(&OpCtx<'_>) -> Result<Vec<Tensor>, OpError>>,
+    /// Computes the output values at compile time (shape computations). Called for every node
+    /// of the type with whichever input values are known; returns no tensors when the outputs
+    /// cannot be computed (a needed input value is unknown). `Shape` needs no input value.
+    pub fold: Option<FoldFn>,
+    /// Inputs whose values must be known at compile time and that a kernel takes as parameters
+    /// (Reshape's shape, Slice's starts/ends/axes/steps, a reduction's axes): their constants
+    /// are never stored in the weights.
+    pub static_inputs: &'static [usize],
 }
 
 /// All registered operator types.
@@ -253,121 +262,160 @@ pub fn infer_graph(
     registry: &Registry,
     opset: i64,
 ) -> Result<Known, InferError> {
+    infer_graph_seeded(graph, registry, opset, Known::new())
+}
+
+/// Like [`infer_graph`], with values already known for some outputs (a gear branch's `Data`
+/// nodes that stand for the root's constants).
+pub fn infer_graph_seeded(
+    graph: &mut Graph,
+    registry: &Registry,
+    opset: i64,
+    seeds: Known,
+) -> Result<Known, InferError> {
+    let mut known = seeds;
+    for i in 0..graph.nodes.len() {
+        infer_node(graph, NodeId(i as u32), registry, opset, &mut known)?;
+    }
+    Ok(known)
+}
+
+/// Infers as much of the graph as it can: a node that fails is recorded with its error, and the
+/// nodes that depend on it are skipped (recorded with `None`); their outputs keep whatever
+/// descriptors they had. Used for the symbolic pass over all gears, which may legitimately stop
+/// where a shape depends on a value only a gear makes static.
+pub fn infer_graph_lenient(
+    graph: &mut Graph,
+    registry: &Registry,
+    opset: i64,
+) -> (Known, BTreeMap<NodeId, Option<InferError>>) {
     let mut known = Known::new();
+    let mut failed: BTreeMap<NodeId, Option<InferError>> = BTreeMap::new();
     for i in 0..graph.nodes.len() {
         let id = NodeId(i as u32);
-        let node = &graph.nodes[i];
-        match node.op.as_str() {
-            "Data" => continue,
-            "NetOutput" => continue,
-            "Const" => {
-                if let Some(Attr::Tensor(t)) = node.attrs.get("value") {
-                    let t = t.clone();
-                    graph.nodes[i].outputs = vec![t.desc()];
-                    known.insert(
-                        Value {
-                            node: id,
-                            output: 0,
-                        },
-                        t,
-                    );
-                }
-                continue;
-            }
-            _ => {}
+        let blocked = graph.nodes[i]
+            .inputs
+            .iter()
+            .flatten()
+            .any(|v| failed.contains_key(&v.node));
+        if blocked {
+            failed.insert(id, None);
+        } else if let Err(e) = infer_node(graph, id, registry, opset, &mut known) {
+            failed.insert(id, Some(e));
         }
-        let def = registry
-            .get(&node.op)
-            .ok_or_else(|| InferError::Unsupported {
-                node: node.name.clone(),
-                op: node.op.clone(),
-                opset,
-            })?;
-        let ctx = OpCtx {
-            node,
-            inputs: node
-                .inputs
-                .iter()
-                .map(|v| v.map(|v| graph.desc(v)))
-                .collect(),
-            values: node
-                .inputs
-                .iter()
-                .map(|v| v.and_then(|v| known.get(&v)))
-                .collect(),
-            opset,
-        };
-        let wrap = |error: OpError| {
-            let picks: Vec<usize> = match error.input {
-                Some(i) => vec![i],
-                None => (0..node.inputs.len()).collect(),
-            };
-            let chains = picks
-                .into_iter()
-                .filter_map(|k| {
-                    node.inputs
-                        .get(k)
-                        .copied()
-                        .flatten()
-                        .map(|v| (k, chain(graph, v, 4)))
-                })
-                .collect();
-            InferError::Node {
-                node: node.name.clone(),
-                op: node.op.clone(),
-                error,
-                chains,
-            }
-        };
-        let n_in = node.inputs.len();
-        if n_in < def.min_inputs || n_in > def.max_inputs {
-            let want = if def.max_inputs == usize::MAX {
-                format!("at least {}", def.min_inputs)
-            } else if def.min_inputs == def.max_inputs {
-                def.min_inputs.to_string()
-            } else {
-                format!("{} to {}", def.min_inputs, def.max_inputs)
-            };
-            return Err(wrap(OpError {
-                input: None,
-                output: None,
-                attr: None,
-                expected: format!("{want} inputs"),
-                got: format!("{n_in}"),
-                fix: format!(
-                    "check the model's {} node against the ONNX operator definition",
-                    node.op
-                ),
-            }));
-        }
-        (def.verify)(&ctx).map_err(wrap)?;
-        let outputs = (def.infer)(&ctx).map_err(wrap)?;
-        let folded = match def.fold {
-            Some(fold)
-                if ctx
-                    .values
-                    .iter()
-                    .zip(&node.inputs)
-                    .all(|(v, i)| i.is_none() || v.is_some()) =>
-            {
-                Some(fold(&ctx).map_err(wrap)?)
-            }
-            _ => None,
-        };
-        graph.nodes[i].outputs = outputs;
-        if let Some(values) = folded {
-            for (k, t) in values.into_iter().enumerate() {
+    }
+    (known, failed)
+}
+
+/// Checks one node and sets its output descriptors, adding any values it folds to `known`.
+fn infer_node(
+    graph: &mut Graph,
+    id: NodeId,
+    registry: &Registry,
+    opset: i64,
+    known: &mut Known,
+) -> Result<(), InferError> {
+    let i = id.0 as usize;
+    let node = &graph.nodes[i];
+    match node.op.as_str() {
+        "Data" | "NetOutput" => return Ok(()),
+        "Const" => {
+            if let Some(Attr::Tensor(t)) = node.attrs.get("value") {
+                let t = t.clone();
+                graph.nodes[i].outputs = vec![t.desc()];
                 known.insert(
                     Value {
                         node: id,
-                        output: k as u32,
+                        output: 0,
                     },
                     t,
                 );
             }
+            return Ok(());
         }
+        _ => {}
     }
-    Ok(known)
+    let def = registry
+        .get(&node.op)
+        .ok_or_else(|| InferError::Unsupported {
+            node: node.name.clone(),
+            op: node.op.clone(),
+            opset,
+        })?;
+    let ctx = OpCtx {
+        node,
+        inputs: node
+            .inputs
+            .iter()
+            .map(|v| v.map(|v| graph.desc(v)))
+            .collect(),
+        values: node
+            .inputs
+            .iter()
+            .map(|v| v.and_then(|v| known.get(&v)))
+            .collect(),
+        opset,
+    };
+    let wrap = |error: OpError| {
+        let picks: Vec<usize> = match error.input {
+            Some(i) => vec![i],
+            None => (0..node.inputs.len()).collect(),
+        };
+        let chains = picks
+            .into_iter()
+            .filter_map(|k| {
+                node.inputs
+                    .get(k)
+                    .copied()
+                    .flatten()
+                    .map(|v| (k, chain(graph, v, 4)))
+            })
+            .collect();
+        InferError::Node {
+            node: node.name.clone(),
+            op: node.op.clone(),
+            error,
+            chains,
+        }
+    };
+    let n_in = node.inputs.len();
+    if n_in < def.min_inputs || n_in > def.max_inputs {
+        let want = if def.max_inputs == usize::MAX {
+            format!("at least {}", def.min_inputs)
+        } else if def.min_inputs == def.max_inputs {
+            def.min_inputs.to_string()
+        } else {
+            format!("{} to {}", def.min_inputs, def.max_inputs)
+        };
+        return Err(wrap(OpError {
+            input: None,
+            output: None,
+            attr: None,
+            expected: format!("{want} inputs"),
+            got: format!("{n_in}"),
+            fix: format!(
+                "check the model's {} node against the ONNX operator definition",
+                node.op
+            ),
+        }));
+    }
+    (def.verify)(&ctx).map_err(wrap)?;
+    let outputs = (def.infer)(&ctx).map_err(wrap)?;
+    let folded = match def.fold {
+        Some(fold) => fold(&ctx).map_err(wrap)?,
+        None => Vec::new(),
+    };
+    graph.nodes[i].outputs = outputs;
+    for (k, t) in folded.into_iter().enumerate() {
+        known.insert(
+            Value {
+                node: id,
+                output: k as u32,
+            },
+            t,
+        );
+    }
+    Ok(())
 }
 
 /// Replaces every non-input node whose outputs are all known by `Const` nodes carrying the

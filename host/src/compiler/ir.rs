@@ -132,6 +132,10 @@ impl Format {
     }
 }
 
+/// Attribute marking a node whose output shapes the symbolic pass could not infer (the
+/// reason); the dump prints its outputs as `?`.
+pub const SHAPE_UNKNOWN: &str = "_shape_unknown";
+
 /// A tensor shape of known rank.
 pub type Shape = Vec<Dim>;
 
@@ -320,12 +324,16 @@ impl Tensor {
     /// A short description for dumps: type, shape and (for small tensors) the values.
     pub fn summary(&self) -> String {
         let mut s = format!("{}{:?}", self.dtype.name(), self.dims);
-        if self.len() <= 8 {
-            if self.dtype.is_float() {
-                let _ = write!(s, "={:?}", self.to_f64s());
-            } else {
-                let _ = write!(s, "={:?}", self.to_i64s());
-            }
+        // Small float tensors and integer tensors up to a gear table's size show their values.
+        if self.dtype.is_float() && self.len() <= 8 {
+            // Printed at the element type's own precision (the shortest form that reads back).
+            let v = self.to_f64s();
+            let _ = match self.dtype {
+                DataType::F64 => write!(s, "={v:?}"),
+                _ => write!(s, "={:?}", v.iter().map(|x| *x as f32).collect::<Vec<_>>()),
+            };
+        } else if !self.dtype.is_float() && self.len() <= 64 {
+            let _ = write!(s, "={:?}", self.to_i64s());
         } else {
             let _ = write!(s, " ({} bytes)", self.data.len());
         }
@@ -598,20 +606,29 @@ impl Graph {
                 live[c.0 as usize] = true;
             }
         }
+        self.retain(&live)
+    }
+
+    /// Keeps the nodes with `keep[i]` set, renumbering edges; edges from removed nodes become
+    /// absent inputs and removed control edges are dropped. Returns how many were removed.
+    pub fn retain(&mut self, keep: &[bool]) -> usize {
         let mut remap = vec![None; self.nodes.len()];
         let mut kept = Vec::new();
         for (i, n) in std::mem::take(&mut self.nodes).into_iter().enumerate() {
-            if live[i] {
+            if keep.get(i).copied().unwrap_or(true) {
                 remap[i] = Some(NodeId(kept.len() as u32));
                 kept.push(n);
             }
         }
         let removed = remap.iter().filter(|r| r.is_none()).count();
         for n in &mut kept {
-            for v in n.inputs.iter_mut().flatten() {
-                if let Some(id) = remap[v.node.0 as usize] {
-                    v.node = id;
-                }
+            for v in &mut n.inputs {
+                *v = v.and_then(|x| {
+                    remap[x.node.0 as usize].map(|node| Value {
+                        node,
+                        output: x.output,
+                    })
+                });
             }
             n.control_inputs = n
                 .control_inputs
@@ -636,7 +653,11 @@ impl Graph {
                     None => "_".to_string(),
                 })
                 .collect();
-            let outs: Vec<String> = n.outputs.iter().map(|d| d.to_string()).collect();
+            let outs: Vec<String> = if n.attrs.contains_key(SHAPE_UNKNOWN) {
+                vec!["?".to_string(); n.outputs.len()]
+            } else {
+                n.outputs.iter().map(|d| d.to_string()).collect()
+            };
             let _ = write!(
                 out,
                 "  %{i} {} = {}({}) -> ({})",

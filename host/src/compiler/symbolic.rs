@@ -20,6 +20,11 @@ pub struct Symbol {
     pub hi: i64,
 }
 
+/// Monomials: (coefficient, sorted symbol names with repetition for powers).
+type Terms = Vec<(i64, Vec<String>)>;
+/// Each symbol's (smallest, largest) value.
+type Bounds = BTreeMap<String, (i64, i64)>;
+
 /// A symbolic dim in canonical form: monomials sorted by their symbol lists, no zero
 /// coefficients, at least one symbol somewhere (a pure constant is a `Dim::Fixed`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -66,7 +71,7 @@ impl Dim {
         }
     }
 
-    fn terms(&self) -> (Vec<(i64, Vec<String>)>, BTreeMap<String, (i64, i64)>) {
+    fn terms(&self) -> (Terms, Bounds) {
         match self {
             Dim::Fixed(0) => (vec![], BTreeMap::new()),
             Dim::Fixed(v) => (vec![(*v, vec![])], BTreeMap::new()),
@@ -191,7 +196,13 @@ impl fmt::Display for Dim {
         match self {
             Dim::Fixed(v) => write!(f, "{v}"),
             Dim::Sym(e) => {
-                for (i, (c, syms)) in e.terms.iter().enumerate() {
+                // Symbol terms first, the constant last: `N+1`, not `1+N`.
+                let ordered = e
+                    .terms
+                    .iter()
+                    .filter(|(_, s)| !s.is_empty())
+                    .chain(e.terms.iter().filter(|(_, s)| s.is_empty()));
+                for (i, (c, syms)) in ordered.enumerate() {
                     if i > 0 {
                         f.write_str(if *c < 0 { "-" } else { "+" })?;
                     } else if *c < 0 {

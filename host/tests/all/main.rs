@@ -4,3 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod cli;
+mod compile;
+mod onnx_build;
+mod onnx_import;
+mod ops;
+mod options;

@@ -1,0 +1,220 @@
+//! What `gearsim compile` and `gearsim info` do around the compiler: the target from the chip
+//! preset, reading the model, writing `NAME.om` (whole or not at all) and the graph dumps, and
+//! the JSON description of a `.om`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use gearsim_isa::om::ModelDesc;
+use gearsim_sim::ChipConfig;
+use serde_json::{Value as Json, json};
+
+use crate::compiler::Target;
+use crate::compiler::ir::DataType;
+use crate::compiler::options::DynamicMode;
+use crate::compiler::pipeline::{CompileOptions, Compiled, MapIndexEngine, TableLayout, compile};
+use crate::files::{OmMap, write_atomic};
+
+/// The compiler's view of a chip configuration.
+pub fn target(cfg: &ChipConfig) -> Target {
+    Target {
+        soc_version: cfg.name.clone(),
+        map_index_max_gears: cfg.kernels.map_index_max_gears,
+        map_index_max_dims: cfg.kernels.map_index_max_dims,
+    }
+}
+
+/// The `.om` path atc writes for `--output=NAME`: `NAME.om` (an `.om` already there is kept).
+pub fn om_path(output: &Path) -> PathBuf {
+    if output.extension().is_some_and(|e| e == "om") {
+        output.to_path_buf()
+    } else {
+        let mut s = output.as_os_str().to_os_string();
+        s.push(".om");
+        PathBuf::from(s)
+    }
+}
+
+/// A finished compile.
+pub struct CompileReport {
+    /// Where the model went.
+    pub om: PathBuf,
+    /// Its size.
+    pub om_bytes: u64,
+    /// The compiled model.
+    pub compiled: Compiled,
+    /// Wall time of the compile itself (front and middle, no file I/O).
+    pub elapsed: Duration,
+    /// Graph dumps written.
+    pub dumps: Vec<PathBuf>,
+}
+
+/// Compiles `model` and writes `om`; with `dump_dir`, also `<name>.before.txt` and
+/// `<name>.after.txt` there. Nothing is written when the compile fails.
+pub fn compile_file(
+    model: &Path,
+    om: &Path,
+    opts: &CompileOptions,
+    dump_dir: Option<&Path>,
+) -> Result<CompileReport> {
+    let bytes = std::fs::read(model).with_context(|| format!("cannot read {}", model.display()))?;
+    let start = Instant::now();
+    let compiled = compile(&bytes, &model.display().to_string(), opts)?;
+    let elapsed = start.elapsed();
+    let om_data = compiled.om_bytes();
+    let mut dumps = Vec::new();
+    if let Some(dir) = dump_dir {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create the dump directory {}", dir.display()))?;
+        let name = &compiled.desc.name;
+        for (suffix, text) in [
+            ("before", compiled.before.dump()),
+            ("after", compiled.after.dump()),
+        ] {
+            let path = dir.join(format!("{name}.{suffix}.txt"));
+            write_atomic(&path, text.as_bytes())?;
+            dumps.push(path);
+        }
+    }
+    write_atomic(om, &om_data)?;
+    Ok(CompileReport {
+        om: om.to_path_buf(),
+        om_bytes: om_data.len() as u64,
+        compiled,
+        elapsed,
+        dumps,
+    })
+}
+
+/// Reads and validates a `.om`'s description.
+pub fn load_desc(path: &Path) -> Result<(ModelDesc, u64)> {
+    let om = OmMap::open(path)?;
+    let desc = om.file()?.desc()?;
+    Ok((desc, om.bytes().len() as u64))
+}
+
+fn dtype_name(code: u32) -> String {
+    i32::try_from(code)
+        .ok()
+        .and_then(DataType::from_onnx)
+        .map_or_else(|| format!("onnx:{code}"), |d| d.name().to_string())
+}
+
+fn io_json(io: &gearsim_isa::om::IoDesc) -> Json {
+    json!({
+        "name": io.name,
+        "dtype": dtype_name(io.dtype),
+        "format": io.format,
+        "dims": io.dims,
+        "max_dims": io.max_dims,
+        "bytes": io.bytes,
+    })
+}
+
+/// The JSON `gearsim info` prints.
+pub fn info_json(desc: &ModelDesc, file_bytes: u64) -> Json {
+    let m = &desc.memory;
+    let mut out = json!({
+        "name": desc.name,
+        "soc_version": desc.soc_version,
+        "file_bytes": file_bytes,
+        "inputs": desc.inputs.iter().map(io_json).collect::<Vec<_>>(),
+        "outputs": desc.outputs.iter().map(io_json).collect::<Vec<_>>(),
+        "memory": {
+            "weight_bytes": m.weight_bytes,
+            "feature_map_bytes": m.feature_map_bytes,
+            "root_feature_map_bytes": m.root_feature_map_bytes,
+            "per_gear_feature_map_bytes": m.per_gear_feature_map,
+            "input_bytes": m.input_bytes,
+            "output_bytes": m.output_bytes,
+        },
+        "dynamic": null,
+    });
+    if let Some(d) = &desc.dynamic {
+        let per_gear: Vec<Json> = d
+            .gears
+            .iter()
+            .enumerate()
+            .map(|(i, gear)| {
+                let inputs: Vec<Json> = desc
+                    .inputs
+                    .iter()
+                    .zip(d.input_dims.get(i).into_iter().flatten())
+                    .map(|(io, dims)| json!({ "name": io.name, "dims": dims }))
+                    .collect();
+                let outputs: Vec<Json> = desc
+                    .outputs
+                    .iter()
+                    .zip(d.output_dims.get(i).into_iter().flatten())
+                    .zip(d.output_bytes.get(i).into_iter().flatten())
+                    .map(|((io, dims), bytes)| json!({ "name": io.name, "dims": dims, "bytes": bytes }))
+                    .collect();
+                json!({
+                    "branch": format!("Batch_{i}"),
+                    "gear": gear,
+                    "inputs": inputs,
+                    "outputs": outputs,
+                    "feature_map_bytes": m.per_gear_feature_map.get(i),
+                })
+            })
+            .collect();
+        out["dynamic"] = json!({
+            "type": DynamicMode::from_mbatch_dynamic_type(d.mode).map_or("unknown", DynamicMode::option_name),
+            "mbatch_dynamic_type": d.mode,
+            "gear_count": d.gears.len(),
+            "gears": d.gears,
+            "shape_order": d.shape_order,
+            "getnext_sink": d.getnext_sink,
+            "gear_table_layout": TableLayout::from_code(d.table_layout).map_or("unknown", TableLayout::name),
+            "mapindex_engine": MapIndexEngine::from_code(d.mapindex_engine).map_or("unknown", MapIndexEngine::name),
+            "per_gear": per_gear,
+        });
+    }
+    out
+}
+
+/// Pretty JSON with arrays of scalars kept on one line (`"dims": [1, 3, 224, 224]`), so a
+/// description with many gears stays readable.
+pub fn to_json_text(v: &Json) -> String {
+    let mut out = String::new();
+    write_json(&mut out, v, 0);
+    out
+}
+
+fn write_json(out: &mut String, v: &Json, indent: usize) {
+    let pad = |n: usize| "  ".repeat(n);
+    let scalar = |v: &Json| !matches!(v, Json::Array(_) | Json::Object(_));
+    match v {
+        Json::Array(items) if items.iter().all(scalar) => {
+            let parts: Vec<String> = items.iter().map(Json::to_string).collect();
+            out.push('[');
+            out.push_str(&parts.join(", "));
+            out.push(']');
+        }
+        Json::Array(items) => {
+            out.push_str("[\n");
+            for (i, item) in items.iter().enumerate() {
+                out.push_str(&pad(indent + 1));
+                write_json(out, item, indent + 1);
+                out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+            }
+            out.push_str(&pad(indent));
+            out.push(']');
+        }
+        Json::Object(map) if map.is_empty() => out.push_str("{}"),
+        Json::Object(map) => {
+            out.push_str("{\n");
+            for (i, (k, item)) in map.iter().enumerate() {
+                out.push_str(&pad(indent + 1));
+                out.push_str(&Json::String(k.clone()).to_string());
+                out.push_str(": ");
+                write_json(out, item, indent + 1);
+                out.push_str(if i + 1 < map.len() { ",\n" } else { "\n" });
+            }
+            out.push_str(&pad(indent));
+            out.push('}');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}

@@ -1,0 +1,444 @@
+//! Elementwise operators: unary math (Sqrt, Erf, Relu, Sigmoid, Tanh, Gelu, Clip), the numpy
+//! broadcasting binaries (Add, Sub, Mul, Div, Pow, Equal), Where, Cast and Identity. Symbolic
+//! dims broadcast with 1 or with an identical expression; Add/Sub/Mul/Div/Equal/Where/Cast/
+//! Identity fold.
+
+use super::super::infer::{OpCtx, OpDef, OpError, broadcast};
+use super::super::ir::{DataType, Tensor, TensorDesc};
+use super::super::symbolic::Dim;
+use super::values::{
+    Elems, broadcast_dims, broadcast_index, elems, foldable, from_floats, from_ints,
+};
+use super::{
+    FLOATS, NUMERIC, attr_int, attr_str, forbid_attr, input_of, known, opt_input, same_dtype,
+    shape_str,
+};
+
+/// The elementwise operator definitions.
+pub(super) fn defs() -> Vec<OpDef> {
+    let unary = |op, verify: fn(&OpCtx<'_>) -> Result<(), OpError>| OpDef {
+        op,
+        min_inputs: 1,
+        max_inputs: 1,
+        verify,
+        infer: same_as_input,
+        fold: None,
+        static_inputs: &[],
+    };
+    let arith = |op, fold: fn(&OpCtx<'_>) -> Result<Vec<Tensor>, OpError>| OpDef {
+        op,
+        min_inputs: 2,
+        max_inputs: 2,
+        verify: verify_arith,
+        infer: infer_arith,
+        fold: Some(fold),
+        static_inputs: &[],
+    };
+    vec![
+        unary("Sqrt", verify_float),
+        unary("Erf", verify_float),
+        unary("Sigmoid", verify_float),
+        unary("Tanh", verify_float),
+        unary("Relu", verify_relu),
+        unary("Gelu", verify_gelu),
+        OpDef {
+            op: "Clip",
+            min_inputs: 1,
+            max_inputs: 3,
+            verify: verify_clip,
+            infer: same_as_input,
+            fold: None,
+            static_inputs: &[],
+        },
+        arith("Add", fold_add),
+        arith("Sub", fold_sub),
+        arith("Mul", fold_mul),
+        arith("Div", fold_div),
+        OpDef {
+            op: "Pow",
+            min_inputs: 2,
+            max_inputs: 2,
+            verify: verify_pow,
+            // The output has the base's type even when the exponent's differs (opset 12 on).
+            infer: infer_arith,
+            fold: None,
+            static_inputs: &[],
+        },
+        OpDef {
+            op: "Equal",
+            min_inputs: 2,
+            max_inputs: 2,
+            verify: verify_equal,
+            infer: infer_equal,
+            fold: Some(fold_equal),
+            static_inputs: &[],
+        },
+        OpDef {
+            op: "Where",
+            min_inputs: 3,
+            max_inputs: 3,
+            verify: verify_where,
+            infer: infer_where,
+            fold: Some(fold_where),
+            static_inputs: &[],
+        },
+        OpDef {
+            op: "Cast",
+            min_inputs: 1,
+            max_inputs: 1,
+            verify: verify_cast,
+            infer: infer_cast,
+            fold: Some(fold_cast),
+            static_inputs: &[],
+        },
+        OpDef {
+            op: "Identity",
+            min_inputs: 1,
+            max_inputs: 1,
+            verify: verify_any,
+            infer: same_as_input,
+            fold: Some(fold_identity),
+            static_inputs: &[],
+        },
+    ]
+}
+
+/// Output = input 0's descriptor.
+fn same_as_input(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    Ok(vec![ctx.input(0)?.clone()])
+}
+
+fn verify_any(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    ctx.input(0).map(|_| ())
+}
+
+fn verify_float(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    input_of(ctx, 0, FLOATS, "a float tensor").map(|_| ())
+}
+
+fn verify_relu(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    let types = [
+        DataType::F16,
+        DataType::F32,
+        DataType::F64,
+        DataType::I8,
+        DataType::I16,
+        DataType::I32,
+        DataType::I64,
+    ];
+    input_of(ctx, 0, &types, "a float or signed integer tensor").map(|_| ())
+}
+
+fn verify_gelu(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    input_of(ctx, 0, FLOATS, "a float tensor")?;
+    let mode = attr_str(ctx, "approximate", "none")?;
+    if mode != "none" && mode != "tanh" {
+        return Err(OpError::attr(
+            "approximate",
+            "\"none\" or \"tanh\"",
+            format!("{mode:?}"),
+            "use approximate=\"none\" (erf form) or \"tanh\"",
+        ));
+    }
+    Ok(())
+}
+
+fn verify_clip(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    input_of(ctx, 0, NUMERIC, "a numeric tensor")?;
+    for name in ["min", "max"] {
+        forbid_attr(
+            ctx,
+            name,
+            "since opset 11 Clip takes min and max as optional inputs 1 and 2",
+        )?;
+    }
+    for i in [1, 2] {
+        let Some(d) = opt_input(ctx, i) else { continue };
+        same_dtype(ctx, 0, i)?;
+        let scalar = d.shape.is_empty() || d.shape == [Dim::Fixed(1)];
+        if !scalar {
+            return Err(OpError::input(
+                i,
+                format!("a scalar {} bound", if i == 1 { "min" } else { "max" }),
+                format!("shape {}", shape_str(&d.shape)),
+                "give Clip a single value (shape [] or [1]) for each bound",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The numpy broadcast of the shapes of inputs `idx`, blaming the first input that conflicts.
+fn broadcast_inputs(ctx: &OpCtx<'_>, idx: &[usize]) -> Result<Vec<Dim>, OpError> {
+    let mut shape: Vec<Dim> = Vec::new();
+    for (n, &j) in idx.iter().enumerate() {
+        let d = ctx.input(j)?;
+        if n == 0 {
+            shape = d.shape.clone();
+            continue;
+        }
+        shape = broadcast(&shape, &d.shape).map_err(|(k, x, y)| {
+            OpError::input(
+                j,
+                format!(
+                    "a shape that broadcasts with {} (axis {k} of the result: {x})",
+                    shape_str(&shape)
+                ),
+                format!("{} (axis {k}: {y})", shape_str(&d.shape)),
+                "make the dims on each axis equal or 1; a symbolic dim broadcasts only with 1 or \
+                 with the same expression",
+            )
+        })?;
+    }
+    Ok(shape)
+}
+
+fn verify_arith(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    input_of(ctx, 0, NUMERIC, "a numeric tensor")?;
+    same_dtype(ctx, 0, 1)?;
+    broadcast_inputs(ctx, &[0, 1]).map(|_| ())
+}
+
+fn infer_arith(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let a = ctx.input(0)?;
+    Ok(vec![TensorDesc {
+        dtype: a.dtype,
+        shape: broadcast_inputs(ctx, &[0, 1])?,
+        format: a.format,
+    }])
+}
+
+fn verify_pow(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    input_of(ctx, 0, NUMERIC, "a numeric base")?;
+    input_of(ctx, 1, NUMERIC, "a numeric exponent")?;
+    broadcast_inputs(ctx, &[0, 1]).map(|_| ())
+}
+
+fn verify_equal(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    same_dtype(ctx, 0, 1)?;
+    broadcast_inputs(ctx, &[0, 1]).map(|_| ())
+}
+
+fn infer_equal(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    Ok(vec![TensorDesc::new(
+        DataType::Bool,
+        broadcast_inputs(ctx, &[0, 1])?,
+    )])
+}
+
+fn verify_where(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    input_of(ctx, 0, &[DataType::Bool], "a bool condition")?;
+    same_dtype(ctx, 1, 2)?;
+    broadcast_inputs(ctx, &[0, 1, 2]).map(|_| ())
+}
+
+fn infer_where(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let x = ctx.input(1)?;
+    Ok(vec![TensorDesc {
+        dtype: x.dtype,
+        shape: broadcast_inputs(ctx, &[0, 1, 2])?,
+        format: x.format,
+    }])
+}
+
+/// The type Cast converts to.
+fn cast_target(ctx: &OpCtx<'_>) -> Result<DataType, OpError> {
+    if ctx.node.attr("to").is_none() {
+        return Err(OpError::attr(
+            "to",
+            "the target type code",
+            "nothing",
+            "set `to` to an ONNX TensorProto data type",
+        ));
+    }
+    let to = attr_int(ctx, "to", 0)?;
+    i32::try_from(to)
+        .ok()
+        .and_then(DataType::from_onnx)
+        .ok_or_else(|| {
+            let names: Vec<String> = DataType::ALL
+                .iter()
+                .map(|t| format!("{} ({})", t.onnx_code(), t.name()))
+                .collect();
+            OpError::attr(
+                "to",
+                format!("a supported type code: {}", names.join(", ")),
+                to.to_string(),
+                "cast to one of the supported types (bfloat16, strings and float8 are not \
+                 supported)",
+            )
+        })
+}
+
+fn verify_cast(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    ctx.input(0)?;
+    cast_target(ctx).map(|_| ())
+}
+
+fn infer_cast(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let x = ctx.input(0)?;
+    Ok(vec![TensorDesc {
+        dtype: cast_target(ctx)?,
+        shape: x.shape.clone(),
+        format: x.format,
+    }])
+}
+
+fn fold_cast(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    let Some(t) = known(ctx, 0) else {
+        return Ok(vec![]);
+    };
+    if !foldable(&t.dims) {
+        return Ok(vec![]);
+    }
+    let to = cast_target(ctx)?;
+    let out = match elems(t) {
+        Elems::Int(v) => from_ints(to, t.dims.clone(), &v)?,
+        Elems::Float(v) => from_floats(to, t.dims.clone(), &v)?,
+    };
+    Ok(vec![out])
+}
+
+fn fold_identity(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    Ok(known(ctx, 0).map(|t| vec![t.clone()]).unwrap_or_default())
+}
+
+/// A binary operation folded on integers and floats.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Arith {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Equal,
+}
+
+fn fold_add(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    fold_arith(ctx, Arith::Add)
+}
+
+fn fold_sub(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    fold_arith(ctx, Arith::Sub)
+}
+
+fn fold_mul(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    fold_arith(ctx, Arith::Mul)
+}
+
+fn fold_div(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    fold_arith(ctx, Arith::Div)
+}
+
+fn fold_equal(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    fold_arith(ctx, Arith::Equal)
+}
+
+/// Integers compute in i64 with wrapping and are then narrowed to their type, which is the
+/// same as wrapping in the narrow type; floats compute in f64 and round once, which gives the
+/// correctly rounded f32/f16 result for + - * /.
+fn fold_arith(ctx: &OpCtx<'_>, op: Arith) -> Result<Vec<Tensor>, OpError> {
+    let (Some(a), Some(b)) = (known(ctx, 0), known(ctx, 1)) else {
+        return Ok(vec![]);
+    };
+    let Some(dims) = broadcast_dims(&[&a.dims, &b.dims]) else {
+        return Ok(vec![]);
+    };
+    if !foldable(&dims) || a.dtype != b.dtype {
+        return Ok(vec![]);
+    }
+    let ia = broadcast_index(&dims, &a.dims)?;
+    let ib = broadcast_index(&dims, &b.dims)?;
+    let dtype = if op == Arith::Equal {
+        DataType::Bool
+    } else {
+        a.dtype
+    };
+    match (elems(a), elems(b)) {
+        (Elems::Int(x), Elems::Int(y)) => {
+            let mut v = Vec::with_capacity(ia.len());
+            for (k, (i, j)) in ia.iter().zip(&ib).enumerate() {
+                let (p, q) = (
+                    x.get(*i).copied().unwrap_or(0),
+                    y.get(*j).copied().unwrap_or(0),
+                );
+                v.push(match op {
+                    Arith::Add => p.wrapping_add(q),
+                    Arith::Sub => p.wrapping_sub(q),
+                    Arith::Mul => p.wrapping_mul(q),
+                    Arith::Div if q == 0 => {
+                        return Err(OpError::input(
+                            1,
+                            "a non-zero integer divisor",
+                            format!("0 at element {k} of the broadcast result"),
+                            "fix the shape computation that divides by zero",
+                        ));
+                    }
+                    Arith::Div => p.wrapping_div(q),
+                    Arith::Equal => i64::from(p == q),
+                });
+            }
+            Ok(vec![from_ints(dtype, dims, &v)?])
+        }
+        (Elems::Float(x), Elems::Float(y)) => {
+            let v: Vec<f64> = ia
+                .iter()
+                .zip(&ib)
+                .map(|(i, j)| {
+                    let (p, q) = (
+                        x.get(*i).copied().unwrap_or(0.0),
+                        y.get(*j).copied().unwrap_or(0.0),
+                    );
+                    match op {
+                        Arith::Add => p + q,
+                        Arith::Sub => p - q,
+                        Arith::Mul => p * q,
+                        Arith::Div => p / q,
+                        Arith::Equal => f64::from(u8::from(p == q)),
+                    }
+                })
+                .collect();
+            Ok(vec![from_floats(dtype, dims, &v)?])
+        }
+        _ => Ok(vec![]),
+    }
+}
+
+fn fold_where(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    let (Some(c), Some(x), Some(y)) = (known(ctx, 0), known(ctx, 1), known(ctx, 2)) else {
+        return Ok(vec![]);
+    };
+    let Some(dims) = broadcast_dims(&[&c.dims, &x.dims, &y.dims]) else {
+        return Ok(vec![]);
+    };
+    if !foldable(&dims) || x.dtype != y.dtype {
+        return Ok(vec![]);
+    }
+    let (ic, ix, iy) = (
+        broadcast_index(&dims, &c.dims)?,
+        broadcast_index(&dims, &x.dims)?,
+        broadcast_index(&dims, &y.dims)?,
+    );
+    let cond = c.to_i64s();
+    let size = x.dtype.size();
+    let mut bytes = Vec::with_capacity(ic.len() * size);
+    for k in 0..ic.len() {
+        let (src, i) = if cond.get(ic[k]).copied().unwrap_or(0) != 0 {
+            (x, ix[k])
+        } else {
+            (y, iy[k])
+        };
+        let Some(chunk) = src.data.get(i * size..(i + 1) * size) else {
+            return Ok(vec![]);
+        };
+        bytes.extend_from_slice(chunk);
+    }
+    let t = Tensor::new(x.dtype, dims, bytes).map_err(|e| {
+        OpError::input(
+            1,
+            "a consistent value",
+            e,
+            "report this as a gearsim bug with the model",
+        )
+    })?;
+    Ok(vec![t])
+}
