@@ -106,9 +106,20 @@ pub fn multi_batch_clone(model: &Model, spec: &GearSpec) -> Result<Cloned, GearE
             outputs.len()
         )));
     };
-    let data_nodes = g.of_type("Data");
+    let mut data_nodes = g.of_type("Data");
     if data_nodes.is_empty() {
         return Err(GearError("the graph has no Data node (input)".into()));
+    }
+    if spec.getnext_sink {
+        // GetNext's outputs are bound to the gear vector positionally (GE's GETNEXT mode), so
+        // they come in gear-vector order: the gear inputs as written, then the others.
+        data_nodes.sort_by_key(|d| {
+            let name = g.node(*d).name.as_str();
+            spec.inputs
+                .iter()
+                .position(|i| i.name == name)
+                .unwrap_or(usize::MAX)
+        });
     }
     let const_nodes = g.of_type("Const");
     let gear_count = spec.gears.len();
@@ -124,11 +135,13 @@ pub fn multi_batch_clone(model: &Model, spec: &GearSpec) -> Result<Cloned, GearE
         }
     }
     let net = g.node(*net_output);
+    // Direct outputs (Data -> NetOutput) bypass the Case; a GetNext output is not a Data, so in
+    // sink mode every output goes through the branches.
     let direct_outputs: Vec<usize> = net
         .inputs
         .iter()
         .enumerate()
-        .filter(|(_, v)| v.is_some_and(|v| g.node(v.node).op == "Data"))
+        .filter(|(_, v)| !spec.getnext_sink && v.is_some_and(|v| g.node(v.node).op == "Data"))
         .map(|(i, _)| i)
         .collect();
 
@@ -201,7 +214,7 @@ pub fn multi_batch_clone(model: &Model, spec: &GearSpec) -> Result<Cloned, GearE
                         format!(
                             "{}:{}:{}:{bytes}:{}:{}",
                             format.name(),
-                            dtype.name().to_uppercase(),
+                            dtype.ge_name(),
                             node.name,
                             dims.len(),
                             joined.join(",")
@@ -563,32 +576,40 @@ fn is_const_slot(root: &Graph, case_id: NodeId, p: i64) -> bool {
         .is_some_and(|v| root.node(v.node).op == "Const")
 }
 
-/// GE's output-shape table (`_dynamic_output_dims` on the root NetOutput): for each output fed
-/// by the Case, one `"<branch>,<output>,<d0>,<d1>,..."` per branch; for the others
-/// `"-1,<output>,<dims>"`. `branch_dims[i][k]` are the dims of Case output k in branch i.
-pub fn output_shape_table(root: &Graph, branch_dims: &[Vec<Vec<i64>>]) -> Vec<String> {
+/// GE's output-shape table (`_dynamic_output_dims` on the root NetOutput), as
+/// `GetDynamicOutputShape` writes it: first `"<branch>,<i>,<d0>,<d1>,..."` for every Case output
+/// i and branch, then, offline (not in sink mode), `"-1,<n>,<dims>"` for each NetOutput input n
+/// not fed by the Case whose number is not already a Case output index (GE keys both by number,
+/// so a direct output placed before a Case output is shadowed). `branch_dims[j][i]` are the
+/// dims of Case output i in branch j.
+pub fn output_shape_table(root: &Graph, branch_dims: &[Vec<Vec<i64>>], sink: bool) -> Vec<String> {
     let Some(net) = root.nodes.iter().find(|n| n.op == "NetOutput") else {
         return Vec::new();
     };
     let case = root.find(CASE);
+    let case_outputs = case.map_or(0, |c| root.node(c).outputs.len());
     let join = |d: &[i64]| d.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
     let mut table = Vec::new();
-    for (idx, v) in net.inputs.iter().enumerate() {
-        let Some(v) = v else { continue };
-        if Some(v.node) == case {
-            for (b, dims) in branch_dims.iter().enumerate() {
-                if let Some(d) = dims.get(v.output as usize) {
-                    table.push(format!("{b},{idx},{}", join(d)));
-                }
+    for i in 0..case_outputs {
+        for (j, dims) in branch_dims.iter().enumerate() {
+            if let Some(d) = dims.get(i) {
+                table.push(format!("{j},{i},{}", join(d)));
             }
-        } else {
+        }
+    }
+    if !sink {
+        for (n, v) in net.inputs.iter().enumerate() {
+            let Some(v) = v else { continue };
+            if Some(v.node) == case || n < case_outputs {
+                continue;
+            }
             let dims: Vec<i64> = root
                 .desc(*v)
                 .shape
                 .iter()
                 .map(|d| d.fixed().unwrap_or(-1))
                 .collect();
-            table.push(format!("-1,{idx},{}", join(&dims)));
+            table.push(format!("-1,{n},{}", join(&dims)));
         }
     }
     table

@@ -93,6 +93,21 @@ impl DataType {
         }
     }
 
+    /// GE's name of the type (`TypeUtils::DataTypeToSerialString`), as in graph attributes.
+    pub fn ge_name(self) -> &'static str {
+        match self {
+            DataType::F16 => "DT_FLOAT16",
+            DataType::F32 => "DT_FLOAT",
+            DataType::F64 => "DT_DOUBLE",
+            DataType::I8 => "DT_INT8",
+            DataType::I16 => "DT_INT16",
+            DataType::I32 => "DT_INT32",
+            DataType::I64 => "DT_INT64",
+            DataType::U8 => "DT_UINT8",
+            DataType::Bool => "DT_BOOL",
+        }
+    }
+
     /// Whether it is a floating-point type.
     pub fn is_float(self) -> bool {
         matches!(self, DataType::F32 | DataType::F16 | DataType::F64)

@@ -279,16 +279,28 @@ fn e19999(message: String) -> OptionError {
     OptionError::new("E19999", message)
 }
 
-/// Renders dims as GE's `ToString` does: `[1,3,-1,-1]`.
+/// Renders dims as GE's `ToString(std::vector)` does: `[1, 3, -1, -1]`.
 fn dims_str(dims: &[i64]) -> String {
     let mut s = String::from("[");
+    for (i, d) in dims.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "{d}");
+    }
+    s.push(']');
+    s
+}
+
+/// Renders dims as `GeShape::ToString` does: `1,3,-1,-1` (no brackets).
+fn ge_shape_str(dims: &[i64]) -> String {
+    let mut s = String::new();
     for (i, d) in dims.iter().enumerate() {
         if i > 0 {
             s.push(',');
         }
         let _ = write!(s, "{d}");
     }
-    s.push(']');
     s
 }
 
@@ -825,10 +837,11 @@ pub fn check_gears(p: &ParsedOptions) -> Result<(), OptionError> {
         seen.insert(gear.as_slice());
     }
     if seen.len() != p.gears.len() {
-        // The text is the spec's; GE's registry says "have duplicate profiles".
+        // GE's registered text, word for word ("argument have"; the spec paraphrases it as
+        // "has").
         return Err(OptionError::new(
             "E10039",
-            "The --dynamic_batch_size, --dynamic_image_size, or --dynamic_dims argument has \
+            "The --dynamic_batch_size, --dynamic_image_size, or --dynamic_dims argument have \
              duplicate profiles.",
         ));
     }
@@ -915,26 +928,32 @@ fn split_gears(gears: &[Vec<i64>], entries: &[Entry]) -> Result<Vec<Vec<Vec<i64>
 }
 
 /// `CalcShape`: the negative dims replaced left to right by the slice, whose length must equal
-/// the number of negative dims.
+/// the number of negative dims. GE substitutes in place, so its message shows the shape as far
+/// as the substitution got (`GeShape::ToString`, no brackets). The split of §3.1 always gives
+/// an input as many values as it has negative dims, so the mismatch is a guard that option
+/// strings cannot reach (in GE too).
 fn calc_shape(slice: &[i64], dims: &[i64]) -> Result<Vec<i64>, OptionError> {
-    let mismatch = || {
+    let mismatch = |shape: &[i64]| {
         e19999(format!(
             "the batch shape count {}, does not match the data shape {}",
             slice.len(),
-            dims_str(dims)
+            ge_shape_str(shape)
         ))
     };
+    let mut out = dims.to_vec();
     let mut values = slice.iter();
-    let mut out = Vec::with_capacity(dims.len());
-    for d in dims {
-        if *d < 0 {
-            out.push(*values.next().ok_or_else(mismatch)?);
-        } else {
-            out.push(*d);
+    for i in 0..out.len() {
+        if out.get(i).is_some_and(|d| *d < 0) {
+            let Some(v) = values.next() else {
+                return Err(mismatch(&out));
+            };
+            if let Some(slot) = out.get_mut(i) {
+                *slot = *v;
+            }
         }
     }
     if values.next().is_some() {
-        return Err(mismatch());
+        return Err(mismatch(&out));
     }
     Ok(out)
 }
@@ -983,8 +1002,9 @@ fn max_gear(slices: &[Vec<i64>]) -> Result<usize, OptionError> {
 /// 3. Inputs with unknown dims not listed (`CheckAndParseDynamicData`), in graph order: in
 ///    batch mode they must pass the batch shape check (E10018, or E10001 when axis 0 is known,
 ///    a case GE fails without an error code); in image size mode the image size shape check
-///    with the tensor's own format (E10003, E10019); in dims mode they are E10001 "All dynamic
-///    nodes must be set in --input_shape.". Accepted ones are appended after the listed ones.
+///    with the tensor's own format, `Others` unless NCHW or NHWC (E10003, E10019); in dims mode
+///    they are E10001 "All dynamic nodes must be set in --input_shape.". Accepted ones are
+///    appended after the listed ones.
 /// 4. `ParserDataToDynamicInfo` splits each gear among the inputs (E10045, E10046).
 /// 5. No dynamic input at all in batch or image size mode: E10040.
 /// 6. `CalcShape` gives each input's dims per gear, and its max gear is chosen (E19999 on a
@@ -1071,11 +1091,16 @@ pub fn bind_inputs(p: &ParsedOptions, graph_inputs: &[GraphInput]) -> Result<Bin
                 }
             }
             DynamicMode::ImageSize => {
-                // GE reads H and W at fixed positions; a rank other than 4 cannot have them.
-                if g.dims.len() != 4 {
-                    return Err(e10019());
-                }
-                check_dynamic_image_size_shape(&g.dims, g.format.name())?;
+                // GE names the tensor's format NCHW, NHWC or "Others" and reads H and W at
+                // fixed positions without checking the rank (so a rank-5 NCHW input with -1 at
+                // axes 2 and 3 passes). Where GE would read past the end, no axis is -1 here,
+                // hence E10019.
+                let format = match g.format {
+                    Format::Nchw => "NCHW",
+                    Format::Nhwc => "NHWC",
+                    Format::Nd => "Others",
+                };
+                check_dynamic_image_size_shape(&g.dims, format)?;
             }
             DynamicMode::Dims => {
                 return Err(e10001(

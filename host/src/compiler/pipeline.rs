@@ -207,7 +207,7 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
             let (before, mut after, spec) =
                 gear_graph(model, &p, opts, file, &registry, &mut notes)?;
             let branch_dims = case_outputs(&mut after, file)?;
-            let table = gear::output_shape_table(&after.graph, &branch_dims);
+            let table = gear::output_shape_table(&after.graph, &branch_dims, opts.getnext_sink);
             if let Some(net) = after.graph.nodes.iter_mut().find(|n| n.op == "NetOutput") {
                 net.attrs
                     .insert("_dynamic_output_dims".into(), Attr::Strs(table));
@@ -666,12 +666,14 @@ fn case_outputs(m: &mut Model, file: &str) -> Result<Vec<Vec<Vec<i64>>>, Compile
             };
             let count: i64 = dims.iter().product();
             match &best {
-                Some((t, d0, _)) if *t != *dtype || d0.len() != dims.len() => {
+                // Like GE (`UpdateOutputFromSubgraphsForMultiDims`): the type must agree, the
+                // shape may differ even in rank; the Case takes the largest by element count.
+                Some((t, d0, _)) if *t != *dtype => {
                     return Err(CompileError::Verify {
                         file: file.into(),
                         message: format!(
                             "output {k} is {} {} in branch Batch_0 but {} {} in branch Batch_{i}; \
-                             every gear must give an output of the same type and rank",
+                             every gear must give an output of the same type",
                             t.name(),
                             dims_text(d0),
                             dtype.name(),
@@ -948,30 +950,25 @@ fn dynamic_desc(
         for (k, v) in net.inputs.iter().enumerate() {
             let Some(v) = v else { continue };
             let d = g.desc(*v);
+            // The gear vector NetOutput reads in sink mode is for the runtime (§8.4), not a
+            // model output.
+            if g.node(v.node).name == gear::GET_DYNAMIC_DIMS {
+                continue;
+            }
+            // A Case output has each branch's shape; a direct output (offline only) keeps the
+            // root Data's max-gear shape in every gear, as GE reports it.
             let per_gear: Vec<Vec<i64>> = if Some(v.node) == case {
                 branch_dims
                     .iter()
                     .map(|b| b[v.output as usize].clone())
                     .collect()
             } else {
-                let producer = &g.node(v.node).name;
-                let src = if g.node(v.node).op == "GetNext" {
-                    user_inputs.get(v.output as usize).map(|(n, _)| n.as_str())
-                } else {
-                    Some(producer.as_str())
-                };
-                match src.and_then(|s| by_name.get(s)) {
-                    Some(gi) => gi.per_gear_dims.clone(),
-                    None => vec![dims_of(&d.shape); gears],
-                }
+                vec![dims_of(&d.shape); gears]
             };
-            let name = match names.get(k) {
-                Some(n) => n.clone(),
-                None if g.node(v.node).name == gear::GET_DYNAMIC_DIMS => {
-                    gear::GET_DYNAMIC_DIMS.to_string()
-                }
-                None => format!("output_{k}"),
-            };
+            let name = names
+                .get(k)
+                .cloned()
+                .unwrap_or_else(|| format!("output_{k}"));
             outputs.push(io_desc(
                 &name,
                 d.dtype,

@@ -314,10 +314,53 @@ fn sink_mode_uses_getnext_and_get_dynamic_dims() {
     );
     let d = c.desc.dynamic.as_ref().unwrap();
     assert!(d.getnext_sink);
-    // No gear-vector input; one extra output, the gear vector.
+    // No gear-vector input, and the gear vector NetOutput reads is not a model output.
     assert!(c.desc.inputs.iter().all(|i| i.name != gear::SHAPE_DATA));
-    assert_eq!(c.desc.outputs.last().unwrap().name, gear::GET_DYNAMIC_DIMS);
-    assert_eq!(d.output_dims[2].last().unwrap(), &vec![4]);
+    let names: Vec<&str> = c.desc.outputs.iter().map(|o| o.name.as_str()).collect();
+    assert_eq!(names, ["feat", "mask_sum", "label"]);
+    // GetNext's outputs are not Data: `label` goes through the branches with its gear's shape,
+    // and the shape table has no `-1` entries.
+    assert_eq!(d.output_dims[0][2], vec![1, 20]);
+    assert!(
+        strs(net, "_dynamic_output_dims")
+            .iter()
+            .all(|e| !e.starts_with("-1,"))
+    );
+}
+
+/// In sink mode GetNext's outputs are bound to the gear vector by position, so a
+/// `--input_shape` listed out of graph order must still make GetDynamicDims produce exactly the
+/// gear's vector (the firmware's reference semantics decide).
+#[test]
+fn sink_mode_follows_the_input_shape_order() {
+    let mut o = options(
+        "mask:-1,-1;label:1,-1;data:1,1,40,-1",
+        "dims",
+        "1,1,20,20;2,2,40,40;4,4,60,80",
+    );
+    o.getnext_sink = true;
+    let c = compiled("gear_dims.onnx", &o);
+    let root = &c.after.graph;
+    let getnext = node(root, gear::GETNEXT);
+    assert_eq!(strs(getnext, "output_names"), ["mask", "label", "data"]);
+    let gdd = node(root, gear::GET_DYNAMIC_DIMS);
+    let shape_info = gdd.ints("shape_info").unwrap().to_vec();
+    let d = c.desc.dynamic.as_ref().unwrap();
+    for (i, gear) in d.gears.iter().enumerate() {
+        let real: Vec<Vec<i64>> = d.input_dims[i].clone();
+        let dims = gearsim_firmware::kernels::get_dynamic_dims(3, &shape_info, &real).unwrap();
+        assert_eq!(&dims, gear, "gear {i}");
+    }
+    // Branch Data read the GetNext outputs in the same order.
+    let b = &c.after.subgraphs[0];
+    assert_eq!(
+        node(b, "mask_ascend_mbatch_batch_0").int("_parent_node_index"),
+        Some(1)
+    );
+    assert_eq!(
+        node(b, "data_ascend_mbatch_batch_0").int("_parent_node_index"),
+        Some(3)
+    );
 }
 
 #[test]
