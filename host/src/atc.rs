@@ -10,10 +10,10 @@ use gearsim_isa::om::ModelDesc;
 use gearsim_sim::ChipConfig;
 use serde_json::{Value as Json, json};
 
-use crate::compiler::Target;
 use crate::compiler::ir::DataType;
 use crate::compiler::options::DynamicMode;
 use crate::compiler::pipeline::{CompileOptions, Compiled, MapIndexEngine, TableLayout, compile};
+use crate::compiler::{CoreSpec, Target};
 use crate::files::{OmMap, write_atomic};
 
 /// The compiler's view of a chip configuration.
@@ -22,6 +22,17 @@ pub fn target(cfg: &ChipConfig) -> Target {
         soc_version: cfg.name.clone(),
         map_index_max_gears: cfg.kernels.map_index_max_gears,
         map_index_max_dims: cfg.kernels.map_index_max_dims,
+        core: CoreSpec {
+            cores: cfg.core.count,
+            max_block_dim: cfg.scheduler.max_block_dim,
+            fixpipe: cfg.core.fixpipe,
+            ub_bytes: cfg.core.ub_bytes,
+            l1_bytes: cfg.core.l1_bytes,
+            l0a_bytes: cfg.core.l0a_bytes,
+            l0b_bytes: cfg.core.l0b_bytes,
+            l0c_bytes: cfg.core.l0c_bytes,
+            event_ids: cfg.core.event_ids,
+        },
     }
 }
 

@@ -19,3 +19,4 @@ pub mod compiler;
 pub mod examples;
 pub mod files;
 pub mod kernel;
+pub mod oprun;

@@ -21,6 +21,7 @@
 pub mod gear;
 pub mod infer;
 pub mod ir;
+pub mod lower;
 pub mod memory;
 pub mod onnx;
 pub mod ops;
@@ -37,4 +38,29 @@ pub struct Target {
     pub map_index_max_gears: u32,
     /// Longest gear vector the MapIndex kernel accepts.
     pub map_index_max_dims: u32,
+    /// The AI cores kernels are tiled for.
+    pub core: CoreSpec,
+}
+
+/// The AI core resources kernel tiling depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CoreSpec {
+    /// AI cores (kernels spread their blocks over them).
+    pub cores: u32,
+    /// Largest `block_dim` a launch may use.
+    pub max_block_dim: u32,
+    /// Whether results can leave L0C straight to GM (FIXPIPE); otherwise through UB.
+    pub fixpipe: bool,
+    /// Unified buffer bytes.
+    pub ub_bytes: u64,
+    /// L1 bytes.
+    pub l1_bytes: u64,
+    /// L0A bytes.
+    pub l0a_bytes: u64,
+    /// L0B bytes.
+    pub l0b_bytes: u64,
+    /// L0C bytes.
+    pub l0c_bytes: u64,
+    /// Event ids per pipe pair (how many buffers a queue can rotate through).
+    pub event_ids: u8,
 }

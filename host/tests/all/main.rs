@@ -5,6 +5,8 @@
 
 mod cli;
 mod compile;
+mod device_run;
+mod lower;
 mod onnx_build;
 mod onnx_import;
 mod ops;

@@ -1,0 +1,204 @@
+//! Lowering: each compute node becomes AI core kernels in the ISA, tiled for the target's
+//! buffers, or an alias of its input when it only relabels the shape.
+//!
+//! ```text
+//!   lower_node(ctx) ─▶ table of lowerings by op type ─▶ Lowered::Kernels { kernels, derived }
+//!                                                     └▶ Lowered::Alias (Reshape, Flatten, ...)
+//!   writer.rs  ─ the assembly writer every kernel is built with
+//!   stream.rs  ─ the double-buffered GM→UB→V→UB→GM pipeline element-wise kernels share
+//!   elementwise.rs ─ unary and binary element-wise ops on the vector unit
+//! ```
+//!
+//! Kernel ABI: a kernel reads its argument array with `sreg xN, args`; entry i is the device
+//! address of `Kernel::args[i]` (a node input or output, a constant the lowering derived, or a
+//! slice of the node's GM workspace). Shapes, strides and tile sizes are immediates: every gear
+//! branch is static, so each kernel is specialised for its shapes (identical kernels are
+//! stored once).
+
+pub mod elementwise;
+pub mod stream;
+pub mod writer;
+
+use std::fmt;
+
+use gearsim_isa::Program;
+
+use super::Target;
+use super::ir::{Node, Tensor, TensorDesc};
+
+/// What an entry of a kernel's argument array points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operand {
+    /// The node's input `i`.
+    Input(usize),
+    /// The node's output `i`.
+    Output(usize),
+    /// Constant `i` of [`Lowered::Kernels::derived`] (weights the lowering prepared).
+    Derived(usize),
+    /// The node's GM workspace at this byte offset.
+    Workspace(u64),
+}
+
+/// One kernel launch.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    /// Name (the op, its types and shapes).
+    pub name: String,
+    /// The generated assembly, tiling comments included.
+    pub source: String,
+    /// The assembled program.
+    pub program: Program,
+    /// Blocks to launch.
+    pub block_dim: u32,
+    /// The argument array, in order.
+    pub args: Vec<Operand>,
+    /// Tiling parameters, for dumps and studies.
+    pub tiling: Vec<(String, i64)>,
+}
+
+/// How a node runs on the device.
+#[derive(Debug, Clone)]
+pub enum Lowered {
+    /// Its output is its input `input`'s bytes under another shape: no kernel.
+    Alias {
+        /// The input whose memory the output shares.
+        input: usize,
+    },
+    /// Kernels run in order on the node's stream.
+    Kernels {
+        /// The launches.
+        kernels: Vec<Kernel>,
+        /// Constants the kernels read (e.g. weights converted and laid out for the cube).
+        derived: Vec<Tensor>,
+        /// GM scratch the kernels need, in bytes.
+        workspace_bytes: u64,
+    },
+}
+
+/// What a lowering sees of the node.
+pub struct LowerCtx<'a> {
+    /// The node.
+    pub node: &'a Node,
+    /// Its inputs' descriptors (`None` for an absent optional input).
+    pub inputs: Vec<Option<&'a TensorDesc>>,
+    /// Values of inputs that are constants.
+    pub values: Vec<Option<&'a Tensor>>,
+    /// Its outputs' descriptors.
+    pub outputs: &'a [TensorDesc],
+    /// The chip.
+    pub target: &'a Target,
+}
+
+impl LowerCtx<'_> {
+    /// Descriptor of a required input.
+    pub fn input(&self, i: usize) -> Result<&TensorDesc, LowerError> {
+        self.inputs
+            .get(i)
+            .copied()
+            .flatten()
+            .ok_or_else(|| self.error(format!("input {i} is missing")))
+    }
+
+    /// An error about this node.
+    pub fn error(&self, message: impl Into<String>) -> LowerError {
+        let shapes: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|d| d.map_or_else(|| "_".to_string(), ToString::to_string))
+            .collect();
+        LowerError {
+            node: self.node.name.clone(),
+            op: self.node.op.clone(),
+            shapes: shapes.join(", "),
+            message: message.into(),
+        }
+    }
+
+    /// A kernel from a finished writer.
+    pub fn kernel(
+        &self,
+        asm: writer::Asm,
+        block_dim: u32,
+        args: Vec<Operand>,
+    ) -> Result<Kernel, LowerError> {
+        let name = asm.name().to_string();
+        let f = asm
+            .finish()
+            .map_err(|e| self.error(format!("internal error generating kernel: {e}")))?;
+        Ok(Kernel {
+            name,
+            source: f.source,
+            program: f.program,
+            block_dim,
+            args,
+            tiling: f.tiling,
+        })
+    }
+}
+
+/// A node the back end cannot run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot lower node `{node}` ({op}) with inputs [{shapes}]: {message}")]
+pub struct LowerError {
+    /// Node name.
+    pub node: String,
+    /// Operator type.
+    pub op: String,
+    /// Its input descriptors.
+    pub shapes: String,
+    /// Why, with the limit that was hit.
+    pub message: String,
+}
+
+/// A lowering function.
+pub type LowerFn = fn(&LowerCtx<'_>) -> Result<Lowered, LowerError>;
+
+/// The lowering of an op type.
+pub fn lowering(op: &str) -> Option<LowerFn> {
+    let f: LowerFn = match op {
+        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" => alias_input0,
+        "Add" | "Sub" | "Mul" | "Div" => elementwise::binary,
+        "Relu" | "Sqrt" => elementwise::unary,
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Lowers one node.
+pub fn lower_node(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let f = lowering(&ctx.node.op).ok_or_else(|| {
+        ctx.error("no device kernel for this operator (it is supported by shape inference only)")
+    })?;
+    f(ctx)
+}
+
+fn alias_input0(_: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    Ok(Lowered::Alias { input: 0 })
+}
+
+/// A kernel name: the op and its first output's type and dims, e.g. `Add_f32_8x64x56x56`.
+pub fn kernel_name(ctx: &LowerCtx<'_>, suffix: &str) -> String {
+    let mut s = ctx.node.op.clone();
+    if let Some(o) = ctx.outputs.first() {
+        s.push('_');
+        s.push_str(o.dtype.name());
+        s.push('_');
+        let dims: Vec<String> = o
+            .shape
+            .iter()
+            .map(|d| d.fixed().map_or_else(|| "?".into(), |v| v.to_string()))
+            .collect();
+        s.push_str(&dims.join("x"));
+    }
+    if !suffix.is_empty() {
+        s.push('_');
+        s.push_str(suffix);
+    }
+    s
+}
+
+impl fmt::Display for Kernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (block_dim {})", self.name, self.block_dim)
+    }
+}

@@ -1,0 +1,207 @@
+//! Runs one node on the simulated device, the way the lowering tests and `gearsim bench
+//! kernels` need it: the one-node graph is built and inferred, the node lowered, inputs,
+//! derived constants and workspace put in device memory, every kernel launched through
+//! `firmware::Device`, and the outputs read back.
+
+use gearsim_firmware::{Device, DevicePtr, LaunchReport};
+use gearsim_sim::{ChipConfig, ExecMode};
+use gearsim_traces::NullSink;
+
+use crate::atc;
+use crate::compiler::infer::infer_graph;
+use crate::compiler::ir::{Attr, DataType, Graph, Node, Tensor, TensorDesc, Value};
+use crate::compiler::lower::{Kernel, LowerCtx, Lowered, Operand, lower_node};
+use crate::compiler::ops;
+
+/// An input of the node under test.
+#[derive(Debug, Clone)]
+pub struct In {
+    /// The value.
+    pub tensor: Tensor,
+    /// Whether it is a constant (a weight the lowering may prepare at compile time).
+    pub constant: bool,
+}
+
+/// A runtime input.
+pub fn data(t: Tensor) -> In {
+    In {
+        tensor: t,
+        constant: false,
+    }
+}
+
+/// A constant input.
+pub fn constant(t: Tensor) -> In {
+    In {
+        tensor: t,
+        constant: true,
+    }
+}
+
+/// What a run produced.
+pub struct Ran {
+    /// The outputs.
+    pub outputs: Vec<Tensor>,
+    /// One report per kernel launch.
+    pub launches: Vec<LaunchReport>,
+    /// The kernels.
+    pub kernels: Vec<Kernel>,
+}
+
+/// Lowers `op` with `attrs` over `inputs` (opset 18, `outputs` outputs) and runs it on a fresh
+/// device of chip `cfg` in `mode`.
+pub fn run_op(
+    cfg: &ChipConfig,
+    op: &str,
+    attrs: &[(&str, Attr)],
+    inputs: Vec<In>,
+    outputs: usize,
+    mode: ExecMode,
+) -> Result<Ran, String> {
+    // The one-node graph.
+    let mut g = Graph::new("test");
+    let mut ins = Vec::new();
+    for (i, input) in inputs.iter().enumerate() {
+        let desc = input.tensor.desc();
+        let n = if input.constant {
+            let mut n = Node::new(format!("c{i}"), "Const", vec![], vec![desc]);
+            n.attrs
+                .insert("value".into(), Attr::Tensor(input.tensor.clone()));
+            n
+        } else {
+            let mut n = Node::new(format!("x{i}"), "Data", vec![], vec![desc]);
+            n.attrs.insert("index".into(), Attr::Int(i as i64));
+            n
+        };
+        ins.push(Some(Value {
+            node: g.add(n),
+            output: 0,
+        }));
+    }
+    let placeholder = TensorDesc::new(DataType::F32, vec![]);
+    let mut node = Node::new("node", op, ins, vec![placeholder; outputs]);
+    for (k, v) in attrs {
+        node.attrs.insert((*k).to_string(), v.clone());
+    }
+    let id = g.add(node);
+    let registry = ops::standard();
+    let outs = (0..outputs as u32)
+        .map(|k| {
+            Some(Value {
+                node: id,
+                output: k,
+            })
+        })
+        .collect();
+    g.add(Node::new("out", "NetOutput", outs, vec![]));
+    infer_graph(&mut g, &registry, 18).map_err(|e| e.to_string())?;
+    let node = g.node(id).clone();
+    let in_descs: Vec<TensorDesc> = inputs.iter().map(|i| i.tensor.desc()).collect();
+    let target = atc::target(cfg);
+    let ctx = LowerCtx {
+        node: &node,
+        inputs: in_descs.iter().map(Some).collect(),
+        values: inputs
+            .iter()
+            .map(|i| i.constant.then_some(&i.tensor))
+            .collect(),
+        outputs: &node.outputs,
+        target: &target,
+    };
+    let lowered = lower_node(&ctx).map_err(|e| e.to_string())?;
+    let mut dev = Device::new(cfg.clone(), NullSink);
+    let put = |dev: &mut Device<NullSink>, bytes: &[u8]| -> Result<u64, String> {
+        let p = dev
+            .alloc(bytes.len().max(1) as u64)
+            .map_err(|e| e.to_string())?;
+        dev.write(p, bytes).map_err(|e| e.to_string())?;
+        Ok(p.0)
+    };
+    let in_ptrs: Vec<u64> = inputs
+        .iter()
+        .map(|i| put(&mut dev, &i.tensor.data))
+        .collect::<Result<_, _>>()?;
+    let (kernels, derived, workspace) = match lowered {
+        Lowered::Alias { input } => {
+            let t = &inputs[input].tensor;
+            let out = Tensor::new(
+                t.dtype,
+                node.outputs[0]
+                    .shape
+                    .iter()
+                    .map(|d| d.fixed().unwrap_or(-1))
+                    .collect(),
+                t.data.to_vec(),
+            )?;
+            return Ok(Ran {
+                outputs: vec![out],
+                launches: Vec::new(),
+                kernels: Vec::new(),
+            });
+        }
+        Lowered::Kernels {
+            kernels,
+            derived,
+            workspace_bytes,
+        } => (kernels, derived, workspace_bytes),
+    };
+    let derived_ptrs: Vec<u64> = derived
+        .iter()
+        .map(|t| put(&mut dev, &t.data))
+        .collect::<Result<_, _>>()?;
+    let ws = if workspace > 0 {
+        dev.alloc(workspace).map_err(|e| e.to_string())?.0
+    } else {
+        0
+    };
+    // Outputs start filled with a NaN-ish pattern so a kernel that skips elements shows.
+    let out_ptrs: Vec<(u64, TensorDesc)> = node
+        .outputs
+        .iter()
+        .map(|d| {
+            let bytes = d.bytes().unwrap_or(0);
+            let p = dev.alloc(bytes.max(1)).map_err(|e| e.to_string())?;
+            dev.fill(p, bytes, 0xff).map_err(|e| e.to_string())?;
+            Ok((p.0, d.clone()))
+        })
+        .collect::<Result<_, String>>()?;
+    let mut launches = Vec::new();
+    for k in &kernels {
+        let handle = dev
+            .load_kernel(k.program.clone())
+            .map_err(|e| e.to_string())?;
+        let args: Vec<u64> = k
+            .args
+            .iter()
+            .map(|a| match *a {
+                Operand::Input(i) => in_ptrs[i],
+                Operand::Output(i) => out_ptrs[i].0,
+                Operand::Derived(i) => derived_ptrs[i],
+                Operand::Workspace(off) => ws + off,
+            })
+            .collect();
+        let r = dev
+            .launch(handle, k.block_dim, &args, mode)
+            .map_err(|e| format!("kernel {}: {e}\n{}", k.name, k.source))?;
+        launches.push(r);
+    }
+    let outputs = out_ptrs
+        .iter()
+        .map(|(p, d)| {
+            let bytes = d.bytes().unwrap_or(0) as usize;
+            let mut buf = vec![0u8; bytes];
+            dev.read(DevicePtr(*p), &mut buf)
+                .map_err(|e| e.to_string())?;
+            Tensor::new(
+                d.dtype,
+                d.shape.iter().map(|x| x.fixed().unwrap_or(-1)).collect(),
+                buf,
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Ran {
+        outputs,
+        launches,
+        kernels,
+    })
+}

@@ -1,0 +1,52 @@
+//! Shared pieces of the lowering tests: the one-node runner on the default chip, random inputs
+//! and tolerance checks.
+
+use gearsim_host::compiler::ir::{Attr, Tensor};
+#[allow(unused_imports)]
+pub use gearsim_host::oprun::{In, Ran, constant, data};
+use gearsim_sim::{ChipConfig, ExecMode};
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+/// The preset the lowering tests use.
+pub fn preset() -> ChipConfig {
+    ChipConfig::preset("ascend910").unwrap()
+}
+
+/// Lowers `op` over `inputs` and runs it (one output, full mode) on `ascend910`.
+pub fn run_op(op: &str, attrs: &[(&str, Attr)], inputs: Vec<In>) -> Result<Ran, String> {
+    gearsim_host::oprun::run_op(&preset(), op, attrs, inputs, 1, ExecMode::Full)
+}
+
+/// Random f32 values in [lo, hi) from a seed.
+pub fn rand_f32(dims: &[i64], lo: f32, hi: f32, seed: u64) -> Tensor {
+    let n: i64 = dims.iter().product();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let v: Vec<f32> = (0..n).map(|_| rng.random_range(lo..hi)).collect();
+    Tensor::from_f32s(dims.to_vec(), &v)
+}
+
+/// The f32 values of a tensor.
+pub fn f32s(t: &Tensor) -> Vec<f32> {
+    t.to_f64s().iter().map(|v| *v as f32).collect()
+}
+
+/// Checks `got` against `want` element by element: |got - want| <= atol + rtol * |want|, with
+/// NaN only where NaN is expected.
+pub fn assert_close(got: &[f32], want: &[f64], rtol: f64, atol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: element count");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = f64::from(*g);
+        if w.is_nan() && g.is_nan() {
+            continue;
+        }
+        let err = (g - w).abs();
+        let bound = atol + rtol * w.abs();
+        let ok = err.partial_cmp(&bound).is_some_and(|o| o.is_le());
+        assert!(
+            ok,
+            "{what}: element {i} of {} is {g}, expected {w} (error {err:.3e} > bound {bound:.3e})",
+            got.len()
+        );
+    }
+}
