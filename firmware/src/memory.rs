@@ -10,6 +10,11 @@ pub const ALLOC_ALIGN: u64 = 512;
 /// Device memory kept back at address 0 so that a null pointer is never a valid buffer.
 pub const RESERVED_LOW: u64 = 2 << 20;
 
+/// `bytes` (at least 1) rounded up to [`ALLOC_ALIGN`]; `None` when that overflows.
+fn aligned(bytes: u64) -> Option<u64> {
+    bytes.max(1).div_ceil(ALLOC_ALIGN).checked_mul(ALLOC_ALIGN)
+}
+
 /// A first-fit allocator with coalescing of freed neighbours.
 #[derive(Debug)]
 pub(crate) struct Allocator {
@@ -32,17 +37,23 @@ impl Allocator {
     }
 
     pub(crate) fn alloc(&mut self, bytes: u64) -> Result<u64, DeviceError> {
-        let size = bytes.max(1).div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN;
+        let largest = || self.free.values().copied().max().unwrap_or(0);
+        // A size within an alignment step of 2^64 cannot be rounded up, nor allocated.
+        let Some(size) = aligned(bytes) else {
+            return Err(DeviceError::OutOfMemory {
+                requested: bytes,
+                largest: largest(),
+            });
+        };
         let found = self
             .free
             .iter()
             .find(|(_, s)| **s >= size)
             .map(|(a, s)| (*a, *s));
         let Some((addr, block)) = found else {
-            let largest = self.free.values().copied().max().unwrap_or(0);
             return Err(DeviceError::OutOfMemory {
                 requested: bytes,
-                largest,
+                largest: largest(),
             });
         };
         self.free.remove(&addr);
@@ -93,10 +104,20 @@ pub(crate) struct HostMemory {
 
 impl HostMemory {
     pub(crate) fn alloc(&mut self, bytes: u64) -> Result<u64, DeviceError> {
-        let len = usize::try_from(bytes)
-            .map_err(|_| DeviceError::HostMemory(format!("{bytes} bytes is too large")))?;
+        let too_large = |why: &str| DeviceError::HostMemory(format!("{bytes} bytes: {why}"));
+        let len = usize::try_from(bytes).map_err(|_| too_large("too large for this host"))?;
+        let next = aligned(bytes)
+            .and_then(|step| self.next.checked_add(step))
+            .filter(|next| HOST_BASE.checked_add(*next).is_some())
+            .ok_or_else(|| too_large("past the end of the host address space"))?;
+        // A request the machine cannot hold is an error, not an abort: the size is first
+        // reserved fallibly (and released), then allocated zeroed, which leaves the pages to
+        // the operating system until they are written.
+        Vec::<u8>::new()
+            .try_reserve_exact(len)
+            .map_err(|e| too_large(&format!("cannot allocate ({e})")))?;
         let addr = HOST_BASE + self.next;
-        self.next += bytes.max(1).div_ceil(ALLOC_ALIGN) * ALLOC_ALIGN;
+        self.next = next;
         self.buffers.insert(addr, vec![0; len]);
         Ok(addr)
     }

@@ -644,7 +644,9 @@ impl Scheduler {
             }
             Task::LabelSwitchByIndex(sw) => Self::label_switch(dev, at, &sw)?,
             Task::StreamActive(a) => {
-                Self::activate(dev, at, "StreamActive", a.stream)?;
+                if a.stream != gearsim_isa::task::NO_STREAM {
+                    Self::activate(dev, at, "StreamActive", a.stream)?;
+                }
                 Self::control_done(dev, at);
             }
             Task::StreamSwitch(sw) => {
@@ -1086,7 +1088,8 @@ impl Scheduler {
                     a.shape.gears,
                     a.shape.layout,
                     level.as_deref(),
-                );
+                )
+                .map_err(param)?;
                 if dev.chip.memory().check(a.y, 4).is_err() {
                     return Err(param(format!(
                         "`y` address {:#x} is outside device memory",

@@ -15,6 +15,10 @@ use crate::compiler::options::DynamicMode;
 use crate::compiler::pipeline::{CompileOptions, Compiled, MapIndexEngine, TableLayout, compile};
 use crate::compiler::{CoreSpec, Target};
 use crate::files::{OmMap, write_atomic};
+use crate::verify::{ModelView, Report, verify};
+use gearsim_isa::Program;
+use gearsim_isa::om::SectionKind;
+use gearsim_isa::omtask::{ModelTasks, OmTask, decode_kernels};
 
 /// The compiler's view of a chip configuration.
 pub fn target(cfg: &ChipConfig) -> Target {
@@ -55,29 +59,43 @@ pub struct CompileReport {
     pub om_bytes: u64,
     /// The compiled model.
     pub compiled: Compiled,
-    /// Wall time of the compile itself (front and middle, no file I/O).
+    /// Wall time of the compile itself (front, middle and back end, no file I/O).
     pub elapsed: Duration,
-    /// Graph dumps written.
+    /// Wall time of the verifier.
+    pub verify_elapsed: Duration,
+    /// What the verifier found (no violations, or the compile would have failed).
+    pub verified: Report,
+    /// Dump files written.
     pub dumps: Vec<PathBuf>,
 }
 
-/// Compiles `model` and writes `om`; with `dump_dir`, also `<name>.before.txt` and
-/// `<name>.after.txt` there. Nothing is written when the compile fails.
+/// Where `gearsim compile` writes its dumps.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Dumps<'a> {
+    /// `--dump_graph DIR`: `<name>.before.txt` and `<name>.after.txt`.
+    pub graph: Option<&'a Path>,
+    /// `--dump_kernels DIR`: one file per kernel, its tiling and disassembly.
+    pub kernels: Option<&'a Path>,
+}
+
+/// Compiles `model` for chip `cfg`, verifies the result and writes `om`. Dumps are written
+/// even when verification fails (they are what one debugs it with); the `.om` only when
+/// everything succeeded.
 pub fn compile_file(
     model: &Path,
     om: &Path,
     opts: &CompileOptions,
-    dump_dir: Option<&Path>,
+    cfg: &ChipConfig,
+    dumps: Dumps<'_>,
+    hybrid: bool,
 ) -> Result<CompileReport> {
     let bytes = std::fs::read(model).with_context(|| format!("cannot read {}", model.display()))?;
     let start = Instant::now();
     let compiled = compile(&bytes, &model.display().to_string(), opts)?;
     let elapsed = start.elapsed();
-    let om_data = compiled.om_bytes();
-    let mut dumps = Vec::new();
-    if let Some(dir) = dump_dir {
-        std::fs::create_dir_all(dir)
-            .with_context(|| format!("cannot create the dump directory {}", dir.display()))?;
+    let mut written = Vec::new();
+    if let Some(dir) = dumps.graph {
+        create_dir(dir)?;
         let name = &compiled.desc.name;
         for (suffix, text) in [
             ("before", compiled.before.dump()),
@@ -85,17 +103,135 @@ pub fn compile_file(
         ] {
             let path = dir.join(format!("{name}.{suffix}.txt"));
             write_atomic(&path, text.as_bytes())?;
-            dumps.push(path);
+            written.push(path);
         }
     }
+    if let Some(dir) = dumps.kernels {
+        create_dir(dir)?;
+        written.extend(dump_kernels(&compiled, dir)?);
+    }
+    let start = Instant::now();
+    let programs: Vec<_> = compiled
+        .emitted
+        .kernels
+        .iter()
+        .map(|k| k.program.clone())
+        .collect();
+    let verified = verify(
+        &ModelView {
+            desc: &compiled.desc,
+            tasks: &compiled.emitted.tasks,
+            kernels: &programs,
+            weight_bytes: compiled.emitted.weights.bytes(),
+        },
+        cfg,
+    );
+    let verify_elapsed = start.elapsed();
+    if !verified.is_ok() {
+        anyhow::bail!(
+            "{}: the compiled model fails verification (nothing written):\n{verified}",
+            model.display()
+        );
+    }
+    let om_data = if hybrid {
+        compiled.hybrid_om_bytes()
+    } else {
+        compiled.om_bytes()
+    }
+    .map_err(anyhow::Error::msg)?;
     write_atomic(om, &om_data)?;
     Ok(CompileReport {
         om: om.to_path_buf(),
         om_bytes: om_data.len() as u64,
         compiled,
         elapsed,
-        dumps,
+        verify_elapsed,
+        verified,
+        dumps: written,
     })
+}
+
+fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create the dump directory {}", dir.display()))
+}
+
+/// One file per kernel: its name, the tasks that launch it, its tiling and its disassembly.
+fn dump_kernels(c: &Compiled, dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut launches: Vec<Vec<String>> = vec![Vec::new(); c.emitted.kernels.len()];
+    for tasks in &c.emitted.tasks.streams {
+        for t in tasks {
+            if let OmTask::AiCore {
+                kernel, block_dim, ..
+            } = &t.task
+            {
+                if let Some(l) = launches.get_mut(*kernel as usize) {
+                    l.push(format!("{} (block_dim {block_dim})", t.name));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for (i, k) in c.emitted.kernels.iter().enumerate() {
+        let mut text = format!("# kernel {i}: {}\n", k.name);
+        for l in &launches[i] {
+            text.push_str(&format!("# launched by {l}\n"));
+        }
+        for (name, v) in &k.tiling {
+            text.push_str(&format!("# tiling {name} = {v}\n"));
+        }
+        text.push_str(&format!("# {} instructions\n", k.program.instrs.len()));
+        text.push_str(&k.program.disassemble());
+        let safe: String = k
+            .name
+            .chars()
+            .map(|ch| {
+                if ch.is_ascii_alphanumeric() || ch == '_' {
+                    ch
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = dir.join(format!("{i:03}_{safe}.s"));
+        write_atomic(&path, text.as_bytes())?;
+        out.push(path);
+    }
+    Ok(out)
+}
+
+/// Verifies a `.om` file for its chip (or `soc_version` when given).
+pub fn verify_file(path: &Path, soc_version: Option<&str>) -> Result<Report> {
+    let om = OmMap::open(path)?;
+    let file = om.file()?;
+    let desc = file.desc()?;
+    let cfg = ChipConfig::preset(soc_version.unwrap_or(&desc.soc_version))?;
+    let images = decode_kernels(file.section(SectionKind::Kernels).unwrap_or(&[]))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let tasks = ModelTasks::decode(
+        file.section(SectionKind::Tasks).unwrap_or(&[]),
+        images.len() as u32,
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let programs = images
+        .iter()
+        .map(|k| {
+            Program::decode(Some(k.name.clone()), &k.code)
+                .map_err(|e| anyhow::anyhow!("{}: kernel {}: {e}", path.display(), k.name))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let weight_bytes = file
+        .section(SectionKind::Weights)
+        .map_or(0, |w| w.len() as u64);
+    Ok(verify(
+        &ModelView {
+            desc: &desc,
+            tasks: &tasks,
+            kernels: &programs,
+            weight_bytes,
+        },
+        &cfg,
+    ))
 }
 
 /// Reads and validates a `.om`'s description.

@@ -1,8 +1,9 @@
-//! gearsim host side: what runs on the user's machine. Today: running hand-written kernels on
-//! the simulated device and the `gearsim` command line; the compiler (ONNX -> .om) and the
-//! ACL-shaped runtime come next.
+//! gearsim host side: what runs on the user's machine — the compiler (ONNX → .om, atc's
+//! options), the ACL-shaped runtime, and the `gearsim` command line.
 //!
 //! ```text
+//!   gearsim compile ──▶ atc ──▶ compiler (import, gear passes, lower, emit) ──▶ verify ──▶ .om
+//!   gearsim run     ──▶ runner ──▶ runtime (load, non-sink / sink / hybrid) ──▶ firmware::Device
 //!   gearsim kernel run FILE.s ──▶ isa::assemble ──▶ kernel::run_kernel ──▶ firmware::Device
 //!   gearsim trace export/summary/diff ──▶ traces::TraceFile
 //! ```
@@ -15,8 +16,16 @@
 //! ```
 
 pub mod atc;
+pub mod bench;
 pub mod compiler;
+pub mod conformance;
+pub mod demo;
 pub mod examples;
 pub mod files;
 pub mod kernel;
+pub mod npy;
 pub mod oprun;
+pub mod runner;
+pub mod runtime;
+pub mod study;
+pub mod verify;

@@ -46,10 +46,143 @@ enum Command {
     Compile(Box<CompileArgs>),
     /// Print a .om model's description as JSON (inputs, outputs, gears, memory per gear).
     Info(InfoArgs),
+    /// Check a .om's task streams and kernels statically and list every violation.
+    Verify(VerifyArgs),
     /// List the ONNX operators the compiler supports.
     Ops,
-    /// Run the built-in demo: the example kernels on the default chip, results checked.
+    /// Run a compiled .om on .npy inputs (non-sink, GetNext sink, or hybrid's fallback) and
+    /// write its outputs at their real shapes.
+    Run(RunArgs),
+    /// Performance figures of the simulator and its kernels.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Run the built-in demo: gear models compiled and run in every mode, results checked.
     Demo(DemoArgs),
+    /// Run the ONNX backend node tests (onnx 1.22.0) on the simulator and print the
+    /// conformance scoreboard (tests/conformance/SCOREBOARD.md).
+    Conformance(ConformanceArgs),
+    /// Parameter studies: sweeps of simulations run in parallel (and shardable), written as
+    /// CSV and an SVG figure.
+    #[command(subcommand)]
+    Study(StudyCommand),
+}
+
+#[derive(Subcommand)]
+enum StudyCommand {
+    /// What gear selection costs: sweeps gear count, gear vector length, table layout,
+    /// MapIndex engine and where the table lives on a synthetic table-only model (or --model);
+    /// writes gears.csv and gears.svg into --output_dir and prints which layout wins where.
+    Gears(Box<StudyGearsArgs>),
+}
+
+#[derive(Args)]
+struct StudyGearsArgs {
+    /// Write gears.csv and gears.svg here (created if missing).
+    #[arg(long = "output_dir", value_name = "DIR")]
+    output_dir: PathBuf,
+    /// Sweep this ONNX model instead of the synthetic one (needs --input_shape and a gear
+    /// option; gear counts take prefixes of its gear list, extended by generated gears).
+    #[arg(long = "model", value_name = "FILE.onnx")]
+    model: Option<PathBuf>,
+    /// With --model: input shapes, "name:d0,d1,...;..." with -1 for gear axes.
+    #[arg(long = "input_shape", allow_hyphen_values = true)]
+    input_shape: Option<String>,
+    /// With --model: batch gears, "1,2,4,8".
+    #[arg(long = "dynamic_batch_size", allow_hyphen_values = true)]
+    dynamic_batch_size: Option<String>,
+    /// With --model: image size gears, "h1,w1;h2,w2".
+    #[arg(long = "dynamic_image_size", allow_hyphen_values = true)]
+    dynamic_image_size: Option<String>,
+    /// With --model: dims gears, "d0,d1,...;d0,d1,...".
+    #[arg(long = "dynamic_dims", allow_hyphen_values = true)]
+    dynamic_dims: Option<String>,
+    /// With --model: layout of the inputs (NCHW, NHWC or ND).
+    #[arg(long = "input_format")]
+    input_format: Option<String>,
+    /// Gear counts, comma-separated (default: 2, 3, 4, 6, 8, 12, ... and the chip's MapIndex
+    /// limit).
+    #[arg(long = "gear_counts", value_delimiter = ',')]
+    gear_counts: Vec<u32>,
+    /// Gear vector lengths of the synthetic model, comma-separated (default: 1, 4, 16, 64
+    /// and the chip's MapIndex limit).
+    #[arg(long = "dims", value_delimiter = ',')]
+    dims: Vec<u32>,
+    /// Table layouts, comma-separated: gear_major, dim_major8, sorted_binary.
+    #[arg(
+        long = "layouts",
+        value_delimiter = ',',
+        default_value = "gear_major,dim_major8,sorted_binary"
+    )]
+    layouts: Vec<String>,
+    /// MapIndex engines, comma-separated: aicore, aicpu.
+    #[arg(
+        long = "engines",
+        value_delimiter = ',',
+        default_value = "aicore,aicpu"
+    )]
+    engines: Vec<String>,
+    /// Where the table is when MapIndex reads it, comma-separated: hbm (cold L2, the first run
+    /// after load), l2 (resident after the first run touched it).
+    #[arg(long = "table_homes", value_delimiter = ',', default_value = "hbm,l2")]
+    table_homes: Vec<String>,
+    /// The gear the inputs select: first, middle or last (a scan's worst case).
+    #[arg(long = "query_gear", default_value = "last")]
+    query_gear: String,
+    /// Seed of the generated gears.
+    #[arg(long = "seed", default_value_t = 1)]
+    seed: u64,
+    /// Run the points on this many threads (default: one per host core).
+    #[arg(long = "threads")]
+    threads: Option<usize>,
+    /// Run only shard I of N (the points p with p % N == I), e.g. $SLURM_ARRAY_TASK_ID/16;
+    /// the shards' CSVs concatenate (one header) into the whole sweep's.
+    #[arg(long = "shard", value_name = "I/N", default_value = "0/1")]
+    shard: String,
+    #[command(flatten)]
+    chip: ChipArgs,
+}
+
+#[derive(Args)]
+struct ConformanceArgs {
+    /// The extracted onnx/backend/test/data/node directory of the onnx wheel (default:
+    /// $GEARSIM_ONNX_NODE_TESTS, else target/onnx-node-tests/onnx-1.22.0/node, which
+    /// `cargo test --release -p gearsim-tests --test all -- conformance` provisions).
+    #[arg(long = "dir", value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Write the scoreboard to tests/conformance/SCOREBOARD.md (run from the workspace root)
+    /// and print its summary, instead of printing the whole scoreboard.
+    #[arg(long = "update")]
+    update: bool,
+    /// Tests run in parallel on this many threads (default: one per core).
+    #[arg(long = "jobs")]
+    jobs: Option<usize>,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Kernel efficiency on the reference workloads (MatMul and Conv vs cube peak, Add vs
+    /// HBM bandwidth), timing-only.
+    Kernels(BenchKernelsArgs),
+    /// Runtime figures of the built-in CNN at each gear: non-sink vs sink time, H2D transfers
+    /// with and without the merged copy, and the hybrid dynamic path vs the gear path.
+    Runtime(BenchRuntimeArgs),
+}
+
+#[derive(Args)]
+struct BenchRuntimeArgs {
+    /// Chip preset.
+    #[arg(long = "soc_version", default_value = "ascend910")]
+    soc_version: String,
+}
+
+#[derive(Args)]
+struct BenchKernelsArgs {
+    /// Chip preset.
+    #[arg(long = "soc_version", default_value = "ascend910")]
+    soc_version: String,
+    /// Only these workloads (matmul, conv, add), comma-separated.
+    #[arg(long = "only", value_delimiter = ',')]
+    only: Vec<String>,
 }
 
 #[derive(Args)]
@@ -85,7 +218,8 @@ struct CompileArgs {
     /// GetDynamicDims on the device (instead of the ascend_mbatch_shape_data input).
     #[arg(long = "getnext_sink")]
     getnext_sink: bool,
-    /// Gear table layout in device memory: gear_major (GE's) or dim_major8.
+    /// Gear table layout in device memory: gear_major (GE's), dim_major8 (the TIK kernel's)
+    /// or sorted_binary (gearsim's: rows sorted for a binary search).
     #[arg(long = "gear_table_layout", default_value = "gear_major")]
     gear_table_layout: String,
     /// Engine that runs MapIndex: aicore or aicpu.
@@ -94,6 +228,62 @@ struct CompileArgs {
     /// Write the graph before and after the gear passes as text into DIR.
     #[arg(long = "dump_graph", value_name = "DIR")]
     dump_graph: Option<PathBuf>,
+    /// Write every kernel's tiling and disassembly into DIR (one .s file per kernel).
+    #[arg(long = "dump_kernels", value_name = "DIR")]
+    dump_kernels: Option<PathBuf>,
+    /// Hybrid mode: also store the source graph, so input shapes that match no gear run a
+    /// dynamic-shape path (op by op, kernels cached by shape) instead of failing with E13025.
+    #[arg(long = "hybrid")]
+    hybrid: bool,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The compiled model.
+    #[arg(long = "model", value_name = "NAME.om")]
+    model: PathBuf,
+    /// One .npy per data input, in model-input order, comma-separated.
+    #[arg(long = "input", value_name = "a.npy[,b.npy...]", value_delimiter = ',')]
+    input: Vec<PathBuf>,
+    /// Write output_<i>.npy here (created if missing).
+    #[arg(long = "output_dir", value_name = "DIR")]
+    output_dir: Option<PathBuf>,
+    /// nonsink or sink (default: the mode the model was compiled for).
+    #[arg(long = "mode")]
+    mode: Option<String>,
+    /// Chip preset (default: the one the model was compiled for; another is refused).
+    #[arg(long = "soc_version")]
+    soc_version: Option<String>,
+    /// Write a trace of the run(s) to this .gtrace file.
+    #[arg(long = "trace", value_name = "FILE.gtrace")]
+    trace: Option<PathBuf>,
+    /// Simulate time only: no values are computed and no outputs written.
+    #[arg(long = "timing_only")]
+    timing_only: bool,
+    /// Run this many times (the report is the last run's, with mean and min times).
+    #[arg(long = "repeat", default_value_t = 1)]
+    repeat: u32,
+    /// ge.exec.input_fusion_size: inputs up to this many bytes are copied in one merged
+    /// transfer (0 turns merging off).
+    #[arg(
+        long = "input_fusion_size",
+        default_value_t = 131072,
+        allow_hyphen_values = true
+    )]
+    input_fusion_size: i64,
+    /// Print the report as one JSON object.
+    #[arg(long = "json")]
+    json: bool,
+}
+
+#[derive(Args)]
+struct VerifyArgs {
+    /// The .om model.
+    #[arg(long = "model", value_name = "NAME.om")]
+    model: PathBuf,
+    /// Chip preset the model was compiled for (its buffer sizes are checked).
+    #[arg(long = "soc_version")]
+    soc_version: Option<String>,
 }
 
 #[derive(Args)]
@@ -111,6 +301,9 @@ enum KernelCommand {
     Asm(AsmArgs),
     /// Print the disassembly of a .bin or .s kernel.
     Disasm(DisasmArgs),
+    /// The built-in example kernels on the default chip (vector add checked, cube and DMA
+    /// timing).
+    Demo(DemoArgs),
 }
 
 #[derive(Args)]
@@ -188,9 +381,10 @@ struct DisasmArgs {
 enum TraceCommand {
     /// Convert a trace for a viewer (Perfetto / chrome://tracing JSON).
     Export(ExportArgs),
-    /// Busy time per lane, top span names and the trace window.
+    /// Busy time per lane, top span names, the trace window and the time of each model-run
+    /// phase (H2D, GetNext, GetDynamicDims, MapIndex, branch, D2H).
     Summary(SummaryArgs),
-    /// Compare the lanes of two traces.
+    /// Compare the lanes and model-run phases of two traces.
     Diff(DiffArgs),
 }
 
@@ -243,7 +437,7 @@ struct ReferenceArgs {
 struct DemoArgs {
     #[command(flatten)]
     chip: ChipArgs,
-    /// Write a trace of the vector-add run to this .gtrace file.
+    /// Write a trace of the whole run to this .gtrace file.
     #[arg(long = "trace", value_name = "FILE")]
     trace: Option<PathBuf>,
 }
@@ -310,6 +504,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Kernel(KernelCommand::Run(a)) => kernel_run(a),
+        Command::Kernel(KernelCommand::Demo(a)) => kernel_demo(a),
         Command::Kernel(KernelCommand::Asm(a)) => {
             let program = load_program(&a.file)?;
             let bytes = program
@@ -365,13 +560,124 @@ fn run(cli: Cli) -> Result<(), Failure> {
             say!("{}", atc::to_json_text(&info_json(&desc, bytes)));
             Ok(())
         }
+        Command::Verify(a) => {
+            let report = atc::verify_file(&a.model, a.soc_version.as_deref())?;
+            say!("{report}");
+            if report.is_ok() {
+                Ok(())
+            } else {
+                Err(anyhow!(
+                    "{}: {} violation(s)",
+                    a.model.display(),
+                    report.violations.len()
+                )
+                .into())
+            }
+        }
         Command::Ops => {
             for op in gearsim_host::compiler::ops::standard().ops() {
                 say!("{op}");
             }
             Ok(())
         }
+        Command::Bench(BenchCommand::Kernels(a)) => {
+            let cfg = ChipConfig::preset(&a.soc_version)?;
+            say!("kernel efficiency on {} (timing-only):", cfg.name);
+            let workloads = &gearsim_host::bench::WORKLOADS;
+            for name in &a.only {
+                if !workloads.iter().any(|w| w.name == name) {
+                    return Err(anyhow!(
+                        "--only: unknown workload `{name}` (expected matmul, conv or add)"
+                    )
+                    .into());
+                }
+            }
+            let mut failed = 0;
+            for w in workloads {
+                if !a.only.is_empty() && !a.only.iter().any(|o| o == w.name) {
+                    continue;
+                }
+                match (w.run)(&cfg) {
+                    Ok(f) => say!(
+                        "  {:<34} {:>3} kernel(s) {:>12.0} cycles  {:>9.1} of {:>7.1} {:<9} = {:>5.1}% (target {:.0}%)",
+                        f.name,
+                        f.kernels,
+                        f.cycles,
+                        f.achieved,
+                        f.peak,
+                        f.unit,
+                        f.efficiency() * 100.0,
+                        f.target * 100.0
+                    ),
+                    Err(e) => {
+                        failed += 1;
+                        eprintln!("  {}: {e}", w.name);
+                    }
+                }
+            }
+            if failed > 0 {
+                return Err(anyhow!("{failed} workload(s) failed").into());
+            }
+            Ok(())
+        }
+        Command::Run(a) => run_command(a),
+        Command::Bench(BenchCommand::Runtime(a)) => {
+            let cfg = ChipConfig::preset(&a.soc_version)?;
+            say!(
+                "runtime figures of the built-in CNN (dynamic batch 1,4,8) on {}:",
+                cfg.name
+            );
+            say!(
+                "  {:>5}  {:<22} {:>12}  {:>18}  {:>18}",
+                "batch",
+                "path",
+                "device us",
+                "H2D n / bytes",
+                "D2H n / bytes"
+            );
+            for f in gearsim_host::bench::runtime_figures(&cfg).map_err(|e| anyhow!(e))? {
+                say!(
+                    "  {:>5}  {:<22} {:>12.3}  {:>18}  {:>18}",
+                    f.batch,
+                    f.what,
+                    f.device_us,
+                    format!("{} / {}", f.h2d.0, f.h2d.1),
+                    format!("{} / {}", f.d2h.0, f.d2h.1)
+                );
+            }
+            Ok(())
+        }
         Command::Demo(a) => demo(a),
+        Command::Study(StudyCommand::Gears(a)) => study_gears(&a),
+        Command::Conformance(a) => {
+            use gearsim_host::conformance::{
+                REQUIRED_PASS_RATE, SCOREBOARD_PATH, node_dir, run_suite,
+            };
+            let jobs = a
+                .jobs
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from));
+            let board = run_suite(&node_dir(a.dir.as_deref()), jobs)?;
+            if a.update {
+                write_atomic(Path::new(SCOREBOARD_PATH), board.markdown().as_bytes())?;
+                say_raw(&board.summary());
+                say!("wrote {SCOREBOARD_PATH}");
+            } else {
+                say_raw(&board.markdown());
+            }
+            let t = board.op_list_totals();
+            if !board.meets_target() {
+                return Err(anyhow!(
+                    "{} of {} supported node tests of the compiler's operators pass ({:.1}%, \
+                     need {:.0}%)",
+                    t.passed,
+                    t.supported(),
+                    100.0 * t.pass_rate(),
+                    100.0 * REQUIRED_PASS_RATE
+                )
+                .into());
+            }
+            Ok(())
+        }
     }
 }
 
@@ -386,7 +692,8 @@ fn compile(a: &CompileArgs) -> Result<(), Failure> {
     }
     let table_layout = TableLayout::parse(&a.gear_table_layout).ok_or_else(|| {
         anyhow!(
-            "--gear_table_layout: expected gear_major or dim_major8, got `{}`",
+            "--gear_table_layout: expected one of {}, got `{}`",
+            TableLayout::names(),
             a.gear_table_layout
         )
     })?;
@@ -412,7 +719,18 @@ fn compile(a: &CompileArgs) -> Result<(), Failure> {
         target: atc::target(&chip),
     };
     let om = atc::om_path(&a.output);
-    let r = atc::compile_file(&a.model, &om, &opts, a.dump_graph.as_deref())?;
+    let dumps = atc::Dumps {
+        graph: a.dump_graph.as_deref(),
+        kernels: a.dump_kernels.as_deref(),
+    };
+    if a.hybrid && a.getnext_sink {
+        return Err(anyhow!(
+            "--hybrid and --getnext_sink exclude each other: in sink mode the device picks the \
+             branch, so there is no host-side fallback to take"
+        )
+        .into());
+    }
+    let r = atc::compile_file(&a.model, &om, &opts, &chip, dumps, a.hybrid)?;
     for note in &r.compiled.notes {
         eprintln!("note: {note}");
     }
@@ -424,20 +742,130 @@ fn compile(a: &CompileArgs) -> Result<(), Failure> {
         .as_ref()
         .map_or(0, |d| d.gears.len());
     say!(
-        "{}: {} bytes, {} gear(s), weights {} B, feature maps {} B (largest gear), inputs {} B, \
-         outputs {} B; compiled in {:.1} ms",
+        "{}: {} bytes, {} gear(s), {} kernel(s), weights {} B, feature maps {} B (largest gear), \
+         inputs {} B, outputs {} B; compiled in {:.1} ms, verified in {:.1} ms ({} launches)",
         r.om.display(),
         r.om_bytes,
         gears,
+        r.compiled.emitted.kernels.len(),
         m.weight_bytes,
         m.feature_map_bytes,
         m.input_bytes,
         m.output_bytes,
-        r.elapsed.as_secs_f64() * 1e3
+        r.elapsed.as_secs_f64() * 1e3,
+        r.verify_elapsed.as_secs_f64() * 1e3,
+        r.verified.launches
     );
-    for d in &r.dumps {
-        say!("graph dump: {}", d.display());
+    for n in &r.verified.notes {
+        eprintln!("note: verifier: {n}");
     }
+    for d in &r.dumps {
+        say!("dump: {}", d.display());
+    }
+    Ok(())
+}
+
+fn study_gears(a: &StudyGearsArgs) -> Result<(), Failure> {
+    use gearsim_host::study::gears::{
+        self, GearStudy, ModelWorkload, QueryGear, TableHome, Workload,
+    };
+    use gearsim_host::study::{Shard, host_threads};
+    let chip = a.chip.config()?;
+    let mut study = GearStudy::default_sweep(chip);
+    if let Some(path) = &a.model {
+        let onnx =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        study.workload = Workload::Model(Box::new(ModelWorkload {
+            onnx,
+            file: path.display().to_string(),
+            gear: GearOptions {
+                input_shape: a.input_shape.clone(),
+                dynamic_batch_size: a.dynamic_batch_size.clone(),
+                dynamic_image_size: a.dynamic_image_size.clone(),
+                dynamic_dims: a.dynamic_dims.clone(),
+                input_format: a.input_format.clone(),
+                ..GearOptions::default()
+            },
+        }));
+    } else if a.input_shape.is_some()
+        || a.dynamic_batch_size.is_some()
+        || a.dynamic_image_size.is_some()
+        || a.dynamic_dims.is_some()
+    {
+        return Err(anyhow!(
+            "--input_shape and the gear options describe --model; the synthetic study makes its own"
+        )
+        .into());
+    }
+    if !a.gear_counts.is_empty() {
+        study.gear_counts = a.gear_counts.clone();
+    }
+    if !a.dims.is_empty() {
+        if a.model.is_some() {
+            return Err(anyhow!(
+                "--dims sets the synthetic model's gear vector length; --model's is fixed by its \
+                 --input_shape"
+            )
+            .into());
+        }
+        study.vector_lengths = a.dims.clone();
+    }
+    study.layouts = a
+        .layouts
+        .iter()
+        .map(|l| {
+            TableLayout::parse(l).ok_or_else(|| {
+                anyhow!(
+                    "--layouts: expected some of {}, got `{l}`",
+                    TableLayout::names()
+                )
+            })
+        })
+        .collect::<Result<_>>()?;
+    study.engines = a
+        .engines
+        .iter()
+        .map(|e| {
+            MapIndexEngine::parse(e)
+                .ok_or_else(|| anyhow!("--engines: expected aicore or aicpu, got `{e}`"))
+        })
+        .collect::<Result<_>>()?;
+    study.homes = a
+        .table_homes
+        .iter()
+        .map(|h| {
+            TableHome::parse(h)
+                .ok_or_else(|| anyhow!("--table_homes: expected hbm or l2, got `{h}`"))
+        })
+        .collect::<Result<_>>()?;
+    study.query = QueryGear::parse(&a.query_gear).ok_or_else(|| {
+        anyhow!(
+            "--query_gear: expected first, middle or last, got `{}`",
+            a.query_gear
+        )
+    })?;
+    study.seed = a.seed;
+    let shard = Shard::parse(&a.shard)?;
+    let threads = a.threads.unwrap_or_else(host_threads).max(1);
+    let started = std::time::Instant::now();
+    // Points finish out of order on several threads; the counter numbers them as they end.
+    let finished = std::sync::atomic::AtomicUsize::new(0);
+    let progress = |_: usize, total: usize, p: &gears::Point, r: &Result<Vec<gears::Row>, _>| {
+        let n = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        if r.is_ok() {
+            eprintln!("[{n}/{total}] point {} {p}", p.index);
+        }
+    };
+    let rows = gears::run(&study, shard, threads, &progress)?;
+    let (csv, svg) = gears::write_outputs(&a.output_dir, &rows, &study.chip.name)?;
+    say!(
+        "{} row(s) of shard {shard} on {threads} thread(s) in {:.1} s: {} and {}",
+        rows.len(),
+        started.elapsed().as_secs_f64(),
+        csv.display(),
+        svg.display()
+    );
+    say_raw(&gears::summary(&rows));
     Ok(())
 }
 
@@ -455,6 +883,71 @@ fn load_program(path: &Path) -> Result<Program> {
         p.name = stem;
     }
     Ok(p)
+}
+
+fn run_command(a: RunArgs) -> Result<(), Failure> {
+    use gearsim_host::runner;
+    let req = runner::RunRequest {
+        model: a.model.clone(),
+        inputs: a.input.clone(),
+        output_dir: a.output_dir.clone(),
+        mode: a.mode.as_deref().map(runner::Mode::parse).transpose()?,
+        soc_version: a.soc_version.clone(),
+        timing_only: a.timing_only,
+        repeat: a.repeat,
+        input_fusion_size: a.input_fusion_size,
+    };
+    // The trace is opened for the chip the model names; the runner checks the rest.
+    let mode = if a.timing_only {
+        ExecMode::TimingOnly
+    } else {
+        ExecMode::Full
+    };
+    let om = std::fs::read(&a.model)
+        .with_context(|| format!("cannot read the model {}", a.model.display()))?;
+    let soc = gearsim_isa::om::OmFile::parse(&om)
+        .and_then(|f| f.desc())
+        .map(|d| d.soc_version)
+        .map_err(|e| anyhow!("{}: {e}", a.model.display()))?;
+    let cfg = ChipConfig::preset(a.soc_version.as_deref().unwrap_or(&soc))
+        .with_context(|| format!("{}: no chip to run it on", a.model.display()))?;
+    let sink = open_trace(&a.trace, &cfg, "run", mode)?;
+    let show = a.repeat > 1 && !a.json;
+    let mut progress = |done: u32, total: u32| {
+        if show {
+            eprint!("\rrun {done}/{total}");
+            if done == total {
+                eprintln!();
+            }
+        }
+    };
+    let (outcome, sink) = runner::run(&req, sink, &mut progress)?;
+    if a.json {
+        say!("{}", outcome.json());
+    } else {
+        for line in outcome.text() {
+            say!("{line}");
+        }
+        if a.timing_only {
+            say!("timing-only: no values were computed, so no outputs were written");
+        }
+    }
+    for w in &outcome.last.warnings {
+        log::warn!("{w}");
+    }
+    finish_trace_quiet(sink, a.json)?;
+    Ok(())
+}
+
+fn finish_trace_quiet(sink: Option<TraceFileWriter>, quiet: bool) -> Result<()> {
+    if quiet {
+        if let Some(w) = sink {
+            w.finish()?;
+        }
+        Ok(())
+    } else {
+        finish_trace(sink)
+    }
 }
 
 fn open_trace(
@@ -544,6 +1037,28 @@ fn save_buffers<S: TraceSink>(
 }
 
 fn demo(a: DemoArgs) -> Result<(), Failure> {
+    let cfg = a.chip.config()?;
+    say!("== gearsim demo on {} ==", cfg.name);
+    say!(
+        "Compiles the built-in CNN (dynamic batch 1,4,8) and the seed's three-input model \
+         (dynamic dims), each for non-sink (hybrid) and GetNext sink mode; runs every gear in \
+         both modes and one unmatched shape through the hybrid dynamic path.\n"
+    );
+    let sink = open_trace(&a.trace, &cfg, "demo", ExecMode::Full)?;
+    say!("{}", gearsim_host::demo::header());
+    let mut show = |r: &gearsim_host::demo::Row| say!("{}", r.line());
+    let (rows, sink) = gearsim_host::demo::run(&cfg, sink, &mut show)
+        .map_err(|error| Failure { code: 2, error })?;
+    say!(
+        "\nall {} runs checked: sink and non-sink bit-identical at every gear, \
+         cur_dynamic_dims equal to the gear, the dynamic path equal to the reference",
+        rows.len()
+    );
+    finish_trace(sink)?;
+    Ok(())
+}
+
+fn kernel_demo(a: DemoArgs) -> Result<(), Failure> {
     let cfg = a.chip.config()?;
     let source = |name: &str| -> Result<Program> {
         let text =

@@ -12,6 +12,7 @@ use crate::compiler::infer::infer_graph;
 use crate::compiler::ir::{Attr, DataType, Graph, Node, Tensor, TensorDesc, Value};
 use crate::compiler::lower::{Kernel, LowerCtx, Lowered, Operand, lower_node};
 use crate::compiler::ops;
+use crate::verify::verify_launch;
 
 /// An input of the node under test.
 #[derive(Debug, Clone)]
@@ -58,10 +59,34 @@ pub fn run_op(
     outputs: usize,
     mode: ExecMode,
 ) -> Result<Ran, String> {
+    run_op_optional(
+        cfg,
+        op,
+        attrs,
+        inputs.into_iter().map(Some).collect(),
+        outputs,
+        mode,
+    )
+}
+
+/// [`run_op`] with optional inputs: `None` is an absent input (an empty name in ONNX, such as
+/// Clip's `min` when only `max` is given).
+pub fn run_op_optional(
+    cfg: &ChipConfig,
+    op: &str,
+    attrs: &[(&str, Attr)],
+    inputs: Vec<Option<In>>,
+    outputs: usize,
+    mode: ExecMode,
+) -> Result<Ran, String> {
     // The one-node graph.
     let mut g = Graph::new("test");
     let mut ins = Vec::new();
     for (i, input) in inputs.iter().enumerate() {
+        let Some(input) = input else {
+            ins.push(None);
+            continue;
+        };
         let desc = input.tensor.desc();
         let n = if input.constant {
             let mut n = Node::new(format!("c{i}"), "Const", vec![], vec![desc]);
@@ -96,14 +121,17 @@ pub fn run_op(
     g.add(Node::new("out", "NetOutput", outs, vec![]));
     infer_graph(&mut g, &registry, 18).map_err(|e| e.to_string())?;
     let node = g.node(id).clone();
-    let in_descs: Vec<TensorDesc> = inputs.iter().map(|i| i.tensor.desc()).collect();
+    let in_descs: Vec<Option<TensorDesc>> = inputs
+        .iter()
+        .map(|i| i.as_ref().map(|i| i.tensor.desc()))
+        .collect();
     let target = atc::target(cfg);
     let ctx = LowerCtx {
         node: &node,
-        inputs: in_descs.iter().map(Some).collect(),
+        inputs: in_descs.iter().map(Option::as_ref).collect(),
         values: inputs
             .iter()
-            .map(|i| i.constant.then_some(&i.tensor))
+            .map(|i| i.as_ref().and_then(|i| i.constant.then_some(&i.tensor)))
             .collect(),
         outputs: &node.outputs,
         target: &target,
@@ -119,11 +147,14 @@ pub fn run_op(
     };
     let in_ptrs: Vec<u64> = inputs
         .iter()
-        .map(|i| put(&mut dev, &i.tensor.data))
+        .map(|i| i.as_ref().map_or(Ok(0), |i| put(&mut dev, &i.tensor.data)))
         .collect::<Result<_, _>>()?;
     let (kernels, derived, workspace) = match lowered {
         Lowered::Alias { input } => {
-            let t = &inputs[input].tensor;
+            let t = &inputs[input]
+                .as_ref()
+                .ok_or_else(|| format!("the output aliases absent input {input}"))?
+                .tensor;
             let out = Tensor::new(
                 t.dtype,
                 node.outputs[0]
@@ -170,16 +201,26 @@ pub fn run_op(
         let handle = dev
             .load_kernel(k.program.clone())
             .map_err(|e| e.to_string())?;
-        let args: Vec<u64> = k
+        let bufs: Vec<(u64, u64)> = k
             .args
             .iter()
             .map(|a| match *a {
-                Operand::Input(i) => in_ptrs[i],
-                Operand::Output(i) => out_ptrs[i].0,
-                Operand::Derived(i) => derived_ptrs[i],
-                Operand::Workspace(off) => ws + off,
+                Operand::Input(i) => (
+                    inputs[i].as_ref().map_or(0, |t| t.tensor.data.len() as u64),
+                    in_ptrs[i],
+                ),
+                Operand::Output(i) => (out_ptrs[i].1.bytes().unwrap_or(0), out_ptrs[i].0),
+                Operand::Derived(i) => (derived[i].data.len() as u64, derived_ptrs[i]),
+                Operand::Workspace(off) => (workspace - off, ws + off),
             })
             .collect();
+        // Every lowering test checks its kernels statically too: a read or write outside an
+        // argument's bytes would go unnoticed on the device when the neighbour is padding.
+        let report = verify_launch(&k.program, k.block_dim, &bufs, cfg);
+        if !report.is_ok() {
+            return Err(format!("kernel {}: {report}", k.name));
+        }
+        let args: Vec<u64> = bufs.iter().map(|b| b.1).collect();
         let r = dev
             .launch(handle, k.block_dim, &args, mode)
             .map_err(|e| format!("kernel {}: {e}\n{}", k.name, k.source))?;

@@ -37,6 +37,11 @@ use crate::program::Program;
 use crate::spec::{FieldSpec, InstrSpec, MAX_FIELDS, Placement};
 use crate::table::{Instruction, Opcode, SPECS};
 
+/// The deepest nesting of parentheses and unary minuses a constant expression may have: far
+/// beyond any hand-written kernel, and shallow enough that the recursive parser cannot exhaust
+/// the stack on hostile input.
+pub const MAX_EXPR_DEPTH: usize = 64;
+
 /// An assembly error with its source position.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{file}:{line}:{col}: {message}")]
@@ -535,15 +540,46 @@ impl Assembler {
     // ---- expressions: precedence climbing over | & << >> + - * / % ------------------------
 
     fn expr(&self, line: &Line<'_>, pos: usize) -> Result<(i64, usize), AsmError> {
-        self.binary(line, pos, 0)
+        self.nested_expr(line, pos, 0)
     }
 
-    fn binary(&self, line: &Line<'_>, pos: usize, level: usize) -> Result<(i64, usize), AsmError> {
+    /// An expression inside `depth` parentheses or unary minuses; deeper than
+    /// [`MAX_EXPR_DEPTH`] is an error rather than a stack overflow.
+    fn nested_expr(
+        &self,
+        line: &Line<'_>,
+        pos: usize,
+        depth: usize,
+    ) -> Result<(i64, usize), AsmError> {
+        if depth > MAX_EXPR_DEPTH {
+            return Err(self.too_deep(line, pos));
+        }
+        self.binary(line, pos, 0, depth)
+    }
+
+    fn too_deep(&self, line: &Line<'_>, pos: usize) -> AsmError {
+        self.err(
+            line,
+            pos,
+            format!(
+                "constant expression nested deeper than {MAX_EXPR_DEPTH} levels of parentheses \
+                 and unary minus"
+            ),
+        )
+    }
+
+    fn binary(
+        &self,
+        line: &Line<'_>,
+        pos: usize,
+        level: usize,
+        depth: usize,
+    ) -> Result<(i64, usize), AsmError> {
         const LEVELS: [&[&str]; 5] = [&["|"], &["&"], &["<<", ">>"], &["+", "-"], &["*", "/", "%"]];
         if level == LEVELS.len() {
-            return self.unary(line, pos);
+            return self.unary(line, pos, depth);
         }
-        let (mut acc, mut p) = self.binary(line, pos, level + 1)?;
+        let (mut acc, mut p) = self.binary(line, pos, level + 1, depth)?;
         loop {
             let q = skip_ws(line.text, p);
             let op = LEVELS[level]
@@ -551,7 +587,7 @@ impl Assembler {
                 .find(|op| line.text[q..].starts_with(**op));
             let Some(op) = op else { return Ok((acc, p)) };
             // `x | y` but not `||`-like garbage; `-` must not be confused with nothing else here.
-            let (rhs, e) = self.binary(line, q + op.len(), level + 1)?;
+            let (rhs, e) = self.binary(line, q + op.len(), level + 1, depth)?;
             let overflow = || self.err(line, q, format!("constant expression overflows at `{op}`"));
             acc = match *op {
                 "|" => acc | rhs,
@@ -586,20 +622,22 @@ impl Assembler {
         }
     }
 
-    fn unary(&self, line: &Line<'_>, pos: usize) -> Result<(i64, usize), AsmError> {
+    fn unary(&self, line: &Line<'_>, pos: usize, depth: usize) -> Result<(i64, usize), AsmError> {
         let text = line.text;
         let p = skip_ws(text, pos);
         let rest_s = &text[p..];
-        if let Some(r) = rest_s.strip_prefix('-') {
-            let _ = r;
-            let (v, e) = self.unary(line, p + 1)?;
+        if rest_s.starts_with('-') {
+            if depth >= MAX_EXPR_DEPTH {
+                return Err(self.too_deep(line, p));
+            }
+            let (v, e) = self.unary(line, p + 1, depth + 1)?;
             return v
                 .checked_neg()
                 .map(|n| (n, e))
                 .ok_or_else(|| self.err(line, p, "constant expression overflows".into()));
         }
         if rest_s.starts_with('(') {
-            let (v, e) = self.expr(line, p + 1)?;
+            let (v, e) = self.nested_expr(line, p + 1, depth + 1)?;
             let e = skip_ws(text, e);
             if !text[e..].starts_with(')') {
                 return Err(self.err(line, e, format!("expected `)`, found `{}`", token(text, e))));

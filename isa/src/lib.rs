@@ -33,7 +33,9 @@ mod asm;
 pub mod checksum;
 mod disasm;
 mod encode;
+pub mod gear;
 pub mod om;
+pub mod omtask;
 pub mod operand;
 mod program;
 pub mod reference;
@@ -41,7 +43,7 @@ pub mod spec;
 mod table;
 pub mod task;
 
-pub use asm::{AsmError, assemble, parse_instruction};
+pub use asm::{AsmError, MAX_EXPR_DEPTH, assemble, parse_instruction};
 pub use disasm::{disasm, disasm_with};
 pub use encode::{
     DecodeError, EncodeError, Word, conversion_supported, decode, decode_all, encode, encode_all,

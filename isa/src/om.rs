@@ -133,6 +133,21 @@ fn header_checksum(header: &[u8]) -> u32 {
     (c ^ (c >> 32)) as u32
 }
 
+/// Rewrites the file size and both checksums of a `.om` after its bytes were edited, so that
+/// the structural checks behind the checksums see the edit (tests and tools that build damaged
+/// files on purpose). A file shorter than its header is left as it is.
+pub fn reseal(bytes: &mut [u8]) {
+    if bytes.len() < HEADER_BYTES {
+        return;
+    }
+    let len = bytes.len() as u64;
+    bytes[24..32].copy_from_slice(&len.to_le_bytes());
+    let body = checksum(&bytes[HEADER_BYTES..]);
+    bytes[32..40].copy_from_slice(&body.to_le_bytes());
+    let h = header_checksum(bytes);
+    bytes[40..44].copy_from_slice(&h.to_le_bytes());
+}
+
 /// Builds a `.om` file from sections.
 #[derive(Debug, Default)]
 pub struct OmWriter {
@@ -443,10 +458,26 @@ impl<'a> Decoder<'a> {
         String::from_utf8(b.to_vec())
             .map_err(|_| OmError::Corrupt(format!("{}: `{field}` is not UTF-8", self.what)))
     }
+    /// A flag written as the u32 0 or 1; any other value is an error, so every accepted byte
+    /// has one meaning.
+    pub fn flag(&mut self, field: &str) -> Result<bool, OmError> {
+        match self.u32(field)? {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(OmError::Corrupt(format!(
+                "{}: `{field}` is {v} (expected 0 or 1)",
+                self.what
+            ))),
+        }
+    }
     /// A list of i64.
     pub fn i64s(&mut self, field: &str) -> Result<Vec<i64>, OmError> {
         let n = self.len(field, 8)?;
         (0..n).map(|_| self.i64(field)).collect()
+    }
+    /// `n` raw bytes.
+    pub fn bytes(&mut self, n: usize, field: &str) -> Result<&'a [u8], OmError> {
+        self.take(n, field)
     }
     /// A list of u64.
     pub fn u64s(&mut self, field: &str) -> Result<Vec<u64>, OmError> {
@@ -494,7 +525,7 @@ pub struct DynamicDesc {
     pub shape_order: Vec<String>,
     /// Whether the inputs come from GetNext (sink mode).
     pub getnext_sink: bool,
-    /// Gear table layout: 0 gear-major, 1 dim-major padded to 8.
+    /// Gear table layout: 0 gear-major, 1 dim-major padded to 8, 2 sorted for binary search.
     pub table_layout: u32,
     /// MapIndex engine: 0 AI core, 1 AI CPU.
     pub mapindex_engine: u32,
@@ -655,7 +686,7 @@ impl ModelDesc {
                 let shape_order = (0..n)
                     .map(|_| d.str("shape_order"))
                     .collect::<Result<Vec<_>, _>>()?;
-                let getnext_sink = d.u32("getnext_sink")? != 0;
+                let getnext_sink = d.flag("getnext_sink")?;
                 let table_layout = d.u32("table_layout")?;
                 let mapindex_engine = d.u32("mapindex_engine")?;
                 let input_dims = decode_nested(&mut d, "input_dims")?;

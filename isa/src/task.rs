@@ -254,6 +254,9 @@ macro_rules! tasks {
     };
 }
 
+/// The stream id a `StreamActive` names to activate no stream.
+pub const NO_STREAM: u32 = u32::MAX;
+
 tasks! {
     /// Launch an AI core kernel split into `block_dim` blocks.
     AiCoreKernel = 0 {
@@ -322,9 +325,10 @@ tasks! {
         /// Stream activated when true.
         true_stream: u32,
     }
-    /// Activate a stream.
+    /// Activate a stream; [`NO_STREAM`] activates none (GE's StreamActive with an empty
+    /// active list: it only costs its control time).
     StreamActive = 19 {
-        /// Stream id.
+        /// Stream id, or [`NO_STREAM`].
         stream: u32,
     }
     /// Mark a label position in the stream.

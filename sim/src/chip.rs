@@ -16,7 +16,8 @@ use thiserror::Error;
 use crate::config::ChipConfig;
 use crate::core::{AiCore, BlockLaunch, CoreStats, Ctx, Tracer};
 use crate::event::{Event, EventQueue, PRIO_CORE, PRIO_MEMORY, PRIO_TIMER};
-use crate::hbm::{Hbm, Owner};
+use crate::hbm::{Done, Hbm, Owner, Rates};
+use crate::l2::L2;
 use crate::memory::{DeviceMemory, OutOfRange};
 use crate::stop::StopReason;
 use crate::time::{Clock, Cycles, Tick};
@@ -137,7 +138,9 @@ struct MemoryLanes {
     lane: LaneId,
     read: StrId,
     write: StrId,
-    last: (u64, u64),
+    /// Interned only on a chip with an L2, so traces of a chip without one are unchanged.
+    l2_read: Option<StrId>,
+    last: Option<Rates>,
 }
 
 /// The simulated chip.
@@ -148,6 +151,7 @@ pub struct Chip<S: TraceSink> {
     events: EventQueue,
     mem: DeviceMemory,
     hbm: Hbm,
+    l2: L2,
     cores: Vec<AiCore>,
     pending: Vec<Option<BlockLaunch>>,
     busy_until: Vec<Tick>,
@@ -157,7 +161,7 @@ pub struct Chip<S: TraceSink> {
     stopped: Option<StopReason>,
     finished: VecDeque<(u32, Tick)>,
     transfers_done: VecDeque<(u64, Tick)>,
-    done_scratch: Vec<(u64, Owner)>,
+    done_scratch: Vec<(u64, Done)>,
 }
 
 impl<S: TraceSink> Chip<S> {
@@ -180,7 +184,15 @@ impl<S: TraceSink> Chip<S> {
             now: Tick::ZERO,
             events: EventQueue::default(),
             mem: DeviceMemory::new(cfg.memory.hbm_bytes),
-            hbm: Hbm::new(cfg.memory.hbm_bytes_per_second),
+            hbm: Hbm::new(
+                cfg.memory.hbm_bytes_per_second,
+                cfg.memory.l2_bytes_per_second,
+            ),
+            l2: L2::new(
+                cfg.memory.l2_bytes,
+                cfg.memory.l2_line_bytes,
+                cfg.memory.l2_ways,
+            ),
             cores: (0..n).map(|i| AiCore::new(i, &cfg)).collect(),
             pending: vec![None; n as usize],
             busy_until: vec![Tick::ZERO; n as usize],
@@ -436,11 +448,23 @@ impl<S: TraceSink> Chip<S> {
 
     fn dma_start(&mut self, core: u32, queue: u8) -> Result<(), StopReason> {
         self.complete_transfers()?;
-        if let Some((bytes, cap, write)) =
-            self.cores[core as usize].dma_begin(usize::from(queue), &self.cfg)
-        {
-            self.hbm
-                .start(Owner::Core { core, queue }, bytes, cap, write);
+        if let Some(dma) = self.cores[core as usize].dma_begin(usize::from(queue), &self.cfg) {
+            let (touched, hit) = self.l2.touch(&dma.gm);
+            // Write-through: a write updates L2 but every byte still goes to HBM. A read's hit
+            // share of the bytes it moves (bursts rounded to 32 bytes) is that of the bytes it
+            // touches.
+            let hit_bytes = if dma.write || hit == 0 {
+                0
+            } else {
+                (u128::from(dma.bytes) * u128::from(hit) / u128::from(touched)) as u64
+            };
+            self.hbm.start(
+                Owner::Core { core, queue },
+                dma.bytes,
+                hit_bytes,
+                dma.cap,
+                dma.write,
+            );
         }
         self.reschedule_memory();
         Ok(())
@@ -462,13 +486,14 @@ impl<S: TraceSink> Chip<S> {
         result
     }
 
-    fn finish_transfers(&mut self, done: &[(u64, Owner)]) -> Result<(), StopReason> {
-        for &(_, owner) in done {
-            match owner {
+    fn finish_transfers(&mut self, done: &[(u64, Done)]) -> Result<(), StopReason> {
+        for &(_, d) in done {
+            match d.owner {
                 Owner::Core { core, queue } => {
                     let now = self.now;
+                    let latency = self.dma_latency(queue, &d);
                     let (mut ctx, cores) = self.ctx();
-                    cores[core as usize].dma_end(usize::from(queue), now, &mut ctx)?;
+                    cores[core as usize].dma_end(usize::from(queue), now, latency, &mut ctx)?;
                     self.advance_core(core)?;
                 }
                 Owner::External { token } => self.transfers_done.push_back((token, self.now)),
@@ -477,10 +502,23 @@ impl<S: TraceSink> Chip<S> {
         Ok(())
     }
 
+    /// Core cycles from a DMA's last byte moving to its completion: the write latency for a
+    /// write (the L2 is write-through, so a write completes at HBM), and for a read the
+    /// byte-weighted mix of the L2 and DDR read latencies, rounded to the nearest cycle, so a
+    /// read served by L2 sees the L2 latency and a read with no hits exactly the DDR one.
+    fn dma_latency(&self, queue: u8, d: &Done) -> u64 {
+        let m = &self.cfg.memory;
+        if crate::core::queue_writes(usize::from(queue)) {
+            return m.write_latency_cycles;
+        }
+        d.mix(m.l2_read_latency_cycles, m.read_latency_cycles)
+    }
+
     /// Starts a transfer of `bytes` through the shared memory system now, for an engine outside
     /// the AI cores (AI CPU, SDMA, PCIe DMA): it competes for HBM bandwidth with the cores'
     /// DMAs, at most at `cap_bytes_per_second`, and [`Chip::run_until_event`] reports
-    /// [`RunEvent::TransferDone`] with `token` when its data has moved.
+    /// [`RunEvent::TransferDone`] with `token` when its data has moved. It names no address,
+    /// so it bypasses the L2: all of its bytes are HBM traffic and it changes no L2 contents.
     pub fn start_transfer(
         &mut self,
         token: u64,
@@ -496,6 +534,7 @@ impl<S: TraceSink> Chip<S> {
         self.hbm.start(
             Owner::External { token },
             bytes,
+            0,
             cap_bytes_per_second,
             write,
         );
@@ -509,6 +548,7 @@ impl<S: TraceSink> Chip<S> {
         }
         if self.tracer.on {
             let rates = self.hbm.rates();
+            let l2_on = self.l2.enabled();
             let sink = &mut self.tracer.sink;
             let lanes = self.memory_lanes.get_or_insert_with(|| MemoryLanes {
                 lane: sink.lane(Lane {
@@ -518,26 +558,32 @@ impl<S: TraceSink> Chip<S> {
                 }),
                 read: sink.intern("HBM read MB/s"),
                 write: sink.intern("HBM write MB/s"),
-                last: (u64::MAX, u64::MAX),
+                l2_read: l2_on.then(|| sink.intern("L2 read hit MB/s")),
+                last: None,
             });
             let at = self.now.0;
-            if rates.0 != lanes.last.0 {
-                sink.record(Record::Counter {
-                    lane: lanes.lane,
-                    name: lanes.read,
-                    at,
-                    value: (rates.0 / 1_000_000) as i64,
-                });
+            let last = lanes.last;
+            let counters = [
+                (Some(lanes.read), rates.hbm_read, last.map(|r| r.hbm_read)),
+                (
+                    Some(lanes.write),
+                    rates.hbm_write,
+                    last.map(|r| r.hbm_write),
+                ),
+                (lanes.l2_read, rates.l2_read, last.map(|r| r.l2_read)),
+            ];
+            for (name, value, before) in counters {
+                let Some(name) = name else { continue };
+                if before != Some(value) {
+                    sink.record(Record::Counter {
+                        lane: lanes.lane,
+                        name,
+                        at,
+                        value: (value / 1_000_000) as i64,
+                    });
+                }
             }
-            if rates.1 != lanes.last.1 {
-                sink.record(Record::Counter {
-                    lane: lanes.lane,
-                    name: lanes.write,
-                    at,
-                    value: (rates.1 / 1_000_000) as i64,
-                });
-            }
-            lanes.last = rates;
+            lanes.last = Some(rates);
         }
     }
 
@@ -549,6 +595,16 @@ impl<S: TraceSink> Chip<S> {
     /// Bytes read from and written to device memory by DMAs so far.
     pub fn memory_traffic(&self) -> (u64, u64) {
         (self.hbm.bytes_read, self.hbm.bytes_written)
+    }
+
+    /// Bytes of those reads that the L2 served and that HBM served, so far; they add up to
+    /// the first figure of [`Chip::memory_traffic`]. Every written byte goes to HBM (the L2 is
+    /// write-through). Transfers of engines outside the cores bypass the L2 and count as HBM.
+    pub fn l2_traffic(&self) -> (u64, u64) {
+        (
+            self.hbm.read_hit_bytes,
+            self.hbm.bytes_read - self.hbm.read_hit_bytes,
+        )
     }
 
     /// Number of DMA transfers in flight.

@@ -196,12 +196,22 @@ pub struct MemoryConfig {
     pub hbm_bytes: u64,
     /// Chip-level bandwidth cap shared by all reads and writes, bytes per second.
     pub hbm_bytes_per_second: u64,
-    /// Read latency in core cycles (added once per DMA instruction).
+    /// Read latency from DDR in core cycles (added once per DMA instruction).
     pub read_latency_cycles: u64,
-    /// Write latency in core cycles (added once per DMA instruction).
+    /// Write latency in core cycles (added once per DMA instruction; the L2 is write-through,
+    /// so every write pays it).
     pub write_latency_cycles: u64,
-    /// L2 cache size (recorded, not modelled yet).
+    /// L2 cache size in bytes; 0 turns the L2 off (every DMA byte is served by HBM).
     pub l2_bytes: u64,
+    /// L2 line size in bytes: the unit the L2 allocates and looks up.
+    pub l2_line_bytes: u64,
+    /// L2 associativity (ways per set).
+    pub l2_ways: u64,
+    /// Chip-level cap on bytes per second served from L2 (read hits).
+    pub l2_bytes_per_second: u64,
+    /// Read latency of a DMA served from L2, in core cycles; a DMA that partly hits waits the
+    /// byte-weighted mix of this and `read_latency_cycles`.
+    pub l2_read_latency_cycles: u64,
 }
 
 /// Host link.
@@ -437,6 +447,38 @@ impl ChipConfig {
                 "expected a multiple of 64 KiB between 1 MiB and 16 TiB",
             );
         }
+        if m.l2_bytes != 0 {
+            if !m.l2_line_bytes.is_power_of_two() || !(32..=4096).contains(&m.l2_line_bytes) {
+                return bad(
+                    "memory.l2_line_bytes",
+                    m.l2_line_bytes.to_string(),
+                    "expected a power of two in 32..=4096",
+                );
+            }
+            if !(1..=crate::l2::MAX_WAYS as u64).contains(&m.l2_ways) {
+                return bad("memory.l2_ways", m.l2_ways.to_string(), "expected 1..=32");
+            }
+            // The model keeps one tag per block of 16 lines (see `l2.rs`).
+            let set_bytes = m.l2_line_bytes * crate::l2::LINES_PER_BLOCK * m.l2_ways;
+            if m.l2_bytes > (1 << 36)
+                || m.l2_bytes % set_bytes != 0
+                || !(m.l2_bytes / set_bytes).is_power_of_two()
+            {
+                return bad(
+                    "memory.l2_bytes",
+                    m.l2_bytes.to_string(),
+                    "expected 0 (no L2) or 16 x l2_line_bytes x l2_ways x a power of two, \
+                     up to 64 GiB",
+                );
+            }
+            if m.l2_bytes_per_second == 0 {
+                return bad(
+                    "memory.l2_bytes_per_second",
+                    "0".into(),
+                    "expected a positive rate",
+                );
+            }
+        }
         if self.aicpu.count == 0 {
             return bad("aicpu.count", "0".into(), "expected at least 1");
         }
@@ -498,5 +540,52 @@ impl ChipConfig {
     /// Peak cube multiply-accumulates per cycle per core (16x16x16 fractals).
     pub fn cube_macs_per_cycle(&self) -> u64 {
         4096 / self.cube.cycles_per_fractal
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn field_of(cfg: &ChipConfig) -> Option<&'static str> {
+        match cfg.validate("test") {
+            Ok(()) => None,
+            Err(ConfigError::Invalid { field, .. }) => Some(field),
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+
+    #[test]
+    fn the_l2_geometry_is_checked_unless_the_l2_is_off() {
+        let base = ChipConfig::preset("ascend910").unwrap();
+        assert_eq!(field_of(&base), None);
+        type Change = fn(&mut MemoryConfig);
+        let cases: [(Change, Option<&str>); 7] = [
+            (|m| m.l2_ways = 0, Some("memory.l2_ways")),
+            (|m| m.l2_ways = 33, Some("memory.l2_ways")),
+            (|m| m.l2_line_bytes = 384, Some("memory.l2_line_bytes")),
+            (|m| m.l2_line_bytes = 8192, Some("memory.l2_line_bytes")),
+            // 3 x 16 lines x 512 B x 16 ways: not a power-of-two number of sets.
+            (|m| m.l2_bytes = 3 << 17, Some("memory.l2_bytes")),
+            (
+                |m| m.l2_bytes_per_second = 0,
+                Some("memory.l2_bytes_per_second"),
+            ),
+            // Off: the other L2 values are not used, so they are not checked.
+            (
+                |m| {
+                    m.l2_bytes = 0;
+                    m.l2_ways = 0;
+                    m.l2_bytes_per_second = 0;
+                },
+                None,
+            ),
+        ];
+        for (change, want) in cases {
+            let mut cfg = base.clone();
+            change(&mut cfg.memory);
+            assert_eq!(field_of(&cfg), want, "{:?}", cfg.memory);
+        }
+        assert_eq!(field_of(&ChipConfig::preset("ascend310p").unwrap()), None);
     }
 }

@@ -12,7 +12,7 @@
 //!  start     |                 flags, UB / L1 / L0A / L0B / L0C          |
 //!  blocks    |                        |  DMA (MTE2/MTE3/FIX)              |
 //!            |                        v                                   |
-//!            |  Hbm: fluid max-min bandwidth sharing  <-->  DeviceMemory  |
+//!            |  L2 (lines) -> Hbm: fluid max-min sharing <-> DeviceMemory |
 //!            +------------------------------------------------------------+
 //! ```
 //!
@@ -38,6 +38,7 @@ mod core;
 mod event;
 mod exec;
 mod hbm;
+mod l2;
 mod memory;
 mod stop;
 mod time;
@@ -48,6 +49,7 @@ pub use config::{
     MteConfig, PRESETS, PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,
 };
 pub use core::{BlockLaunch, CoreStats, LANES, PipeStats};
+pub use exec::{MaskState, Touch, scalar, touches};
 pub use memory::{DeviceMemory, OutOfRange};
 pub use stop::{Blocked, Buffer, FlagId, StopReason};
 pub use time::{Clock, Cycles, Tick};

@@ -1,5 +1,8 @@
 //! Shared helpers for gearsim's end-to-end tests and benches: example kernels, deterministic
-//! random data and a device set up for one kernel launch.
+//! random data, a device set up for one kernel launch, and the provisioning of the ONNX node
+//! tests ([`onnx_node_tests`]).
+
+pub mod onnx_node_tests;
 
 use std::path::{Path, PathBuf};
 

@@ -1,11 +1,27 @@
-//! Analyses over a [`TraceFile`]: a per-lane busy-time summary and the diff of two summaries.
+//! Analyses over a [`TraceFile`]: a per-lane busy-time summary, the time of each phase of the
+//! model runs in it, and the diff of two summaries.
 //!
 //! Everything is computed with integer picoseconds; percentages appear only when printing.
+//!
+//! The phases ([`Phase`]) are recognised by the lanes and names the firmware's scheduler gives
+//! its records (`firmware/src/scheduler.rs`, the `trace_*` functions):
+//!
+//! - PCIe copies are spans on `Pcie` lanes whose thread is `H2D` or `D2H`;
+//! - a task is a span on a `Stream` lane named after its kind, with the detail
+//!   `stream S task I: KIND NAME`, `NAME` being the task's name in its model (for a compiled
+//!   model the graph node's, e.g. `ascend_mbatch_shape_mapindex`,
+//!   `ascend_mbatch_shape_case/LabelSwitch`);
+//! - an AI CPU kernel is a span on an `AiCpu` lane named after the kernel (`MapIndex`,
+//!   `GetNext`, `GetDynamicDims`).
+//!
+//! AI core kernels show on the pipe lanes only as instructions, without the kernel's name, so
+//! MapIndex on the AI cores is timed by its task on the stream lane (which lasts until its last
+//! block finishes).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
-use crate::{LaneKind, Record, StrId, TraceFile};
+use crate::{Lane, LaneKind, Record, StrId, TraceFile};
 
 /// A short lower-case name for a lane kind (`pipe`, `counter`, `aicpu`, ...).
 pub fn kind_name(kind: LaneKind) -> &'static str {
@@ -74,7 +90,81 @@ pub struct NameTotal {
     pub total_ps: u64,
 }
 
-/// Per-lane busy time and span counts, per-name totals and the trace's time window.
+/// A phase of a model run, as [`summary`] times it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Phase {
+    /// Host-to-device copies: spans on the PCIe `H2D` lane.
+    H2d,
+    /// GetNext (sink mode: the inputs taken from the data queue): tasks and AI CPU kernels
+    /// whose name contains `getnext`.
+    GetNext,
+    /// GetDynamicDims (sink mode: the gear vector built from the input shapes): tasks and AI
+    /// CPU kernels whose name contains `getdynamicdims`.
+    GetDynamicDims,
+    /// MapIndex (the gear lookup): tasks and AI CPU kernels whose name contains `mapindex`.
+    MapIndex,
+    /// The selected gear branch: from the end of a stream's `…/LabelSwitch` task to the start
+    /// of the same Case's `…/LabelSet_Last` task on that stream, once per run.
+    Branch,
+    /// Device-to-host copies: spans on the PCIe `D2H` lane.
+    D2h,
+}
+
+impl Phase {
+    /// Every phase, in the order a model run goes through them.
+    pub const ALL: [Phase; 6] = [
+        Phase::H2d,
+        Phase::GetNext,
+        Phase::GetDynamicDims,
+        Phase::MapIndex,
+        Phase::Branch,
+        Phase::D2h,
+    ];
+
+    /// The name printed for the phase.
+    pub fn name(self) -> &'static str {
+        match self {
+            Phase::H2d => "H2D",
+            Phase::GetNext => "GetNext",
+            Phase::GetDynamicDims => "GetDynamicDims",
+            Phase::MapIndex => "MapIndex",
+            Phase::Branch => "branch",
+            Phase::D2h => "D2H",
+        }
+    }
+
+    /// The lower-case letters and digits a task or kernel name contains when it belongs to
+    /// this phase (names are compared after dropping everything else, so
+    /// `ascend_mbatch_get_dynamic_dims_node` and `GetDynamicDims` both match); `None` for
+    /// phases found by lane or by a pair of tasks.
+    fn name_key(self) -> Option<&'static str> {
+        match self {
+            Phase::GetNext => Some("getnext"),
+            Phase::GetDynamicDims => Some("getdynamicdims"),
+            Phase::MapIndex => Some("mapindex"),
+            Phase::H2d | Phase::Branch | Phase::D2h => None,
+        }
+    }
+}
+
+/// The time of one [`Phase`] over a trace.
+///
+/// Work that runs concurrently counts once: `total_ps` is the length of the union of the
+/// phase's intervals (a MapIndex task on its stream and the AI CPU kernel running it are one
+/// stretch of time), and `count` the number of separate stretches in that union. Intervals
+/// that merely touch stay separate, so back-to-back copies on the PCIe lane count one each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhaseTotal {
+    /// The phase.
+    pub phase: Phase,
+    /// Separate stretches of time in the phase (normally one per run, or per copy).
+    pub count: u64,
+    /// Picoseconds in the phase.
+    pub total_ps: u64,
+}
+
+/// Per-lane busy time and span counts, per-name totals, model-run phases and the trace's time
+/// window.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {
     /// Records of all kinds.
@@ -95,6 +185,8 @@ pub struct Summary {
     pub lanes: Vec<LaneSummary>,
     /// Span names by total duration, largest first (ties by name).
     pub names: Vec<NameTotal>,
+    /// One entry per [`Phase`], in [`Phase::ALL`] order (count 0 for a phase the trace lacks).
+    pub phases: Vec<PhaseTotal>,
 }
 
 impl Summary {
@@ -172,13 +264,238 @@ fn union_length(intervals: &mut [(u64, u64)]) -> u64 {
     total
 }
 
-/// Summarises a trace: per-lane span counts and busy time, per-name totals, time window.
+/// The PCIe lane threads the firmware gives the two copy directions (`trace_pcie`).
+const H2D_THREAD: &str = "H2D";
+const D2H_THREAD: &str = "D2H";
+
+/// Stream tasks of this kind cover a whole model run and are named after the model, so their
+/// name says nothing about a phase.
+const MODEL_EXECUTE: &str = "ModelExecute";
+
+/// The task-name suffixes GE's Case lowering gives the switch into a gear branch and the
+/// label every branch leaves through (`host/src/compiler/emit.rs`).
+const LABEL_SWITCH_SUFFIX: &str = "/LabelSwitch";
+const LABEL_SET_LAST_SUFFIX: &str = "/LabelSet_Last";
+
+/// What a lane's spans can tell about the model-run phases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum LaneRole {
+    /// Every span is a phase of its own (the PCIe lanes).
+    Whole(Phase),
+    /// Spans are tasks, recognised by their name.
+    Stream,
+    /// Spans are AI CPU kernels, recognised by their name.
+    AiCpu,
+    /// Nothing to do with phases.
+    Other,
+}
+
+fn lane_role(lane: &Lane) -> LaneRole {
+    match lane.kind {
+        LaneKind::Pcie if lane.thread == H2D_THREAD => LaneRole::Whole(Phase::H2d),
+        LaneKind::Pcie if lane.thread == D2H_THREAD => LaneRole::Whole(Phase::D2h),
+        LaneKind::Stream => LaneRole::Stream,
+        LaneKind::AiCpu => LaneRole::AiCpu,
+        LaneKind::Pipe
+        | LaneKind::Counter
+        | LaneKind::Scheduler
+        | LaneKind::Pcie
+        | LaneKind::Host
+        | LaneKind::Queue
+        | LaneKind::Memory => LaneRole::Other,
+    }
+}
+
+/// What one span on a stream or AI CPU lane is for the phases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SpanClass {
+    /// A span of this phase.
+    In(Phase),
+    /// The `…/LabelSwitch` task of the Case with this index: its end starts the branch.
+    BranchStart(usize),
+    /// The `…/LabelSet_Last` task of the Case with this index: its start ends the branch.
+    BranchEnd(usize),
+    /// None of the above.
+    Unrelated,
+}
+
+/// The task's own name in a stream span's detail `stream S task I: KIND NAME`.
+fn task_name<'a>(kind: &str, detail: &'a str) -> Option<&'a str> {
+    detail
+        .split_once(": ")?
+        .1
+        .strip_prefix(kind)?
+        .strip_prefix(' ')
+}
+
+/// The phase a task or kernel name belongs to, by [`Phase::name_key`].
+fn phase_by_name(name: &str) -> Option<Phase> {
+    let key: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    Phase::ALL
+        .into_iter()
+        .find(|p| p.name_key().is_some_and(|k| key.contains(k)))
+}
+
+/// Collects each phase's intervals during the summary's pass over the records.
+#[derive(Debug, Default)]
+struct PhaseAcc {
+    /// Per phase (indexed like [`Phase::ALL`]), its `(start, end)` intervals.
+    intervals: [Vec<(u64, u64)>; Phase::ALL.len()],
+    /// Per (lane role, span name, detail): the span's class, worked out once per distinct
+    /// string pair rather than once per record.
+    classes: HashMap<(LaneRole, StrId, StrId), SpanClass>,
+    /// Case names (the part before `/LabelSwitch`), indexed by `SpanClass` branch indices.
+    cases: Vec<String>,
+    /// Per (stream lane, Case index): the times branches start (`false`) and end (`true`).
+    branch_marks: BTreeMap<(u16, usize), Vec<(u64, bool)>>,
+}
+
+impl PhaseAcc {
+    fn case_index(&mut self, case: &str) -> usize {
+        match self.cases.iter().position(|c| c == case) {
+            Some(i) => i,
+            None => {
+                self.cases.push(case.to_owned());
+                self.cases.len() - 1
+            }
+        }
+    }
+
+    fn classify(&mut self, role: LaneRole, name: &str, detail: &str) -> SpanClass {
+        match role {
+            LaneRole::Stream => {
+                if name == MODEL_EXECUTE {
+                    return SpanClass::Unrelated;
+                }
+                let task = task_name(name, detail).unwrap_or(name);
+                if let Some(case) = task.strip_suffix(LABEL_SWITCH_SUFFIX) {
+                    return SpanClass::BranchStart(self.case_index(case));
+                }
+                if let Some(case) = task.strip_suffix(LABEL_SET_LAST_SUFFIX) {
+                    return SpanClass::BranchEnd(self.case_index(case));
+                }
+                phase_by_name(task).map_or(SpanClass::Unrelated, SpanClass::In)
+            }
+            LaneRole::AiCpu => phase_by_name(name).map_or(SpanClass::Unrelated, SpanClass::In),
+            LaneRole::Whole(phase) => SpanClass::In(phase),
+            LaneRole::Other => SpanClass::Unrelated,
+        }
+    }
+
+    /// Files one record of a lane with this role (only spans count).
+    fn add(&mut self, trace: &TraceFile, role: LaneRole, record: Record) {
+        let Record::Span {
+            lane,
+            name,
+            start,
+            end,
+            detail,
+            ..
+        } = record
+        else {
+            return;
+        };
+        let class = match role {
+            LaneRole::Other => return,
+            LaneRole::Whole(phase) => SpanClass::In(phase),
+            LaneRole::Stream | LaneRole::AiCpu => match self.classes.get(&(role, name, detail)) {
+                Some(c) => *c,
+                None => {
+                    let c = self.classify(role, trace.string(name), trace.string(detail));
+                    self.classes.insert((role, name, detail), c);
+                    c
+                }
+            },
+        };
+        match class {
+            SpanClass::In(phase) => self.intervals[phase as usize].push((start, end)),
+            SpanClass::BranchStart(case) => {
+                self.branch_marks
+                    .entry((lane.0, case))
+                    .or_default()
+                    .push((end, false));
+            }
+            SpanClass::BranchEnd(case) => {
+                self.branch_marks
+                    .entry((lane.0, case))
+                    .or_default()
+                    .push((start, true));
+            }
+            SpanClass::Unrelated => {}
+        }
+    }
+
+    fn finish(mut self) -> Vec<PhaseTotal> {
+        // Each branch runs from a switch's end to the next exit label's start on its stream;
+        // a switch whose run never reached the exit (a trace cut short) starts no branch.
+        for marks in self.branch_marks.values_mut() {
+            marks.sort_unstable();
+            let mut open: Option<u64> = None;
+            for &(t, is_end) in marks.iter() {
+                match (is_end, open) {
+                    (false, _) => open = Some(t),
+                    (true, Some(s)) => {
+                        self.intervals[Phase::Branch as usize].push((s, t));
+                        open = None;
+                    }
+                    (true, None) => {}
+                }
+            }
+        }
+        Phase::ALL
+            .into_iter()
+            .zip(self.intervals)
+            .map(|(phase, mut intervals)| {
+                let (count, total_ps) = stretches(&mut intervals);
+                PhaseTotal {
+                    phase,
+                    count,
+                    total_ps,
+                }
+            })
+            .collect()
+    }
+}
+
+/// The number of separate stretches in the union of `intervals` and the union's length. An
+/// interval joins the stretch before it when it overlaps it by a positive length or lies
+/// inside it; one that only touches its end starts a new stretch.
+fn stretches(intervals: &mut [(u64, u64)]) -> (u64, u64) {
+    intervals.sort_unstable();
+    let (mut count, mut total) = (0u64, 0u64);
+    let mut current: Option<(u64, u64)> = None;
+    for &(s, e) in intervals.iter() {
+        current = match current {
+            Some((cs, ce)) if s < ce || e <= ce => Some((cs, ce.max(e))),
+            Some((cs, ce)) => {
+                total += ce - cs;
+                count += 1;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    if let Some((cs, ce)) = current {
+        total += ce - cs;
+        count += 1;
+    }
+    (count, total)
+}
+
+/// Summarises a trace: per-lane span counts and busy time, per-name totals, model-run phases,
+/// time window.
 ///
 /// One streaming pass over the records; lanes whose spans are not ordered by start time get
 /// a second pass over just their spans.
 pub fn summary(trace: &TraceFile) -> Summary {
     let lanes = trace.lanes();
     let mut acc = vec![LaneAcc::default(); lanes.len()];
+    let roles: Vec<LaneRole> = lanes.iter().map(lane_role).collect();
+    let mut phases = PhaseAcc::default();
     let mut by_name: HashMap<StrId, (u64, u64)> = HashMap::new();
     let (mut spans, mut instants, mut counters, mut flows) = (0u64, 0u64, 0u64, 0u64);
     let mut window: Option<(u64, u64)> = None;
@@ -199,6 +516,9 @@ pub fn summary(trace: &TraceFile) -> Summary {
                 see(end);
                 if let Some(a) = acc.get_mut(usize::from(lane.0)) {
                     a.add(start, end);
+                }
+                if let Some(&role) = roles.get(usize::from(lane.0)) {
+                    phases.add(trace, role, record);
                 }
                 let total = by_name.entry(name).or_default();
                 total.0 += 1;
@@ -289,6 +609,7 @@ pub fn summary(trace: &TraceFile) -> Summary {
         end: window.map(|w| w.1),
         lanes,
         names,
+        phases: phases.finish(),
     }
 }
 
@@ -444,6 +765,31 @@ impl fmt::Display for Summary {
             };
             write!(f, "{table}")?;
         }
+        if self.phases.iter().any(|p| p.count > 0) {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "model-run phases (time in which each was in progress; mean per stretch):"
+            )?;
+            let table = Table {
+                header: vec!["phase", "count", "total", "mean", "window%"],
+                right: vec![false, true, true, true, true],
+                rows: self
+                    .phases
+                    .iter()
+                    .map(|p| {
+                        vec![
+                            p.phase.name().to_owned(),
+                            p.count.to_string(),
+                            format_ps(p.total_ps),
+                            opt_ps(p.total_ps.checked_div(p.count)),
+                            percent(p.total_ps, window),
+                        ]
+                    })
+                    .collect(),
+            };
+            write!(f, "{table}")?;
+        }
         Ok(())
     }
 }
@@ -484,7 +830,34 @@ impl LaneDiff {
     }
 }
 
-/// Two summaries compared lane by lane.
+/// One model-run phase compared across two summaries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhaseDiff {
+    /// The phase.
+    pub phase: Phase,
+    /// Its stretches in the base summary.
+    pub base_count: u64,
+    /// Its stretches in the other summary.
+    pub other_count: u64,
+    /// Its time in the base summary.
+    pub base_ps: u64,
+    /// Its time in the other summary.
+    pub other_ps: u64,
+}
+
+impl PhaseDiff {
+    /// Other time minus base time.
+    pub fn total_delta(&self) -> i128 {
+        i128::from(self.other_ps) - i128::from(self.base_ps)
+    }
+
+    /// Other count minus base count.
+    pub fn count_delta(&self) -> i128 {
+        i128::from(self.other_count) - i128::from(self.base_count)
+    }
+}
+
+/// Two summaries compared lane by lane and phase by phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Diff {
     /// The base trace's window length.
@@ -493,6 +866,8 @@ pub struct Diff {
     pub other_window_ps: u64,
     /// Lanes in base order, then lanes only in the other summary in its order.
     pub lanes: Vec<LaneDiff>,
+    /// One entry per [`Phase`], in [`Phase::ALL`] order.
+    pub phases: Vec<PhaseDiff>,
 }
 
 impl Diff {
@@ -536,7 +911,15 @@ fn by_process_thread(s: &Summary) -> (Vec<(LaneKey<'_>, LaneStats)>, HashMap<Lan
     (list, index)
 }
 
-/// Compares two summaries, matching lanes by (process, thread).
+/// A summary's count and time of `phase` (zero when it has no entry for it).
+fn phase_of(s: &Summary, phase: Phase) -> (u64, u64) {
+    s.phases
+        .iter()
+        .find(|p| p.phase == phase)
+        .map_or((0, 0), |p| (p.count, p.total_ps))
+}
+
+/// Compares two summaries, matching lanes by (process, thread) and phases by phase.
 pub fn diff(base: &Summary, other: &Summary) -> Diff {
     let (base_list, base_index) = by_process_thread(base);
     let (other_list, other_index) = by_process_thread(other);
@@ -563,10 +946,25 @@ pub fn diff(base: &Summary, other: &Summary) -> Diff {
             });
         }
     }
+    let phases = Phase::ALL
+        .into_iter()
+        .map(|phase| {
+            let (base_count, base_ps) = phase_of(base, phase);
+            let (other_count, other_ps) = phase_of(other, phase);
+            PhaseDiff {
+                phase,
+                base_count,
+                other_count,
+                base_ps,
+                other_ps,
+            }
+        })
+        .collect();
     Diff {
         base_window_ps: base.window_ps(),
         other_window_ps: other.window_ps(),
         lanes,
+        phases,
     }
 }
 
@@ -649,6 +1047,44 @@ impl fmt::Display for Diff {
             };
             write!(f, "{table}")?;
         }
+        if self
+            .phases
+            .iter()
+            .any(|p| p.base_count > 0 || p.other_count > 0)
+        {
+            writeln!(f)?;
+            writeln!(f, "model-run phases:")?;
+            let table = Table {
+                header: vec![
+                    "phase",
+                    "base",
+                    "other",
+                    "delta",
+                    "delta%",
+                    "base count",
+                    "other count",
+                    "count delta",
+                ],
+                right: vec![false, true, true, true, true, true, true, true],
+                rows: self
+                    .phases
+                    .iter()
+                    .map(|p| {
+                        vec![
+                            p.phase.name().to_owned(),
+                            format_ps(p.base_ps),
+                            format_ps(p.other_ps),
+                            signed_ps(p.total_delta()),
+                            signed_percent(p.total_delta(), p.base_ps),
+                            p.base_count.to_string(),
+                            p.other_count.to_string(),
+                            signed(p.count_delta()),
+                        ]
+                    })
+                    .collect(),
+            };
+            write!(f, "{table}")?;
+        }
         Ok(())
     }
 }
@@ -674,6 +1110,42 @@ mod tests {
         assert_eq!(percent(5, 0), "-");
         assert_eq!(signed_percent(-1, 8), "-12.5%");
         assert_eq!(signed_percent(1, 3), "+33.3%");
+    }
+
+    #[test]
+    fn stretches_merge_overlaps_and_keep_touching_intervals_apart() {
+        // Nested (a kernel inside its task), overlapping, touching and empty-at-the-end.
+        let mut v = vec![(0, 10), (2, 10), (8, 12), (12, 15), (15, 15), (20, 20)];
+        assert_eq!(stretches(&mut v), (3, 15));
+        assert_eq!(stretches(&mut []), (0, 0));
+    }
+
+    #[test]
+    fn phases_index_their_intervals_in_all_order() {
+        // `PhaseAcc` indexes its interval lists by discriminant and zips them with `ALL`.
+        for (i, p) in Phase::ALL.into_iter().enumerate() {
+            assert_eq!(p as usize, i, "{p:?}");
+        }
+    }
+
+    #[test]
+    fn task_names_come_from_the_detail() {
+        let detail = "stream 3 task 1: LabelSwitchByIndex ascend_mbatch_shape_case/LabelSwitch";
+        assert_eq!(
+            task_name("LabelSwitchByIndex", detail),
+            Some("ascend_mbatch_shape_case/LabelSwitch")
+        );
+        assert_eq!(
+            task_name("AiCoreKernel", "stream 3 task 1: AiCoreKernel"),
+            None
+        );
+        assert_eq!(
+            phase_by_name("ascend_mbatch_get_dynamic_dims_node"),
+            Some(Phase::GetDynamicDims)
+        );
+        assert_eq!(phase_by_name("ascend_mbatch_getnext"), Some(Phase::GetNext));
+        assert_eq!(phase_by_name("MapIndex"), Some(Phase::MapIndex));
+        assert_eq!(phase_by_name("conv1/Relu"), None);
     }
 
     #[test]

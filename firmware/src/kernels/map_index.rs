@@ -1,10 +1,11 @@
 //! MapIndex: the index of the lowest gear whose whole vector equals the query, else -1, with an
 //! optional `level_index` remap (gear spec §6).
 //!
-//! Two table layouts: **gear-major** (GE's Const: row k is `table[k*n .. (k+1)*n]`) and
-//! **dim-major padded to 8 gears** (the TIK kernel's layout after MapIndexFusionPass:
-//! `table[i*Gp + k]` is dim i of gear k, `Gp = ceil(G/8)*8`, padding columns zero). Padding
-//! columns never match: both engines compare only the first G columns.
+//! Three table layouts ([`TableLayout`]): **gear-major** (GE's Const: row k is
+//! `table[k*n .. (k+1)*n]`), **dim-major padded to 8 gears** (the TIK kernel's layout after
+//! MapIndexFusionPass: `table[i*Gp + k]` is dim i of gear k, `Gp = ceil(G/8)*8`, padding columns
+//! zero) and gearsim's **sorted for binary search** (rows `[v_0 .. v_(n-1), k]` sorted by
+//! `(v, k)`). Padding columns never match: both engines compare only the first G columns.
 //!
 //! Two engines: an AI core kernel written in the ISA ([`aicore_program`]) and an AI CPU kernel
 //! ([`run_aicpu`]) whose cost is a launch overhead, its memory reads through the shared memory
@@ -14,57 +15,7 @@ use std::fmt::Write as _;
 
 use gearsim_isa::Program;
 
-/// How the gear table is laid out in device memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TableLayout {
-    /// Row k holds gear k's n values (GE's Const).
-    GearMajor,
-    /// Row i holds dim i of every gear, padded to a multiple of 8 gears with zeros.
-    DimMajor8,
-}
-
-impl TableLayout {
-    /// Both layouts.
-    pub const ALL: [TableLayout; 2] = [TableLayout::GearMajor, TableLayout::DimMajor8];
-
-    /// The number stored in the AI CPU kernel's argument block.
-    pub fn code(self) -> u32 {
-        match self {
-            TableLayout::GearMajor => 0,
-            TableLayout::DimMajor8 => 1,
-        }
-    }
-
-    /// The layout with this code.
-    pub fn from_code(code: u32) -> Option<TableLayout> {
-        match code {
-            0 => Some(TableLayout::GearMajor),
-            1 => Some(TableLayout::DimMajor8),
-            _ => None,
-        }
-    }
-
-    /// Name used in reports and on the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            TableLayout::GearMajor => "gear_major",
-            TableLayout::DimMajor8 => "dim_major8",
-        }
-    }
-
-    /// Number of i32 values the table holds for `gears` gears of `n` dims.
-    pub fn table_len(self, gears: u32, n: u32) -> u64 {
-        match self {
-            TableLayout::GearMajor => u64::from(gears) * u64::from(n),
-            TableLayout::DimMajor8 => u64::from(padded_gears(gears)) * u64::from(n),
-        }
-    }
-}
-
-/// Gears rounded up to a multiple of 8.
-pub fn padded_gears(gears: u32) -> u32 {
-    gears.div_ceil(8) * 8
-}
+pub use gearsim_isa::gear::{TableLayout, layout_table, padded_gears};
 
 /// The shape a MapIndex instance is built for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -98,26 +49,8 @@ impl MapIndexShape {
     }
 }
 
-/// Lays a gear-major table (`gears` rows of `n`) out in `layout`.
-pub fn layout_table(gear_major: &[i32], n: u32, gears: u32, layout: TableLayout) -> Vec<i32> {
-    let (n, g) = (n as usize, gears as usize);
-    match layout {
-        TableLayout::GearMajor => gear_major.to_vec(),
-        TableLayout::DimMajor8 => {
-            let gp = padded_gears(gears) as usize;
-            let mut out = vec![0; n * gp];
-            for k in 0..g {
-                for i in 0..n {
-                    out[i * gp + k] = gear_major[k * n + i];
-                }
-            }
-            out
-        }
-    }
-}
-
 /// The reference result: the lowest k whose row equals `x`, remapped through `level_index`,
-/// else -1. `table` is in `layout`.
+/// else -1. `table` is in `layout`, as [`layout_table`] makes it.
 pub fn reference(
     x: &[i32],
     table: &[i32],
@@ -127,16 +60,79 @@ pub fn reference(
 ) -> i32 {
     let n = x.len();
     let gp = padded_gears(gears) as usize;
-    let value = |k: usize, i: usize| match layout {
-        TableLayout::GearMajor => table[k * n + i],
-        TableLayout::DimMajor8 => table[i * gp + k],
+    let g = gears as usize;
+    let raw = match layout {
+        TableLayout::GearMajor => (0..g)
+            .find(|&k| table[k * n..(k + 1) * n] == *x)
+            .map(|k| k as i32),
+        TableLayout::DimMajor8 => (0..g)
+            .find(|&k| (0..n).all(|i| table[i * gp + k] == x[i]))
+            .map(|k| k as i32),
+        // Rows are not in gear order: the lowest index stored in an equal row.
+        TableLayout::SortedBinary => table
+            .chunks_exact(n + 1)
+            .take(g)
+            .filter(|row| row[..n] == *x)
+            .map(|row| row[n])
+            .min(),
     };
-    for k in 0..gears as usize {
-        if (0..n).all(|i| value(k, i) == x[i]) {
-            return level_index.map_or(k as i32, |l| l[k]);
+    match (raw, level_index) {
+        (None, _) => -1,
+        (Some(k), None) => k,
+        // A corrupt sorted table can name a gear past the remap table: no gear.
+        (Some(k), Some(l)) => usize::try_from(k)
+            .ok()
+            .and_then(|k| l.get(k))
+            .copied()
+            .unwrap_or(-1),
+    }
+}
+
+/// What a lower-bound binary search over a [`TableLayout::SortedBinary`] table did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SortedSearch {
+    /// The gear index stored in the first row equal to the query, if one is.
+    pub gear: Option<i32>,
+    /// Rows probed.
+    pub probes: u64,
+    /// Values compared (a probe stops at the first value that differs).
+    pub compares: u64,
+}
+
+/// Searches a sorted table the way both engines do: `lo = 0, hi = G`; probe `mid`; a row less
+/// than the query moves `lo` past it, any other row becomes `hi`; the last row found equal on
+/// the way is the first equal row, because every equal row becomes `hi` and `hi` only moves
+/// left. `log2(G)` probes, each stopping at the first differing value.
+pub fn sorted_search(x: &[i32], table: &[i32], gears: u32) -> SortedSearch {
+    let n = x.len();
+    let (mut lo, mut hi) = (0usize, gears as usize);
+    let mut out = SortedSearch {
+        gear: None,
+        probes: 0,
+        compares: 0,
+    };
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let row = &table[mid * (n + 1)..(mid + 1) * (n + 1)];
+        out.probes += 1;
+        let mut order = std::cmp::Ordering::Equal;
+        for i in 0..n {
+            out.compares += 1;
+            order = row[i].cmp(&x[i]);
+            if order.is_ne() {
+                break;
+            }
+        }
+        match order {
+            std::cmp::Ordering::Less => lo = mid + 1,
+            std::cmp::Ordering::Equal => {
+                out.gear = Some(row[n]);
+                hi = mid;
+            }
+            std::cmp::Ordering::Greater => hi = mid,
         }
     }
-    -1
+    out
 }
 
 /// What the AI CPU kernel did: its result and the work that sets its cost.
@@ -150,32 +146,49 @@ pub struct AiCpuWork {
     pub compares: u64,
 }
 
-/// The AI CPU engine: scans gears in order and stops at the first full match, as a scalar loop
-/// does. `table` is in `layout`; `level_index` has one entry per gear.
+/// The AI CPU engine. Gear-major and dim-major: scans gears in order and stops at the first
+/// full match, as a scalar loop does (a dim-major scan still reads whole dim rows). Sorted: a
+/// binary search ([`sorted_search`]) that reads only the rows it probes. `table` is in
+/// `layout`; `level_index` has one entry per gear. A sorted row naming a gear outside
+/// `[0, gears)` (a corrupt table) is an error when `level_index` must be read with it.
 pub fn run_aicpu(
     x: &[i32],
     table: &[i32],
     gears: u32,
     layout: TableLayout,
     level_index: Option<&[i32]>,
-) -> AiCpuWork {
+) -> Result<AiCpuWork, String> {
     let n = x.len() as u64;
-    let result = reference(x, table, gears, layout, level_index);
-    // Gears examined: up to and including the match, or all of them.
-    let examined = if result < 0 {
-        u64::from(gears)
-    } else {
-        // The reference returns the remapped value; find the raw index again for the cost.
-        let raw = reference(x, table, gears, layout, None);
-        raw as u64 + 1
+    let (raw, table_bytes, compares) = match layout {
+        TableLayout::GearMajor | TableLayout::DimMajor8 => {
+            let raw = reference(x, table, gears, layout, None);
+            // Gears examined: up to and including the match, or all of them.
+            let examined = if raw < 0 {
+                u64::from(gears)
+            } else {
+                raw as u64 + 1
+            };
+            let bytes = match layout {
+                // A gear-major scan reads the rows it examines.
+                TableLayout::GearMajor => examined * n * 4,
+                // A dim-major scan must read every dim row up to the examined gears: whole rows.
+                _ => layout.table_len(gears, n as u32) * 4,
+            };
+            (raw, bytes, examined * n)
+        }
+        TableLayout::SortedBinary => {
+            let s = sorted_search(x, table, gears);
+            (s.gear.unwrap_or(-1), s.probes * (n + 1) * 4, s.compares)
+        }
     };
-    let table_bytes = match layout {
-        // A gear-major scan reads the rows it examines.
-        TableLayout::GearMajor => examined * n * 4,
-        // A dim-major scan must read every dim row up to the examined gears: whole rows.
-        TableLayout::DimMajor8 => layout.table_len(gears, n as u32) * 4,
+    let result = match (raw, level_index) {
+        (k, _) if k < 0 => -1,
+        (k, None) => k,
+        (k, Some(l)) => *l.get(k as usize).ok_or_else(|| {
+            format!("the gear table names gear {k}, outside [0, {gears}) (a corrupt table)")
+        })?,
     };
-    AiCpuWork {
+    Ok(AiCpuWork {
         result,
         bytes_read: n * 4
             + table_bytes
@@ -184,8 +197,8 @@ pub fn run_aicpu(
             } else {
                 0
             },
-        compares: examined * n,
-    }
+        compares,
+    })
 }
 
 /// Bytes of UB the AI core kernel plans within (the rest stays free for nothing else).
@@ -203,11 +216,15 @@ fn round32(x: u64) -> u64 {
 /// masked `vcmp` per 64 dims compares every gear at once, and the scalar unit checks each gear's
 /// bit word, stopping at the first full match. Dim-major: one `vcmps` per dim against the query
 /// value over the first G columns, `vand` of the bit masks, and a count-trailing-zeros scan.
-/// Tables larger than UB are processed in chunks.
+/// Tables larger than UB are processed in chunks. Sorted: the query and the whole table are
+/// brought in by two DMAs issued back to back (their latencies overlap), then the scalar unit
+/// runs the lower-bound search of [`sorted_search`]; a table larger than UB is not brought in
+/// whole, each probed row is fetched by its own DMA instead.
 pub fn aicore_program(shape: &MapIndexShape) -> Program {
     let text = match shape.layout {
         TableLayout::GearMajor => gear_major_asm(shape),
         TableLayout::DimMajor8 => dim_major_asm(shape),
+        TableLayout::SortedBinary => sorted_asm(shape),
     };
     match gearsim_isa::assemble(&text, "map_index.s") {
         Ok(p) => p,
@@ -419,6 +436,80 @@ fn dim_major_asm(s: &MapIndexShape) -> String {
         let _ = writeln!(o, "    jmp       found");
         let _ = writeln!(o, "word{w}:");
     }
+    epilogue(&mut o, s.level_index);
+    o
+}
+
+/// Whether a sorted table of `shape` fits in UB next to the query (else rows are streamed).
+pub fn sorted_table_fits_ub(shape: &MapIndexShape) -> bool {
+    let x_bytes = round32(4 * u64::from(shape.n));
+    let table_bytes = round32(shape.layout.table_len(shape.gears, shape.n) * 4);
+    x_bytes + table_bytes <= UB_BUDGET
+}
+
+fn sorted_asm(s: &MapIndexShape) -> String {
+    let n = u64::from(s.n);
+    let g = u64::from(s.gears);
+    let row = 4 * (n + 1); // n values then the gear index
+    let x_ub = 0u64;
+    let tbl_ub = round32(4 * n); // the table, or the one row being probed
+    let resident = sorted_table_fits_ub(s);
+    let mut o = String::new();
+    prologue(&mut o, &format!("map_index_sorted_g{g}_n{n}"));
+    let _ = writeln!(o, "    movi      x6, {x_ub}");
+    let _ = writeln!(o, "    copy_gm_to_ub_pad x6, x2, 1, {}", 4 * n);
+    if resident {
+        // Issued right behind the query's DMA, so the two memory latencies overlap.
+        let _ = writeln!(o, "    movi      x7, {tbl_ub}");
+        let _ = writeln!(o, "    copy_gm_to_ub_pad x7, x3, 1, {}", g * row);
+    }
+    let _ = writeln!(o, "    set_flag  MTE2, S, 0");
+    let _ = writeln!(
+        o,
+        "    wait_flag MTE2, S, 0            # the scalar unit reads UB from here on"
+    );
+    let _ = writeln!(o, "    movi      x8, 0                 # lo");
+    let _ = writeln!(o, "    movi      x9, {g}               # hi");
+    let _ = writeln!(
+        o,
+        "    movi      x28, 0                # 1 once a probed row equalled the query"
+    );
+    let _ = writeln!(o, "search:");
+    let _ = writeln!(o, "    bge       x8, x9, searched");
+    let _ = writeln!(o, "    add       x10, x8, x9");
+    let _ = writeln!(o, "    shri      x10, x10, 1           # mid");
+    let _ = writeln!(o, "    muli      x11, x10, {row}");
+    if resident {
+        let _ = writeln!(o, "    addi      x11, x11, {tbl_ub}");
+    } else {
+        let _ = writeln!(o, "    add       x12, x3, x11");
+        let _ = writeln!(o, "    movi      x11, {tbl_ub}");
+        let _ = writeln!(o, "    copy_gm_to_ub_pad x11, x12, 1, {row}");
+        let _ = writeln!(o, "    set_flag  MTE2, S, 1");
+        let _ = writeln!(o, "    wait_flag MTE2, S, 1");
+    }
+    let _ = writeln!(o, "    movi      x12, {x_ub}");
+    let _ = writeln!(o, "    movi      x13, {n}");
+    let _ = writeln!(o, "compare:");
+    let _ = writeln!(o, "    ld.ub.i32 x14, x11");
+    let _ = writeln!(o, "    ld.ub.i32 x15, x12");
+    let _ = writeln!(o, "    blt       x14, x15, less");
+    let _ = writeln!(o, "    bne       x14, x15, not_less");
+    let _ = writeln!(o, "    addi      x11, x11, 4");
+    let _ = writeln!(o, "    addi      x12, x12, 4");
+    let _ = writeln!(o, "    loop      x13, compare");
+    // Equal: x11 now points at the row's gear index. The first equal row is at or left of mid.
+    let _ = writeln!(o, "    movi      x28, 1");
+    let _ = writeln!(o, "    ld.ub.i32 x29, x11");
+    let _ = writeln!(o, "not_less:");
+    let _ = writeln!(o, "    mov       x9, x10");
+    let _ = writeln!(o, "    jmp       search");
+    let _ = writeln!(o, "less:");
+    let _ = writeln!(o, "    addi      x8, x10, 1");
+    let _ = writeln!(o, "    jmp       search");
+    let _ = writeln!(o, "searched:");
+    let _ = writeln!(o, "    movi      x6, 0");
+    let _ = writeln!(o, "    bne       x28, x6, found");
     epilogue(&mut o, s.level_index);
     o
 }

@@ -121,7 +121,8 @@ impl MapIndexArgs {
         let (n, gears, layout) = (r.u32("n")?, r.u32("gears")?, r.u32("layout")?);
         let layout = map_index::TableLayout::from_code(layout).ok_or_else(|| {
             format!(
-                "field `layout` = {layout}: expected 0 (gear-major) or 1 (dim-major padded to 8)"
+                "field `layout` = {layout}: expected 0 (gear-major), 1 (dim-major padded to 8) \
+                 or 2 (sorted for binary search)"
             )
         })?;
         Ok(MapIndexArgs {
@@ -139,10 +140,7 @@ impl MapIndexArgs {
     }
 }
 
-/// Largest rank of a tensor shape carried by GetNext / GetDynamicDims.
-pub const MAX_RANK: usize = 8;
-/// Bytes of a shape tensor in device memory: `rank: i64` then `MAX_RANK` dims (i64).
-pub const SHAPE_TENSOR_BYTES: u64 = 8 * (1 + MAX_RANK as u64);
+pub use gearsim_isa::gear::{MAX_RANK, SHAPE_TENSOR_BYTES};
 
 /// Encodes a runtime shape as a shape tensor.
 pub fn encode_shape(dims: &[i64]) -> Vec<u8> {

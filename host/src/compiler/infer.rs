@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use super::ir::{Attr, Graph, Node, NodeId, Tensor, TensorDesc, Value};
+use super::ir::{Attr, DataType, Graph, Node, NodeId, Tensor, TensorDesc, Value};
 use super::symbolic::Dim;
 
 /// What an operator's functions see of the node being checked.
@@ -318,7 +318,8 @@ fn infer_node(
     let i = id.0 as usize;
     let node = &graph.nodes[i];
     match node.op.as_str() {
-        "Data" | "NetOutput" => return Ok(()),
+        "Data" => return check_sizes(node, &node.outputs),
+        "NetOutput" => return Ok(()),
         "Const" => {
             if let Some(Attr::Tensor(t)) = node.attrs.get("value") {
                 let t = t.clone();
@@ -401,6 +402,7 @@ fn infer_node(
     }
     (def.verify)(&ctx).map_err(wrap)?;
     let outputs = (def.infer)(&ctx).map_err(wrap)?;
+    check_sizes(node, &outputs)?;
     let folded = match def.fold {
         Some(fold) => fold(&ctx).map_err(wrap)?,
         None => Vec::new(),
@@ -414,6 +416,63 @@ fn infer_node(
             },
             t,
         );
+    }
+    Ok(())
+}
+
+/// The largest tensor the compiler plans, in bytes (1 TiB): far beyond any device's memory,
+/// and small enough that the sizes, offsets and sums computed from tensor sizes downstream
+/// (memory plan, kernel arguments, the `.om` description) cannot overflow.
+pub const MAX_TENSOR_BYTES: u64 = 1 << 40;
+
+/// The bytes a shape of `dtype` would have with its zero dims taken as 1, `None` on an
+/// overflow or a negative dim. Bounding this rather than the true size (zero with a zero dim)
+/// also bounds the loops a lowering runs over the other dims, as NumPy bounds an empty array's
+/// shape.
+pub fn extent_bytes(dtype: DataType, dims: &[i64]) -> Option<u64> {
+    dims.iter().try_fold(dtype.size() as u64, |acc, &d| {
+        u64::try_from(d)
+            .ok()
+            .and_then(|d| acc.checked_mul(d.max(1)))
+    })
+}
+
+/// Fails when an output of `node` with a fully known shape is larger than
+/// [`MAX_TENSOR_BYTES`] (a dim in a damaged model, a huge gear or `--input_shape` value), its
+/// zero dims taken as 1 ([`extent_bytes`]).
+fn check_sizes(node: &Node, outputs: &[TensorDesc]) -> Result<(), InferError> {
+    for (k, d) in outputs.iter().enumerate() {
+        let Some(dims) = d.shape.iter().map(Dim::fixed).collect::<Option<Vec<i64>>>() else {
+            continue;
+        };
+        // `-1` marks a dim the options have not given yet (the graph before the gear pass).
+        if dims.contains(&-1) {
+            continue;
+        }
+        let bytes = extent_bytes(d.dtype, &dims);
+        if bytes.is_some_and(|b| b <= MAX_TENSOR_BYTES) {
+            continue;
+        }
+        return Err(InferError::Node {
+            node: node.name.clone(),
+            op: node.op.clone(),
+            error: OpError {
+                input: None,
+                output: Some(k),
+                attr: None,
+                expected: format!(
+                    "a tensor of at most {MAX_TENSOR_BYTES} bytes (1 TiB), zero dims counted as 1"
+                ),
+                got: match bytes {
+                    Some(b) => format!("{d}, {b} bytes"),
+                    None => format!("{d}, whose size overflows 64 bits or has a negative dim"),
+                },
+                fix: "check the model's dims and the --input_shape and gear values; no device \
+                      holds a tensor this large"
+                    .to_string(),
+            },
+            chains: Vec::new(),
+        });
     }
     Ok(())
 }

@@ -192,9 +192,10 @@ impl TensorDesc {
         }
     }
 
-    /// Bytes of a fully known shape.
+    /// Bytes of a fully known shape (`None` also when the size overflows 64 bits).
     pub fn bytes(&self) -> Option<u64> {
-        element_count(&self.shape).map(|n| n.max(0) as u64 * self.dtype.size() as u64)
+        element_count(&self.shape)
+            .and_then(|n| (n.max(0) as u64).checked_mul(self.dtype.size() as u64))
     }
 }
 

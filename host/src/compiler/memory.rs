@@ -1,52 +1,23 @@
-//! The memory plan: where every tensor lives in device memory.
+//! Memory primitives the back end plans with (the plan itself is made in `emit.rs`):
 //!
-//! - **Weights** (constants) are stored once: the root's constants, and any constant a branch
-//!   produced by folding, deduplicated by content, so every branch shares them.
-//! - **Feature maps** are planned per branch from the tensors' live ranges: a tensor's block is
-//!   freed after its last consumer and reused first-fit by later tensors. Tensors that feed the
-//!   `NetOutput` are not in it: they are written straight into the output buffers (GE's
-//!   zero-copy outputs), sized for the largest gear. Blocks are only reused within one branch (GE's `_batch_label` rule), and every
-//!   branch's plan starts at the same base, so the region is the largest branch's size — the
-//!   max over gears, not the sum.
-//! - **Inputs** get buffers sized for their largest gear, plus the gear vector.
+//! - **Weights**: constants stored once, deduplicated by content, so every branch shares them.
+//! - **Placement by live interval**: a tensor's block is free again after its last reader and
+//!   reused first-fit by later tensors. Blocks are only reused within one graph (GE's
+//!   `_batch_label` rule) and every branch is placed from the same base, so the feature-map
+//!   region is the largest branch's size — the max over gears, not the sum.
+//! - **Compile-time inputs**: a constant read only as an operator's compile-time parameter
+//!   (Reshape's shape, a reduction's axes) is never stored.
 
 use std::collections::BTreeMap;
 
 use super::infer::Registry;
-use super::ir::{Attr, Graph, NodeId, Tensor, Value, element_count};
+use super::ir::{Graph, NodeId, Tensor};
 
 /// Alignment of every block.
 pub const ALIGN: u64 = 512;
 
 fn aligned(b: u64) -> u64 {
     b.max(1).div_ceil(ALIGN) * ALIGN
-}
-
-/// A tensor's block in a branch's feature-map region.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Block {
-    /// The tensor.
-    pub value: Value,
-    /// Offset from the region's base.
-    pub offset: u64,
-    /// Size in bytes.
-    pub bytes: u64,
-}
-
-/// One branch's feature-map plan.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct BranchPlan {
-    /// Every tensor's block.
-    pub blocks: Vec<Block>,
-    /// Bytes the branch needs.
-    pub bytes: u64,
-}
-
-impl BranchPlan {
-    /// The block of a value.
-    pub fn block(&self, v: Value) -> Option<&Block> {
-        self.blocks.iter().find(|b| b.value == v)
-    }
 }
 
 /// A constant's place in the weight region.
@@ -92,23 +63,9 @@ impl Weights {
     }
 }
 
-/// A branch that cannot be planned.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("memory plan of graph `{graph}`: tensor {node}:{output} has no static size ({desc})")]
-pub struct PlanError {
-    /// Graph name.
-    pub graph: String,
-    /// Node name.
-    pub node: String,
-    /// Output index.
-    pub output: u32,
-    /// Its descriptor.
-    pub desc: String,
-}
-
 /// Whether every consumer of `id`'s output reads it through a compile-time input (an
-/// operator's [`OpDef::static_inputs`](super::infer::OpDef::static_inputs)): such a constant becomes a kernel parameter and is
-/// never stored. A constant nobody reads is not stored either.
+/// operator's [`OpDef::static_inputs`](super::infer::OpDef::static_inputs)): such a constant
+/// becomes a kernel parameter and is never stored. A constant nobody reads is not stored either.
 pub fn only_static_uses(graph: &Graph, id: NodeId, registry: &Registry) -> bool {
     graph.nodes.iter().all(|n| {
         n.inputs.iter().enumerate().all(|(k, v)| {
@@ -120,81 +77,45 @@ pub fn only_static_uses(graph: &Graph, id: NodeId, registry: &Registry) -> bool 
     })
 }
 
-/// Plans one graph's feature maps; also adds its stored `Const` nodes to `weights`.
-pub fn plan_graph(
-    graph: &Graph,
-    weights: &mut Weights,
-    registry: &Registry,
-) -> Result<(BranchPlan, BTreeMap<NodeId, WeightRef>), PlanError> {
-    let mut last_use: BTreeMap<Value, usize> = BTreeMap::new();
-    let mut outputs = std::collections::BTreeSet::new();
-    for (t, node) in graph.nodes.iter().enumerate() {
-        if node.op == "NetOutput" {
-            outputs.extend(node.inputs.iter().flatten().copied());
-            continue;
-        }
-        for v in node.inputs.iter().flatten() {
-            let e = last_use.entry(*v).or_insert(t);
-            *e = (*e).max(t);
-        }
-    }
-    let mut consts = BTreeMap::new();
-    // Free list: offset -> size, coalesced; `top` is the end of the region.
+/// A block to place: live from node index `first` to node index `last` (inclusive), `bytes`
+/// long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interval {
+    /// First node that needs it (its producer).
+    pub first: usize,
+    /// Last node that reads it.
+    pub last: usize,
+    /// Size in bytes (rounded up to [`ALIGN`] when placed).
+    pub bytes: u64,
+}
+
+/// First-fit placement of blocks by live interval: blocks are placed in order of `first` (ties
+/// in the given order); a block is free again for blocks whose `first` is after its `last`.
+/// Returns each block's offset and the region's size. Two blocks live at the same node never
+/// overlap.
+pub fn place(blocks: &[Interval]) -> (Vec<u64>, u64) {
+    let mut order: Vec<usize> = (0..blocks.len()).collect();
+    order.sort_by_key(|&i| blocks[i].first);
     let mut free: BTreeMap<u64, u64> = BTreeMap::new();
     let mut top = 0u64;
-    let mut live: Vec<(usize, u64, u64)> = Vec::new(); // (last use, offset, size)
-    let mut blocks = Vec::new();
-    for (t, node) in graph.nodes.iter().enumerate() {
-        // Release every block whose last consumer ran before this node.
-        live.retain(|&(until, off, size)| {
-            if until < t {
+    let mut live: Vec<(usize, u64, u64)> = Vec::new(); // (last, offset, size)
+    let mut offsets = vec![0u64; blocks.len()];
+    for i in order {
+        let b = blocks[i];
+        live.retain(|&(last, off, size)| {
+            if last < b.first {
                 release(&mut free, off, size);
                 false
             } else {
                 true
             }
         });
-        match node.op.as_str() {
-            "Data" | "NetOutput" => continue,
-            "Const" => {
-                let id = NodeId(t as u32);
-                if let Some(Attr::Tensor(v)) = node.attrs.get("value") {
-                    if !only_static_uses(graph, id, registry) {
-                        consts.insert(id, weights.add(v));
-                    }
-                }
-                continue;
-            }
-            _ => {}
-        }
-        for (k, desc) in node.outputs.iter().enumerate() {
-            let value = Value {
-                node: NodeId(t as u32),
-                output: k as u32,
-            };
-            if outputs.contains(&value) {
-                continue;
-            }
-            let Some(count) = element_count(&desc.shape) else {
-                return Err(PlanError {
-                    graph: graph.name.clone(),
-                    node: node.name.clone(),
-                    output: k as u32,
-                    desc: desc.to_string(),
-                });
-            };
-            let size = aligned(count.max(0) as u64 * desc.dtype.size() as u64);
-            let offset = take(&mut free, &mut top, size);
-            let until = last_use.get(&value).copied().unwrap_or(t);
-            live.push((until, offset, size));
-            blocks.push(Block {
-                value,
-                offset,
-                bytes: size,
-            });
-        }
+        let size = aligned(b.bytes);
+        let off = take(&mut free, &mut top, size);
+        live.push((b.last.max(b.first), off, size));
+        offsets[i] = off;
     }
-    Ok((BranchPlan { blocks, bytes: top }, consts))
+    (offsets, top)
 }
 
 fn take(free: &mut BTreeMap<u64, u64>, top: &mut u64, size: u64) -> u64 {
@@ -243,38 +164,49 @@ fn release(free: &mut BTreeMap<u64, u64>, off: u64, size: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compiler::ir::{DataType, Node, TensorDesc, fixed_shape};
 
-    /// A chain a -> b -> c -> d of equal tensors reuses two blocks; `a`, read again at the end,
-    /// keeps its own; the outputs (`e`, `d`) go to the output buffers.
     #[test]
-    fn blocks_are_reused_after_their_last_use() {
-        let mut g = Graph::new("g");
-        let desc = || TensorDesc::new(DataType::F32, fixed_shape(&[256]));
-        let x = g.add(Node::new("x", "Data", vec![], vec![desc()]));
-        let v = |n: NodeId| Some(Value { node: n, output: 0 });
-        let a = g.add(Node::new("a", "Relu", vec![v(x)], vec![desc()]));
-        let b = g.add(Node::new("b", "Relu", vec![v(a)], vec![desc()]));
-        let c = g.add(Node::new("c", "Relu", vec![v(b)], vec![desc()]));
-        let d = g.add(Node::new("d", "Relu", vec![v(c)], vec![desc()]));
-        let e = g.add(Node::new("e", "Add", vec![v(d), v(a)], vec![desc()]));
-        g.add(Node::new("out", "NetOutput", vec![v(e), v(d)], vec![]));
-        let (plan, _) = plan_graph(&g, &mut Weights::default(), &Registry::default()).unwrap();
-        let off = |n: NodeId| plan.block(Value { node: n, output: 0 }).unwrap().offset;
-        assert_eq!(plan.bytes, 3 * 1024);
-        assert_ne!(off(b), off(c));
-        assert!(
-            off(a) != off(b) && off(a) != off(c),
-            "a is read again at the end"
-        );
-        assert!(
-            plan.block(Value { node: d, output: 0 }).is_none(),
-            "d is an output"
-        );
-        assert!(
-            plan.block(Value { node: e, output: 0 }).is_none(),
-            "e is an output"
-        );
+    fn placed_blocks_never_overlap_while_both_are_live() {
+        let blocks = [
+            Interval {
+                first: 0,
+                last: 3,
+                bytes: 1000,
+            },
+            Interval {
+                first: 1,
+                last: 1,
+                bytes: 600,
+            },
+            Interval {
+                first: 2,
+                last: 4,
+                bytes: 512,
+            },
+            Interval {
+                first: 2,
+                last: 2,
+                bytes: 100,
+            },
+            Interval {
+                first: 4,
+                last: 5,
+                bytes: 2000,
+            },
+        ];
+        let (off, total) = place(&blocks);
+        for i in 0..blocks.len() {
+            for j in 0..i {
+                let (a, b) = (blocks[i], blocks[j]);
+                let live_together = a.first <= b.last && b.first <= a.last;
+                let overlap =
+                    off[i] < off[j] + aligned(b.bytes) && off[j] < off[i] + aligned(a.bytes);
+                assert!(!(live_together && overlap), "blocks {i} and {j} overlap");
+                assert!(off[i] + aligned(a.bytes) <= total);
+            }
+        }
+        // Block 1 (dead after node 1) is reused by block 2 or 3 at node 2.
+        assert!(total < blocks.iter().map(|b| aligned(b.bytes)).sum::<u64>());
     }
 
     #[test]

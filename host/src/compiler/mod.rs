@@ -18,6 +18,8 @@
 // their size costs nothing, and clippy's size lint would flag every function returning them.
 #![allow(clippy::result_large_err)]
 
+pub mod emit;
+pub mod eval;
 pub mod gear;
 pub mod infer;
 pub mod ir;

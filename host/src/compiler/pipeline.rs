@@ -11,73 +11,21 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gearsim_isa::om::{DynamicDesc, IoDesc, MemoryDesc, ModelDesc, OmWriter, SectionKind};
+use gearsim_isa::omtask::encode_kernels;
 
+use super::emit::{self, EmitError, Emitted};
 use super::gear::{self, GearError, GearInput, GearSpec};
 use super::infer::{self, InferError, Known, Registry};
 use super::ir::{
     Attr, DataType, Format, Graph, Model, NodeId, SHAPE_UNKNOWN, Value, fixed_shape, shape_values,
 };
-use super::memory::{self, BranchPlan, PlanError, Weights};
+use super::memory;
 use super::onnx::{self, OnnxError};
 use super::options::{self, Binding, DynamicMode, GearOptions, OptionError, ParsedOptions};
 use super::symbolic::{Dim, Symbol};
 use super::{Target, ops};
 
-/// A gearsim switch: an enum whose variants have a command-line spelling and the code stored
-/// in the `.om`.
-macro_rules! switch {
-    ($(#[$m:meta])* $name:ident { $($(#[$vm:meta])* $v:ident = $code:literal, $spelling:literal;)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-        pub enum $name {
-            $($(#[$vm])* $v = $code,)*
-        }
-
-        impl $name {
-            /// Every value.
-            pub const ALL: &[$name] = &[$($name::$v),*];
-
-            /// The command-line spelling.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $($name::$v => $spelling,)*
-                }
-            }
-
-            /// Parses the command-line spelling.
-            pub fn parse(s: &str) -> Option<$name> {
-                Self::ALL.iter().copied().find(|v| v.name() == s)
-            }
-
-            /// The value with this code (as stored in the `.om`).
-            pub fn from_code(code: u32) -> Option<$name> {
-                Self::ALL.iter().copied().find(|v| *v as u32 == code)
-            }
-        }
-    };
-}
-
-switch! {
-    /// Layout of the gear table in device memory (what MapIndex scans): `--gear_table_layout`.
-    TableLayout {
-        /// GE's layout: gear 0's values, then gear 1's, ...
-        #[default]
-        GearMajor = 0, "gear_major";
-        /// Value k of every gear together, each run padded to a multiple of 8 gears.
-        DimMajor8 = 1, "dim_major8";
-    }
-}
-
-switch! {
-    /// Which engine runs MapIndex: `--mapindex_engine`.
-    MapIndexEngine {
-        /// An AI core kernel (GE's default on Ascend 910).
-        #[default]
-        AiCore = 0, "aicore";
-        /// An AI CPU kernel.
-        AiCpu = 1, "aicpu";
-    }
-}
+pub use gearsim_isa::gear::{MapIndexEngine, TableLayout};
 
 /// Everything `gearsim compile` is told.
 #[derive(Debug, Clone)]
@@ -103,6 +51,15 @@ pub enum CompileError {
     /// The ONNX file cannot be imported.
     #[error("{0}")]
     Onnx(#[from] OnnxError),
+    /// The options do not fit the model (an `--input_shape` name the model lacks, a rank or dim
+    /// that disagrees): GE's E-code and message, after the model file's name.
+    #[error("{file}: {error}")]
+    Binding {
+        /// The model file.
+        file: String,
+        /// The option error.
+        error: OptionError,
+    },
     /// A model input has no usable shape.
     #[error("{file}: input `{input}`: {message}")]
     Input {
@@ -131,13 +88,13 @@ pub enum CompileError {
         /// The failure.
         error: GearError,
     },
-    /// The memory plan failed.
+    /// The back end cannot run the graph (a node it cannot lower, say).
     #[error("{file}: {error}")]
-    Plan {
+    Emit {
         /// The model file.
         file: String,
         /// The failure.
-        error: PlanError,
+        error: EmitError,
     },
     /// The compiled graph fails verification.
     #[error("{file}: the compiled graph fails verification: {message}")]
@@ -159,23 +116,46 @@ pub struct Compiled {
     pub after: Model,
     /// Description written to the `.om`.
     pub desc: ModelDesc,
-    /// The weight region.
-    pub weights: Weights,
-    /// Feature-map plan of the root graph (shared by every branch).
-    pub root_plan: BranchPlan,
-    /// Feature-map plan of each branch, overlaid after the root's region.
-    pub branch_plans: Vec<BranchPlan>,
+    /// Kernels, task streams, weights and the memory plan.
+    pub emitted: Emitted,
     /// Things the user may want to know that are not errors.
     pub notes: Vec<String>,
+    /// The source ONNX bytes (a hybrid `.om` carries them for its dynamic-shape path).
+    pub source: Vec<u8>,
 }
 
 impl Compiled {
-    /// The `.om` bytes: the description and the weights.
-    pub fn om_bytes(&self) -> Vec<u8> {
+    /// The `.om` bytes: description, weights, kernels and task streams.
+    pub fn om_bytes(&self) -> Result<Vec<u8>, String> {
+        self.om(false)
+    }
+
+    /// The `.om` bytes of a hybrid model: [`Compiled::om_bytes`] plus the source graph, which
+    /// the runtime runs op by op for shapes that match no gear.
+    pub fn hybrid_om_bytes(&self) -> Result<Vec<u8>, String> {
+        if self.desc.dynamic.is_none() {
+            return Err(
+                "--hybrid needs gears (--dynamic_batch_size, --dynamic_image_size or \
+                        --dynamic_dims): a static model has no fallback to choose"
+                    .into(),
+            );
+        }
+        self.om(true)
+    }
+
+    fn om(&self, hybrid: bool) -> Result<Vec<u8>, String> {
         let mut w = OmWriter::new();
         w.section(SectionKind::Desc, self.desc.encode());
-        w.section(SectionKind::Weights, self.weights.data.clone());
-        w.finish()
+        w.section(SectionKind::Weights, self.emitted.weights.data.clone());
+        w.section(
+            SectionKind::Kernels,
+            encode_kernels(&self.emitted.kernel_images()?),
+        );
+        w.section(SectionKind::Tasks, self.emitted.tasks.encode());
+        if hybrid {
+            w.section(SectionKind::Graph, self.source.clone());
+        }
+        Ok(w.finish())
     }
 }
 
@@ -216,44 +196,24 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
         }
     };
     verify(&after, file)?;
-    // 5. Memory: the root's plan, then each branch's, overlaid after it; weights once.
-    let plan_error = |error| CompileError::Plan {
-        file: file.into(),
-        error,
-    };
-    let mut weights = Weights::default();
-    let (root_plan, _) =
-        memory::plan_graph(&after.graph, &mut weights, &registry).map_err(plan_error)?;
-    let mut branch_plans = Vec::new();
-    for b in &after.subgraphs {
-        branch_plans.push(
-            memory::plan_graph(b, &mut weights, &registry)
-                .map_err(plan_error)?
-                .0,
-        );
-    }
+    // 5-7. Lowering, memory plan and task streams.
+    let emitted =
+        emit::emit(&after, spec.as_ref(), &opts.target).map_err(|error| CompileError::Emit {
+            file: file.into(),
+            error,
+        })?;
     let name = model_name(file);
     let desc = match &spec {
-        None => static_desc(&name, &opts.target, &after.graph, &weights, &root_plan),
-        Some(spec) => dynamic_desc(
-            &name,
-            opts,
-            spec,
-            &after,
-            &branch_dims,
-            &weights,
-            &root_plan,
-            &branch_plans,
-        ),
+        None => static_desc(&name, &opts.target, &after.graph, &emitted),
+        Some(spec) => dynamic_desc(&name, opts, spec, &after, &branch_dims, &emitted),
     };
     Ok(Compiled {
         before,
         after,
         desc,
-        weights,
-        root_plan,
-        branch_plans,
+        emitted,
         notes,
+        source: bytes.to_vec(),
     })
 }
 
@@ -426,16 +386,18 @@ fn apply_static_shapes(g: &mut Graph, o: &GearOptions, file: &str) -> Result<(),
     let inputs = data_nodes(g);
     for l in &listed {
         let Some(&id) = inputs.iter().find(|id| g.node(**id).name == l.name) else {
-            return Err(OptionError {
-                code: "E10016",
-                message: format!(
-                    "Opname {} specified in --input_shape is not found in the model. Confirm \
-                     whether this node name exists, or the node is not split with the \
-                     specified delimiter ';'.",
-                    l.name
-                ),
-            }
-            .into());
+            return Err(CompileError::Binding {
+                file: file.into(),
+                error: OptionError {
+                    code: "E10016",
+                    message: format!(
+                        "Opname {} specified in --input_shape is not found in the model. \
+                         Confirm whether this node name exists, or the node is not split with \
+                         the specified delimiter ';'.",
+                        l.name
+                    ),
+                },
+            });
         };
         let model_dims = dims_of(&g.node(id).outputs[0].shape);
         let compatible = model_dims.len() == l.dims.len()
@@ -530,7 +492,10 @@ fn bind(p: &ParsedOptions, g: &Graph, file: &str) -> Result<Binding, CompileErro
             }
         })
         .collect();
-    let binding = options::bind_inputs(p, &inputs)?;
+    let binding = options::bind_inputs(p, &inputs).map_err(|error| CompileError::Binding {
+        file: file.into(),
+        error,
+    })?;
     // Inputs the gears do not reach must be static.
     for (k, input) in inputs.iter().enumerate() {
         let bound = binding.inputs.iter().any(|b| b.graph_index == k);
@@ -544,6 +509,30 @@ fn bind(p: &ParsedOptions, g: &Graph, file: &str) -> Result<Binding, CompileErro
                     dims_text(&input.dims)
                 ),
             });
+        }
+    }
+    // Every input must fit the compiler's largest tensor under every gear, before the gear
+    // pass computes sizes from the dims.
+    for b in &binding.inputs {
+        let dtype = g.node(data_nodes(g)[b.graph_index]).outputs[0].dtype;
+        for (k, dims) in b.per_gear_dims.iter().enumerate() {
+            if infer::extent_bytes(dtype, dims).is_none_or(|b| b > infer::MAX_TENSOR_BYTES) {
+                return Err(CompileError::Input {
+                    file: file.into(),
+                    input: b.name.clone(),
+                    message: format!(
+                        "under gear {k} ({}) the input is {} {}, larger than the {} bytes \
+                         (1 TiB) the compiler plans for one tensor; use smaller gear values",
+                        binding
+                            .gears
+                            .get(k)
+                            .map_or_else(String::new, |g| gear_text(g)),
+                        dtype.name(),
+                        dims_text(dims),
+                        infer::MAX_TENSOR_BYTES
+                    ),
+                });
+            }
         }
     }
     Ok(binding)
@@ -611,8 +600,8 @@ fn gear_spec(p: &ParsedOptions, b: &Binding, opts: &CompileOptions) -> GearSpec 
             .collect(),
         shape_order: b.shape_order().into_iter().map(str::to_string).collect(),
         getnext_sink: opts.getnext_sink,
-        table_layout: opts.table_layout as u32,
-        mapindex_engine: opts.mapindex_engine as u32,
+        table_layout: opts.table_layout.code(),
+        mapindex_engine: opts.mapindex_engine.code(),
     }
 }
 
@@ -786,13 +775,7 @@ fn output_names(net: &super::ir::Node) -> Vec<String> {
     }
 }
 
-fn static_desc(
-    name: &str,
-    target: &Target,
-    g: &Graph,
-    w: &Weights,
-    plan: &BranchPlan,
-) -> ModelDesc {
+fn static_desc(name: &str, target: &Target, g: &Graph, e: &Emitted) -> ModelDesc {
     let inputs: Vec<IoDesc> = data_nodes(g)
         .into_iter()
         .map(|id| {
@@ -825,9 +808,9 @@ fn static_desc(
         })
         .unwrap_or_default();
     let memory = MemoryDesc {
-        weight_bytes: w.bytes(),
-        feature_map_bytes: plan.bytes,
-        root_feature_map_bytes: plan.bytes,
+        weight_bytes: e.weights.bytes(),
+        feature_map_bytes: e.tasks.feature_map_bytes,
+        root_feature_map_bytes: e.root_feature_map,
         per_gear_feature_map: Vec::new(),
         input_bytes: inputs.iter().map(|i| i.bytes).sum(),
         output_bytes: outputs.iter().map(|o| o.bytes).sum(),
@@ -860,16 +843,13 @@ fn declared(per_gear: &[Vec<i64>]) -> Vec<i64> {
         .collect()
 }
 
-#[allow(clippy::too_many_arguments)]
 fn dynamic_desc(
     name: &str,
     opts: &CompileOptions,
     spec: &GearSpec,
     m: &Model,
     branch_dims: &[Vec<Vec<i64>>],
-    w: &Weights,
-    root_plan: &BranchPlan,
-    branch_plans: &[BranchPlan],
+    e: &Emitted,
 ) -> ModelDesc {
     let g = &m.graph;
     let gears = spec.gears.len();
@@ -993,18 +973,15 @@ fn dynamic_desc(
                 .collect()
         })
         .collect();
-    let per_gear_feature_map: Vec<u64> = branch_plans
+    let per_gear_feature_map: Vec<u64> = e
+        .branch_feature_map
         .iter()
-        .map(|p| root_plan.bytes + p.bytes)
+        .map(|b| e.root_feature_map + b)
         .collect();
     let memory = MemoryDesc {
-        weight_bytes: w.bytes(),
-        feature_map_bytes: per_gear_feature_map
-            .iter()
-            .copied()
-            .max()
-            .unwrap_or(root_plan.bytes),
-        root_feature_map_bytes: root_plan.bytes,
+        weight_bytes: e.weights.bytes(),
+        feature_map_bytes: e.tasks.feature_map_bytes,
+        root_feature_map_bytes: e.root_feature_map,
         per_gear_feature_map,
         input_bytes: inputs.iter().map(|i| i.bytes).sum(),
         output_bytes: outputs.iter().map(|o| o.bytes).sum(),

@@ -278,8 +278,27 @@ fn demo_runs_and_checks_its_results() {
     let o = gearsim(&["demo", "--trace", trace.to_str().unwrap()]);
     let (stdout, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
+    // Every gear of both models in both modes, plus one hybrid run each.
+    for row in [
+        "cnn        nonsink  1 ",
+        "cnn        sink     8 ",
+        "cnn        hybrid   3 ",
+        "seed_dims  sink     80,60,4,4",
+        "seed_dims  hybrid   33,7,3,5",
+    ] {
+        assert!(stdout.contains(row), "no row `{row}` in\n{stdout}");
+    }
+    assert!(stdout.contains("all 14 runs checked"), "{stdout}");
+    let t = gearsim_traces::TraceFile::open(&trace).unwrap();
+    assert!(t.record_count() > 1000);
+}
+
+#[test]
+fn kernel_demo_runs_and_checks_its_results() {
+    let o = gearsim(&["kernel", "demo"]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
     assert!(stdout.contains("sums equal the fp16 reference"), "{stdout}");
-    assert!(trace.exists());
 }
 
 #[test]

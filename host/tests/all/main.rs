@@ -5,9 +5,30 @@
 
 mod cli;
 mod compile;
+mod corpus;
 mod device_run;
-mod lower;
+mod eval;
+mod fuzz_npy;
+mod fuzz_om;
+mod fuzz_onnx;
+mod fuzz_options;
+mod lower_conv;
+mod lower_cube;
+mod lower_elementwise;
+mod lower_movement;
+mod lower_pool;
+mod lower_reduce;
+mod model_numerics;
+mod model_run;
+mod npy;
 mod onnx_build;
 mod onnx_import;
 mod ops;
 mod options;
+mod runtime;
+mod study;
+mod verify;
+
+/// Damage shared by the fuzz targets of every crate (written once, in `isa`).
+#[path = "../../../isa/tests/support/mutate.rs"]
+mod mutate;

@@ -203,6 +203,7 @@ fn registry_lists_every_operator() {
         "Sigmoid",
         "Slice",
         "Softmax",
+        "Split",
         "Sqrt",
         "Squeeze",
         "Sub",

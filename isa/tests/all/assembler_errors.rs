@@ -185,3 +185,31 @@ fn encoder_refuses_unsupported_types() {
         })
     ));
 }
+
+/// Regression (fuzzing): 200 000 nested parentheses or unary minuses overflowed the parser's
+/// stack and aborted the process; the nesting is now limited and reported.
+#[test]
+fn deeply_nested_expressions_are_an_error_not_a_stack_overflow() {
+    let deep = 200_000;
+    for expr in [
+        format!("{}1{}", "(".repeat(deep), ")".repeat(deep)),
+        format!("{}1", "-".repeat(deep)),
+        format!("{}1{}", "(-".repeat(deep), ")".repeat(deep)),
+    ] {
+        let e = err(&format!("movi x1, {expr}"));
+        assert!(
+            e.contains("nested deeper than 64 levels of parentheses and unary minus"),
+            "{}",
+            &e[..e.len().min(200)]
+        );
+    }
+    // The limit itself still assembles.
+    let ok = format!(
+        "movi x1, {}1{}",
+        "(".repeat(gearsim_isa::MAX_EXPR_DEPTH),
+        ")".repeat(gearsim_isa::MAX_EXPR_DEPTH)
+    );
+    assemble(&ok, "k.s").unwrap();
+    let ok = format!("movi x1, {}1", "-".repeat(gearsim_isa::MAX_EXPR_DEPTH));
+    assemble(&ok, "k.s").unwrap();
+}

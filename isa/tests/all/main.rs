@@ -5,7 +5,13 @@
 
 mod arbitrary;
 mod assembler_errors;
+mod fuzz_asm;
+mod fuzz_om;
 mod reference_doc;
 mod round_trip;
 mod table_consistency;
 mod tasks;
+
+/// Damage shared by the fuzz targets of every crate.
+#[path = "../support/mutate.rs"]
+mod mutate;

@@ -23,7 +23,7 @@ use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
 use crate::chip::{ExecMode, Kernel};
 use crate::config::ChipConfig;
 use crate::event::{Event, EventQueue, PRIO_CORE};
-use crate::exec::{self, Fault, Mask, Operands, PipeOp, Plan};
+use crate::exec::{self, Access, Fault, Mask, Operands, PipeOp, Plan};
 use crate::memory::DeviceMemory;
 use crate::stop::{Blocked, Buffer, FlagId, StopReason};
 use crate::time::{Clock, Tick};
@@ -48,6 +48,23 @@ pub(crate) fn lane_index(p: Pipe) -> usize {
 
 fn queue_pipe(qi: usize) -> Pipe {
     Pipe::QUEUED[qi]
+}
+
+/// Whether the DMAs of pipe queue `qi` write GM (the rest read it).
+pub(crate) fn queue_writes(qi: usize) -> bool {
+    matches!(queue_pipe(qi), Pipe::Mte3 | Pipe::Fix)
+}
+
+/// A DMA joining the shared memory system.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DmaRequest {
+    /// Bytes that cross the memory system.
+    pub bytes: u64,
+    /// The pipe's rate cap, bytes per second.
+    pub cap: u64,
+    pub write: bool,
+    /// The GM side of the copy (its lines are what the L2 looks up).
+    pub gm: Access,
 }
 
 fn flag_slot(f: FlagId) -> u16 {
@@ -1216,8 +1233,8 @@ impl AiCore {
         }
     }
 
-    /// The head DMA of queue `qi` joins the memory system now: returns (bytes, rate cap, write).
-    pub(crate) fn dma_begin(&mut self, qi: usize, cfg: &ChipConfig) -> Option<(u64, u64, bool)> {
+    /// The head DMA of queue `qi` joins the memory system now.
+    pub(crate) fn dma_begin(&mut self, qi: usize, cfg: &ChipConfig) -> Option<DmaRequest> {
         let b = self.block.as_mut()?;
         let p = &mut b.pipes[qi];
         let PipeState::DmaScheduled(ready) = p.state else {
@@ -1225,16 +1242,27 @@ impl AiCore {
         };
         let plan = p.dma;
         p.state = PipeState::DmaActive(ready);
-        let pipe = queue_pipe(qi);
-        let write = matches!(pipe, Pipe::Mte3 | Pipe::Fix);
-        Some((plan.gm_bytes, exec::gm_rate_cap(pipe, cfg), write))
+        let gm = plan
+            .accesses()
+            .iter()
+            .find(|a| a.buffer == Buffer::Gm)
+            .copied()
+            .unwrap_or_default();
+        Some(DmaRequest {
+            bytes: plan.gm_bytes,
+            cap: exec::gm_rate_cap(queue_pipe(qi), cfg),
+            write: queue_writes(qi),
+            gm,
+        })
     }
 
-    /// The head DMA of queue `qi` finished moving data at `end`.
+    /// The head DMA of queue `qi` finished moving data at `end`; its results are visible
+    /// `latency` cycles later.
     pub(crate) fn dma_end<S: TraceSink>(
         &mut self,
         qi: usize,
         end: Tick,
+        latency: u64,
         ctx: &mut Ctx<'_, S>,
     ) -> Res<()> {
         let pipe = queue_pipe(qi);
@@ -1258,11 +1286,6 @@ impl AiCore {
                 .map_err(|f| self.fault(pipe, head.pc, f))?;
         }
         self.mark_writes(&plan, ctx.mem, !full);
-        let latency = if matches!(pipe, Pipe::Mte3 | Pipe::Fix) {
-            ctx.cfg.memory.write_latency_cycles
-        } else {
-            ctx.cfg.memory.read_latency_cycles
-        };
         let Some(b) = self.block.as_mut() else {
             return Ok(());
         };

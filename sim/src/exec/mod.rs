@@ -8,6 +8,7 @@
 
 mod cube;
 mod dma;
+pub mod scalar;
 mod vector;
 
 use gearsim_isa::{
@@ -432,4 +433,79 @@ pub(crate) fn gm_rate_cap(pipe: Pipe, cfg: &ChipConfig) -> u64 {
         _ => cfg.mte.gm_read_bytes_per_cycle,
     };
     cfg.core_clock().bytes_per_second(per_cycle)
+}
+
+/// A memory range a pipe instruction touches (for static analysis such as the compiler's
+/// verifier): bytes `start..end` of `buffer`, touched `count` times `stride` apart from
+/// `start` in bursts of `burst` bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Touch {
+    /// The memory.
+    pub buffer: Buffer,
+    /// First byte.
+    pub start: u64,
+    /// One past the last byte.
+    pub end: u64,
+    /// Whether the instruction writes it.
+    pub write: bool,
+}
+
+/// The vector mask an instruction is dispatched with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaskState {
+    /// Bit `i` enables element `i` of every repeat.
+    Normal(u128),
+    /// Counter mode: the instruction processes this many elements.
+    Counter(u64),
+}
+
+/// What a pipe instruction touches, given the scalar registers when it is dispatched, the
+/// vector mask and the img2col geometry: the same planning the cores use, so a static check
+/// and a run agree. `None` for an instruction the scalar unit executes itself; `Err` for a
+/// fault the instruction raises whatever the buffer sizes (misalignment, illegal operands).
+pub fn touches(
+    instr: &Instruction,
+    regs: &[u64; 32],
+    mask: MaskState,
+    fmatrix: FMatrix,
+    cfg: &ChipConfig,
+) -> Option<Result<Vec<Touch>, String>> {
+    let op = PipeOp::of(instr)?;
+    let ops = Operands {
+        regs: op.capture(regs),
+        mask: match mask {
+            MaskState::Normal(m) => Mask::Normal(m),
+            MaskState::Counter(n) => Mask::Counter(n),
+        },
+        fmatrix,
+    };
+    Some(match op.plan(&ops, cfg) {
+        Ok(plan) => Ok(plan
+            .accesses()
+            .iter()
+            .filter(|a| a.count > 0 && a.burst > 0)
+            .map(|a| Touch {
+                buffer: a.buffer,
+                start: a.start,
+                end: a.end(),
+                write: a.write,
+            })
+            .collect()),
+        Err(Fault::Range {
+            buffer,
+            addr,
+            len,
+            size,
+        }) => Err(format!(
+            "{buffer} range {addr:#x}+{len} is outside the {size}-byte buffer"
+        )),
+        Err(Fault::Align {
+            buffer,
+            addr,
+            align,
+        }) => Err(format!(
+            "{buffer} address {addr:#x} is not {align}-byte aligned"
+        )),
+        Err(Fault::Illegal(reason)) => Err(reason),
+    })
 }

@@ -3,9 +3,13 @@
 // Tests unwrap freely: a failed unwrap is a failed test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod conformance;
 mod determinism;
 mod emergent;
 mod faults;
 mod kernels;
+mod l2;
 mod layering;
+mod regression;
 mod semantics;
+mod torch_models;

@@ -5,9 +5,15 @@
 
 mod corrupt;
 mod file_writer;
+mod fuzz;
 mod perfetto;
+mod phases;
 mod round_trip;
 mod summary;
+
+/// Damage shared by the fuzz targets of every crate (written once, in `isa`).
+#[path = "../../../isa/tests/support/mutate.rs"]
+mod mutate;
 
 use std::io::Cursor;
 use std::path::PathBuf;

@@ -6,7 +6,15 @@
 //!                                                     └▶ Lowered::Alias (Reshape, Flatten, ...)
 //!   writer.rs  ─ the assembly writer every kernel is built with
 //!   stream.rs  ─ the double-buffered GM→UB→V→UB→GM pipeline element-wise kernels share
-//!   elementwise.rs ─ unary and binary element-wise ops on the vector unit
+//!   bcast.rs   ─ the broadcasting variant: canonical broadcast form, chunk / row tiles, splats,
+//!                one-byte and int64 tensors spread one element per 32-byte block
+//!   vec.rs     ─ vector instructions over operand views (flat or splat)
+//!   elementwise.rs ─ element-wise ops (arithmetic, activations, Cast, Where, ...) on the vector unit
+//!   activation.rs ─ the f32 bodies of Sigmoid, Tanh, Erf, Gelu and Pow
+//!   reduce.rs  ─ reductions and normalisations (ReduceMean/Sum, Softmax, LayerNorm, BatchNorm)
+//!   pool.rs    ─ MaxPool, AveragePool, GlobalAveragePool
+//!   cube.rs    ─ MatMul, Gemm, Conv on the cube (img2col), depthwise conv
+//!   movement.rs ─ Transpose, Concat, Slice, Gather, Expand as DMA kernels
 //! ```
 //!
 //! Kernel ABI: a kernel reads its argument array with `sreg xN, args`; entry i is the device
@@ -15,8 +23,15 @@
 //! branch is static, so each kernel is specialised for its shapes (identical kernels are
 //! stored once).
 
+pub mod activation;
+pub mod bcast;
+pub mod cube;
 pub mod elementwise;
+pub mod movement;
+pub mod pool;
+pub mod reduce;
 pub mod stream;
+pub mod vec;
 pub mod writer;
 
 use std::fmt;
@@ -153,15 +168,18 @@ pub struct LowerError {
 /// A lowering function.
 pub type LowerFn = fn(&LowerCtx<'_>) -> Result<Lowered, LowerError>;
 
-/// The lowering of an op type.
+/// The lowering of an op type: each module of this directory answers for its ops.
 pub fn lowering(op: &str) -> Option<LowerFn> {
-    let f: LowerFn = match op {
-        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" => alias_input0,
-        "Add" | "Sub" | "Mul" | "Div" => elementwise::binary,
-        "Relu" | "Sqrt" => elementwise::unary,
-        _ => return None,
+    let alias: Option<LowerFn> = match op {
+        "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" | "Identity" => Some(alias_input0),
+        _ => None,
     };
-    Some(f)
+    alias
+        .or_else(|| elementwise::lowering(op))
+        .or_else(|| reduce::lowering(op))
+        .or_else(|| pool::lowering(op))
+        .or_else(|| cube::lowering(op))
+        .or_else(|| movement::lowering(op))
 }
 
 /// Lowers one node.

@@ -15,6 +15,11 @@ impl Display for Reg {
     }
 }
 
+/// The most instructions one kernel may have: hundreds of times what any lowering writes for
+/// real shapes (a few thousand), and small enough that a lowering unrolled over an absurd shape
+/// (a damaged model, a huge gear) stops with an error instead of filling memory with text.
+pub const MAX_KERNEL_INSTRUCTIONS: usize = 1 << 20;
+
 /// Registers a kernel may hand out (x0 is kept free for hand-written code and debugging).
 const FIRST_REG: u8 = 1;
 const REG_COUNT: u8 = 32;
@@ -39,6 +44,8 @@ pub struct Asm {
     labels: u32,
     tiling: Vec<(String, i64)>,
     overflow: bool,
+    /// Instructions written so far; past [`MAX_KERNEL_INSTRUCTIONS`] nothing more is kept.
+    instructions: usize,
 }
 
 impl Asm {
@@ -53,7 +60,14 @@ impl Asm {
             labels: 0,
             tiling: Vec::new(),
             overflow: false,
+            instructions: 0,
         }
+    }
+
+    /// Whether the kernel has grown past [`MAX_KERNEL_INSTRUCTIONS`] (its text is no longer
+    /// kept, and `finish` fails).
+    fn too_long(&self) -> bool {
+        self.instructions > MAX_KERNEL_INSTRUCTIONS
     }
 
     /// The kernel's name.
@@ -74,17 +88,27 @@ impl Asm {
 
     /// Records a tiling parameter (shown in the dump's header and the kernel's description).
     pub fn tiling(&mut self, name: &str, value: i64) {
+        if self.too_long() {
+            return;
+        }
         let _ = writeln!(self.text, "# tiling {name} = {value}");
         self.tiling.push((name.to_string(), value));
     }
 
     /// A comment line.
     pub fn comment(&mut self, text: impl Display) {
+        if self.too_long() {
+            return;
+        }
         let _ = writeln!(self.text, "    # {text}");
     }
 
     /// One instruction.
     pub fn ins(&mut self, text: impl Display) {
+        self.instructions += 1;
+        if self.too_long() {
+            return;
+        }
         let _ = writeln!(self.text, "    {text}");
     }
 
@@ -96,6 +120,9 @@ impl Asm {
 
     /// Places a label at the next instruction.
     pub fn place(&mut self, label: &str) {
+        if self.too_long() {
+            return;
+        }
         let _ = writeln!(self.text, "{label}:");
     }
 
@@ -146,8 +173,16 @@ impl Asm {
     }
 
     /// The text and the assembled program. Errors are the generator's bugs (a bad line, too
-    /// many registers), reported with the kernel's name.
+    /// many registers) or a shape too large for the kernel's unrolled code, reported with the
+    /// kernel's name.
     pub fn finish(self) -> Result<Finished, String> {
+        if self.too_long() {
+            return Err(format!(
+                "kernel {} would have {} instructions or more, past the {MAX_KERNEL_INSTRUCTIONS} \
+                 a kernel may have; its shapes are too large for this lowering",
+                self.name, self.instructions
+            ));
+        }
         if self.overflow {
             return Err(format!(
                 "kernel {} needs more than {} scalar registers",

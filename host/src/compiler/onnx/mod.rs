@@ -2,7 +2,7 @@
 //! [`ir::Model`] of `Data`, `Const`, operator and `NetOutput` nodes.
 //!
 //! ```text
-//!   bytes ─ prost ─▶ ModelProto ─▶ opset (13..=20)
+//!   bytes ─ prost ─▶ ModelProto ─▶ opset (13..=25)
 //!                        │
 //!                        ▼
 //!   graph inputs (not initializers) ─▶ Data {index}      (graph input order)
@@ -32,8 +32,10 @@ use proto::{AttributeProto, AttributeType, DataLocation, NodeProto, TensorProto}
 
 /// Oldest default-domain opset the importer accepts.
 pub const MIN_OPSET: i64 = 13;
-/// Newest default-domain opset the importer accepts.
-pub const MAX_OPSET: i64 = 20;
+/// Newest default-domain opset the importer accepts. Opsets 21 to 25 changed the supported
+/// operators only by admitting new element types (bfloat16, int4, float8, ...), which the
+/// importer rejects by type, so their f32 / f16 / integer semantics are those of opset 20.
+pub const MAX_OPSET: i64 = 25;
 
 /// A graph input the user feeds at run time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -366,6 +368,15 @@ fn element_type(code: i32) -> Result<DataType, String> {
             )
         }
     })
+}
+
+/// Decodes a serialized `TensorProto` (an ONNX test-data `input_0.pb`, say) into its name and
+/// an IR tensor, with the same checks as an initializer; the error is a message without
+/// context.
+pub fn decode_tensor_proto(bytes: &[u8]) -> Result<(String, Tensor), String> {
+    let t = TensorProto::decode(bytes).map_err(|e| format!("not a TensorProto: {e}"))?;
+    let name = t.name.clone();
+    Ok((name, decode_tensor(t)?))
 }
 
 /// Decodes a tensor's data into an IR tensor; the error is a message without context.

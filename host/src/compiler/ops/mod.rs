@@ -1,4 +1,4 @@
-//! The operator library: every supported ONNX operator (opsets 13 to 20) registers its verify,
+//! The operator library: every supported ONNX operator (opsets 13 to 25) registers its verify,
 //! infer-shape and (for shape computations) fold functions here, once.
 //!
 //! ```text

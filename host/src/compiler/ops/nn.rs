@@ -23,7 +23,9 @@ pub(super) fn defs() -> Vec<OpDef> {
             verify: verify_conv,
             infer: infer_conv,
             fold: None,
-            static_inputs: &[],
+            // The weights are packed for the cube (or laid out for the vector unit) when
+            // compiling, so they must be constants and are never read at run time.
+            static_inputs: &[1],
         },
         OpDef {
             op: "MaxPool",
@@ -261,6 +263,19 @@ impl Window {
         match x {
             Dim::Fixed(v) => {
                 let (v, s128) = (i128::from(*v), i128::from(s));
+                // The lowerings' work and memory grow with the stride (a column phase per
+                // step), so a stride past the padded input, which gives the same single
+                // window as a stride equal to it, is refused rather than planned.
+                let padded = if same { v } else { v + pb + pe }.max(1);
+                if s128 > padded {
+                    return Err(OpError::attr(
+                        "strides",
+                        format!("at most {padded}, the padded input extent on spatial axis {a}"),
+                        format!("{:?}", self.strides),
+                        "a stride past the padded input gives the same single window as a \
+                         stride equal to it; use that",
+                    ));
+                }
                 let out = if same {
                     (v + s128 - 1) / s128
                 } else {

@@ -72,6 +72,15 @@ pub(super) fn defs() -> Vec<OpDef> {
             &[],
         ),
         def(
+            "Split",
+            1,
+            2,
+            verify_split,
+            infer_split,
+            Some(fold_split),
+            &[1],
+        ),
+        def(
             "Slice",
             3,
             5,
@@ -634,6 +643,148 @@ fn slice_parse(ctx: &OpCtx<'_>) -> Result<(Vec<Dim>, Vec<SliceAxis>), OpError> {
         params.push(SliceAxis { axis, start, step });
     }
     Ok((shape, params))
+}
+
+/// Split's axis and the size of each output along it: input 1 (opset 13 on) or the `split`
+/// attribute (before), else equal parts of the axis (opset 18's `num_outputs` makes the last
+/// part the remainder).
+fn split_sizes(ctx: &OpCtx<'_>) -> Result<(usize, Vec<Dim>), OpError> {
+    let x = rank_where(ctx, 0, |r| r >= 1, "rank 1 or more")?;
+    let axis = norm_axis(Src::Attr("axis"), attr_int(ctx, "axis", 0)?, x.shape.len())?;
+    let n = ctx.node.outputs.len().max(1);
+    let sizes = if ctx.opset >= 13 {
+        forbid_attr(ctx, "split", "since opset 13 the sizes are input 1")?;
+        const_ints(ctx, 1, "the split sizes", &[DataType::I64])?
+    } else {
+        attr_ints(ctx, "split")?
+    };
+    if ctx.opset >= 18 {
+        if let Some(k) = ctx
+            .node
+            .attr("num_outputs")
+            .map(|_| attr_int(ctx, "num_outputs", 0))
+        {
+            let k = k?;
+            if sizes.is_some() {
+                return Err(node_err(
+                    "either the split sizes or num_outputs",
+                    "both",
+                    "give only one of them",
+                ));
+            }
+            if k != n as i64 {
+                return Err(node_err(
+                    format!("num_outputs equal to the node's {n} outputs"),
+                    k.to_string(),
+                    "make num_outputs match the outputs",
+                ));
+            }
+        } else if sizes.is_none() {
+            return Err(node_err(
+                "the split sizes (input 1) or the num_outputs attribute",
+                "neither",
+                "give the sizes of the parts or their number",
+            ));
+        }
+    } else {
+        forbid_attr(ctx, "num_outputs", "num_outputs exists from opset 18 on")?;
+    }
+    let dim = &x.shape[axis];
+    match sizes {
+        Some(s) => {
+            if s.len() != n {
+                return Err(node_err(
+                    format!("{n} split sizes (one per output)"),
+                    format!("{s:?}"),
+                    "give one size per output",
+                ));
+            }
+            if let Some(bad) = s.iter().find(|v| **v < 0) {
+                return Err(node_err(
+                    "non-negative split sizes",
+                    bad.to_string(),
+                    "fix the split sizes",
+                ));
+            }
+            let total: i64 = s.iter().sum();
+            if let Dim::Fixed(d) = dim
+                && *d != total
+            {
+                return Err(node_err(
+                    format!("split sizes summing to dim {axis} ({d})"),
+                    format!("{s:?} (sum {total})"),
+                    "make the sizes add up to the split axis",
+                ));
+            }
+            Ok((axis, s.into_iter().map(Dim::Fixed).collect()))
+        }
+        None => {
+            let Dim::Fixed(d) = dim else {
+                return Err(node_err(
+                    format!("a static dim {axis} to split into equal parts"),
+                    dim.to_string(),
+                    "give the split sizes explicitly",
+                ));
+            };
+            let n = n as i64;
+            let chunk = if ctx.opset >= 18 {
+                (d + n - 1) / n
+            } else if d % n == 0 {
+                d / n
+            } else {
+                return Err(node_err(
+                    format!("dim {axis} ({d}) divisible by the {n} outputs"),
+                    format!("{d} % {n} = {}", d % n),
+                    "give the split sizes explicitly",
+                ));
+            };
+            let sizes = (0..n)
+                .map(|k| Dim::Fixed((d - k * chunk).clamp(0, chunk)))
+                .collect();
+            Ok((axis, sizes))
+        }
+    }
+}
+
+fn verify_split(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    split_sizes(ctx).map(|_| ())
+}
+
+fn infer_split(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let x = ctx.input(0)?;
+    let (axis, sizes) = split_sizes(ctx)?;
+    Ok(sizes
+        .into_iter()
+        .map(|d| {
+            let mut shape = x.shape.clone();
+            shape[axis] = d;
+            TensorDesc::new(x.dtype, shape)
+        })
+        .collect())
+}
+
+fn fold_split(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    let Some(t) = known(ctx, 0) else {
+        return Ok(vec![]);
+    };
+    let (axis, sizes) = split_sizes(ctx)?;
+    let src = strides(&t.dims);
+    let mut out = Vec::with_capacity(sizes.len());
+    let mut start = 0i64;
+    for d in sizes {
+        let Dim::Fixed(len) = d else {
+            return Ok(vec![]);
+        };
+        let mut dims = t.dims.clone();
+        dims[axis] = len;
+        if !foldable(&dims) {
+            return Ok(vec![]);
+        }
+        let index = affine_index(&dims, start * src[axis], &src)?;
+        out.push(gather(t, dims, &index)?);
+        start += len;
+    }
+    Ok(out)
 }
 
 fn verify_slice(ctx: &OpCtx<'_>) -> Result<(), OpError> {

@@ -1,0 +1,780 @@
+//! Emission: the compiled graphs become the model's task streams, kernels, weights and memory
+//! plan (`.om` sections Tasks, Kernels and Weights).
+//!
+//! ```text
+//!   head stream:  [GetNext, GetDynamicDims]  MapIndex  case/LabelSwitch
+//!                 LabelSet L_0  StreamActive_0  <Batch_0 kernels>  LabelGoto L_exit
+//!                 ...
+//!                 LabelSet L_G-1  StreamActive_G-1  <Batch_G-1 kernels>  LabelSet L_exit
+//!                 <direct-output copies>  EndGraph
+//! ```
+//!
+//! Case lowering follows GE's label maker (gear spec §7): label L_exit first, then
+//! L_i = L_exit + 1 + i; every branch starts with `LabelSet L_i` and `StreamActive`; all but
+//! the last end with `LabelGoto L_exit`, the last with `LabelSet L_exit`. Stream assignment keeps every
+//! kernel on the head stream (each kernel spreads over all cores, so a second stream would only
+//! queue behind it); each branch's StreamActive therefore has an empty active list.
+//!
+//! Memory: tensors a node only relabels (`Lowered::Alias`) share their source's bytes; tensors
+//! that feed the NetOutput are written straight into the output buffers; the rest of a
+//! graph's tensors and its kernels' workspaces are placed first-fit by live interval in the
+//! feature-map region, the root's first and every branch overlaid after it. Constants are
+//! stored only when a kernel reads them (a weight a kernel reads in a prepared layout is stored
+//! in that layout only), deduplicated by content.
+
+use std::collections::BTreeMap;
+
+use gearsim_isa::gear::{SHAPE_TENSOR_BYTES, layout_table};
+use gearsim_isa::omtask::{
+    Addr, GetNextSlot, KernelArg, KernelImage, ModelTasks, NamedTask, OmTask, Region,
+};
+
+use super::Target;
+use super::gear::{self, GearSpec};
+use super::ir::{Graph, Model, Node, NodeId, Tensor, TensorDesc, Value};
+use super::lower::{Kernel, LowerCtx, LowerError, Lowered, Operand, lower_node};
+use super::memory::{Interval, Weights, place};
+
+/// What emission produced.
+#[derive(Debug, Clone, Default)]
+pub struct Emitted {
+    /// The kernels, each stored once, in `.om` order.
+    pub kernels: Vec<Kernel>,
+    /// The task streams.
+    pub tasks: ModelTasks,
+    /// The weights kernels read.
+    pub weights: Weights,
+    /// Feature-map bytes of the root graph (shared by every gear).
+    pub root_feature_map: u64,
+    /// Feature-map bytes of each branch, overlaid after the root's.
+    pub branch_feature_map: Vec<u64>,
+    /// Where each graph's tensors and workspaces went, for dumps and the verifier:
+    /// `(graph name, node name, what, address, bytes)`.
+    pub placements: Vec<Placement>,
+}
+
+/// Where one tensor or workspace lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// Graph name.
+    pub graph: String,
+    /// Node name.
+    pub node: String,
+    /// `output <k>` or `workspace`.
+    pub what: String,
+    /// Its address.
+    pub addr: Addr,
+    /// Its size.
+    pub bytes: u64,
+}
+
+impl Emitted {
+    /// The kernels as stored in the `.om`.
+    pub fn kernel_images(&self) -> Result<Vec<KernelImage>, String> {
+        self.kernels
+            .iter()
+            .map(|k| {
+                Ok(KernelImage {
+                    name: k.name.clone(),
+                    tiling: k.tiling.clone(),
+                    code: k
+                        .program
+                        .encode()
+                        .map_err(|(pc, e)| format!("kernel {} pc {pc}: {e}", k.name))?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A failure to emit, naming the graph.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EmitError {
+    /// A node could not be lowered.
+    #[error("in graph `{graph}`: {error}")]
+    Lower {
+        /// Graph name.
+        graph: String,
+        /// The lowering error.
+        error: LowerError,
+    },
+    /// The graph has a shape emission cannot handle.
+    #[error("in graph `{graph}`: {message}")]
+    Graph {
+        /// Graph name.
+        graph: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Where a value of a graph lives.
+#[derive(Debug, Clone)]
+enum Loc {
+    /// A fixed address.
+    At(Addr),
+    /// A constant, stored in the weights when something reads it.
+    Const(Tensor),
+}
+
+/// How a graph's boundary resolves.
+struct Env {
+    /// Each `Data` node's value.
+    data: BTreeMap<NodeId, Loc>,
+    /// Where NetOutput input j must end up (`None`: nowhere, the value stays internal).
+    outputs: Vec<Option<Addr>>,
+    /// Start of this graph's part of the feature-map region.
+    fm_base: u64,
+}
+
+/// Emits a compiled model: `spec` is the gear configuration of a gear model (`None` for a
+/// static one).
+pub fn emit(model: &Model, spec: Option<&GearSpec>, target: &Target) -> Result<Emitted, EmitError> {
+    let mut e = Emitter {
+        target,
+        out: Emitted::default(),
+        code_index: BTreeMap::new(),
+    };
+    let root = &model.graph;
+    let head = match spec {
+        None => {
+            let env = Env {
+                data: root_inputs(root),
+                outputs: (0..net_inputs(root).len())
+                    .map(|k| Some(Addr::new(Region::Output(k as u32), 0)))
+                    .collect(),
+                fm_base: 0,
+            };
+            let (mut tasks, bytes) = e.graph(root, &env)?;
+            e.out.root_feature_map = bytes;
+            tasks.push(named(OmTask::EndGraph, "EndGraph"));
+            tasks
+        }
+        Some(spec) => e.gear_root(model, spec)?,
+    };
+    let fm = e.out.root_feature_map + e.out.branch_feature_map.iter().copied().max().unwrap_or(0);
+    e.out.tasks.streams = vec![head];
+    e.out.tasks.feature_map_bytes = fm;
+    Ok(e.out)
+}
+
+fn named(task: OmTask, name: impl Into<String>) -> NamedTask {
+    NamedTask {
+        task,
+        name: name.into(),
+    }
+}
+
+fn net_inputs(g: &Graph) -> Vec<Option<Value>> {
+    g.nodes
+        .iter()
+        .find(|n| n.op == "NetOutput")
+        .map(|n| n.inputs.clone())
+        .unwrap_or_default()
+}
+
+/// A static graph's Data nodes in order are model inputs 0, 1, ...
+fn root_inputs(g: &Graph) -> BTreeMap<NodeId, Loc> {
+    g.of_type("Data")
+        .into_iter()
+        .enumerate()
+        .map(|(k, id)| (id, Loc::At(Addr::new(Region::Input(k as u32), 0))))
+        .collect()
+}
+
+fn bytes_of(d: &TensorDesc) -> u64 {
+    d.bytes().unwrap_or(0)
+}
+
+struct Emitter<'a> {
+    target: &'a Target,
+    out: Emitted,
+    /// Encoded kernel code -> kernel index.
+    code_index: BTreeMap<Vec<u8>, u32>,
+}
+
+impl Emitter<'_> {
+    fn resolve(&mut self, loc: &Loc) -> Addr {
+        match loc {
+            Loc::At(a) => *a,
+            Loc::Const(t) => Addr::new(Region::Weights, self.out.weights.add(t).offset),
+        }
+    }
+
+    fn kernel_index(&mut self, k: &Kernel, graph: &str) -> Result<u32, EmitError> {
+        let code = k.program.encode().map_err(|(pc, err)| EmitError::Graph {
+            graph: graph.to_string(),
+            message: format!("kernel {} does not encode at pc {pc}: {err}", k.name),
+        })?;
+        if let Some(i) = self.code_index.get(&code) {
+            return Ok(*i);
+        }
+        let i = self.out.kernels.len() as u32;
+        self.out.kernels.push(k.clone());
+        self.code_index.insert(code, i);
+        Ok(i)
+    }
+
+    /// The tasks of one graph (no EndGraph) and the feature-map bytes it needs past its base.
+    fn graph(&mut self, g: &Graph, env: &Env) -> Result<(Vec<NamedTask>, u64), EmitError> {
+        let gname = g.name.clone();
+        let n = g.nodes.len();
+        // 1. Lower every compute node.
+        let mut lowered: BTreeMap<NodeId, Lowered> = BTreeMap::new();
+        for (i, node) in g.nodes.iter().enumerate() {
+            if matches!(node.op.as_str(), "Data" | "Const" | "NetOutput") {
+                continue;
+            }
+            let id = NodeId(i as u32);
+            let inputs: Vec<Option<&TensorDesc>> =
+                node.inputs.iter().map(|v| v.map(|v| g.desc(v))).collect();
+            let values: Vec<Option<&Tensor>> = node
+                .inputs
+                .iter()
+                .map(|v| v.and_then(|v| self.constant_value(g, env, v)))
+                .collect();
+            let ctx = LowerCtx {
+                node,
+                inputs,
+                values,
+                outputs: &node.outputs,
+                target: self.target,
+            };
+            let l = lower_node(&ctx).map_err(|error| EmitError::Lower {
+                graph: gname.clone(),
+                error,
+            })?;
+            lowered.insert(id, l);
+        }
+        // 2. Aliases: a relabelled value shares its source's bytes.
+        let source = |mut v: Value| -> Value {
+            while let Some(Lowered::Alias { input }) = lowered.get(&v.node) {
+                match g.node(v.node).inputs.get(*input).copied().flatten() {
+                    Some(next) => v = next,
+                    None => break,
+                }
+            }
+            v
+        };
+        let produced_by_kernel =
+            |v: Value| matches!(lowered.get(&v.node), Some(Lowered::Kernels { .. }));
+        // 3. Output anchors: a kernel-made value feeding NetOutput slot j is written there.
+        let net = net_inputs(g);
+        let mut anchor: BTreeMap<Value, Addr> = BTreeMap::new();
+        let mut copies: Vec<(usize, Value)> = Vec::new();
+        for (j, v) in net.iter().enumerate() {
+            let Some(v) = v else { continue };
+            let s = source(*v);
+            match env.outputs.get(j).copied().flatten() {
+                Some(dst) if produced_by_kernel(s) && !anchor.contains_key(&s) => {
+                    anchor.insert(s, dst);
+                }
+                Some(_) => copies.push((j, *v)),
+                None => {}
+            }
+        }
+        // 4. Feature-map placement of the other kernel-made values and of workspaces.
+        let mut last_use: BTreeMap<Value, usize> = BTreeMap::new();
+        for (i, node) in g.nodes.iter().enumerate() {
+            let at = if node.op == "NetOutput" { n } else { i };
+            for v in node.inputs.iter().flatten() {
+                let s = source(*v);
+                let e = last_use.entry(s).or_insert(at);
+                *e = (*e).max(at);
+            }
+        }
+        let mut items: Vec<(Value, Option<usize>, Interval)> = Vec::new(); // (value, workspace node)
+        for (id, l) in &lowered {
+            let i = id.0 as usize;
+            if let Lowered::Kernels {
+                workspace_bytes, ..
+            } = l
+            {
+                for (k, d) in g.node(*id).outputs.iter().enumerate() {
+                    let v = Value {
+                        node: *id,
+                        output: k as u32,
+                    };
+                    if anchor.contains_key(&v) {
+                        continue;
+                    }
+                    let last = last_use.get(&v).copied().unwrap_or(i);
+                    items.push((
+                        v,
+                        None,
+                        Interval {
+                            first: i,
+                            last,
+                            bytes: bytes_of(d),
+                        },
+                    ));
+                }
+                if *workspace_bytes > 0 {
+                    items.push((
+                        Value {
+                            node: *id,
+                            output: u32::MAX,
+                        },
+                        Some(i),
+                        Interval {
+                            first: i,
+                            last: i,
+                            bytes: *workspace_bytes,
+                        },
+                    ));
+                }
+            }
+        }
+        let intervals: Vec<Interval> = items.iter().map(|(_, _, iv)| *iv).collect();
+        let (offsets, fm_bytes) = place(&intervals);
+        let mut fm: BTreeMap<Value, Addr> = BTreeMap::new();
+        let mut workspace: BTreeMap<NodeId, Addr> = BTreeMap::new();
+        for ((v, ws, iv), off) in items.iter().zip(&offsets) {
+            let addr = Addr::new(Region::FeatureMap, env.fm_base + off);
+            let what = match ws {
+                Some(_) => {
+                    workspace.insert(v.node, addr);
+                    "workspace".to_string()
+                }
+                None => {
+                    fm.insert(*v, addr);
+                    format!("output {}", v.output)
+                }
+            };
+            self.out.placements.push(Placement {
+                graph: gname.clone(),
+                node: g.node(v.node).name.clone(),
+                what,
+                addr,
+                bytes: iv.bytes,
+            });
+        }
+        for (v, a) in &anchor {
+            self.out.placements.push(Placement {
+                graph: gname.clone(),
+                node: g.node(v.node).name.clone(),
+                what: format!("output {}", v.output),
+                addr: *a,
+                bytes: bytes_of(g.desc(*v)),
+            });
+        }
+        // Where a value lives.
+        let locate = |this: &mut Self, v: Value| -> Result<Addr, EmitError> {
+            let s = source(v);
+            if let Some(a) = anchor.get(&s).or_else(|| fm.get(&s)) {
+                return Ok(*a);
+            }
+            let node = g.node(s.node);
+            match node.op.as_str() {
+                "Data" => match env.data.get(&s.node) {
+                    Some(l) => Ok(this.resolve(&l.clone())),
+                    None => Err(EmitError::Graph {
+                        graph: g.name.clone(),
+                        message: format!("Data node `{}` is not bound to an input", node.name),
+                    }),
+                },
+                "Const" => match node.tensor("value") {
+                    Some(t) => Ok(this.resolve(&Loc::Const(t.clone()))),
+                    None => Err(EmitError::Graph {
+                        graph: g.name.clone(),
+                        message: format!("Const node `{}` has no value", node.name),
+                    }),
+                },
+                _ => Err(EmitError::Graph {
+                    graph: g.name.clone(),
+                    message: format!(
+                        "output {} of node `{}` has no storage (nothing lowered it)",
+                        s.output, node.name
+                    ),
+                }),
+            }
+        };
+        // 5. Tasks in node order.
+        let mut tasks = Vec::new();
+        for (id, l) in &lowered {
+            let Lowered::Kernels {
+                kernels, derived, ..
+            } = l
+            else {
+                continue;
+            };
+            let node = g.node(*id);
+            for (ki, k) in kernels.iter().enumerate() {
+                let mut args = Vec::with_capacity(k.args.len());
+                for a in &k.args {
+                    let (addr, bytes) = match *a {
+                        Operand::Input(i) => match node.inputs.get(i).copied().flatten() {
+                            Some(v) => (locate(self, v)?, bytes_of(g.desc(v))),
+                            None => {
+                                return Err(EmitError::Graph {
+                                    graph: gname.clone(),
+                                    message: format!(
+                                        "kernel {} reads input {i} of `{}`, which is absent",
+                                        k.name, node.name
+                                    ),
+                                });
+                            }
+                        },
+                        Operand::Output(i) => {
+                            let v = Value {
+                                node: *id,
+                                output: i as u32,
+                            };
+                            (locate(self, v)?, bytes_of(g.desc(v)))
+                        }
+                        Operand::Derived(i) => match derived.get(i) {
+                            Some(t) => (self.resolve(&Loc::Const(t.clone())), t.data.len() as u64),
+                            None => {
+                                return Err(EmitError::Graph {
+                                    graph: gname.clone(),
+                                    message: format!(
+                                        "kernel {} reads derived constant {i}; `{}` has {}",
+                                        k.name,
+                                        node.name,
+                                        derived.len()
+                                    ),
+                                });
+                            }
+                        },
+                        Operand::Workspace(off) => match (workspace.get(id), l) {
+                            (
+                                Some(w),
+                                Lowered::Kernels {
+                                    workspace_bytes, ..
+                                },
+                            ) => (w.plus(off), workspace_bytes.saturating_sub(off)),
+                            _ => {
+                                return Err(EmitError::Graph {
+                                    graph: gname.clone(),
+                                    message: format!(
+                                        "kernel {} reads a workspace `{}` did not ask for",
+                                        k.name, node.name
+                                    ),
+                                });
+                            }
+                        },
+                    };
+                    args.push(KernelArg { addr, bytes });
+                }
+                let kernel = self.kernel_index(k, &gname)?;
+                let name = if kernels.len() == 1 {
+                    node.name.clone()
+                } else {
+                    format!("{}#{ki}", node.name)
+                };
+                tasks.push(named(
+                    OmTask::AiCore {
+                        kernel,
+                        block_dim: k.block_dim,
+                        args,
+                    },
+                    name,
+                ));
+            }
+        }
+        // 6. Outputs that need a copy (an input or constant returned as is, a value returned
+        // twice).
+        for (j, v) in copies {
+            let Some(dst) = env.outputs.get(j).copied().flatten() else {
+                continue;
+            };
+            let src = locate(self, v)?;
+            let size = bytes_of(g.desc(v));
+            if size > 0 {
+                tasks.push(named(
+                    OmTask::Memcpy { dst, src, size },
+                    format!("{}/copy_output_{j}", g.name),
+                ));
+            }
+        }
+        Ok((tasks, fm_bytes))
+    }
+
+    /// The constant value behind `v` when it is one (a Const, or a branch Data standing for a
+    /// root Const).
+    fn constant_value<'g>(&self, g: &'g Graph, env: &'g Env, v: Value) -> Option<&'g Tensor> {
+        let node = g.node(v.node);
+        match node.op.as_str() {
+            "Const" => node.tensor("value"),
+            "Data" => match env.data.get(&v.node) {
+                Some(Loc::Const(t)) => Some(t),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// The root of a gear model: its own tensors, the selection tasks and every branch.
+    fn gear_root(&mut self, model: &Model, spec: &GearSpec) -> Result<Vec<NamedTask>, EmitError> {
+        let g = &model.graph;
+        let gname = g.name.clone();
+        let err = |message: String| EmitError::Graph {
+            graph: gname.clone(),
+            message,
+        };
+        // Root tensors, placed one after another (they are few and all live the whole run).
+        let mut top = 0u64;
+        let mut alloc = |this: &mut Self, node: &Node, what: String, bytes: u64| -> Addr {
+            let a = Addr::new(Region::FeatureMap, top);
+            top += bytes.max(1).div_ceil(super::memory::ALIGN) * super::memory::ALIGN;
+            this.out.placements.push(Placement {
+                graph: g.name.clone(),
+                node: node.name.clone(),
+                what,
+                addr: a,
+                bytes,
+            });
+            a
+        };
+        let mut root_loc: BTreeMap<Value, Loc> = BTreeMap::new();
+        let mut tasks = Vec::new();
+        let mut input_k = 0u32;
+        let mut case_id = None;
+        let mut index_addr = None;
+        let mut gear_vector = None;
+        for (i, node) in g.nodes.iter().enumerate() {
+            let id = NodeId(i as u32);
+            let v0 = Value {
+                node: id,
+                output: 0,
+            };
+            match node.op.as_str() {
+                "Data" => {
+                    root_loc.insert(v0, Loc::At(Addr::new(Region::Input(input_k), 0)));
+                    if node.name == gear::SHAPE_DATA {
+                        gear_vector = Some(Addr::new(Region::Input(input_k), 0));
+                    }
+                    input_k += 1;
+                }
+                "Const" => {
+                    let t = node
+                        .tensor("value")
+                        .ok_or_else(|| err(format!("Const `{}` has no value", node.name)))?;
+                    let t = if node.name == gear::SHAPE_CONST {
+                        // The gear table, laid out the way MapIndex scans it.
+                        let n = spec.gears.first().map_or(0, Vec::len) as u32;
+                        let gm: Vec<i32> = t.to_i64s().iter().map(|v| *v as i32).collect();
+                        let table = layout_table(&gm, n, spec.gears.len() as u32, layout(spec));
+                        Tensor::from_i32s(vec![table.len() as i64], &table)
+                    } else {
+                        t.clone()
+                    };
+                    root_loc.insert(v0, Loc::Const(t));
+                }
+                "GetNext" => {
+                    let d = node.outputs.len() / 2;
+                    let mut outputs = Vec::with_capacity(d);
+                    for k in 0..d {
+                        let bytes = bytes_of(&node.outputs[k]);
+                        let data = alloc(self, node, format!("output {k}"), bytes);
+                        let shape = alloc(self, node, format!("shape {k}"), SHAPE_TENSOR_BYTES);
+                        root_loc.insert(
+                            Value {
+                                node: id,
+                                output: k as u32,
+                            },
+                            Loc::At(data),
+                        );
+                        root_loc.insert(
+                            Value {
+                                node: id,
+                                output: (d + k) as u32,
+                            },
+                            Loc::At(shape),
+                        );
+                        outputs.push(GetNextSlot {
+                            data,
+                            capacity: bytes,
+                            shape,
+                        });
+                    }
+                    tasks.push(named(OmTask::GetNext { outputs }, node.name.clone()));
+                }
+                "GetDynamicDims" => {
+                    let out = alloc(self, node, "output 0".into(), bytes_of(&node.outputs[0]));
+                    let shapes = node
+                        .inputs
+                        .iter()
+                        .map(|v| match v.and_then(|v| root_loc.get(&v)) {
+                            Some(Loc::At(a)) => Ok(*a),
+                            _ => Err(err(format!(
+                                "an input of `{}` is not a shape tensor",
+                                node.name
+                            ))),
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let shape_info = node.ints("shape_info").unwrap_or(&[]).to_vec();
+                    root_loc.insert(v0, Loc::At(out));
+                    gear_vector = Some(out);
+                    self.out.tasks.dims_out = Some(out);
+                    tasks.push(named(
+                        OmTask::GetDynamicDims {
+                            shape_info,
+                            shapes,
+                            out,
+                        },
+                        node.name.clone(),
+                    ));
+                }
+                "MapIndex" => {
+                    let y = alloc(self, node, "output 0".into(), 4);
+                    let x = gear_vector.ok_or_else(|| err("MapIndex has no gear vector".into()))?;
+                    let table = match node
+                        .inputs
+                        .get(1)
+                        .copied()
+                        .flatten()
+                        .and_then(|v| root_loc.get(&v))
+                    {
+                        Some(l) => self.resolve(&l.clone()),
+                        None => return Err(err("MapIndex has no gear table".into())),
+                    };
+                    root_loc.insert(v0, Loc::At(y));
+                    index_addr = Some(y);
+                    tasks.push(named(
+                        OmTask::MapIndex {
+                            engine: engine(spec),
+                            layout: layout(spec),
+                            n: spec.gears.first().map_or(0, Vec::len) as u32,
+                            gears: spec.gears.len() as u32,
+                            x,
+                            table,
+                            y,
+                        },
+                        node.name.clone(),
+                    ));
+                }
+                "Case" => case_id = Some(id),
+                "NetOutput" => {}
+                op => {
+                    return Err(err(format!(
+                        "node `{}` ({op}) in the root of a gear model is not expected",
+                        node.name
+                    )));
+                }
+            }
+        }
+        let case_id = case_id.ok_or_else(|| err("the root has no Case".into()))?;
+        self.out.root_feature_map = top;
+        let case = g.node(case_id);
+        let net = net_inputs(g);
+        // Where Case output j goes: the output buffer of the NetOutput slot reading it.
+        let case_out: Vec<Option<Addr>> = (0..case.outputs.len())
+            .map(|j| {
+                net.iter()
+                    .position(|v| {
+                        *v == Some(Value {
+                            node: case_id,
+                            output: j as u32,
+                        })
+                    })
+                    .map(|k| Addr::new(Region::Output(k as u32), 0))
+            })
+            .collect();
+        let index = index_addr.ok_or_else(|| err("the root has no MapIndex".into()))?;
+        let branches = case.subgraphs.len();
+        let case_name = case.name.clone();
+        // Labels: L_exit = 0, L_i = 1 + i (none for a single branch).
+        let labelled = branches > 1;
+        if labelled {
+            self.out.tasks.labels = branches as u32 + 1;
+            tasks.push(named(
+                OmTask::LabelSwitch {
+                    index,
+                    labels: (1..=branches as u32).collect(),
+                },
+                format!("{case_name}/LabelSwitch"),
+            ));
+        }
+        for (i, bname) in case.subgraphs.iter().enumerate() {
+            let b = model.subgraph(bname).ok_or_else(|| {
+                err(format!(
+                    "the Case names branch {bname}, which does not exist"
+                ))
+            })?;
+            let mut data = BTreeMap::new();
+            for (k, n) in b.nodes.iter().enumerate() {
+                if n.op != "Data" {
+                    continue;
+                }
+                let p = n.int("_parent_node_index").unwrap_or(-1);
+                let parent = usize::try_from(p)
+                    .ok()
+                    .and_then(|p| case.inputs.get(p).copied().flatten())
+                    .ok_or_else(|| {
+                        err(format!("branch Data `{}` has no parent input {p}", n.name))
+                    })?;
+                let loc = root_loc
+                    .get(&parent)
+                    .cloned()
+                    .ok_or_else(|| err(format!("Case input {p} has no storage")))?;
+                data.insert(NodeId(k as u32), loc);
+            }
+            let env = Env {
+                data,
+                outputs: case_out.clone(),
+                fm_base: self.out.root_feature_map,
+            };
+            if labelled {
+                tasks.push(named(
+                    OmTask::LabelSet {
+                        label: 1 + i as u32,
+                    },
+                    format!("{case_name}/LabelSet_{i}"),
+                ));
+            }
+            tasks.push(named(
+                OmTask::StreamActive { stream: None },
+                format!("{case_name}/StreamActive_{i}"),
+            ));
+            let (branch_tasks, bytes) = self.graph(b, &env)?;
+            tasks.extend(branch_tasks);
+            self.out.branch_feature_map.push(bytes);
+            if labelled {
+                if i + 1 < branches {
+                    tasks.push(named(
+                        OmTask::LabelGoto { label: 0 },
+                        format!("{case_name}/LabelGoto_{i}"),
+                    ));
+                } else {
+                    tasks.push(named(
+                        OmTask::LabelSet { label: 0 },
+                        format!("{case_name}/LabelSet_Last"),
+                    ));
+                }
+            }
+        }
+        // Direct outputs: a root input returned as is is copied into its output buffer.
+        for (k, v) in net.iter().enumerate() {
+            let Some(v) = v else { continue };
+            if v.node == case_id || g.node(v.node).op == "GetDynamicDims" {
+                continue;
+            }
+            let Some(loc) = root_loc.get(v).cloned() else {
+                continue;
+            };
+            let src = self.resolve(&loc);
+            let size = bytes_of(g.desc(*v));
+            if size > 0 {
+                tasks.push(named(
+                    OmTask::Memcpy {
+                        dst: Addr::new(Region::Output(k as u32), 0),
+                        src,
+                        size,
+                    },
+                    format!("{}/copy_output_{k}", g.name),
+                ));
+            }
+        }
+        tasks.push(named(OmTask::EndGraph, "EndGraph"));
+        Ok(tasks)
+    }
+}
+
+fn layout(spec: &GearSpec) -> gearsim_isa::gear::TableLayout {
+    gearsim_isa::gear::TableLayout::from_code(spec.table_layout).unwrap_or_default()
+}
+
+fn engine(spec: &GearSpec) -> gearsim_isa::gear::MapIndexEngine {
+    gearsim_isa::gear::MapIndexEngine::from_code(spec.mapindex_engine).unwrap_or_default()
+}

@@ -1,0 +1,489 @@
+//! Hybrid mode's dynamic-shape path (spec §10, seed 002): input shapes that match no gear run
+//! the original graph op by op, with shapes inferred for the actual inputs, kernels lowered
+//! for those shapes and cached, and device buffers reused while they are large enough.
+//!
+//! ```text
+//!   run(inputs) ─ update_shape: the graph's Data shapes := the inputs' shapes; infer + fold
+//!     for each node in order:
+//!       Alias (Reshape, Flatten, ...) ─ its output is its input's buffer
+//!       update_impl: kernels for (op, attributes, input types and shapes, constant inputs)
+//!                    ─ the cache, or lower_node + load the kernels (a miss)
+//!       realloc_if_needed: each output's buffer, grown only when too small
+//!       launch each kernel on the runtime's stream (its argument array rewritten)
+//!   outputs ─ D2H at their inferred shapes
+//! ```
+//!
+//! The `.om` of a hybrid model carries the source ONNX bytes in its `Graph` section; the
+//! lowering is the compiler's own, so the dynamic path computes what a static compile for
+//! those shapes would.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use gearsim_firmware::{DevicePtr, HostPtr, KernelHandle};
+use gearsim_isa::om::ModelDesc;
+use gearsim_isa::task::{AiCoreKernel, Task};
+use gearsim_traces::TraceSink;
+
+use super::error::RuntimeError;
+use super::session::{Runtime, Transfers};
+use crate::atc;
+use crate::compiler::infer::{fold_constants, infer_graph};
+use crate::compiler::ir::{Format, Graph, Model, NodeId, Tensor, Value, fixed_shape};
+use crate::compiler::lower::{LowerCtx, Lowered, Operand, lower_node};
+use crate::compiler::{onnx, ops};
+
+/// Kernels lowered for one op configuration, loaded on the device.
+struct CachedOp {
+    /// Aliases have no kernels.
+    alias: Option<usize>,
+    kernels: Vec<(KernelHandle, u32, Vec<Operand>)>,
+    /// Derived constants, uploaded.
+    derived: Vec<DevicePtr>,
+    workspace_bytes: u64,
+}
+
+/// A device buffer that only grows.
+#[derive(Debug, Clone, Copy)]
+struct Buffer {
+    ptr: DevicePtr,
+    capacity: u64,
+}
+
+/// What the dynamic path did in its runs so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DynamicStats {
+    /// Runs.
+    pub runs: u64,
+    /// Op configurations lowered (cache misses).
+    pub lowered: u64,
+    /// Kernel lookups served by the cache.
+    pub cache_hits: u64,
+    /// Buffers allocated or grown.
+    pub reallocs: u64,
+    /// Buffers reused as they were.
+    pub reused: u64,
+}
+
+/// The dynamic-shape executable of a hybrid model.
+pub struct DynamicModel {
+    model: Model,
+    /// Model input name → its layout name, from the description.
+    formats: BTreeMap<String, String>,
+    cache: BTreeMap<String, CachedOp>,
+    /// Per value name, its buffer.
+    buffers: BTreeMap<String, Buffer>,
+    /// Uploaded constants: node name → (value, buffer).
+    constants: BTreeMap<String, (Arc<Vec<u8>>, Buffer)>,
+    workspace: Option<Buffer>,
+    /// One argument array per cached kernel, rewritten before each launch.
+    args: BTreeMap<(String, usize), DevicePtr>,
+    /// Pinned host staging buffers by size class.
+    staging: BTreeMap<String, (HostPtr, u64)>,
+    stats: DynamicStats,
+}
+
+impl DynamicModel {
+    /// Reads the source graph a hybrid `.om` carries.
+    pub fn new(graph: &[u8], desc: &ModelDesc) -> Result<DynamicModel, RuntimeError> {
+        let imported = onnx::import(graph, &format!("{} (hybrid source graph)", desc.name))
+            .map_err(|e| RuntimeError::Dynamic(e.to_string()))?;
+        Ok(DynamicModel {
+            model: imported.model,
+            formats: desc
+                .inputs
+                .iter()
+                .map(|i| (i.name.clone(), i.format.clone()))
+                .collect(),
+            cache: BTreeMap::new(),
+            buffers: BTreeMap::new(),
+            constants: BTreeMap::new(),
+            workspace: None,
+            args: BTreeMap::new(),
+            staging: BTreeMap::new(),
+            stats: DynamicStats::default(),
+        })
+    }
+
+    /// What the path did so far.
+    pub fn stats(&self) -> DynamicStats {
+        self.stats
+    }
+
+    /// update_shape: the graph for these inputs, inferred and folded.
+    fn shaped_graph(&self, inputs: &[Tensor], names: &[String]) -> Result<Graph, RuntimeError> {
+        let mut g = self.model.graph.clone();
+        for (x, name) in inputs.iter().zip(names) {
+            let id = g.find(name).ok_or_else(|| {
+                RuntimeError::Dynamic(format!("the source graph has no input `{name}`"))
+            })?;
+            let d = &mut g.node_mut(id).outputs[0];
+            d.shape = fixed_shape(&x.dims);
+            if x.dims.len() == 4 {
+                d.format = self
+                    .formats
+                    .get(name)
+                    .and_then(|f| Format::parse(f))
+                    .unwrap_or(Format::Nchw);
+            }
+        }
+        let known = infer_graph(&mut g, &ops::standard(), self.model.opset)
+            .map_err(|e| RuntimeError::Dynamic(format!("shape inference: {e}")))?;
+        fold_constants(&mut g, &known);
+        Ok(g)
+    }
+
+    /// Runs the graph on `inputs` (the data inputs in model order).
+    pub(crate) fn run<S: TraceSink>(
+        &mut self,
+        rt: &mut Runtime<S>,
+        inputs: &[Tensor],
+        names: &[String],
+    ) -> Result<(Vec<Tensor>, Transfers), RuntimeError> {
+        self.stats.runs += 1;
+        let g = self.shaped_graph(inputs, names)?;
+        let target = atc::target(rt.dev.chip().config());
+        let mut t = Transfers::default();
+        // Where each value lives.
+        let mut at: BTreeMap<Value, DevicePtr> = BTreeMap::new();
+        for (i, n) in g.nodes.iter().enumerate() {
+            let id = NodeId(i as u32);
+            let v0 = Value {
+                node: id,
+                output: 0,
+            };
+            match n.op.as_str() {
+                "Data" => {
+                    let k = names.iter().position(|x| *x == n.name).ok_or_else(|| {
+                        RuntimeError::Dynamic(format!("graph input `{}` is no model input", n.name))
+                    })?;
+                    let b = self.buffer(rt, &n.name, inputs[k].data.len() as u64)?;
+                    let host = self.stage(rt, &n.name, inputs[k].data.len() as u64)?;
+                    rt.h2d(
+                        &format!("memcpy_h2d input {k}"),
+                        host,
+                        b.ptr.0,
+                        &inputs[k].data,
+                        &mut t,
+                    )?;
+                    at.insert(v0, b.ptr);
+                }
+                "Const" => {
+                    let value = n.tensor("value").ok_or_else(|| {
+                        RuntimeError::Dynamic(format!("constant `{}` has no value", n.name))
+                    })?;
+                    let p = self.constant(rt, &n.name, value)?;
+                    at.insert(v0, p);
+                }
+                "NetOutput" => {}
+                _ => self.node(rt, &g, id, &target, &mut at)?,
+            }
+        }
+        // Outputs.
+        rt.dev.synchronize(rt.stream)?;
+        let net = g
+            .nodes
+            .iter()
+            .find(|n| n.op == "NetOutput")
+            .ok_or_else(|| RuntimeError::Dynamic("the graph has no outputs".into()))?;
+        let mut outputs = Vec::new();
+        for (o, v) in net.inputs.iter().enumerate() {
+            let v = v.ok_or_else(|| RuntimeError::Dynamic(format!("output {o} is absent")))?;
+            let d = g.desc(v);
+            let dims: Vec<i64> = d.shape.iter().map(|x| x.fixed().unwrap_or(0)).collect();
+            let bytes = d.bytes().unwrap_or(0);
+            let src = at
+                .get(&v)
+                .copied()
+                .ok_or_else(|| RuntimeError::Dynamic(format!("output {o} was never computed")))?;
+            let host = self.stage(rt, &format!("output {o}"), bytes)?;
+            let data = rt.d2h(
+                &format!("memcpy_d2h output {o}"),
+                src.0,
+                host,
+                bytes,
+                &mut t,
+            )?;
+            outputs.push(Tensor::new(d.dtype, dims, data).map_err(RuntimeError::Dynamic)?);
+        }
+        Ok((outputs, t))
+    }
+
+    /// update_impl + realloc_if_needed + launch for one node.
+    fn node<S: TraceSink>(
+        &mut self,
+        rt: &mut Runtime<S>,
+        g: &Graph,
+        id: NodeId,
+        target: &crate::compiler::Target,
+        at: &mut BTreeMap<Value, DevicePtr>,
+    ) -> Result<(), RuntimeError> {
+        let n = g.node(id);
+        let in_descs: Vec<Option<_>> = n.inputs.iter().map(|v| v.map(|v| g.desc(v))).collect();
+        let values: Vec<Option<&Tensor>> = n
+            .inputs
+            .iter()
+            .map(|v| {
+                v.and_then(|v| {
+                    let p = g.node(v.node);
+                    (p.op == "Const").then(|| p.tensor("value")).flatten()
+                })
+            })
+            .collect();
+        let key = cache_key(g, id);
+        if self.cache.contains_key(&key) {
+            self.stats.cache_hits += 1;
+        } else {
+            let ctx = LowerCtx {
+                node: n,
+                inputs: in_descs.clone(),
+                values: values.clone(),
+                outputs: &n.outputs,
+                target,
+            };
+            let lowered = lower_node(&ctx).map_err(|e| RuntimeError::Dynamic(e.to_string()))?;
+            let op = match lowered {
+                Lowered::Alias { input } => CachedOp {
+                    alias: Some(input),
+                    kernels: Vec::new(),
+                    derived: Vec::new(),
+                    workspace_bytes: 0,
+                },
+                Lowered::Kernels {
+                    kernels,
+                    derived,
+                    workspace_bytes,
+                } => {
+                    let mut loaded = Vec::new();
+                    for k in kernels {
+                        let h = rt.dev.load_kernel(k.program)?;
+                        loaded.push((h, k.block_dim, k.args));
+                    }
+                    let derived = derived
+                        .iter()
+                        .map(|d| {
+                            let p = rt.dev.alloc(d.data.len().max(1) as u64)?;
+                            rt.dev.write(p, &d.data)?;
+                            Ok(p)
+                        })
+                        .collect::<Result<_, RuntimeError>>()?;
+                    CachedOp {
+                        alias: None,
+                        kernels: loaded,
+                        derived,
+                        workspace_bytes,
+                    }
+                }
+            };
+            self.stats.lowered += 1;
+            self.cache.insert(key.clone(), op);
+        }
+        let op = &self.cache[&key];
+        if let Some(input) = op.alias {
+            let v = n.inputs[input].ok_or_else(|| {
+                RuntimeError::Dynamic(format!("`{}`: aliased input absent", n.name))
+            })?;
+            let p = at[&v];
+            at.insert(
+                Value {
+                    node: id,
+                    output: 0,
+                },
+                p,
+            );
+            return Ok(());
+        }
+        let kernels = op.kernels.clone();
+        let derived = op.derived.clone();
+        let ws_bytes = op.workspace_bytes;
+        let mut outs = Vec::new();
+        for (k, d) in n.outputs.iter().enumerate() {
+            let b = self.buffer(rt, &format!("{}:{k}", n.name), d.bytes().unwrap_or(0))?;
+            at.insert(
+                Value {
+                    node: id,
+                    output: k as u32,
+                },
+                b.ptr,
+            );
+            outs.push(b.ptr);
+        }
+        let ws = if ws_bytes > 0 {
+            Some(self.workspace(rt, ws_bytes)?)
+        } else {
+            None
+        };
+        for (ki, (handle, block_dim, args)) in kernels.iter().enumerate() {
+            let addrs = args
+                .iter()
+                .map(|a| match *a {
+                    Operand::Input(i) => n.inputs[i]
+                        .and_then(|v| at.get(&v).copied())
+                        .map(|p| p.0)
+                        .ok_or_else(|| format!("input {i}")),
+                    Operand::Output(i) => Ok(outs[i].0),
+                    Operand::Derived(i) => Ok(derived[i].0),
+                    Operand::Workspace(off) => {
+                        ws.map(|w| w.0 + off).ok_or_else(|| "workspace".into())
+                    }
+                })
+                .collect::<Result<Vec<u64>, String>>()
+                .map_err(|what| {
+                    RuntimeError::Dynamic(format!("`{}`: no buffer for {what}", n.name))
+                })?;
+            let bytes: Vec<u8> = addrs.iter().flat_map(|a| a.to_le_bytes()).collect();
+            let slot = (key.clone(), ki);
+            let args_ptr = match self.args.get(&slot) {
+                Some(p) => *p,
+                None => {
+                    let p = rt.dev.alloc(bytes.len().max(8) as u64)?;
+                    self.args.insert(slot, p);
+                    p
+                }
+            };
+            rt.dev.write(args_ptr, &bytes)?;
+            rt.dev.submit(
+                rt.stream,
+                Task::AiCoreKernel(AiCoreKernel {
+                    kernel: handle.addr.0,
+                    args: args_ptr.0,
+                    block_dim: *block_dim,
+                }),
+                Some(&n.name),
+            )?;
+            // The argument array is rewritten by the next launch of the same kernel: wait
+            // for this one first (the runtime's stream runs in order anyway).
+            rt.dev.synchronize(rt.stream)?;
+        }
+        Ok(())
+    }
+
+    /// realloc_if_needed: the buffer named `name`, at least `bytes` long.
+    fn buffer<S: TraceSink>(
+        &mut self,
+        rt: &mut Runtime<S>,
+        name: &str,
+        bytes: u64,
+    ) -> Result<Buffer, RuntimeError> {
+        let bytes = bytes.max(1);
+        if let Some(b) = self.buffers.get(name) {
+            if b.capacity >= bytes {
+                self.stats.reused += 1;
+                return Ok(*b);
+            }
+            rt.dev.free(b.ptr)?;
+        }
+        let b = Buffer {
+            ptr: rt.dev.alloc(bytes)?,
+            capacity: bytes,
+        };
+        self.stats.reallocs += 1;
+        self.buffers.insert(name.to_string(), b);
+        Ok(b)
+    }
+
+    fn workspace<S: TraceSink>(
+        &mut self,
+        rt: &mut Runtime<S>,
+        bytes: u64,
+    ) -> Result<DevicePtr, RuntimeError> {
+        match self.workspace {
+            Some(w) if w.capacity >= bytes => Ok(w.ptr),
+            old => {
+                if let Some(w) = old {
+                    rt.dev.free(w.ptr)?;
+                }
+                let w = Buffer {
+                    ptr: rt.dev.alloc(bytes)?,
+                    capacity: bytes,
+                };
+                self.stats.reallocs += 1;
+                self.workspace = Some(w);
+                Ok(w.ptr)
+            }
+        }
+    }
+
+    /// A constant on the device, uploaded again only when folding gave it a new value.
+    fn constant<S: TraceSink>(
+        &mut self,
+        rt: &mut Runtime<S>,
+        name: &str,
+        value: &Tensor,
+    ) -> Result<DevicePtr, RuntimeError> {
+        if let Some((data, b)) = self.constants.get(name) {
+            if **data == *value.data {
+                return Ok(b.ptr);
+            }
+        }
+        let bytes = value.data.len() as u64;
+        let b = match self.constants.get(name) {
+            Some((_, b)) if b.capacity >= bytes.max(1) => *b,
+            old => {
+                if let Some((_, b)) = old {
+                    rt.dev.free(b.ptr)?;
+                }
+                Buffer {
+                    ptr: rt.dev.alloc(bytes.max(1))?,
+                    capacity: bytes.max(1),
+                }
+            }
+        };
+        rt.dev.write(b.ptr, &value.data)?;
+        self.constants
+            .insert(name.to_string(), (value.data.clone(), b));
+        Ok(b.ptr)
+    }
+
+    /// A pinned host buffer of at least `bytes` for transfer `name`.
+    fn stage<S: TraceSink>(
+        &mut self,
+        rt: &mut Runtime<S>,
+        name: &str,
+        bytes: u64,
+    ) -> Result<HostPtr, RuntimeError> {
+        let bytes = bytes.max(1);
+        if let Some((p, cap)) = self.staging.get(name) {
+            if *cap >= bytes {
+                return Ok(*p);
+            }
+            rt.dev.host_free(*p)?;
+        }
+        let p = rt.dev.host_alloc(bytes)?;
+        self.staging.insert(name.to_string(), (p, bytes));
+        Ok(p)
+    }
+}
+
+/// The cache key of a node: its op, attributes, input types and shapes, and which inputs are
+/// which constants (their values shape the kernels: packed weights, folded parameters).
+fn cache_key(g: &Graph, id: NodeId) -> String {
+    let n = g.node(id);
+    let mut key = format!("{}|{:?}|", n.op, n.attrs);
+    for v in &n.inputs {
+        match v {
+            None => key.push_str("_;"),
+            Some(v) => {
+                let p = g.node(v.node);
+                key.push_str(&g.desc(*v).to_string());
+                if p.op == "Const" {
+                    let t = p.tensor("value");
+                    key.push_str(&format!(
+                        "={}#{:016x}",
+                        p.name,
+                        t.map_or(0, |t| fnv(&t.data))
+                    ));
+                }
+                key.push(';');
+            }
+        }
+    }
+    key
+}
+
+/// FNV-1a, to tell folded constant values apart in cache keys.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

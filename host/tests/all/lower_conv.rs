@@ -1,0 +1,514 @@
+//! Lowered Conv runs on the simulated chip and matches an f64 reference computed here.
+
+use gearsim_host::compiler::ir::{Attr, DataType, Tensor};
+use gearsim_host::oprun::Ran;
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use super::device_run::{constant, data, f32s, run_op};
+
+/// Random f16-representable values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)).to_f32())
+        .collect()
+}
+
+fn tensor(dtype: DataType, dims: &[i64], v: &[f32]) -> Tensor {
+    match dtype {
+        DataType::F16 => {
+            let b = v
+                .iter()
+                .flat_map(|x| f16::from_f32(*x).to_bits().to_le_bytes())
+                .collect();
+            Tensor::new(DataType::F16, dims.to_vec(), b).unwrap()
+        }
+        _ => Tensor::from_f32s(dims.to_vec(), v),
+    }
+}
+
+/// A convolution case: NCHW input, weights [M, C/group, kh, kw].
+#[derive(Debug, Clone)]
+struct Case {
+    n: i64,
+    c: i64,
+    h: i64,
+    w: i64,
+    m: i64,
+    k: (i64, i64),
+    stride: (i64, i64),
+    dil: (i64, i64),
+    pads: [i64; 4],
+    group: i64,
+    bias: bool,
+    dtype: DataType,
+}
+
+impl Case {
+    fn new(n: i64, c: i64, hw: (i64, i64), m: i64, k: i64) -> Case {
+        Case {
+            n,
+            c,
+            h: hw.0,
+            w: hw.1,
+            m,
+            k: (k, k),
+            stride: (1, 1),
+            dil: (1, 1),
+            pads: [0; 4],
+            group: 1,
+            bias: false,
+            dtype: DataType::F16,
+        }
+    }
+    fn pad(mut self, p: i64) -> Case {
+        self.pads = [p; 4];
+        self
+    }
+    fn stride(mut self, s: i64) -> Case {
+        self.stride = (s, s);
+        self
+    }
+    fn dil(mut self, d: i64) -> Case {
+        self.dil = (d, d);
+        self
+    }
+    fn bias(mut self) -> Case {
+        self.bias = true;
+        self
+    }
+    fn f32(mut self) -> Case {
+        self.dtype = DataType::F32;
+        self
+    }
+    fn group(mut self, g: i64) -> Case {
+        self.group = g;
+        self
+    }
+    fn out_dims(&self) -> (i64, i64) {
+        let o =
+            |x: i64, k: i64, s: i64, d: i64, a: i64, b: i64| (x + a + b - (k - 1) * d - 1) / s + 1;
+        (
+            o(
+                self.h,
+                self.k.0,
+                self.stride.0,
+                self.dil.0,
+                self.pads[0],
+                self.pads[2],
+            ),
+            o(
+                self.w,
+                self.k.1,
+                self.stride.1,
+                self.dil.1,
+                self.pads[1],
+                self.pads[3],
+            ),
+        )
+    }
+}
+
+/// Reference conv in f64: values and sum |x w| per output (for the tolerance).
+fn reference(c: &Case, x: &[f32], w: &[f32], b: Option<&[f32]>) -> (Vec<f64>, Vec<f64>) {
+    let (ho, wo) = c.out_dims();
+    let cg = c.c / c.group;
+    let mg = c.m / c.group;
+    let mut out = Vec::new();
+    let mut scale = Vec::new();
+    for n in 0..c.n {
+        for m in 0..c.m {
+            let g = m / mg;
+            for oh in 0..ho {
+                for ow in 0..wo {
+                    let mut acc = b.map_or(0.0, |b| f64::from(b[m as usize]));
+                    let mut s = acc.abs();
+                    for ci in 0..cg {
+                        let cin = g * cg + ci;
+                        for i in 0..c.k.0 {
+                            let y = oh * c.stride.0 + i * c.dil.0 - c.pads[0];
+                            if y < 0 || y >= c.h {
+                                continue;
+                            }
+                            for j in 0..c.k.1 {
+                                let xx = ow * c.stride.1 + j * c.dil.1 - c.pads[1];
+                                if xx < 0 || xx >= c.w {
+                                    continue;
+                                }
+                                let xv =
+                                    f64::from(x[(((n * c.c + cin) * c.h + y) * c.w + xx) as usize]);
+                                let wv = f64::from(
+                                    w[(((m * cg + ci) * c.k.0 + i) * c.k.1 + j) as usize],
+                                );
+                                acc += xv * wv;
+                                s += (xv * wv).abs();
+                            }
+                        }
+                    }
+                    out.push(acc);
+                    scale.push(s);
+                }
+            }
+        }
+    }
+    (out, scale)
+}
+
+fn attrs(c: &Case) -> Vec<(&'static str, Attr)> {
+    vec![
+        ("kernel_shape", Attr::Ints(vec![c.k.0, c.k.1])),
+        ("strides", Attr::Ints(vec![c.stride.0, c.stride.1])),
+        ("dilations", Attr::Ints(vec![c.dil.0, c.dil.1])),
+        ("pads", Attr::Ints(c.pads.to_vec())),
+        ("group", Attr::Int(c.group)),
+    ]
+}
+
+/// Runs a case and checks every element: |got - want| <= rtol |want| + atol sum|x w|.
+fn check(c: &Case, seed: u64, rtol: f64, atol: f64) -> Ran {
+    let xd = [c.n, c.c, c.h, c.w];
+    let wd = [c.m, c.c / c.group, c.k.0, c.k.1];
+    let xv = values((c.n * c.c * c.h * c.w) as usize, seed);
+    let wv = values((wd.iter().product::<i64>()) as usize, seed + 1);
+    let bv = values(c.m as usize, seed + 2);
+    let mut inputs = vec![
+        data(tensor(c.dtype, &xd, &xv)),
+        constant(tensor(c.dtype, &wd, &wv)),
+    ];
+    if c.bias {
+        inputs.push(constant(tensor(c.dtype, &[c.m], &bv)));
+    }
+    let r = run_op("Conv", &attrs(c), inputs).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    let (want, scale) = reference(c, &xv, &wv, c.bias.then_some(&bv[..]));
+    let got = f32s(&r.outputs[0]);
+    assert_eq!(got.len(), want.len(), "{c:?}: element count");
+    for (i, ((g, w), s)) in got.iter().zip(&want).zip(&scale).enumerate() {
+        let err = (f64::from(*g) - w).abs();
+        let bound = rtol * w.abs() + atol * s + 1e-6;
+        assert!(
+            err <= bound,
+            "{c:?}: element {i} of {} is {g}, expected {w} (error {err:.3e} > bound {bound:.3e})\n{:?}",
+            got.len(),
+            r.kernels.last().map(|k| &k.tiling)
+        );
+    }
+    r
+}
+
+fn cube(c: &Case, seed: u64) -> Ran {
+    check(c, seed, 1e-2, 1e-3)
+}
+
+#[test]
+fn conv_1x1_small() {
+    cube(&Case::new(1, 16, (4, 8), 16, 1), 1);
+}
+
+#[test]
+fn conv_3x3_pad1() {
+    cube(&Case::new(1, 16, (8, 20), 16, 3).pad(1), 2);
+}
+
+#[test]
+fn conv_3x3_odd_channels_bias() {
+    cube(&Case::new(1, 3, (13, 13), 17, 3).pad(1).bias(), 3);
+}
+
+#[test]
+fn conv_3x3_stride2_pad1_batch3() {
+    cube(&Case::new(3, 17, (13, 13), 20, 3).pad(1).stride(2), 4);
+}
+
+#[test]
+fn conv_3x3_stride2_bias_f32() {
+    cube(
+        &Case::new(2, 8, (7, 7), 16, 3).pad(1).stride(2).bias().f32(),
+        5,
+    );
+}
+
+#[test]
+fn conv_5x5_pad2() {
+    cube(&Case::new(1, 17, (13, 13), 33, 5).pad(2), 6);
+}
+
+#[test]
+fn conv_5x5_no_pad_dilation2() {
+    cube(&Case::new(1, 5, (13, 13), 8, 5).dil(2).pad(1), 7);
+}
+
+#[test]
+fn conv_3x3_dilation2_pad2() {
+    cube(&Case::new(2, 16, (7, 13), 16, 3).dil(2).pad(2).bias(), 8);
+}
+
+#[test]
+fn conv_1x1_pointwise_bias() {
+    cube(&Case::new(3, 32, (7, 7), 48, 1).bias(), 9);
+}
+
+#[test]
+fn conv_1x1_stride2() {
+    cube(&Case::new(1, 16, (13, 13), 16, 1).stride(2), 10);
+}
+
+#[test]
+fn conv_3x3_pad0_f32() {
+    cube(&Case::new(3, 3, (7, 7), 4, 3).f32(), 11);
+}
+
+#[test]
+fn conv_3x3_wide_56() {
+    cube(&Case::new(1, 16, (56, 56), 16, 3).pad(1), 12);
+}
+
+#[test]
+fn conv_3x3_many_channels() {
+    cube(&Case::new(1, 64, (14, 14), 96, 3).pad(1).bias(), 13);
+}
+
+#[test]
+fn conv_asymmetric_pads_stride() {
+    let mut c = Case::new(1, 16, (9, 11), 16, 3).stride(2);
+    c.pads = [0, 1, 2, 0];
+    c.stride = (1, 2);
+    c.k = (3, 2);
+    cube(&c, 14);
+}
+
+#[test]
+fn conv_grouped_cube() {
+    cube(&Case::new(1, 32, (7, 7), 32, 3).pad(1).group(2).bias(), 15);
+}
+
+/// The vector (f32) depthwise path.
+fn vector(c: &Case, seed: u64) -> Ran {
+    let tol = if c.dtype == DataType::F16 { 1e-3 } else { 1e-4 };
+    check(c, seed, tol, 1e-6)
+}
+
+#[test]
+fn depthwise_3x3_stride2_cnn() {
+    vector(
+        &Case::new(2, 16, (16, 16), 16, 3)
+            .pad(1)
+            .stride(2)
+            .group(16)
+            .f32(),
+        21,
+    );
+}
+
+#[test]
+fn depthwise_3x3_pad1_f32_bias() {
+    vector(
+        &Case::new(3, 17, (13, 13), 17, 3)
+            .pad(1)
+            .group(17)
+            .bias()
+            .f32(),
+        22,
+    );
+}
+
+#[test]
+fn depthwise_5x5_dilation2_f16() {
+    vector(&Case::new(1, 8, (13, 11), 8, 5).pad(2).dil(2).group(8), 23);
+}
+
+#[test]
+fn depthwise_wide_rows_stride3() {
+    let mut c = Case::new(1, 4, (9, 130), 4, 3).pad(1).group(4).f32();
+    c.stride = (2, 3);
+    vector(&c, 24);
+}
+
+#[test]
+fn depthwise_channel_multiplier() {
+    vector(
+        &Case::new(2, 4, (7, 7), 12, 3).pad(1).group(4).bias().f32(),
+        25,
+    );
+}
+
+#[test]
+fn depthwise_stride2_f16_no_pad() {
+    vector(&Case::new(1, 32, (56, 56), 32, 3).stride(2).group(32), 26);
+}
+
+#[test]
+fn depthwise_1x1_asymmetric_pads() {
+    let mut c = Case::new(1, 3, (5, 6), 3, 1).group(3).f32();
+    c.pads = [1, 0, 0, 2];
+    vector(&c, 27);
+}
+
+#[test]
+fn depthwise_wide_f16_stride3() {
+    let mut c = Case::new(1, 3, (6, 100), 3, 3).pad(1).group(3);
+    c.stride = (1, 3);
+    vector(&c, 28);
+}
+
+// The convolutions of the test models (tests/models/make_models.py), in f32 like the models.
+
+#[test]
+fn cnn_conv1_3x3() {
+    cube(&Case::new(2, 3, (32, 32), 16, 3).pad(1).f32(), 31);
+}
+
+#[test]
+fn cnn_layer1_3x3() {
+    cube(&Case::new(4, 16, (32, 32), 16, 3).pad(1).f32(), 32);
+}
+
+#[test]
+fn cnn_depthwise_3x3_stride2() {
+    vector(
+        &Case::new(4, 16, (32, 32), 16, 3)
+            .pad(1)
+            .stride(2)
+            .group(16)
+            .f32(),
+        33,
+    );
+}
+
+#[test]
+fn cnn_pointwise_1x1_bias() {
+    cube(&Case::new(4, 16, (16, 16), 32, 1).bias().f32(), 34);
+}
+
+#[test]
+fn gear_batch_conv() {
+    cube(&Case::new(8, 4, (8, 8), 8, 3).pad(1).bias().f32(), 35);
+}
+
+#[test]
+fn gear_image_conv_stride2() {
+    cube(
+        &Case::new(1, 3, (21, 30), 4, 3)
+            .pad(1)
+            .stride(2)
+            .bias()
+            .f32(),
+        36,
+    );
+}
+
+/// A case whose bias is a runtime input.
+fn runtime_bias(c: &Case, seed: u64, rtol: f64) {
+    let xd = [c.n, c.c, c.h, c.w];
+    let wd = [c.m, c.c / c.group, c.k.0, c.k.1];
+    let xv = values((c.n * c.c * c.h * c.w) as usize, seed);
+    let wv = values(wd.iter().product::<i64>() as usize, seed + 1);
+    let bv = values(c.m as usize, seed + 2);
+    let inputs = vec![
+        data(tensor(c.dtype, &xd, &xv)),
+        constant(tensor(c.dtype, &wd, &wv)),
+        data(tensor(c.dtype, &[c.m], &bv)),
+    ];
+    let r = run_op("Conv", &attrs(c), inputs).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    let (want, scale) = reference(c, &xv, &wv, Some(&bv));
+    let got = f32s(&r.outputs[0]);
+    assert_eq!(got.len(), want.len());
+    for (i, ((g, w), s)) in got.iter().zip(&want).zip(&scale).enumerate() {
+        let bound = rtol * w.abs() + 1e-3 * s + 1e-6;
+        assert!(
+            (f64::from(*g) - w).abs() <= bound,
+            "{c:?}: element {i}: {g} vs {w}"
+        );
+    }
+}
+
+#[test]
+fn conv_runtime_bias() {
+    runtime_bias(&Case::new(2, 16, (9, 9), 24, 3).pad(1).f32(), 41, 1e-2);
+}
+
+#[test]
+fn depthwise_runtime_bias() {
+    runtime_bias(
+        &Case::new(2, 20, (9, 9), 20, 3).pad(1).group(20).f32(),
+        42,
+        1e-4,
+    );
+}
+
+/// The error a case's lowering reports (weights given as `weights_in`).
+fn lowering_error(c: &Case, constant_weights: bool) -> String {
+    let xd = [c.n, c.c, c.h, c.w];
+    let wd = [c.m, c.c / c.group, c.k.0, c.k.1];
+    let x = tensor(c.dtype, &xd, &values((c.n * c.c * c.h * c.w) as usize, 1));
+    let w = tensor(
+        c.dtype,
+        &wd,
+        &values(wd.iter().product::<i64>() as usize, 2),
+    );
+    let w = if constant_weights {
+        constant(w)
+    } else {
+        data(w)
+    };
+    match run_op("Conv", &attrs(c), vec![data(x), w]) {
+        Ok(_) => panic!("{c:?} was lowered"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn conv_runtime_weights_are_an_error() {
+    let e = lowering_error(&Case::new(1, 16, (8, 8), 16, 3), false);
+    assert!(e.contains("Conv") && e.contains("constant"), "{e}");
+}
+
+#[test]
+fn conv_too_wide_row_is_an_error() {
+    let e = lowering_error(&Case::new(1, 16, (2, 700), 16, 1), true);
+    assert!(
+        e.contains("Conv") && e.contains("700") && e.contains("does not fit"),
+        "{e}"
+    );
+}
+
+#[test]
+fn depthwise_too_wide_row_is_an_error() {
+    let e = lowering_error(&Case::new(1, 2, (1, 40000), 2, 1).group(2).f32(), true);
+    assert!(e.contains("Conv") && e.contains("does not fit"), "{e}");
+}
+
+#[test]
+fn zz_probe_bench() {
+    use gearsim_sim::ExecMode;
+    let zeros = |dims: &[i64]| {
+        let n: i64 = dims.iter().product();
+        Tensor::new(DataType::F16, dims.to_vec(), vec![0u8; n as usize * 2]).unwrap()
+    };
+    let cfg = super::device_run::preset();
+    let r = gearsim_host::oprun::run_op(
+        &cfg,
+        "Conv",
+        &[
+            ("kernel_shape", Attr::Ints(vec![3, 3])),
+            ("pads", Attr::Ints(vec![1, 1, 1, 1])),
+        ],
+        vec![
+            data(zeros(&[8, 64, 56, 56])),
+            constant(zeros(&[64, 64, 3, 3])),
+        ],
+        1,
+        ExecMode::TimingOnly,
+    )
+    .unwrap();
+    for l in &r.launches {
+        println!("launch: {} cycles", (l.end.0 - l.first_start.0) / 1000);
+        for (c, s) in l.core_stats.iter().enumerate().take(32) {
+            let b: Vec<u64> = s.pipes.iter().map(|p| p.busy_cycles).collect();
+            println!("core {c:2}: busy {b:?} macs {}", s.cube_macs / 4096);
+        }
+    }
+    println!("{:?}", r.kernels.last().unwrap().tiling);
+    std::fs::write("/tmp/conv.s", &r.kernels.last().unwrap().source).unwrap();
+}

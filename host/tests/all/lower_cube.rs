@@ -1,0 +1,746 @@
+//! Lowered MatMul and Gemm run on the simulated chip through `firmware::Device` and match f64
+//! references computed here: odd shapes (tails in every dimension, edge tiles, a K tail inside a
+//! stage), 1-D operands, batched and broadcast operands, constant (packed) and runtime operands,
+//! f16 and f32 tensors, Gemm's transposes, alpha, beta and every form of C; products large
+//! enough for several tiles per core and several L1 stages per tile; and the reference
+//! workload's efficiency in timing-only mode.
+//!
+//! Inputs are f16-representable, so the device's only errors are the f16 rounding of the output
+//! (and of f32 inputs converted to f16, which are exact here) and f32 accumulation: each element
+//! must be within `RTOL * |want| + ATOL * sum_k |a_ik b_kj|`.
+
+use gearsim_firmware::{Device, DevicePtr};
+use gearsim_host::compiler::ir::{Attr, DataType, Tensor};
+use gearsim_host::compiler::lower::cube::gemm::{self, Addend, Gemm, OutType, Plan, Src};
+use gearsim_host::compiler::lower::writer::Asm;
+use gearsim_host::oprun::Ran;
+use gearsim_host::verify::verify_launch;
+use gearsim_sim::ExecMode;
+use gearsim_traces::NullSink;
+use half::f16;
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+
+use super::device_run::{constant, data, f32s, preset, run_op};
+
+const RTOL: f64 = 1e-2;
+const ATOL: f64 = 1e-3;
+
+/// Random f16-representable values in [-1, 1).
+fn values(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n)
+        .map(|_| f16::from_f32(rng.random_range(-1.0f32..1.0)).to_f32())
+        .collect()
+}
+
+fn tensor(dtype: DataType, dims: &[i64], v: &[f32]) -> Tensor {
+    match dtype {
+        DataType::F16 => {
+            let b = v
+                .iter()
+                .flat_map(|x| f16::from_f32(*x).to_bits().to_le_bytes())
+                .collect();
+            Tensor::new(DataType::F16, dims.to_vec(), b).unwrap()
+        }
+        _ => Tensor::from_f32s(dims.to_vec(), v),
+    }
+}
+
+fn rand_tensor(dtype: DataType, dims: &[i64], seed: u64) -> Tensor {
+    let n: i64 = dims.iter().product();
+    tensor(dtype, dims, &values(n as usize, seed))
+}
+
+/// `C[b] = A[b] · B[b]` over the numpy broadcast of the batch dims, with 1-D operands promoted
+/// as MatMul does; returns (values, scales) where scale is sum_k |a||b| per element.
+fn matmul_ref(a: &Tensor, b: &Tensor) -> (Vec<f64>, Vec<f64>) {
+    let (mut ad, mut bd) = (a.dims.clone(), b.dims.clone());
+    if ad.len() == 1 {
+        ad.insert(0, 1);
+    }
+    if bd.len() == 1 {
+        bd.push(1);
+    }
+    let (m, k, n) = (ad[ad.len() - 2], ad[ad.len() - 1], bd[bd.len() - 1]);
+    let rank = ad.len().max(bd.len()) - 2;
+    let pad = |d: &[i64]| -> Vec<i64> {
+        let mut v = vec![1; rank + 2 - d.len()];
+        v.extend_from_slice(&d[..d.len() - 2]);
+        v
+    };
+    let (ab, bb) = (pad(&ad), pad(&bd));
+    let ob: Vec<i64> = ab.iter().zip(&bb).map(|(x, y)| *x.max(y)).collect();
+    let items: i64 = ob.iter().product();
+    let (av, bv) = (a.to_f64s(), b.to_f64s());
+    let (mut out, mut scale) = (Vec::new(), Vec::new());
+    for item in 0..items {
+        // The item's index in each operand's batch.
+        let (mut rest, mut ia, mut ib, mut sa, mut sb) = (item, 0, 0, 1, 1);
+        for d in (0..rank).rev() {
+            let i = rest % ob[d];
+            rest /= ob[d];
+            if ab[d] != 1 {
+                ia += i * sa;
+            }
+            if bb[d] != 1 {
+                ib += i * sb;
+            }
+            sa *= ab[d];
+            sb *= bb[d];
+        }
+        for r in 0..m {
+            for c in 0..n {
+                let (mut acc, mut s) = (0.0, 0.0);
+                for kk in 0..k {
+                    let x = av[(ia * m * k + r * k + kk) as usize];
+                    let y = bv[(ib * k * n + kk * n + c) as usize];
+                    acc += x * y;
+                    s += (x * y).abs();
+                }
+                out.push(acc);
+                scale.push(s);
+            }
+        }
+    }
+    (out, scale)
+}
+
+fn check(r: &Ran, want: &(Vec<f64>, Vec<f64>), what: &str) {
+    let got = f32s(&r.outputs[0]);
+    assert_eq!(got.len(), want.0.len(), "{what}: element count");
+    for (i, ((g, w), s)) in got.iter().zip(&want.0).zip(&want.1).enumerate() {
+        let err = (f64::from(*g) - w).abs();
+        let bound = RTOL * w.abs() + ATOL * s + 1e-6;
+        assert!(
+            err <= bound,
+            "{what}: element {i} of {} is {g}, expected {w} (error {err:.3e} > bound {bound:.3e})\n{}",
+            got.len(),
+            r.kernels
+                .last()
+                .map_or(String::new(), |k| format!("{:?}", k.tiling))
+        );
+    }
+}
+
+fn tiling(r: &Ran, key: &str) -> i64 {
+    let k = r.kernels.last().unwrap();
+    k.tiling
+        .iter()
+        .find(|(n, _)| n == key)
+        .map_or_else(|| panic!("no tiling {key} in {:?}", k.tiling), |(_, v)| *v)
+}
+
+fn matmul_case(dtype: DataType, ad: &[i64], bd: &[i64], consts: (bool, bool), seed: u64) -> Ran {
+    let a = rand_tensor(dtype, ad, seed);
+    let b = rand_tensor(dtype, bd, seed + 1);
+    let wrap = |t: Tensor, c: bool| if c { constant(t) } else { data(t) };
+    let what = format!("MatMul {dtype:?} {ad:?} x {bd:?} constants {consts:?}");
+    let r = run_op(
+        "MatMul",
+        &[],
+        vec![wrap(a.clone(), consts.0), wrap(b.clone(), consts.1)],
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    check(&r, &matmul_ref(&a, &b), &what);
+    r
+}
+
+#[test]
+fn matmul_f16_odd_shapes_with_runtime_operands() {
+    for (i, (m, k, n)) in [
+        (1, 1, 1),
+        (5, 7, 3),
+        (17, 33, 19),
+        (64, 64, 64),
+        (100, 300, 70),
+        (33, 1000, 48),
+        (300, 40, 513),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        matmul_case(
+            DataType::F16,
+            &[m, k],
+            &[k, n],
+            (false, false),
+            10 * i as u64,
+        );
+    }
+}
+
+#[test]
+fn matmul_with_constant_operands_uses_packed_layouts() {
+    for (i, (m, k, n, consts)) in [
+        (20, 37, 50, (false, true)),
+        (70, 200, 33, (true, false)),
+        (48, 530, 260, (true, true)),
+        (130, 90, 300, (false, true)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        matmul_case(DataType::F16, &[m, k], &[k, n], consts, 100 + 10 * i as u64);
+        matmul_case(DataType::F32, &[m, k], &[k, n], consts, 200 + 10 * i as u64);
+    }
+}
+
+#[test]
+fn matmul_f32_tensors_are_multiplied_as_f16() {
+    matmul_case(DataType::F32, &[45, 77], &[77, 29], (false, false), 300);
+}
+
+#[test]
+fn matmul_one_dimensional_operands() {
+    matmul_case(DataType::F16, &[40], &[40, 30], (false, false), 400);
+    matmul_case(DataType::F16, &[25, 40], &[40], (false, false), 410);
+    matmul_case(DataType::F32, &[19], &[19, 7], (false, true), 420);
+}
+
+#[test]
+fn matmul_batched_and_broadcast() {
+    /// A's dims, B's dims, which are constants.
+    type Case<'a> = (&'a [i64], &'a [i64], (bool, bool));
+    let cases: [Case<'_>; 7] = [
+        (&[2, 3, 20, 30], &[2, 3, 30, 17], (false, false)),
+        (&[3, 40, 50], &[50, 60], (false, false)),
+        (&[3, 40, 50], &[50, 60], (false, true)),
+        (&[40, 50], &[4, 50, 36], (false, false)),
+        (&[40, 50], &[4, 50, 36], (true, false)),
+        (&[2, 1, 24, 35], &[1, 3, 35, 21], (false, false)),
+        (&[2, 1, 24, 35], &[1, 3, 35, 21], (true, true)),
+    ];
+    for (i, (ad, bd, consts)) in cases.into_iter().enumerate() {
+        matmul_case(DataType::F16, ad, bd, consts, 500 + 10 * i as u64);
+    }
+}
+
+#[test]
+fn large_products_run_several_tiles_per_core_and_several_stages_per_tile() {
+    // 1300 x 200 x 1700: edge tiles in M and N, about two tiles per block, several stages.
+    let r = matmul_case(
+        DataType::F16,
+        &[1300, 200],
+        &[200, 1700],
+        (false, false),
+        600,
+    );
+    assert!(
+        tiling(&r, "tiles") > tiling(&r, "block_dim"),
+        "{:?}",
+        r.kernels[0].tiling
+    );
+    assert!(tiling(&r, "k_stages") >= 2, "{:?}", r.kernels[0].tiling);
+    // One stage per tile, two tiles per block.
+    let r = matmul_case(DataType::F16, &[1000, 96], &[96, 2100], (false, false), 605);
+    assert!(
+        tiling(&r, "tiles") > tiling(&r, "block_dim"),
+        "{:?}",
+        r.kernels[0].tiling
+    );
+    // The same with packed operands, and batched so that blocks cross batch items.
+    matmul_case(
+        DataType::F16,
+        &[3, 200, 700],
+        &[700, 300],
+        (false, true),
+        610,
+    );
+    matmul_case(DataType::F16, &[300, 900], &[900, 500], (true, true), 620);
+}
+
+// ---- Gemm ----------------------------------------------------------------------------------
+
+/// `alpha · A' · B' + beta · C` with C broadcast to [M, N]; (values, scales).
+#[allow(clippy::too_many_arguments)]
+fn gemm_ref(
+    a: &Tensor,
+    b: &Tensor,
+    c: Option<&Tensor>,
+    ta: bool,
+    tb: bool,
+    alpha: f64,
+    beta: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let (av, bv) = (a.to_f64s(), b.to_f64s());
+    let (m, k) = if ta {
+        (a.dims[1], a.dims[0])
+    } else {
+        (a.dims[0], a.dims[1])
+    };
+    let n = if tb { b.dims[0] } else { b.dims[1] };
+    let cv = c.map(Tensor::to_f64s);
+    let (mut out, mut scale) = (Vec::new(), Vec::new());
+    for r in 0..m {
+        for col in 0..n {
+            let (mut acc, mut s) = (0.0, 0.0);
+            for kk in 0..k {
+                let x = if ta {
+                    av[(kk * m + r) as usize]
+                } else {
+                    av[(r * k + kk) as usize]
+                };
+                let y = if tb {
+                    bv[(col * k + kk) as usize]
+                } else {
+                    bv[(kk * n + col) as usize]
+                };
+                acc += x * y;
+                s += (x * y).abs();
+            }
+            let mut v = alpha * acc;
+            let mut sc = alpha.abs() * s;
+            if let (Some(ct), Some(cv)) = (c, &cv) {
+                let (rows, cols) = match ct.dims.len() {
+                    2 => (ct.dims[0], ct.dims[1]),
+                    1 => (1, ct.dims[0]),
+                    _ => (1, 1),
+                };
+                let i = (if rows == 1 { 0 } else { r }) * cols + if cols == 1 { 0 } else { col };
+                v += beta * cv[i as usize];
+                sc += (beta * cv[i as usize]).abs();
+            }
+            out.push(v);
+            scale.push(sc);
+        }
+    }
+    (out, scale)
+}
+
+struct GemmCase<'a> {
+    m: i64,
+    k: i64,
+    n: i64,
+    ta: bool,
+    tb: bool,
+    alpha: Option<f32>,
+    beta: Option<f32>,
+    c: Option<&'a [i64]>,
+    consts: (bool, bool, bool),
+    dtype: DataType,
+}
+
+fn gemm_case(t: &GemmCase<'_>, seed: u64) {
+    let ad = if t.ta { [t.k, t.m] } else { [t.m, t.k] };
+    let bd = if t.tb { [t.n, t.k] } else { [t.k, t.n] };
+    let a = rand_tensor(t.dtype, &ad, seed);
+    let b = rand_tensor(t.dtype, &bd, seed + 1);
+    let c = t.c.map(|d| rand_tensor(t.dtype, d, seed + 2));
+    let wrap = |x: Tensor, cst: bool| if cst { constant(x) } else { data(x) };
+    let mut inputs = vec![wrap(a.clone(), t.consts.0), wrap(b.clone(), t.consts.1)];
+    if let Some(c) = &c {
+        inputs.push(wrap(c.clone(), t.consts.2));
+    }
+    let mut attrs = vec![
+        ("transA", Attr::Int(i64::from(t.ta))),
+        ("transB", Attr::Int(i64::from(t.tb))),
+    ];
+    if let Some(al) = t.alpha {
+        attrs.push(("alpha", Attr::Float(al)));
+    }
+    if let Some(be) = t.beta {
+        attrs.push(("beta", Attr::Float(be)));
+    }
+    let what = format!(
+        "Gemm {:?} {}x{}x{} trans ({}, {}) alpha {:?} beta {:?} C {:?} constants {:?}",
+        t.dtype, t.m, t.k, t.n, t.ta, t.tb, t.alpha, t.beta, t.c, t.consts
+    );
+    let r = run_op("Gemm", &attrs, inputs).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let want = gemm_ref(
+        &a,
+        &b,
+        c.as_ref(),
+        t.ta,
+        t.tb,
+        f64::from(t.alpha.unwrap_or(1.0)),
+        f64::from(t.beta.unwrap_or(1.0)),
+    );
+    check(&r, &want, &what);
+}
+
+fn base(m: i64, k: i64, n: i64) -> GemmCase<'static> {
+    GemmCase {
+        m,
+        k,
+        n,
+        ta: false,
+        tb: false,
+        alpha: None,
+        beta: None,
+        c: None,
+        consts: (false, false, false),
+        dtype: DataType::F32,
+    }
+}
+
+#[test]
+fn gemm_transposes_with_runtime_and_constant_operands() {
+    let mut seed = 700;
+    for ta in [false, true] {
+        for tb in [false, true] {
+            for consts in [
+                (false, false, false),
+                (true, true, false),
+                (false, true, false),
+            ] {
+                for dtype in [DataType::F32, DataType::F16] {
+                    let t = GemmCase {
+                        ta,
+                        tb,
+                        consts,
+                        dtype,
+                        ..base(37, 83, 45)
+                    };
+                    gemm_case(&t, seed);
+                    seed += 10;
+                }
+            }
+        }
+    }
+    // Several tiles and stages with transposed runtime operands.
+    let t = GemmCase {
+        ta: true,
+        tb: true,
+        dtype: DataType::F16,
+        ..base(300, 700, 290)
+    };
+    gemm_case(&t, seed);
+}
+
+#[test]
+fn gemm_alpha_beta_and_every_form_of_c() {
+    let c_shapes: [&[i64]; 6] = [&[1], &[45], &[1, 45], &[37, 1], &[37, 45], &[]];
+    let mut seed = 900;
+    for c in c_shapes {
+        for cconst in [false, true] {
+            for dtype in [DataType::F32, DataType::F16] {
+                let t = GemmCase {
+                    alpha: Some(0.5),
+                    beta: Some(-1.5),
+                    c: Some(c),
+                    consts: (false, true, cconst),
+                    dtype,
+                    ..base(37, 60, 45)
+                };
+                gemm_case(&t, seed);
+                seed += 10;
+            }
+        }
+    }
+    // Alpha alone, beta 0 (C ignored), and a bias on a product with several tiles.
+    gemm_case(
+        &GemmCase {
+            alpha: Some(2.0),
+            ..base(50, 20, 70)
+        },
+        seed,
+    );
+    gemm_case(
+        &GemmCase {
+            beta: Some(0.0),
+            c: Some(&[50, 70]),
+            ..base(50, 20, 70)
+        },
+        seed + 10,
+    );
+    gemm_case(
+        &GemmCase {
+            c: Some(&[600]),
+            consts: (false, true, true),
+            dtype: DataType::F16,
+            ..base(520, 400, 600)
+        },
+        seed + 20,
+    );
+    gemm_case(
+        &GemmCase {
+            c: Some(&[330, 270]),
+            beta: Some(0.25),
+            ..base(330, 300, 270)
+        },
+        seed + 30,
+    );
+}
+
+// ---- tiling -------------------------------------------------------------------------------
+
+#[test]
+fn every_plan_fits_the_core() {
+    let core = gearsim_host::atc::target(&preset()).core;
+    for (m, k, n) in [
+        (1, 1, 1),
+        (2048, 2048, 2048),
+        (7, 5000, 9),
+        (4096, 64, 4096),
+    ] {
+        let g = Gemm {
+            name: "t".into(),
+            batch: Vec::new(),
+            m,
+            n,
+            k,
+            a: Src::Rows {
+                arg: 0,
+                trans: false,
+                ld: k,
+            },
+            b: Src::Rows {
+                arg: 1,
+                trans: false,
+                ld: n,
+            },
+            out: 2,
+            out_type: OutType::F16,
+            ldc: n,
+            alpha: 1.0,
+            addend: None,
+        };
+        let p = g.plan(&core).unwrap();
+        let l1 = p.stages * p.ksub * (p.mb + p.nb) * p.kb * 512;
+        assert!(l1 <= core.l1_bytes, "{m}x{k}x{n}: {p:?} needs {l1} B of L1");
+        assert!(2 * p.mb * p.kb * 512 <= core.l0a_bytes, "{p:?}");
+        assert!(2 * p.nb * p.kb * 512 <= core.l0b_bytes, "{p:?}");
+        assert!(p.mb * p.nb * 1024 <= core.l0c_bytes, "{p:?}");
+        assert!(u64::from(p.block_dim) <= u64::from(core.cores), "{p:?}");
+    }
+}
+
+#[test]
+fn the_reference_matmul_reaches_85_percent_of_cube_peak() {
+    let f = gearsim_host::bench::matmul(&preset()).unwrap();
+    assert!(
+        f.efficiency() >= f.target,
+        "{}: {:.1}% of peak ({} cycles)",
+        f.name,
+        100.0 * f.efficiency(),
+        f.cycles
+    );
+}
+
+// ---- forced tilings --------------------------------------------------------------------------
+//
+// The planner picks one tiling per shape; these run the engine directly with chosen plans so
+// that every schedule is exercised: one L1 stage (no overlap), short first stages, odd step
+// counts (the L0 buffer parity changes between stages and tiles), a K tail in the last stage,
+// edge tiles in both dimensions, several tiles per block (loads running ahead into the next
+// tile, the previous tile drained during the next one's first stage) and drains that share UB
+// buffer sets between groups.
+
+/// Device bytes of f16 values.
+fn f16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|x| f16::from_f32(*x).to_bits().to_le_bytes())
+        .collect()
+}
+
+/// Emits `g` with `plan`, checks it statically, runs it in full mode on `args` (the output
+/// argument `g.out` allocated with `out_bytes`) and returns the output bytes.
+fn run_plan(g: &Gemm, plan: &Plan, args: &[Vec<u8>], out_bytes: usize) -> Vec<u8> {
+    let cfg = preset();
+    let core = gearsim_host::atc::target(&cfg).core;
+    let mut asm = Asm::new(&g.name);
+    gemm::emit(g, plan, &core, &mut asm);
+    let f = asm.finish().unwrap();
+    let mut dev = Device::new(cfg.clone(), NullSink);
+    let mut bufs = Vec::new();
+    for (i, bytes) in args.iter().enumerate() {
+        let len = if i == g.out { out_bytes } else { bytes.len() };
+        let p = dev.alloc(len as u64).unwrap();
+        if i == g.out {
+            dev.fill(p, len as u64, 0xff).unwrap();
+        } else {
+            dev.write(p, bytes).unwrap();
+        }
+        bufs.push((len as u64, p.0));
+    }
+    let report = verify_launch(&f.program, plan.block_dim, &bufs, &cfg);
+    assert!(report.is_ok(), "{plan:?}: {report}");
+    let handle = dev.load_kernel(f.program).unwrap();
+    let ptrs: Vec<u64> = bufs.iter().map(|b| b.1).collect();
+    dev.launch(handle, plan.block_dim, &ptrs, ExecMode::Full)
+        .unwrap_or_else(|e| panic!("{plan:?}: {e}\n{}", f.source));
+    let mut out = vec![0u8; out_bytes];
+    dev.read(DevicePtr(bufs[g.out].1), &mut out).unwrap();
+    out
+}
+
+/// A row-major `m x n` result of `alpha * A B + c` against the reference (f16 or f32 bytes).
+#[allow(clippy::too_many_arguments)]
+fn check_plan_result(
+    got: &[u8],
+    out: OutType,
+    av: &[f32],
+    bv: &[f32],
+    c: Option<&[f32]>,
+    (m, k, n): (usize, usize, usize),
+    alpha: f64,
+    what: &str,
+) {
+    let got: Vec<f32> = match out {
+        OutType::F16 => got
+            .chunks_exact(2)
+            .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+            .collect(),
+        OutType::F32 => got
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    };
+    for r in 0..m {
+        for col in 0..n {
+            let (mut acc, mut s) = (0.0, 0.0);
+            for kk in 0..k {
+                let x = f64::from(av[r * k + kk]) * f64::from(bv[kk * n + col]);
+                acc += x;
+                s += x.abs();
+            }
+            let add = c.map_or(0.0, |c| f64::from(c[r * n + col]));
+            let want = alpha * acc + add;
+            let g = f64::from(got[r * n + col]);
+            let bound = RTOL * want.abs() + ATOL * (alpha.abs() * s + add.abs()) + 1e-6;
+            assert!(
+                (g - want).abs() <= bound,
+                "{what}: C[{r}][{col}] is {g}, expected {want}"
+            );
+        }
+    }
+}
+
+fn forced(mb: u64, nb: u64, kb: u64, ksub: u64, first: u64, stages: u64, blocks: u32) -> Plan {
+    Plan {
+        mb,
+        nb,
+        kb,
+        ksub,
+        first,
+        stages,
+        groups: 4.min(nb),
+        block_dim: blocks,
+    }
+}
+
+#[test]
+fn forced_plans_cover_every_schedule() {
+    // 200 x 300 x 150: tiles of 64 x 48 leave 8-row and 6-column edges; K = 300 is 19
+    // fractals, so 3-fractal steps end in a 1-fractal step.
+    let (m, k, n) = (200usize, 300usize, 150usize);
+    let av = values(m * k, 1000);
+    let bv = values(k * n, 1001);
+    let plans = [
+        forced(4, 3, 3, 1, 1, 1, 5),
+        forced(4, 3, 3, 1, 1, 2, 7),
+        forced(4, 3, 3, 3, 1, 3, 4),
+        forced(4, 3, 3, 2, 2, 4, 16),
+        forced(4, 3, 2, 4, 3, 2, 3),
+        forced(4, 3, 3, 7, 7, 2, 6),
+        forced(13, 10, 4, 2, 1, 4, 2),
+    ];
+    for (transposed, packed) in [(false, false), (true, false), (false, true)] {
+        for plan in &plans {
+            let (a_src, b_src, a_bytes, b_bytes) = if packed {
+                (
+                    Src::Packed { arg: 0 },
+                    Src::Packed { arg: 1 },
+                    gemm::pack_a(&av, 1, m as u64, k as u64, plan),
+                    gemm::pack_b(&bv, 1, k as u64, n as u64, plan),
+                )
+            } else if transposed {
+                let at: Vec<f32> = (0..k * m).map(|i| av[(i % m) * k + i / m]).collect();
+                let bt: Vec<f32> = (0..n * k).map(|i| bv[(i % k) * n + i / k]).collect();
+                (
+                    Src::Rows {
+                        arg: 0,
+                        trans: true,
+                        ld: m as u64,
+                    },
+                    Src::Rows {
+                        arg: 1,
+                        trans: true,
+                        ld: k as u64,
+                    },
+                    f16_bytes(&at),
+                    f16_bytes(&bt),
+                )
+            } else {
+                (
+                    Src::Rows {
+                        arg: 0,
+                        trans: false,
+                        ld: k as u64,
+                    },
+                    Src::Rows {
+                        arg: 1,
+                        trans: false,
+                        ld: n as u64,
+                    },
+                    f16_bytes(&av),
+                    f16_bytes(&bv),
+                )
+            };
+            let g = Gemm {
+                name: "forced".into(),
+                batch: Vec::new(),
+                m: m as u64,
+                n: n as u64,
+                k: k as u64,
+                a: a_src,
+                b: b_src,
+                out: 2,
+                out_type: OutType::F16,
+                ldc: n as u64,
+                alpha: 1.0,
+                addend: None,
+            };
+            let got = run_plan(&g, plan, &[a_bytes, b_bytes, Vec::new()], m * n * 2);
+            let what = format!("{plan:?} transposed {transposed} packed {packed}");
+            check_plan_result(&got, OutType::F16, &av, &bv, None, (m, k, n), 1.0, &what);
+        }
+    }
+}
+
+#[test]
+fn forced_plans_with_a_full_c_share_ub_sets_between_groups() {
+    // 256 x 256 tiles of an f32 result with a full f32 C: two UB sets for four groups, so the
+    // drains alternate V and MTE3 group by group.
+    let (m, k, n) = (300usize, 100usize, 520usize);
+    let av = values(m * k, 1100);
+    let bv = values(k * n, 1101);
+    let cv = values(m * n, 1102);
+    for plan in [forced(16, 16, 4, 2, 1, 4, 3), forced(16, 16, 4, 1, 1, 2, 2)] {
+        for (out, beta) in [(OutType::F32, 1.0f32), (OutType::F16, -0.5)] {
+            let g = Gemm {
+                name: "forced_c".into(),
+                batch: Vec::new(),
+                m: m as u64,
+                n: n as u64,
+                k: k as u64,
+                a: Src::Rows {
+                    arg: 0,
+                    trans: false,
+                    ld: k as u64,
+                },
+                b: Src::Rows {
+                    arg: 1,
+                    trans: false,
+                    ld: n as u64,
+                },
+                out: 2,
+                out_type: out,
+                ldc: n as u64,
+                alpha: 0.5,
+                addend: Some(Addend::Full { arg: 3, beta }),
+            };
+            let c_bytes: Vec<u8> = cv.iter().flat_map(|x| x.to_le_bytes()).collect();
+            let got = run_plan(
+                &g,
+                &plan,
+                &[f16_bytes(&av), f16_bytes(&bv), Vec::new(), c_bytes],
+                m * n * out.bytes() as usize,
+            );
+            let c: Vec<f32> = cv.iter().map(|x| x * beta).collect();
+            let what = format!("{plan:?} {out:?}");
+            check_plan_result(&got, out, &av, &bv, Some(&c), (m, k, n), 0.5, &what);
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! The test models of the front issue, compiled for their gears and run branch by branch on the
+//! simulated device: each gear's outputs must match the reference evaluator run on the imported
+//! graph (before any gear pass), so a wrong lowering, memory plan, label layout or gear table
+//! shows as a numeric difference.
+//!
+//! Tolerances: convolutions and matrix products multiply f32 tensors as f16 on the cube (f32
+//! accumulation), so an element may be off by about 1e-2 of the output's magnitude after a few
+//! layers; the bound is `rtol * |want| + atol_scale * max |want|` per output.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use gearsim_firmware::{Device, DevicePtr};
+use gearsim_host::atc;
+use gearsim_host::compiler::eval::eval_model;
+use gearsim_host::compiler::ir::{DataType, Tensor};
+use gearsim_host::compiler::options::GearOptions;
+use gearsim_host::compiler::pipeline::{CompileOptions, Compiled, compile};
+use gearsim_host::runtime::LoadedModel;
+use gearsim_isa::om::OmFile;
+use gearsim_sim::ChipConfig;
+use gearsim_traces::NullSink;
+
+use super::device_run::{assert_close, f32s, rand_f32};
+
+fn cfg() -> ChipConfig {
+    ChipConfig::preset("ascend910").unwrap()
+}
+
+fn compiled(model: &str, gear: GearOptions) -> Compiled {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/models")
+        .join(model);
+    let bytes = std::fs::read(path).unwrap();
+    let opts = CompileOptions {
+        gear,
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        target: atc::target(&cfg()),
+    };
+    compile(&bytes, model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+fn read(dev: &Device<NullSink>, p: DevicePtr, bytes: usize) -> Vec<u8> {
+    let mut b = vec![0u8; bytes];
+    dev.read(p, &mut b).unwrap();
+    b
+}
+
+/// Runs every gear of `c` (one f32 input named `input`, shaped by `dims_of(gear)`) in non-sink
+/// mode and compares each output with the evaluator's.
+fn every_gear_matches(
+    c: &Compiled,
+    input: &str,
+    dims_of: &dyn Fn(&[i64]) -> Vec<i64>,
+    tol: (f64, f64),
+) {
+    let om = c.om_bytes().unwrap();
+    let file = OmFile::parse(&om).unwrap();
+    let mut dev = Device::new(cfg(), NullSink);
+    let m = LoadedModel::load(&mut dev, &file).unwrap();
+    let stream = dev.create_stream().unwrap();
+    let d = c.desc.dynamic.as_ref().expect("a gear model");
+    let data_index = c.desc.inputs.iter().position(|i| i.name == input).unwrap();
+    let shape_index = c.desc.inputs.len() - 1;
+    for (gear, vector) in d.gears.iter().enumerate() {
+        let dims = dims_of(vector);
+        let x = rand_f32(&dims, -1.0, 1.0, 7 + gear as u64);
+        dev.write(m.inputs[data_index], &x.data).unwrap();
+        let v: Vec<u8> = vector
+            .iter()
+            .flat_map(|g| (*g as i32).to_le_bytes())
+            .collect();
+        dev.write(m.inputs[shape_index], &v).unwrap();
+        m.execute(&mut dev, stream).unwrap();
+        assert_eq!(
+            m.selected_branch(&dev).unwrap(),
+            Some(gear as i32),
+            "gear {vector:?}"
+        );
+        let feeds = BTreeMap::from([(input.to_string(), x)]);
+        let want = eval_model(&c.before, &feeds).unwrap();
+        assert_eq!(want.len(), c.desc.outputs.len());
+        for (o, w) in want.iter().enumerate() {
+            assert_eq!(w.dtype, DataType::F32);
+            assert_eq!(
+                w.dims, d.output_dims[gear][o],
+                "output {o} dims at gear {vector:?}"
+            );
+            let bytes = read(&dev, m.outputs[o], w.data.len());
+            let got = Tensor::new(DataType::F32, w.dims.clone(), bytes).unwrap();
+            let want = w.to_f64s();
+            let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
+            assert!(
+                scale > 1e-3,
+                "output {o} at gear {vector:?} is all but zero"
+            );
+            assert_close(
+                &f32s(&got),
+                &want,
+                tol.0,
+                tol.1 * scale,
+                &format!("output {o} at gear {vector:?}"),
+            );
+        }
+    }
+}
+
+#[test]
+fn cnn_matches_the_reference_at_every_batch_gear() {
+    let c = compiled(
+        "cnn.onnx",
+        GearOptions {
+            input_shape: Some("input:-1,3,32,32".into()),
+            dynamic_batch_size: Some("1,2,4".into()),
+            ..GearOptions::default()
+        },
+    );
+    every_gear_matches(&c, "input", &|g| vec![g[0], 3, 32, 32], (2e-2, 2e-2));
+}
+
+#[test]
+fn transformer_matches_the_reference_at_every_sequence_gear() {
+    let c = compiled(
+        "transformer.onnx",
+        GearOptions {
+            input_shape: Some("x:1,-1,64".into()),
+            dynamic_dims: Some("16;32;64;128".into()),
+            ..GearOptions::default()
+        },
+    );
+    every_gear_matches(&c, "x", &|g| vec![1, g[0], 64], (2e-2, 2e-2));
+}

@@ -1,0 +1,333 @@
+//! The ACL-shaped runtime: non-sink runs with merged H2D copies, GetNext sink runs with the
+//! dims read back, the ACL flow (`set_*`, execute, current output dims) with GE's error
+//! codes, and the hybrid dynamic-shape path.
+
+use std::path::Path;
+
+use gearsim_host::atc;
+use gearsim_host::compiler::eval::eval_model;
+use gearsim_host::compiler::ir::{DataType, Tensor};
+use gearsim_host::compiler::options::GearOptions;
+use gearsim_host::compiler::pipeline::{CompileOptions, Compiled, compile};
+use gearsim_host::runtime::{ErrorCode, RunPath, Runtime, RuntimeError, RuntimeOptions};
+use gearsim_sim::ChipConfig;
+use gearsim_traces::NullSink;
+
+use super::device_run::{assert_close, f32s, rand_f32};
+
+const SEED_SHAPE: &str = "data:1,1,40,-1;label:1,-1;mask:-1,-1";
+const SEED_DIMS: &str = "20,20,1,1;40,40,2,2;80,60,4,4";
+
+fn cfg() -> ChipConfig {
+    ChipConfig::preset("ascend910").unwrap()
+}
+
+fn compiled(model: &str, gear: GearOptions, sink: bool) -> Compiled {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/models")
+        .join(model);
+    let bytes = std::fs::read(path).unwrap();
+    let opts = CompileOptions {
+        gear,
+        getnext_sink: sink,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        target: atc::target(&cfg()),
+    };
+    compile(&bytes, model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+fn seed(sink: bool) -> Compiled {
+    compiled(
+        "gear_dims.onnx",
+        GearOptions {
+            input_shape: Some(SEED_SHAPE.into()),
+            dynamic_dims: Some(SEED_DIMS.into()),
+            ..GearOptions::default()
+        },
+        sink,
+    )
+}
+
+fn runtime(opts: RuntimeOptions) -> Runtime<NullSink> {
+    Runtime::new(cfg(), NullSink, opts).unwrap()
+}
+
+fn rand_i32(dims: &[i64], seed: u64) -> Tensor {
+    let t = rand_f32(dims, -1000.0, 1000.0, seed);
+    let data = f32s(&t)
+        .iter()
+        .flat_map(|v| (*v as i32).to_le_bytes())
+        .collect();
+    Tensor::new(DataType::I32, dims.to_vec(), data).unwrap()
+}
+
+/// The seed model's inputs for gear values [t, l, m, k].
+fn seed_inputs(g: &[i64], seed: u64) -> Vec<Tensor> {
+    vec![
+        rand_f32(&[1, 1, 40, g[0]], -1.0, 1.0, seed),
+        rand_i32(&[1, g[1]], seed + 1),
+        rand_f32(&[g[2], g[3]], -1.0, 1.0, seed + 2),
+    ]
+}
+
+fn code(e: &RuntimeError) -> String {
+    e.code().to_string()
+}
+
+#[test]
+fn sink_and_non_sink_agree_bit_for_bit_on_every_gear() {
+    let gears = [[20, 20, 1, 1], [40, 40, 2, 2], [80, 60, 4, 4]];
+    let mut rt = runtime(RuntimeOptions::default());
+    let plain = rt.load(&seed(false).om_bytes().unwrap()).unwrap();
+    let sink = rt.load(&seed(true).om_bytes().unwrap()).unwrap();
+    assert!(!rt.is_sink(plain).unwrap() && rt.is_sink(sink).unwrap());
+    let desc = rt.desc(plain).unwrap().clone();
+    let d = desc.dynamic.as_ref().unwrap();
+    for (i, g) in gears.iter().enumerate() {
+        let x = seed_inputs(g, 10 * i as u64);
+        let a = rt.run(plain, &x).unwrap();
+        let b = rt.run_sink(sink, &x).unwrap();
+        for r in [&a, &b] {
+            assert_eq!(r.gear, Some(i));
+            assert_eq!(r.cur_dynamic_dims, g.to_vec());
+            assert_eq!(r.path, RunPath::Gear);
+            assert!(r.warnings.is_empty());
+            // Outputs 0 and 1 come from the Case: the table's shapes. Output 2 is the input
+            // `label` returned as is: its real shape (GE's table has the largest gear's).
+            for (o, t) in r.outputs.iter().enumerate().take(2) {
+                assert_eq!(t.dims, d.output_dims[i][o], "output {o} shape at gear {i}");
+            }
+            assert_eq!(r.outputs[2].dims, x[1].dims);
+            assert_eq!(d.output_dims[i][2], vec![1, 60]);
+        }
+        for (o, (p, q)) in a.outputs.iter().zip(&b.outputs).enumerate() {
+            assert_eq!(
+                p.data, q.data,
+                "output {o} differs between the modes at gear {i}"
+            );
+        }
+        // And both are right.
+        let feeds = ["data", "label", "mask"]
+            .iter()
+            .map(|n| n.to_string())
+            .zip(x.iter().cloned())
+            .collect();
+        let want = eval_model(&seed(false).before, &feeds).unwrap();
+        for (o, w) in want.iter().enumerate() {
+            assert_eq!(a.outputs[o].dims, w.dims);
+            assert_close(
+                &f32s(&a.outputs[o]),
+                &w.to_f64s(),
+                1e-6,
+                0.0,
+                &format!("output {o}"),
+            );
+        }
+        // Sink mode reads the dims back; non-sink writes them.
+        assert_eq!(b.d2h_transfers, a.d2h_transfers + 1);
+    }
+}
+
+#[test]
+fn non_sink_merges_small_inputs_into_one_transfer() {
+    let g = [80, 60, 4, 4];
+    let x = seed_inputs(&g, 3);
+    let mut merged = runtime(RuntimeOptions::default());
+    let m = merged.load(&seed(false).om_bytes().unwrap()).unwrap();
+    let a = merged.run(m, &x).unwrap();
+    let mut single = runtime(RuntimeOptions {
+        input_fusion_size: 0,
+        ..RuntimeOptions::default()
+    });
+    let s = single.load(&seed(false).om_bytes().unwrap()).unwrap();
+    let b = single.run(s, &x).unwrap();
+    // Three data inputs (12 800, 240 and 64 bytes, all under 128 KiB) plus the dims blob:
+    // one merged copy and the blob, against four copies.
+    assert_eq!((a.h2d_transfers, b.h2d_transfers), (2, 4));
+    let data: u64 = x.iter().map(|t| t.data.len() as u64).sum();
+    assert_eq!(b.h2d_bytes, data + 16);
+    assert!(a.h2d_bytes >= data + 16, "the span covers every member");
+    for (p, q) in a.outputs.iter().zip(&b.outputs) {
+        assert_eq!(p.data, q.data);
+    }
+}
+
+#[test]
+fn a_shape_matching_no_gear_is_e13025_in_non_sink_and_the_last_branch_in_sink() {
+    let x = seed_inputs(&[40, 20, 1, 1], 5);
+    let mut rt = runtime(RuntimeOptions::default());
+    let plain = rt.load(&seed(false).om_bytes().unwrap()).unwrap();
+    let e = rt.run(plain, &x).unwrap_err();
+    assert_eq!(code(&e), "E13025");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("[40,20,1,1]") && msg.contains("[80,60,4,4]"),
+        "{msg}"
+    );
+    let sink = rt.load(&seed(true).om_bytes().unwrap()).unwrap();
+    let r = rt.run_sink(sink, &x).unwrap();
+    assert_eq!(r.gear, None);
+    assert_eq!(r.cur_dynamic_dims, vec![40, 20, 1, 1]);
+    assert!(r.warnings[0].contains("last branch"), "{:?}", r.warnings);
+}
+
+#[test]
+fn several_batches_queue_and_run_back_to_back_in_sink_mode() {
+    let gears = [[40, 40, 2, 2], [20, 20, 1, 1], [80, 60, 4, 4]];
+    let mut rt = runtime(RuntimeOptions::default());
+    let sink = rt.load(&seed(true).om_bytes().unwrap()).unwrap();
+    for (i, g) in gears.iter().enumerate() {
+        rt.enqueue(sink, &seed_inputs(g, i as u64)).unwrap();
+    }
+    for g in &gears {
+        let r = rt.run_queued(sink).unwrap();
+        assert_eq!(r.cur_dynamic_dims, g.to_vec());
+    }
+    let e = rt.run_queued(sink).unwrap_err();
+    assert_eq!(code(&e), "100000", "{e}");
+}
+
+#[test]
+fn inputs_are_checked_before_anything_runs() {
+    let mut rt = runtime(RuntimeOptions::default());
+    let m = rt.load(&seed(false).om_bytes().unwrap()).unwrap();
+    let x = seed_inputs(&[20, 20, 1, 1], 1);
+    let e = rt.run(m, &x[..2]).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("takes 3 input(s) (data, label, mask), got 2"),
+        "{e}"
+    );
+    let mut wrong_type = x.clone();
+    wrong_type[1] = rand_f32(&[1, 20], 0.0, 1.0, 1);
+    let e = rt.run(m, &wrong_type).unwrap_err();
+    assert!(
+        e.to_string().contains("expected element type i32, got f32"),
+        "{e}"
+    );
+    let mut wrong_static = x.clone();
+    wrong_static[0] = rand_f32(&[1, 1, 41, 20], 0.0, 1.0, 1);
+    let e = rt.run(m, &wrong_static).unwrap_err();
+    assert!(e.to_string().contains("axis 2: expected 40"), "{e}");
+    assert_eq!(code(&e), "100000");
+}
+
+#[test]
+fn the_acl_flow_sets_dims_and_reports_the_current_output_dims() {
+    let mut rt = runtime(RuntimeOptions::default());
+    let m = rt.load(&seed(false).om_bytes().unwrap()).unwrap();
+    let gear_input = rt
+        .input_index_by_name(m, "ascend_mbatch_shape_data")
+        .unwrap();
+    assert_eq!(gear_input, 3);
+    assert_eq!(rt.gear_count(m, -1).unwrap(), 3);
+    assert_eq!(code(&rt.gear_count(m, 0).unwrap_err()), "100000");
+    let all = rt.input_dynamic_dims(m, -1).unwrap();
+    assert_eq!(all[1], vec![1, 1, 40, 40, 1, 40, 2, 2]);
+    assert!(rt.dynamic_batch(m).unwrap().is_empty());
+    // Errors: GE's codes.
+    let err = |r: Result<(), RuntimeError>| code(&r.unwrap_err());
+    assert_eq!(err(rt.set_input_dynamic_dims(m, gear_input, &[])), "100000");
+    assert_eq!(err(rt.set_input_dynamic_dims(m, 0, &[1; 8])), "145011");
+    assert_eq!(
+        err(rt.set_input_dynamic_dims(m, gear_input, &[1, 1, 40, 40])),
+        "145012"
+    );
+    assert_eq!(
+        err(rt.set_input_dynamic_dims(m, gear_input, &[1, 1, 41, 40, 1, 40, 2, 2])),
+        "145012"
+    );
+    assert_eq!(
+        err(rt.set_input_dynamic_dims(m, gear_input, &[1, 1, 40, 40, 1, 40, 2, 3])),
+        "145013"
+    );
+    assert_eq!(err(rt.set_dynamic_batch_size(m, gear_input, 4)), "145013");
+    assert_eq!(err(rt.set_dynamic_batch_size(m, gear_input, 0)), "100000");
+    assert!(matches!(
+        rt.input_index_by_name(m, "nope"),
+        Err(RuntimeError::InvalidParam(_))
+    ));
+    // The flow: set the dims, copy the inputs, execute, read at the current dims.
+    rt.set_input_dynamic_dims(m, gear_input, &all[1]).unwrap();
+    let x = seed_inputs(&[40, 40, 2, 2], 9);
+    for (i, t) in x.iter().enumerate() {
+        rt.write_input(m, i, &t.data).unwrap();
+    }
+    rt.execute(m).unwrap();
+    assert_eq!(rt.cur_output_dims(m, 0).unwrap(), vec![1, 1, 40, 40]);
+    assert_eq!(rt.cur_output_dims(m, 1).unwrap(), vec![2]);
+    // The direct output, read the ACL way, has GE's table shape (the largest gear's): the
+    // input's bytes, then the buffer's unused tail.
+    let label = rt.read_output(m, 2).unwrap();
+    assert_eq!(label.dims, vec![1, 60]);
+    assert_eq!(
+        label.data[..x[1].data.len()],
+        x[1].data[..],
+        "the direct output is the input"
+    );
+    // The same through run().
+    let r = rt.run(m, &x).unwrap();
+    assert_eq!(rt.read_output(m, 0).unwrap().data, r.outputs[0].data);
+    assert!(matches!(e_code(&rt), ErrorCode::Acl(_)));
+}
+
+fn e_code(rt: &Runtime<NullSink>) -> ErrorCode {
+    rt.gear_count(gearsim_host::runtime::ModelId(99), -1)
+        .unwrap_err()
+        .code()
+}
+
+#[test]
+fn hybrid_runs_unmatched_shapes_on_the_dynamic_path_and_caches_kernels() {
+    let c = seed(false);
+    // The reference runs the source graph itself: the compiled "before" graph only admits the
+    // gears' ranges.
+    let source = gearsim_host::compiler::onnx::import(&c.source, "gear_dims.onnx")
+        .unwrap()
+        .model;
+    let mut rt = runtime(RuntimeOptions::default());
+    let m = rt.load(&c.hybrid_om_bytes().unwrap()).unwrap();
+    assert!(rt.is_hybrid(m).unwrap());
+    let feeds = |x: &[Tensor]| {
+        ["data", "label", "mask"]
+            .iter()
+            .map(|n| n.to_string())
+            .zip(x.iter().cloned())
+            .collect()
+    };
+    // A gear runs the gear model.
+    let x = seed_inputs(&[20, 20, 1, 1], 1);
+    assert_eq!(rt.run(m, &x).unwrap().path, RunPath::Gear);
+    // Anything else runs op by op, and matches the reference.
+    let mut stats = Vec::new();
+    for (k, g) in [[33, 7, 3, 5], [33, 7, 3, 5], [90, 70, 5, 6]]
+        .iter()
+        .enumerate()
+    {
+        let x = seed_inputs(g, 20 + k as u64);
+        let r = rt.run(m, &x).unwrap();
+        assert_eq!(r.path, RunPath::Dynamic, "{}", r.reason);
+        assert!(r.reason.contains("match no gear"), "{}", r.reason);
+        let want = eval_model(&source, &feeds(&x)).unwrap();
+        for (o, w) in want.iter().enumerate() {
+            assert_eq!(r.outputs[o].dims, w.dims, "output {o}");
+            assert_eq!(r.outputs[o].dtype, w.dtype);
+            assert_close(
+                &f32s(&r.outputs[o]),
+                &w.to_f64s(),
+                1e-6,
+                0.0,
+                &format!("output {o}"),
+            );
+        }
+        stats.push(rt.dynamic_stats(m).unwrap().unwrap());
+    }
+    // The same shapes again: every kernel from the cache, every buffer reused.
+    assert_eq!(stats[1].lowered, stats[0].lowered);
+    assert!(stats[1].cache_hits > stats[0].cache_hits);
+    assert_eq!(stats[1].reallocs, stats[0].reallocs);
+    // Larger shapes: new kernels, grown buffers.
+    assert!(stats[2].lowered > stats[1].lowered);
+    assert!(stats[2].reallocs > stats[1].reallocs);
+}

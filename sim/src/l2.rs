@@ -1,0 +1,369 @@
+//! The on-die L2 cache in front of HBM: which GM lines are resident. It knows nothing of time;
+//! `chip.rs` asks it, when a DMA joins the memory system, how many of the DMA's bytes hit, and
+//! `hbm.rs` serves those bytes at the L2 rate and the rest at the HBM rate.
+//!
+//! Lines (`memory.l2_line_bytes`) are what hit or miss, but tags are kept per aligned block of
+//! [`LINES_PER_BLOCK`] lines with a valid bit per line, as in a sectored cache: a 64 KiB DMA
+//! costs 8 tag lookups instead of 128, which keeps a DMA-bound simulation about as fast as
+//! without the L2. The price is that a block is allocated and evicted whole, so a pattern that
+//! uses one line per block (rows of a tile a block or more apart) gets less capacity than the
+//! configured size until the neighbouring lines are used too.
+//!
+//! Blocks are placed in `memory.l2_ways`-way sets. The set index XOR-folds every group of index
+//! bits of the block number, so the blocks of an aligned run of `sets` blocks still map one to
+//! one onto the sets (a contiguous buffer spreads evenly, as with plain modulo indexing) while
+//! power-of-two strides, such as the rows of a matrix tile, spread over all sets instead of
+//! piling into a few. Replacement is CLOCK (second chance): a reference bit per way and a hand
+//! per set, which approximates LRU with O(1) bit operations besides the tag compare.
+//!
+//! Reads and writes both allocate (the cache is write-through, see ARCHITECTURE.md). Contents
+//! change when a DMA starts, in global time order, so a read overlapping an earlier DMA that is
+//! still in flight to the same line counts as a hit, as a miss-status register would merge it.
+
+use crate::exec::Access;
+
+/// Lines per tag (the valid bits of a block are a `u16`).
+pub(crate) const LINES_PER_BLOCK: u64 = 16;
+
+/// Most ways a set can have (the reference bits of a set are a `u32`).
+pub(crate) const MAX_WAYS: usize = 32;
+
+/// What a lookup reads of a set besides the full tags.
+#[derive(Debug, Clone, Copy, Default)]
+struct Set {
+    /// One byte of each way's tag, eight ways to a word: a word is compared with a handful of
+    /// integer operations, and only the ways whose byte matches need their full tag compared.
+    partial: [u64; MAX_WAYS / 8],
+    /// The reference bit of each way.
+    refs: u32,
+    /// The way the CLOCK hand points at.
+    hand: u8,
+}
+
+const LOW_BITS: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+
+/// The top bit of each byte of `word` that equals the matching byte of `pattern`.
+fn equal_bytes(word: u64, pattern: u64) -> u64 {
+    let x = word ^ pattern;
+    // A byte's top bit ends up set exactly when all of its bits are zero: adding 0x7f to its
+    // low seven bits carries into the top bit unless they are zero, and `| x` covers the top.
+    !(((x & LOW_BITS) + LOW_BITS) | x | LOW_BITS)
+}
+
+/// The resident lines.
+#[derive(Debug)]
+pub(crate) struct L2 {
+    line_shift: u32,
+    block_shift: u32,
+    set_bits: u32,
+    ways: usize,
+    /// Per word of [`Set::partial`], the top bit of each byte that is a way.
+    way_bytes: [u64; MAX_WAYS / 8],
+    sets: Vec<Set>,
+    /// Per set, `ways` entries: block number + 1, or 0 for an empty way.
+    tags: Vec<u64>,
+    /// Per way, which lines of its block are resident.
+    valid: Vec<u16>,
+}
+
+impl L2 {
+    /// An empty cache of `bytes` (0: no cache, every lookup misses and nothing is kept). The
+    /// configuration has checked that `bytes` is `line_bytes` x [`LINES_PER_BLOCK`] x `ways` x
+    /// a power of two, `line_bytes` a power of two and `ways` 1..=32.
+    pub(crate) fn new(bytes: u64, line_bytes: u64, ways: u64) -> L2 {
+        let sets = bytes / (line_bytes * LINES_PER_BLOCK * ways);
+        let line_shift = line_bytes.trailing_zeros();
+        let mut way_bytes = [0; MAX_WAYS / 8];
+        for way in 0..ways as usize {
+            way_bytes[way / 8] |= 0x80 << (8 * (way % 8));
+        }
+        L2 {
+            way_bytes,
+            line_shift,
+            block_shift: line_shift + LINES_PER_BLOCK.trailing_zeros(),
+            set_bits: sets.max(1).trailing_zeros(),
+            ways: ways as usize,
+            sets: vec![Set::default(); sets as usize],
+            tags: vec![0; (sets * ways) as usize],
+            valid: vec![0; (sets * ways) as usize],
+        }
+    }
+
+    pub(crate) fn enabled(&self) -> bool {
+        !self.sets.is_empty()
+    }
+
+    /// Looks up every line the GM side of a DMA touches, in address order, allocating the ones
+    /// that miss. Returns (bytes touched, bytes that hit).
+    ///
+    /// While the DMA stays in one block, the block keeps the answer of the DMA's first touch:
+    /// a line the DMA itself brought in (bursts shorter than a line, back to back) was fetched
+    /// from HBM once, so its later bytes do not hit.
+    pub(crate) fn touch(&mut self, gm: &Access) -> (u64, u64) {
+        let touched = gm.count.saturating_mul(gm.burst);
+        if !self.enabled() || touched == 0 {
+            return (touched, 0);
+        }
+        let mut hit = 0;
+        // (block, its way, its valid bits before this DMA touched it)
+        let mut current = (u64::MAX, 0, 0u16);
+        for i in 0..gm.count {
+            let start = gm.start.saturating_add(i.saturating_mul(gm.stride));
+            let end = start.saturating_add(gm.burst);
+            let mut block = start >> self.block_shift;
+            let last_block = (end - 1) >> self.block_shift;
+            loop {
+                let base = block << self.block_shift;
+                let lo = start.max(base);
+                let hi = end.min((block + 1) << self.block_shift);
+                let first = (lo - base) >> self.line_shift;
+                let last = (hi - 1 - base) >> self.line_shift;
+                let lines = bits(first as usize, last as usize + 1) as u16;
+                if block != current.0 {
+                    let (slot, before) = self.lookup(block);
+                    current = (block, slot, before);
+                }
+                let hits = current.2 & lines;
+                if hits == lines {
+                    hit += hi - lo;
+                } else if hits != 0 {
+                    // Whole lines, less the parts of the first and last line outside the burst.
+                    let line = 1 << self.line_shift;
+                    let mut h = u64::from(hits.count_ones()) * line;
+                    if hits & (1 << first) != 0 {
+                        h -= lo - (base + first * line);
+                    }
+                    if hits & (1 << last) != 0 {
+                        h -= base + (last + 1) * line - hi;
+                    }
+                    hit += h;
+                }
+                self.valid[current.1] |= lines;
+                if block == last_block {
+                    break;
+                }
+                block += 1;
+            }
+        }
+        (touched, hit)
+    }
+
+    fn set_of(&self, block: u64) -> usize {
+        if self.set_bits == 0 {
+            return 0;
+        }
+        let mut folded = 0;
+        let mut rest = block;
+        while rest != 0 {
+            folded ^= rest;
+            rest >>= self.set_bits;
+        }
+        (folded & ((1 << self.set_bits) - 1)) as usize
+    }
+
+    /// The byte of a block's tag kept in [`Set::partial`]: the seven bits just above the set
+    /// index, which differ between the blocks of a contiguous buffer that share a set, and the
+    /// top bit set, so that it never matches the zero byte of an empty way.
+    fn partial_of(&self, block: u64) -> u8 {
+        (block >> self.set_bits) as u8 | 0x80
+    }
+
+    /// The way holding `block` and its valid bits. A block not resident replaces the first way
+    /// at or after the hand whose reference bit is clear, clearing the bits the hand passes
+    /// (their second chance), and starts with no valid lines.
+    fn lookup(&mut self, block: u64) -> (usize, u16) {
+        let si = self.set_of(block);
+        let ways = self.ways;
+        let base = si * ways;
+        let key = block + 1;
+        let partial = self.partial_of(block);
+        let pattern = u64::from(partial) * 0x0101_0101_0101_0101;
+        let set = &mut self.sets[si];
+        for (word, (&w, &present)) in set.partial.iter().zip(&self.way_bytes).enumerate() {
+            let mut candidates = equal_bytes(w, pattern) & present;
+            while candidates != 0 {
+                let way = word * 8 + candidates.trailing_zeros() as usize / 8;
+                if self.tags[base + way] == key {
+                    set.refs |= 1 << way;
+                    return (base + way, self.valid[base + way]);
+                }
+                candidates &= candidates - 1;
+            }
+        }
+        let hand = usize::from(set.hand);
+        let mut refs = set.refs;
+        let free = !refs & bits(0, ways);
+        let victim = if free == 0 {
+            // Every way was referenced: a full turn clears them all and stops at the hand.
+            refs = 0;
+            hand
+        } else {
+            let ahead = free & !bits(0, hand);
+            if ahead != 0 {
+                ahead.trailing_zeros() as usize
+            } else {
+                free.trailing_zeros() as usize
+            }
+        };
+        let passed = if victim >= hand {
+            bits(hand, victim)
+        } else {
+            bits(hand, ways) | bits(0, victim)
+        };
+        set.refs = (refs & !passed) | (1 << victim);
+        // Not `% ways`: a division by a run-time value would cost more than the rest.
+        set.hand = if victim + 1 == ways {
+            0
+        } else {
+            victim as u8 + 1
+        };
+        let shift = 8 * (victim % 8);
+        let word = &mut set.partial[victim / 8];
+        *word = (*word & !(0xff << shift)) | (u64::from(partial) << shift);
+        let slot = base + victim;
+        self.tags[slot] = key;
+        self.valid[slot] = 0;
+        (slot, 0)
+    }
+}
+
+/// Bits `lo..hi` set (`hi` <= 32).
+fn bits(lo: usize, hi: usize) -> u32 {
+    ((1u64 << hi) - (1u64 << lo)) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stop::Buffer;
+
+    const BLOCK: u64 = 512 * LINES_PER_BLOCK;
+
+    fn range(start: u64, len: u64) -> Access {
+        Access {
+            buffer: Buffer::Gm,
+            start,
+            burst: len,
+            stride: len,
+            count: 1,
+            write: false,
+        }
+    }
+
+    fn rows(start: u64, burst: u64, stride: u64, count: u64) -> Access {
+        Access {
+            buffer: Buffer::Gm,
+            start,
+            burst,
+            stride,
+            count,
+            write: false,
+        }
+    }
+
+    #[test]
+    fn a_second_read_of_a_small_buffer_hits_every_byte() {
+        let mut l2 = L2::new(1 << 20, 512, 16);
+        assert_eq!(l2.touch(&range(1000, 300_000)), (300_000, 0));
+        assert_eq!(l2.touch(&range(1000, 300_000)), (300_000, 300_000));
+        // Lines are the unit: the first range left lines 585..=587 (299_520..301_056)
+        // resident, so the 1056 bytes of the new range in them hit and the rest is new.
+        assert_eq!(l2.touch(&range(300_000, 2048)), (2048, 1056));
+    }
+
+    #[test]
+    fn partial_lines_at_both_ends_count_only_the_bytes_inside_the_burst() {
+        let mut l2 = L2::new(1 << 20, 512, 16);
+        // Lines 1, 2 and 3 of block 0.
+        assert_eq!(l2.touch(&range(512, 3 * 512)), (1536, 0));
+        // 100 bytes before line 1 (miss), lines 1..=3 (hit), 200 bytes of line 4 (miss).
+        assert_eq!(l2.touch(&range(412, 100 + 1536 + 200)), (1836, 1536));
+        // Within line 2 and into line 4 (now resident): all hits.
+        assert_eq!(l2.touch(&range(1100, 1000)), (1000, 1000));
+    }
+
+    #[test]
+    fn short_bursts_in_one_line_share_the_first_answer() {
+        let mut l2 = L2::new(1 << 20, 512, 16);
+        // 64 bursts of 100 bytes back to back: 6400 bytes over 13 lines, none resident before.
+        let short = rows(0, 100, 100, 64);
+        assert_eq!(l2.touch(&short), (6400, 0));
+        assert_eq!(l2.touch(&short), (6400, 6400));
+    }
+
+    #[test]
+    fn a_cyclic_working_set_larger_than_the_cache_never_hits() {
+        // 128 KiB cache, 256 KiB buffer read twice: each set sees its blocks in the same order,
+        // more of them than it has ways, so every block is gone before it is read again.
+        let mut l2 = L2::new(128 << 10, 512, 2);
+        assert_eq!(l2.touch(&range(0, 256 << 10)).1, 0);
+        assert_eq!(l2.touch(&range(0, 256 << 10)).1, 0);
+    }
+
+    #[test]
+    fn a_power_of_two_stride_uses_every_set() {
+        // 64 rows 1 MiB apart, one block each, in a cache of 32 sets of 2 ways: plain modulo
+        // indexing would put them all in one set; folded indexing spreads them two per set,
+        // so all 64 stay resident.
+        let mut l2 = L2::new(64 * BLOCK, 512, 2);
+        let column = rows(0, 512, 1 << 20, 64);
+        assert_eq!(l2.touch(&column), (32 << 10, 0));
+        assert_eq!(l2.touch(&column), (32 << 10, 32 << 10));
+    }
+
+    #[test]
+    fn a_referenced_block_survives_one_sweep_of_the_hand() {
+        // One set of 4 ways: blocks 0..4 fill it, block 1 is read again, then blocks 4 and 5
+        // evict the unreferenced ones (the hand gives block 1 its second chance).
+        let mut l2 = L2::new(4 * BLOCK, 512, 4);
+        let read = |l2: &mut L2, b: u64| l2.touch(&range(b * BLOCK, 512)).1 > 0;
+        for b in 0..4 {
+            assert!(!read(&mut l2, b));
+        }
+        // The fill left every reference bit set; a miss clears them all and evicts way 0.
+        assert!(!read(&mut l2, 4));
+        assert!(read(&mut l2, 1));
+        assert!(!read(&mut l2, 5));
+        assert!(
+            read(&mut l2, 1),
+            "block 1 was referenced, so the hand passed it"
+        );
+        assert!(!read(&mut l2, 2), "block 2 was not, so it was evicted");
+    }
+
+    #[test]
+    fn an_evicted_block_loses_all_its_lines() {
+        // One set of 1 way: reading block 1 evicts block 0 with both of its lines.
+        let mut l2 = L2::new(BLOCK, 512, 1);
+        l2.touch(&range(0, 1024));
+        l2.touch(&range(BLOCK, 512));
+        assert_eq!(l2.touch(&range(0, 1024)), (1024, 0));
+    }
+
+    #[test]
+    fn equal_bytes_marks_exactly_the_equal_bytes() {
+        let word = 0x00ff_7f80_0001_4141;
+        assert_eq!(
+            equal_bytes(word, 0x4141_4141_4141_4141),
+            0x0000_0000_0000_8080
+        );
+        assert_eq!(equal_bytes(word, 0), 0x8000_0000_8000_0000);
+        assert_eq!(
+            equal_bytes(word, 0x8080_8080_8080_8080),
+            0x0000_0080_0000_0000
+        );
+        assert_eq!(
+            equal_bytes(word, 0x7f7f_7f7f_7f7f_7f7f),
+            0x0000_8000_0000_0000
+        );
+        assert_eq!(equal_bytes(word, u64::MAX), 0x0080_0000_0000_0000);
+    }
+
+    #[test]
+    fn size_zero_is_no_cache() {
+        let mut l2 = L2::new(0, 512, 16);
+        assert!(!l2.enabled());
+        assert_eq!(l2.touch(&range(0, 4096)), (4096, 0));
+        assert_eq!(l2.touch(&range(0, 4096)), (4096, 0));
+    }
+}

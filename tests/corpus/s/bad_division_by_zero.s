@@ -1,0 +1,3 @@
+.equ Z, 0
+    movi x1, 8 / Z
+    end

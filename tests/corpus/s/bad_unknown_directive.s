@@ -1,0 +1,2 @@
+.include "other.s"
+    end

@@ -1,0 +1,2 @@
+    jmp nowhere
+    end

@@ -1,0 +1,149 @@
+"""Exports the two whole-model conformance models from PyTorch and stores onnxruntime's outputs.
+
+    python3 tests/models/make_torch_models.py      # needs torch, onnx, onnxruntime, numpy
+
+Writes into tests/models/torch/:
+  cnn_torch.onnx          a torchvision-style CNN (MobileNetV2-like): stem conv + BN + ReLU6,
+                          inverted residual blocks (1x1 expand, 3x3 depthwise, 1x1 project,
+                          residual add), max pool, global average pool, linear; batch dynamic.
+  transformer_torch.onnx  a transformer encoder layer (multi-head softmax attention, LayerNorm,
+                          GELU MLP, residuals) on [1, S, 64]; sequence length dynamic.
+  <model>_<gear>_input_<i>.npy / _output_<i>.npy
+                          seeded random inputs per gear and onnxruntime's outputs for them.
+
+Weights are random (seeded); the models are in eval mode. The committed files are what the
+Rust test reads, so the test needs none of these packages.
+"""
+
+import os
+
+import numpy as np
+import onnxruntime as ort
+import torch
+from torch import nn
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch")
+OPSET = 17
+
+CNN_GEARS = [1, 2, 4]
+TRANSFORMER_GEARS = [16, 32, 64]
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, c_in, c_out, stride, expand):
+        super().__init__()
+        hidden = c_in * expand
+        self.use_residual = stride == 1 and c_in == c_out
+        self.block = nn.Sequential(
+            nn.Conv2d(c_in, hidden, 1, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
+            nn.Conv2d(hidden, hidden, 3, stride, 1, groups=hidden, bias=False),
+            nn.BatchNorm2d(hidden),
+            nn.ReLU6(),
+            nn.Conv2d(hidden, c_out, 1, bias=False),
+            nn.BatchNorm2d(c_out),
+        )
+
+    def forward(self, x):
+        y = self.block(x)
+        return x + y if self.use_residual else y
+
+
+class TorchCnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU6()
+        )
+        self.blocks = nn.Sequential(
+            InvertedResidual(16, 16, 1, 2),
+            InvertedResidual(16, 24, 2, 2),
+            InvertedResidual(24, 24, 1, 2),
+        )
+        self.pool = nn.MaxPool2d(2, 2)
+        self.head = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(24, 10))
+
+    def forward(self, x):
+        return self.head(self.pool(self.blocks(self.stem(x))))
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d=64, heads=4, ff=128):
+        super().__init__()
+        self.heads, self.dh = heads, d // heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.norm1 = nn.LayerNorm(d)
+        self.norm2 = nn.LayerNorm(d)
+        self.ff1 = nn.Linear(d, ff)
+        self.ff2 = nn.Linear(ff, d)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+
+        def heads(t):
+            return t.reshape(b, s, self.heads, self.dh).transpose(1, 2)
+
+        q, k, v = heads(q), heads(k), heads(v)
+        att = torch.softmax(q @ k.transpose(-2, -1) / (self.dh ** 0.5), dim=-1)
+        y = (att @ v).transpose(1, 2).reshape(b, s, d)
+        x = self.norm1(x + self.proj(y))
+        return self.norm2(x + self.ff2(self.act(self.ff1(x))))
+
+
+def export(model, example, path, input_name, dynamic_axis, axis_name):
+    model.eval()
+    torch.onnx.export(
+        model,
+        (example,),
+        path,
+        input_names=[input_name],
+        output_names=["output"],
+        dynamic_axes={input_name: {dynamic_axis: axis_name}, "output": {dynamic_axis: axis_name}},
+        opset_version=OPSET,
+        do_constant_folding=True,
+        dynamo=False,
+    )
+
+
+def randomize_batch_norm(model, rng):
+    # Fresh BatchNorm layers are the identity; give them statistics worth testing.
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            c = m.num_features
+            m.running_mean.copy_(torch.from_numpy(rng.uniform(-0.5, 0.5, c).astype(np.float32)))
+            m.running_var.copy_(torch.from_numpy(rng.uniform(0.5, 2.0, c).astype(np.float32)))
+            m.weight.data.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, c).astype(np.float32)))
+            m.bias.data.copy_(torch.from_numpy(rng.uniform(-0.2, 0.2, c).astype(np.float32)))
+
+
+def references(name, path, input_name, shapes, rng):
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for gear, shape in shapes:
+        x = rng.uniform(-1.0, 1.0, shape).astype(np.float32)
+        (y,) = session.run(None, {input_name: x})
+        np.save(os.path.join(HERE, f"{name}_{gear}_input_0.npy"), x)
+        np.save(os.path.join(HERE, f"{name}_{gear}_output_0.npy"), y.astype(np.float32))
+
+
+def main():
+    os.makedirs(HERE, exist_ok=True)
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    cnn = TorchCnn()
+    with torch.no_grad():
+        randomize_batch_norm(cnn, rng)
+    path = os.path.join(HERE, "cnn_torch.onnx")
+    export(cnn, torch.zeros(1, 3, 32, 32), path, "input", 0, "batch")
+    references("cnn_torch", path, "input", [(b, (b, 3, 32, 32)) for b in CNN_GEARS], rng)
+    tf = EncoderLayer()
+    path = os.path.join(HERE, "transformer_torch.onnx")
+    export(tf, torch.zeros(1, 16, 64), path, "x", 1, "seq")
+    references("transformer_torch", path, "x", [(s, (1, s, 64)) for s in TRANSFORMER_GEARS], rng)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+//! Whole models exported from PyTorch (`tests/models/make_torch_models.py`): a torchvision-style
+//! CNN (depthwise convolutions, residuals, ReLU6, pooling) for dynamic batch and a transformer
+//! encoder layer (softmax attention, LayerNorm, GELU) for dynamic sequence length, compiled
+//! with gears and run at every gear in non-sink and sink mode, against onnxruntime's outputs
+//! stored next to the models.
+//!
+//! Tolerance: convolutions and matrix products multiply f32 tensors as f16 on the cube with
+//! f32 accumulation, so every element must be within 1e-2 of the output's largest magnitude
+//! (the measured worst is about 4e-4); the two modes must agree bit for bit.
+
+use gearsim_host::atc;
+use gearsim_host::compiler::ir::Tensor;
+use gearsim_host::compiler::options::GearOptions;
+use gearsim_host::compiler::pipeline::{CompileOptions, compile};
+use gearsim_host::npy;
+use gearsim_host::runtime::{Runtime, RuntimeOptions};
+use gearsim_sim::ChipConfig;
+use gearsim_tests::workspace_root;
+use gearsim_traces::NullSink;
+
+const TOLERANCE: f64 = 1e-2;
+
+fn om(model: &str, gear: &GearOptions, sink: bool) -> Vec<u8> {
+    let path = workspace_root().join("tests/models/torch").join(model);
+    let bytes = std::fs::read(&path).unwrap();
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    let opts = CompileOptions {
+        gear: gear.clone(),
+        getnext_sink: sink,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        target: atc::target(&cfg),
+    };
+    compile(&bytes, model, &opts)
+        .unwrap_or_else(|e| panic!("{model}: {e}"))
+        .om_bytes()
+        .unwrap()
+}
+
+fn load(name: &str) -> Tensor {
+    npy::read(&workspace_root().join("tests/models/torch").join(name)).unwrap()
+}
+
+/// The worst element error as a fraction of the expected output's largest magnitude.
+fn worst(got: &Tensor, want: &Tensor) -> f64 {
+    assert_eq!(got.dims, want.dims);
+    let (g, w) = (got.to_f64s(), want.to_f64s());
+    let scale = w.iter().fold(0f64, |m, v| m.max(v.abs()));
+    assert!(scale > 0.0);
+    g.iter()
+        .zip(&w)
+        .map(|(a, b)| (a - b).abs() / scale)
+        .fold(0f64, f64::max)
+}
+
+fn check(model: &str, stem: &str, gear: GearOptions, gears: &[i64]) {
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    let mut rt = Runtime::new(cfg, NullSink, RuntimeOptions::default()).unwrap();
+    let plain = rt.load(&om(model, &gear, false)).unwrap();
+    let sink = rt.load(&om(model, &gear, true)).unwrap();
+    for (i, g) in gears.iter().enumerate() {
+        let x = load(&format!("{stem}_{g}_input_0.npy"));
+        let want = load(&format!("{stem}_{g}_output_0.npy"));
+        let a = rt.run(plain, std::slice::from_ref(&x)).unwrap();
+        let b = rt.run_sink(sink, std::slice::from_ref(&x)).unwrap();
+        assert_eq!((a.gear, b.gear), (Some(i), Some(i)), "{stem} gear {g}");
+        assert_eq!(
+            a.outputs[0].data, b.outputs[0].data,
+            "{stem} gear {g}: modes differ"
+        );
+        let e = worst(&a.outputs[0], &want);
+        assert!(
+            e <= TOLERANCE,
+            "{stem} gear {g}: off by {e:.2e} of the output's magnitude (tolerance {TOLERANCE:.0e})"
+        );
+    }
+}
+
+#[test]
+fn torchvision_style_cnn_matches_onnxruntime_at_every_batch_gear() {
+    check(
+        "cnn_torch.onnx",
+        "cnn_torch",
+        GearOptions {
+            input_shape: Some("input:-1,3,32,32".into()),
+            dynamic_batch_size: Some("1,2,4".into()),
+            ..GearOptions::default()
+        },
+        &[1, 2, 4],
+    );
+}
+
+#[test]
+fn transformer_encoder_matches_onnxruntime_at_every_sequence_gear() {
+    check(
+        "transformer_torch.onnx",
+        "transformer_torch",
+        GearOptions {
+            input_shape: Some("x:1,-1,64".into()),
+            dynamic_dims: Some("16;32;64".into()),
+            ..GearOptions::default()
+        },
+        &[16, 32, 64],
+    );
+}
