@@ -205,4 +205,25 @@ mod tests {
         );
         assert!(h.check(5, 1).is_err());
     }
+
+    /// Regression (fuzzing a `.om` whose input size was u64::MAX): rounding the size up to the
+    /// alignment overflowed (a panic in debug builds, a zero-byte block in release builds),
+    /// and a host buffer the machine cannot hold aborted the process.
+    #[test]
+    fn sizes_near_the_top_of_u64_are_errors() {
+        let mut a = Allocator::new(4096, 1 << 20);
+        for bytes in [u64::MAX, u64::MAX - ALLOC_ALIGN + 2, 1 << 63] {
+            assert!(matches!(
+                a.alloc(bytes),
+                Err(DeviceError::OutOfMemory { requested, .. }) if requested == bytes
+            ));
+        }
+        let mut h = HostMemory::default();
+        for bytes in [u64::MAX, 1 << 62] {
+            let e = h.alloc(bytes).unwrap_err().to_string();
+            assert!(e.contains(&bytes.to_string()), "{e}");
+        }
+        // Nothing was allocated on the way: the next buffer still starts at the base.
+        assert_eq!(h.alloc(1).unwrap(), HOST_BASE);
+    }
 }

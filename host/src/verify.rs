@@ -87,6 +87,10 @@ pub struct ModelView<'a> {
 
 /// Most instructions followed per block before giving up on it (with a note).
 const MAX_STEPS: u64 = 20_000_000;
+/// Most instructions followed in one verification, over all launches and blocks: a model whose
+/// shapes make every block loop long (a huge gear, a damaged `.om`) is checked as far as this
+/// goes, with a note, instead of keeping `gearsim compile` or `verify` busy for minutes.
+const MAX_TOTAL_STEPS: u64 = 100_000_000;
 /// Blocks of a launch followed: all up to this many, else the first ones and the last.
 const MAX_BLOCKS: u32 = 64;
 
@@ -382,6 +386,14 @@ fn check_launch(
     }
     let mut found: BTreeMap<(u32, String), (u32, u64)> = BTreeMap::new(); // (pc, msg) -> (first block, count)
     for b in blocks {
+        let budget = MAX_STEPS.min(MAX_TOTAL_STEPS.saturating_sub(r.instructions));
+        if budget == 0 {
+            r.notes.push(format!(
+                "{at}: block {b} and later not followed: the verifier's budget of \
+                 {MAX_TOTAL_STEPS} instructions is spent"
+            ));
+            break;
+        }
         r.blocks += 1;
         let mut run = Run {
             program,
@@ -404,7 +416,7 @@ fn check_launch(
             flags: BTreeMap::new(),
             found: &mut found,
         };
-        let (steps, note) = run.follow();
+        let (steps, note) = run.follow(budget);
         r.instructions += steps;
         if let Some(n) = note {
             r.notes.push(format!("{at}, block {b}: {n}"));
@@ -505,16 +517,14 @@ impl Run<'_> {
         None
     }
 
-    /// Follows the block to its end; returns the instructions followed and why it stopped early.
-    fn follow(&mut self) -> (u64, Option<String>) {
+    /// Follows the block to its end, at most `limit` instructions; returns the instructions
+    /// followed and why it stopped early.
+    fn follow(&mut self, limit: u64) -> (u64, Option<String>) {
         let mut pc: u32 = 0;
         let mut steps = 0u64;
         loop {
-            if steps >= MAX_STEPS {
-                return (
-                    steps,
-                    Some(format!("stopped after {MAX_STEPS} instructions")),
-                );
+            if steps >= limit {
+                return (steps, Some(format!("stopped after {limit} instructions")));
             }
             steps += 1;
             let Some(instr) = self.program.instrs.get(pc as usize).copied() else {

@@ -800,6 +800,41 @@ mod tests {
         }
     }
 
+    /// Regression (fuzzing): `getnext_sink` was read as `!= 0`, so 255 decoded to `true` and
+    /// the description encoded back to different bytes; a flag is now 0 or 1.
+    #[test]
+    fn flags_other_than_zero_and_one_are_errors() {
+        let mut e = Encoder::default();
+        e.u32(255);
+        let mut d = Decoder::new(&e.bytes, "test");
+        let err = d.flag("getnext_sink").unwrap_err().to_string();
+        assert!(
+            err.contains("`getnext_sink` is 255 (expected 0 or 1)"),
+            "{err}"
+        );
+        let mut e = Encoder::default();
+        e.u32(1);
+        e.u32(0);
+        let mut d = Decoder::new(&e.bytes, "test");
+        assert_eq!((d.flag("a"), d.flag("b")), (Ok(true), Ok(false)));
+    }
+
+    #[test]
+    fn reseal_makes_an_edited_file_pass_the_checksums() {
+        let mut bytes = sample();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1; // in the weights' padding
+        assert!(matches!(
+            OmFile::parse(&bytes),
+            Err(OmError::Checksum { which: "body", .. })
+        ));
+        reseal(&mut bytes);
+        OmFile::parse(&bytes).unwrap();
+        let mut short = bytes[..10].to_vec();
+        reseal(&mut short);
+        assert_eq!(short, bytes[..10]);
+    }
+
     #[test]
     fn decoder_refuses_lengths_past_the_end() {
         let mut e = Encoder::default();

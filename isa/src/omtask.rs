@@ -684,6 +684,26 @@ mod tests {
         }
     }
 
+    /// Regression (fuzzing): the index of a weights or feature-map address was read and
+    /// dropped, so a non-zero index decoded and encoded back to different bytes.
+    #[test]
+    fn an_index_on_a_region_without_one_is_an_error() {
+        let mut e = Encoder::default();
+        for (kind, index) in [(1, 7), (0, 1)] {
+            e.u32(kind);
+            e.u32(index);
+            e.u64(0);
+        }
+        let mut d = Decoder::new(&e.bytes, "tasks");
+        let err = get_addr(&mut d, "data").unwrap_err().to_string();
+        assert!(
+            err.contains("`data` has index 7 for region kind 1 (feature map)"),
+            "{err}"
+        );
+        let err = get_addr(&mut d, "x").unwrap_err().to_string();
+        assert!(err.contains("index 1 for region kind 0 (weights)"), "{err}");
+    }
+
     #[test]
     fn out_of_range_numbers_are_errors() {
         let t = sample();

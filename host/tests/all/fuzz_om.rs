@@ -43,11 +43,18 @@ pub fn compiled_oms() -> &'static [Vec<u8>] {
     })
 }
 
-/// The preset the seeds are compiled for.
+/// The preset the seeds are compiled for, with a kernel timeout of 20 million cycles instead
+/// of a billion: the seeds' kernels take a few thousand, and a damaged launch that never ends
+/// (a kernel run with more blocks than it was tiled for loops until the timeout) then fails
+/// in a fraction of a second instead of many.
 fn chip() -> ChipConfig {
     static CFG: OnceLock<ChipConfig> = OnceLock::new();
-    CFG.get_or_init(|| ChipConfig::preset("ascend910").unwrap())
-        .clone()
+    CFG.get_or_init(|| {
+        let mut cfg = ChipConfig::preset("ascend910").unwrap();
+        cfg.core.kernel_timeout_cycles = 20_000_000;
+        cfg
+    })
+    .clone()
 }
 
 /// Everything the runtime reads of a `.om`; every decoder must fail cleanly or agree with the

@@ -489,6 +489,61 @@ fn check_compile(bytes: &[u8], seed: &Seed) {
     }
 }
 
+/// Regression (fuzzing gear_image.onnx with one varint set to i64::MAX): a dim that large
+/// went through shape inference and the Case output's element count overflowed (a panic);
+/// tensors beyond `MAX_TENSOR_BYTES` are now an inference error.
+#[test]
+fn a_huge_dim_is_an_error_not_an_overflow() {
+    let seed = SEEDS.iter().find(|s| s.name == "gear_image.onnx").unwrap();
+    let bytes = field_damaged(
+        seed.bytes(),
+        &[FieldDamage::Number(3177456575056065892, i64::MAX as u64)],
+    );
+    check_compile(&bytes, seed);
+    // The same through explicit pads that make a Conv's output too large to plan.
+    use crate::onnx_build::{f32_init, model, node};
+    use gearsim_host::compiler::onnx::proto::{AttributeProto, AttributeType};
+    use prost::Message as _;
+    let mut conv = node("Conv", "conv", &["x", "w"], &["y"]);
+    conv.attribute.push(AttributeProto {
+        name: "pads".into(),
+        ints: vec![0, 0, 1 << 40, 0],
+        r#type: AttributeType::Ints as i32,
+        ..Default::default()
+    });
+    let m = model(
+        17,
+        vec![conv],
+        &[("x", &[Some(1), Some(16), Some(8), Some(8)])],
+        &[("y", &[Some(1), Some(16), Some(8), Some(8)])],
+        vec![f32_init("w", &[16, 16, 1, 1], &[0.5; 256])],
+    );
+    let tiny = SEEDS.iter().find(|s| s.name == "tiny_add.onnx").unwrap();
+    let e = compile(&m.encode_to_vec(), "pads.onnx", &tiny.options())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.starts_with("pads.onnx: ") && e.contains("at most 1099511627776 bytes (1 TiB)"),
+        "{e}"
+    );
+}
+
+/// Regression: a size that overflows 64 bits made `TensorDesc::bytes` overflow (a panic in
+/// debug builds); it is `None` now.
+#[test]
+fn tensor_bytes_do_not_overflow() {
+    use gearsim_host::compiler::ir::{DataType, TensorDesc, fixed_shape};
+    let d = TensorDesc::new(DataType::F32, fixed_shape(&[1 << 62, 8]));
+    assert_eq!(d.bytes(), None);
+    let d = TensorDesc::new(DataType::F64, fixed_shape(&[1 << 62]));
+    assert_eq!(d.bytes(), None);
+    let d = TensorDesc::new(DataType::F32, fixed_shape(&[1 << 60, 2]));
+    assert_eq!(d.bytes(), Some(1 << 63));
+    let d = TensorDesc::new(DataType::F64, fixed_shape(&[3, 0]));
+    assert_eq!(d.bytes(), Some(0));
+}
+
 #[test]
 fn every_model_parses_as_fields_and_writes_back_identically() {
     for seed in &SEEDS {

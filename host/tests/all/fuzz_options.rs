@@ -240,3 +240,60 @@ proptest! {
         });
     }
 }
+
+/// Compiles the gear_dims seed with these `--dynamic_dims` and its own `--input_shape`.
+fn compile_dims(dims: &str) -> Result<(), String> {
+    let seed = SEEDS.iter().find(|s| s.name == "gear_dims.onnx").unwrap();
+    let mut opts = seed.options();
+    opts.gear.dynamic_dims = Some(dims.into());
+    compile(seed.bytes(), seed.name, &opts)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Regression (fuzzing): a gear value of i64::MAX overflowed the product of an input's dims
+/// in the gear pass (a panic); an input too large to plan under a gear is now an error naming
+/// the model, the input and the gear.
+#[test]
+fn a_gear_too_large_for_any_tensor_is_an_error() {
+    let e = compile_dims("1,1,1,9223372036854775807;1,1,2,1").unwrap_err();
+    assert!(
+        e.starts_with("gear_dims.onnx: input `mask`: under gear 0 (1,1,1,9223372036854775807)")
+            && e.contains("larger than the 1099511627776 bytes (1 TiB)"),
+        "{e}"
+    );
+    // A zero dim does not hide the others: [2^62, 0] is still too large.
+    let e = compile_dims("1,1,4611686018427387904,0;1,1,2,1").unwrap_err();
+    assert!(e.contains("input `mask`"), "{e}");
+}
+
+/// Regression (fuzzing): a reduction over a [2^38, 0] tensor unrolled into a kernel of
+/// hundreds of millions of instructions and aborted on a 3 GiB allocation; a kernel is now
+/// limited to `MAX_KERNEL_INSTRUCTIONS`.
+#[test]
+fn a_kernel_too_long_to_write_is_an_error() {
+    let e = compile_dims("20,20,17179869184,0;40,40,2,2").unwrap_err();
+    assert!(
+        e.contains("ReduceSum") && e.contains("past the 1048576 a kernel may have"),
+        "{e}"
+    );
+}
+
+/// Regression: an `--input_shape` name the model lacks was reported without the model's name
+/// (E10016 alone); binding errors now start with the file.
+#[test]
+fn binding_errors_name_the_model() {
+    let seed = SEEDS.iter().find(|s| s.name == "tiny_add.onnx").unwrap();
+    let mut opts = seed.options();
+    opts.gear.input_shape = Some("nope:2,3".into());
+    let e = compile(seed.bytes(), seed.name, &opts)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.starts_with("tiny_add.onnx: E10016: Opname nope"), "{e}");
+    let e = compile_dims("1,1,1;2,2,2").unwrap_err();
+    assert!(
+        e.starts_with("E10003: ") && !e.contains("gear_dims.onnx"),
+        "an option error before the model is read keeps GE's form: {e}"
+    );
+}
