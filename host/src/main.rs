@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gearsim_firmware::{Device, DeviceError};
 use gearsim_host::atc::{self, info_json, load_desc};
-use gearsim_host::compiler::options::GearOptions;
+use gearsim_host::compiler::options::{DynamicMode, GearOptions};
 use gearsim_host::compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
 use gearsim_host::examples;
 use gearsim_host::files::write_atomic;
@@ -73,6 +73,57 @@ enum StudyCommand {
     /// MapIndex engine and where the table lives on a synthetic table-only model (or --model);
     /// writes gears.csv and gears.svg into --output_dir and prints which layout wins where.
     Gears(Box<StudyGearsArgs>),
+    /// Which gears to compile: from a file of observed input shapes (with counts), proposes
+    /// the gear set that minimises the expected simulated time per request under a gear and a
+    /// memory budget (padding batches up where the model allows it, the hybrid dynamic path
+    /// otherwise); writes advise.csv, advise_candidates.csv and advise.svg (the trade-off
+    /// curve) into --output_dir.
+    Advise(Box<StudyAdviseArgs>),
+}
+
+#[derive(Args)]
+struct StudyAdviseArgs {
+    /// The ONNX model.
+    #[arg(long = "model", value_name = "FILE.onnx")]
+    model: PathBuf,
+    /// Input shapes, "name:d0,d1,...;..." with -1 on the axes the gears set (as atc).
+    #[arg(long = "input_shape", allow_hyphen_values = true)]
+    input_shape: String,
+    /// Observed shapes: one request per line in --input_shape form with the real values,
+    /// then an optional count, e.g. "input:3,3,32,32 120"; `#` starts a comment.
+    #[arg(long = "shapes", value_name = "FILE")]
+    shapes: PathBuf,
+    /// The gear option to propose: dynamic_batch_size, dynamic_image_size or dynamic_dims
+    /// (default: batch when every -1 is an axis 0, image size when they are H and W of one
+    /// NCHW input, dims otherwise).
+    #[arg(long = "gear_option")]
+    gear_option: Option<String>,
+    /// With --model: layout of the inputs (NCHW, NHWC or ND).
+    #[arg(long = "input_format")]
+    input_format: Option<String>,
+    /// Most gears in a set (the curve runs from 2 to this).
+    #[arg(long = "gear_budget", default_value_t = 8)]
+    gear_budget: u32,
+    /// Most device bytes the compiled model may hold (weights, gear table, feature maps,
+    /// inputs and outputs): a number with an optional K, M or G (KiB, MiB, GiB) suffix.
+    #[arg(long = "memory_budget")]
+    memory_budget: Option<String>,
+    /// Padding a batch up to a larger gear: auto (dynamic batch models whose rows the padding
+    /// check shows independent) or never.
+    #[arg(long = "pad", default_value = "auto")]
+    pad: String,
+    /// Host time charged per op a dynamic-path run executes (shape inference, tiling, launch;
+    /// not simulated), in microseconds.
+    #[arg(long = "host_us_per_op", default_value_t = 5.0)]
+    host_us_per_op: f64,
+    /// Write advise.csv, advise_candidates.csv and advise.svg here (created if missing).
+    #[arg(long = "output_dir", value_name = "DIR")]
+    output_dir: PathBuf,
+    /// Simulate on this many threads (default: one per host core).
+    #[arg(long = "threads")]
+    threads: Option<usize>,
+    #[command(flatten)]
+    chip: ChipArgs,
 }
 
 #[derive(Args)]
@@ -649,6 +700,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Demo(a) => demo(a),
         Command::Study(StudyCommand::Gears(a)) => study_gears(&a),
+        Command::Study(StudyCommand::Advise(a)) => study_advise(&a),
         Command::Conformance(a) => {
             use gearsim_host::conformance::{
                 REQUIRED_PASS_RATE, SCOREBOARD_PATH, node_dir, run_suite,
@@ -866,6 +918,70 @@ fn study_gears(a: &StudyGearsArgs) -> Result<(), Failure> {
         svg.display()
     );
     say_raw(&gears::summary(&rows));
+    Ok(())
+}
+
+fn study_advise(a: &StudyAdviseArgs) -> Result<(), Failure> {
+    use gearsim_host::compiler::options::parse_input_shape;
+    use gearsim_host::study::advise::{
+        self, AdviseOptions, PadPolicy, default_mode, parse_bytes, parse_shapes,
+    };
+    let chip = a.chip.config()?;
+    let onnx =
+        std::fs::read(&a.model).with_context(|| format!("cannot read {}", a.model.display()))?;
+    let inputs =
+        parse_input_shape(&a.input_shape, true).map_err(|e| anyhow!("--input_shape: {e}"))?;
+    let mode = match a.gear_option.as_deref() {
+        None => default_mode(&inputs),
+        Some("dynamic_batch_size") => DynamicMode::Batch,
+        Some("dynamic_image_size") => DynamicMode::ImageSize,
+        Some("dynamic_dims") => DynamicMode::Dims,
+        Some(other) => {
+            return Err(anyhow!(
+                "--gear_option: expected dynamic_batch_size, dynamic_image_size or dynamic_dims, \
+                 got `{other}`"
+            )
+            .into());
+        }
+    };
+    let text = std::fs::read_to_string(&a.shapes)
+        .with_context(|| format!("cannot read {}", a.shapes.display()))?;
+    let shapes = parse_shapes(&text, &a.shapes.display().to_string(), &inputs, mode)?;
+    let memory_budget = match &a.memory_budget {
+        None => None,
+        Some(s) => Some(parse_bytes(s).ok_or_else(|| {
+            anyhow!("--memory_budget: expected bytes with an optional K, M or G suffix, got `{s}`")
+        })?),
+    };
+    let pad = PadPolicy::parse(&a.pad)
+        .ok_or_else(|| anyhow!("--pad: expected auto or never, got `{}`", a.pad))?;
+    let threads = a
+        .threads
+        .unwrap_or_else(gearsim_host::study::host_threads)
+        .max(1);
+    let started = std::time::Instant::now();
+    let adv = advise::advise(&AdviseOptions {
+        onnx,
+        file: a.model.display().to_string(),
+        input_shape: a.input_shape.clone(),
+        input_format: a.input_format.clone(),
+        mode: Some(mode),
+        shapes,
+        gear_budget: a.gear_budget,
+        memory_budget,
+        pad,
+        host_us_per_op: a.host_us_per_op,
+        chip,
+        threads,
+    })?;
+    let files = advise::write_outputs(&a.output_dir, &adv)?;
+    say_raw(&advise::summary(&adv));
+    let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();
+    say!(
+        "{} in {:.1} s on {threads} thread(s)",
+        names.join(", "),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 

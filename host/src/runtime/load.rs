@@ -71,6 +71,15 @@ struct Regions {
     feature_map: DevicePtr,
     inputs: Vec<DevicePtr>,
     outputs: Vec<DevicePtr>,
+    /// Bytes of each region: weights, feature map, inputs, outputs.
+    sizes: RegionSizes,
+}
+
+struct RegionSizes {
+    weights: u64,
+    feature_map: u64,
+    inputs: Vec<u64>,
+    outputs: Vec<u64>,
 }
 
 impl Regions {
@@ -97,6 +106,32 @@ impl Regions {
                 "task {task} names {a}, an offset past the end of the 64-bit address space"
             ))
         })
+    }
+
+    /// The device address of `size` bytes at `a`, which must lie inside `a`'s region: a copy
+    /// task that reaches past its buffer would overwrite other models' memory on a real
+    /// device (and a huge size from a damaged file would make the simulator move gigabytes).
+    fn resolve_span(&self, task: &str, a: Addr, size: u64) -> Result<u64, LoadError> {
+        let at = self.resolve(task, a)?;
+        let s = &self.sizes;
+        let (what, region) = match a.region {
+            Region::Weights => ("the weights".to_string(), s.weights),
+            Region::FeatureMap => ("the feature map".to_string(), s.feature_map),
+            Region::Input(i) => (
+                format!("input {i}"),
+                s.inputs.get(i as usize).copied().unwrap_or(0),
+            ),
+            Region::Output(i) => (
+                format!("output {i}"),
+                s.outputs.get(i as usize).copied().unwrap_or(0),
+            ),
+        };
+        if a.offset.checked_add(size).is_none_or(|end| end > region) {
+            return Err(LoadError::Model(format!(
+                "task {task}: {size} bytes at {a} reach past {what} ({region} bytes)"
+            )));
+        }
+        Ok(at)
     }
 }
 
@@ -149,6 +184,14 @@ impl LoadedModel {
             feature_map,
             inputs,
             outputs,
+            sizes: RegionSizes {
+                weights: om
+                    .section(SectionKind::Weights)
+                    .map_or(0, |w| w.len() as u64),
+                feature_map: tasks.feature_map_bytes,
+                inputs: desc.inputs.iter().map(|i| i.bytes).collect(),
+                outputs: desc.outputs.iter().map(|o| o.bytes).collect(),
+            },
         };
         // Kernels.
         let kernels = images
@@ -335,8 +378,8 @@ impl LoadedModel {
                     }
                     OmTask::Memcpy { dst, src, size } => Task::Memcpy(Memcpy {
                         kind: MemcpyKind::DeviceToDevice,
-                        dst: r.resolve(&t.name, *dst)?,
-                        src: r.resolve(&t.name, *src)?,
+                        dst: r.resolve_span(&t.name, *dst, *size)?,
+                        src: r.resolve_span(&t.name, *src, *size)?,
                         size: *size,
                     }),
                     OmTask::EndGraph => Task::ModelEndGraph(ModelEndGraph { model: model_id }),

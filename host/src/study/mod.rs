@@ -10,7 +10,10 @@
 //! on which shard ran them; concatenating the shards' CSVs (one header) gives the rows of the
 //! whole sweep, and sorting them by their `point` column gives its CSV exactly (host timings
 //! aside). [`gears`] is the gear study (`gearsim study gears`); [`svg`] draws its figure.
+//! [`advise`] is the gear-set advisor (`gearsim study advise`), which measures its candidates
+//! the same way, in parallel.
 
+pub mod advise;
 pub mod gears;
 pub mod svg;
 mod timeline;

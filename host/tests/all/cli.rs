@@ -309,3 +309,75 @@ fn isa_reference_matches_the_committed_file() {
             .unwrap();
     assert_eq!(text(&o).0, committed);
 }
+
+#[test]
+fn study_advise_rejects_bad_input_naming_it_and_keeps_old_results() {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/models/cnn.onnx");
+    let shapes = scratch("advise_shapes.txt");
+    std::fs::write(&shapes, "input:1,3,32,32 5\ninput:2,3,31,32 1\n").unwrap();
+    let out = scratch("advise_out");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("advise.csv"), "old").unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "study",
+            "advise",
+            "--model",
+            model,
+            "--input_shape",
+            "input:-1,3,32,32",
+            "--output_dir",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        gearsim(&args)
+    };
+    let s = shapes.to_str().unwrap();
+    let o = run(&["--shapes", s]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{s}:2: input `input` axis 2 is 31, --input_shape fixes it at 32"
+        )),
+        "{err}"
+    );
+    std::fs::write(&shapes, "input:1,3,32,32 5\ninput:2,3,32,32 1\n").unwrap();
+    for (flag, value, want) in [
+        ("--memory_budget", "lots", "--memory_budget: expected bytes"),
+        (
+            "--pad",
+            "maybe",
+            "--pad: expected auto or never, got `maybe`",
+        ),
+        (
+            "--gear_option",
+            "batch",
+            "--gear_option: expected dynamic_batch_size",
+        ),
+        ("--gear_budget", "1", "--gear_budget 1: expected at least 2"),
+    ] {
+        let o = run(&["--shapes", s, flag, value]);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{flag}: {err}");
+        assert!(err.contains(want), "{flag}: {err}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(out.join("advise.csv")).unwrap(),
+        "old"
+    );
+    // A good run replaces the old file.
+    let o = run(&["--shapes", s]);
+    let (stdout, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        stdout
+            .contains("proposal: --input_shape \"input:-1,3,32,32\" --dynamic_batch_size \"1,2\""),
+        "{stdout}"
+    );
+    assert!(
+        std::fs::read_to_string(out.join("advise.csv"))
+            .unwrap()
+            .starts_with("gears,")
+    );
+}

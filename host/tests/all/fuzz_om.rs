@@ -353,3 +353,18 @@ proptest! {
         timed("damaged .om section load", || read_and_load(&bytes));
     }
 }
+
+/// Regression (fuzzing): a device-to-device copy task whose size was set to u32::MAX loaded,
+/// and its run moved 4 GiB through the simulator's memory (half a minute, gigabytes of host
+/// memory); a copy reaching past its region is now a load error naming the task.
+#[test]
+fn a_copy_past_its_region_is_a_load_error() {
+    let om = &compiled_oms()[2];
+    let bytes = with_number(om, true, 15846249731601869832, 4294967295);
+    let mut rt = Runtime::new(chip(), NullSink, RuntimeOptions::default()).unwrap();
+    let e = rt.load(&bytes).unwrap_err().to_string();
+    assert!(
+        e.contains("4294967295 bytes at") && e.contains("reach past"),
+        "{e}"
+    );
+}

@@ -3,6 +3,7 @@
 // Tests unwrap freely: a failed unwrap is a failed test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod advise;
 mod cli;
 mod compile;
 mod corpus;
