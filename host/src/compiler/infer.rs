@@ -402,6 +402,28 @@ fn infer_node(
     }
     (def.verify)(&ctx).map_err(wrap)?;
     let outputs = (def.infer)(&ctx).map_err(wrap)?;
+    // A node may declare more outputs than its operator has (a damaged file); that is only
+    // harmless while nothing reads the extra ones.
+    if let Some(k) = graph
+        .nodes
+        .iter()
+        .flat_map(|n| n.inputs.iter().flatten())
+        .filter(|v| v.node == id && v.output as usize >= outputs.len())
+        .map(|v| v.output)
+        .min()
+    {
+        return Err(wrap(OpError {
+            input: None,
+            output: Some(k as usize),
+            attr: None,
+            expected: format!("at most {} outputs", outputs.len()),
+            got: format!("output {k} read by another node"),
+            fix: format!(
+                "check the model's {} node against the ONNX operator definition",
+                node.op
+            ),
+        }));
+    }
     check_sizes(node, &outputs)?;
     let folded = match def.fold {
         Some(fold) => fold(&ctx).map_err(wrap)?,

@@ -635,3 +635,28 @@ proptest! {
         timed("damaged ONNX compile", || check_compile(&bytes, seed));
     }
 }
+
+/// Regression (a 50 000-case fuzz run): ReduceSum's output field repeated, the first copy cut
+/// to an empty name, gave the node a second output the graph output read; inference keeps
+/// the operator's one output, so the read dangled and the Case pass indexed past the end (a
+/// panic). Reading an output the operator does not have is now an inference error.
+#[test]
+fn reading_an_output_the_op_lacks_is_an_error() {
+    let seed = SEEDS.iter().find(|s| s.name == "gear_dims.onnx").unwrap();
+    let bytes = field_damaged(
+        seed.bytes(),
+        &[
+            FieldDamage::Repeat(4030543306052388566),
+            FieldDamage::Cut(17484777740227974222, 0),
+        ],
+    );
+    check_compile(&bytes, seed);
+    let e = compile(&bytes, seed.name, &seed.options())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("ReduceSum") && e.contains("at most 1 outputs") && e.contains("output 1"),
+        "{e}"
+    );
+}
