@@ -183,6 +183,10 @@ struct BenchSpeedArgs {
     /// Only these modes (full, timing-only), comma-separated.
     #[arg(long = "modes", value_delimiter = ',')]
     modes: Vec<String>,
+    /// Only these gears (b1, b4, b8 of the CNN; s16, s64, s128 of the transformer),
+    /// comma-separated.
+    #[arg(long = "gears", value_delimiter = ',')]
+    gears: Vec<String>,
     /// Repeat each figure's runs until at least this much host time has passed (the thread's
     /// CPU time where the host has it, so other processes on the cores do not skew figures).
     #[arg(long = "min_seconds", default_value_t = 1.0)]
@@ -738,6 +742,17 @@ fn bench_speed(a: &BenchSpeedArgs) -> Result<(), Failure> {
             })
             .collect::<Result<Vec<_>>>()?
     };
+    for g in &a.gears {
+        if !models
+            .iter()
+            .any(|m| m.gears().iter().any(|&v| &m.gear_label(v) == g))
+        {
+            return Err(anyhow!(
+                "--gears: unknown gear `{g}` (expected b1, b4, b8, s16, s64 or s128)"
+            )
+            .into());
+        }
+    }
     if !(a.min_seconds.is_finite() && a.min_seconds >= 0.0) {
         return Err(anyhow!(
             "--min_seconds: expected a non-negative number, got {}",
@@ -753,8 +768,15 @@ fn bench_speed(a: &BenchSpeedArgs) -> Result<(), Failure> {
         );
     }
     for model in models {
+        let wanted = |&g: &i64| a.gears.is_empty() || a.gears.contains(&model.gear_label(g));
+        if !model.gears().iter().any(wanted) {
+            continue;
+        }
         let om = model.compile(&cfg).map_err(|e| anyhow!(e))?;
         for &gear in model.gears() {
+            if !wanted(&gear) {
+                continue;
+            }
             for &mode in &modes {
                 let f =
                     measure(&cfg, model, &om, gear, mode, a.min_seconds).map_err(|e| anyhow!(e))?;

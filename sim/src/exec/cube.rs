@@ -184,13 +184,21 @@ pub(super) fn plan_mmad(f: &Mmad, ops: &Operands) -> Plan {
     )
 }
 
+/// `count` fractals of f16 at `base`, widened to f32 (a slice conversion, which `half` does
+/// with the host's SIMD conversion instructions where it has them, with the bits of
+/// `f16::to_f32`).
 fn f16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
     let start = base as usize;
     let bytes = &buf[start..start + (count * FRACTAL) as usize];
-    bytes
+    let bits: Vec<u16> = bytes
         .chunks_exact(2)
-        .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
-        .collect()
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    let halves: &[f16] = bits.reinterpret_cast();
+    let mut out = vec![0f32; halves.len()];
+    halves.convert_to_f32_slice(&mut out);
+    out
 }
 
 pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), Fault> {
