@@ -550,6 +550,20 @@ impl AiCore {
             .filter(|a| a.write && a.count > 0 && a.burst > 0)
         {
             match a.buffer {
+                // Nothing changes when the whole extent is already in the state the bursts
+                // would leave it in (a timing-only run rewriting its buffers, a full run
+                // writing known bytes): one lookup instead of one update per burst.
+                Buffer::Gm if unknown && mem.all_unknown(a.start, a.extent()) => {}
+                Buffer::Gm if !unknown && !mem.is_unknown(a.start, a.extent()) => {}
+                // Bursts that touch or overlap cover one range: one update instead of one per
+                // burst (the same set either way).
+                Buffer::Gm if a.stride <= a.burst => {
+                    if unknown {
+                        mem.mark_unknown(a.start, a.extent());
+                    } else {
+                        mem.mark_known(a.start, a.extent());
+                    }
+                }
                 Buffer::Gm => {
                     for i in 0..a.count {
                         let s = a.start + i * a.stride;
