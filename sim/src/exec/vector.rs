@@ -95,19 +95,28 @@ fn each<const N: usize>(
     ops: [&Opnd; N],
     mut f: impl FnMut(u64, u64, [usize; N]),
 ) {
+    // At most 16 elements to a block (e is 64 or 128), so a block's enable bits fit a u32.
     let per_block = e / 8;
+    let low = |n: u64| ((1u64 << n) - 1) as u32;
     let sizes = ops.map(|o| o.ty.size());
     for rep in 0..r {
         for blk in 0..8 {
-            let bases = ops.map(|o| o.block_addr(rep, blk));
             let first = blk * per_block;
+            // Bit k: whether element first + k is enabled (`enabled`, a block at a time).
+            let live = match mask {
+                Mask::Normal(bits) => (bits >> first) as u32 & low(per_block),
+                Mask::Counter(n) => low(n.saturating_sub(rep * e + first).min(per_block)),
+            };
+            if live == 0 {
+                continue;
+            }
+            let bases = ops.map(|o| o.block_addr(rep, blk));
             for k in 0..per_block {
-                let i = first + k;
-                if !enabled(mask, rep, i, e) {
+                if live >> k & 1 == 0 {
                     continue;
                 }
                 let at = std::array::from_fn(|n| bases[n] + k as usize * sizes[n]);
-                f(rep, i, at);
+                f(rep, first + k, at);
             }
         }
     }
