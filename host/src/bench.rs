@@ -3,6 +3,11 @@
 //! peak, a large element-wise Add against the HBM bandwidth). Each runs in timing-only mode on
 //! a fresh device; the time is from the first block's start to the last block's end over all
 //! of the op's kernels.
+//!
+//! `gearsim bench runtime`: the CNN's runtime figures per gear ([`runtime_figures`]).
+//!
+//! `gearsim bench speed`: how fast the simulator itself runs ([`speed`]): simulated chip cycles
+//! and instructions per host second, full and timing-only, on the CNN and the transformer.
 
 use gearsim_sim::{ChipConfig, ExecMode};
 
@@ -265,4 +270,364 @@ pub fn runtime_figures(cfg: &ChipConfig) -> Result<Vec<RuntimeFigure>, String> {
         ));
     }
     Ok(out)
+}
+
+pub mod speed {
+    //! Simulator speed on whole models: each figure loads a compiled model on a fresh device,
+    //! writes its input and gear vector through the zero-time path, runs it once untimed (the
+    //! scheduler decodes kernel images on first use), then times `ModelExecute` runs on one
+    //! host thread until at least `min_seconds` of host time have passed. Every timed run must
+    //! simulate exactly the cycles and instructions of the first, or the figure is an error.
+    //!
+    //! Host time is the CPU time of the measuring thread (`/proc/thread-self/schedstat`, in
+    //! nanoseconds) where the host has it, so that other processes sharing the cores do not
+    //! slow the figures down; elsewhere it is wall-clock time.
+
+    use std::time::{Duration, Instant};
+
+    use gearsim_firmware::{Device, StreamId};
+    use gearsim_isa::om::OmFile;
+    use gearsim_sim::{ChipConfig, ExecMode};
+    use gearsim_traces::NullSink;
+
+    use crate::compiler::options::GearOptions;
+    use crate::compiler::pipeline::{CompileOptions, compile};
+    use crate::runtime::LoadedModel;
+
+    /// The transformer encoder of the test models (dynamic sequence length).
+    pub const TRANSFORMER: &[u8] = include_bytes!("../../tests/models/transformer.onnx");
+
+    /// A model the speed bench runs.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Model {
+        /// The demo's CNN, compiled for dynamic batch 1, 4, 8.
+        Cnn,
+        /// The transformer encoder, compiled for sequence lengths 16, 32, 64, 128.
+        Transformer,
+    }
+
+    impl Model {
+        /// Both, in report order.
+        pub const ALL: [Model; 2] = [Model::Cnn, Model::Transformer];
+
+        /// `cnn` / `transformer`.
+        pub fn name(self) -> &'static str {
+            match self {
+                Model::Cnn => "cnn",
+                Model::Transformer => "transformer",
+            }
+        }
+
+        /// Parses a name.
+        pub fn parse(s: &str) -> Option<Model> {
+            Model::ALL.into_iter().find(|m| m.name() == s)
+        }
+
+        fn onnx(self) -> &'static [u8] {
+            match self {
+                Model::Cnn => crate::demo::CNN,
+                Model::Transformer => TRANSFORMER,
+            }
+        }
+
+        fn gear_options(self) -> GearOptions {
+            match self {
+                Model::Cnn => GearOptions {
+                    input_shape: Some("input:-1,3,32,32".into()),
+                    dynamic_batch_size: Some("1,4,8".into()),
+                    ..GearOptions::default()
+                },
+                Model::Transformer => GearOptions {
+                    input_shape: Some("x:1,-1,64".into()),
+                    dynamic_dims: Some("16;32;64;128".into()),
+                    ..GearOptions::default()
+                },
+            }
+        }
+
+        /// The gears the bench reports (the gear axis' value).
+        pub fn gears(self) -> &'static [i64] {
+            match self {
+                Model::Cnn => &[1, 4, 8],
+                Model::Transformer => &[16, 64, 128],
+            }
+        }
+
+        /// `b4` for a batch, `s64` for a sequence length.
+        pub fn gear_label(self, gear: i64) -> String {
+            match self {
+                Model::Cnn => format!("b{gear}"),
+                Model::Transformer => format!("s{gear}"),
+            }
+        }
+
+        /// The data input's name and dims at a gear.
+        fn input(self, gear: i64) -> (&'static str, Vec<i64>) {
+            match self {
+                Model::Cnn => ("input", vec![gear, 3, 32, 32]),
+                Model::Transformer => ("x", vec![1, gear, 64]),
+            }
+        }
+
+        /// Compiles the model for non-sink mode on chip `cfg`: the `.om` bytes.
+        pub fn compile(self, cfg: &ChipConfig) -> Result<Vec<u8>, String> {
+            let opts = CompileOptions {
+                gear: self.gear_options(),
+                getnext_sink: false,
+                table_layout: Default::default(),
+                mapindex_engine: Default::default(),
+                target: crate::atc::target(cfg),
+            };
+            compile(self.onnx(), &format!("{}.onnx", self.name()), &opts)
+                .map_err(|e| format!("{}: {e}", self.name()))?
+                .om_bytes()
+        }
+    }
+
+    /// `full` / `timing-only`.
+    pub fn mode_name(mode: ExecMode) -> &'static str {
+        match mode {
+            ExecMode::Full => "full",
+            ExecMode::TimingOnly => "timing-only",
+        }
+    }
+
+    /// What one run simulated.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct Count {
+        /// Chip clock cycles from the submission of `ModelExecute` to the end of the stream.
+        pub cycles: u64,
+        /// AI core instructions executed, summed over pipes and cores.
+        pub instructions: u64,
+    }
+
+    /// A loaded model ready to run at one gear in one mode.
+    pub struct Prepared {
+        dev: Device<NullSink>,
+        model: LoadedModel,
+        stream: StreamId,
+    }
+
+    impl Prepared {
+        /// Loads `om` (compiled by [`Model::compile`]) on a fresh device of chip `cfg` in
+        /// `mode`, writes an input of gear `gear` and the gear vector, and runs once untimed.
+        pub fn new(
+            cfg: &ChipConfig,
+            model: Model,
+            om: &[u8],
+            gear: i64,
+            mode: ExecMode,
+        ) -> Result<Prepared, String> {
+            let file = OmFile::parse(om).map_err(|e| e.to_string())?;
+            let mut dev = Device::new(cfg.clone(), NullSink);
+            dev.set_exec_mode(mode);
+            let loaded = LoadedModel::load(&mut dev, &file).map_err(|e| e.to_string())?;
+            let stream = dev.create_stream().map_err(|e| e.to_string())?;
+            let (name, dims) = model.input(gear);
+            let inputs = &loaded.desc.inputs;
+            let data = inputs
+                .iter()
+                .position(|i| i.name == name)
+                .ok_or_else(|| format!("{}: no input `{name}`", model.name()))?;
+            let elems: i64 = dims.iter().product();
+            // A fixed pattern of f32 values in [-1, 1).
+            let bytes: Vec<u8> = (0..elems)
+                .flat_map(|i| (((i * 7919) % 2048) as f32 / 1024.0 - 1.0).to_le_bytes())
+                .collect();
+            let err = |e: gearsim_firmware::DeviceError| e.to_string();
+            dev.write(loaded.inputs[data], &bytes).map_err(err)?;
+            let shape = inputs.len() - 1;
+            dev.write(loaded.inputs[shape], &(gear as i32).to_le_bytes())
+                .map_err(err)?;
+            let mut p = Prepared {
+                dev,
+                model: loaded,
+                stream,
+            };
+            p.run()?;
+            Ok(p)
+        }
+
+        /// Runs the model once: what it simulated.
+        pub fn run(&mut self) -> Result<Count, String> {
+            let chip = self.dev.chip();
+            let cores = chip.core_count();
+            let instructions = |chip: &gearsim_sim::Chip<NullSink>| -> u64 {
+                (0..cores)
+                    .filter_map(|c| chip.core_stats(c))
+                    .flat_map(|s| s.pipes)
+                    .map(|p| p.instructions)
+                    .sum()
+            };
+            let (start, before) = (chip.now(), instructions(chip));
+            self.model
+                .execute(&mut self.dev, self.stream)
+                .map_err(|e| e.to_string())?;
+            let chip = self.dev.chip();
+            let clock = chip.clock();
+            Ok(Count {
+                cycles: clock.cycle_at_or_after(chip.now()).0 - clock.cycle_at_or_after(start).0,
+                instructions: instructions(chip) - before,
+            })
+        }
+    }
+
+    /// One figure of `gearsim bench speed`.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct Figure {
+        /// The model.
+        pub model: Model,
+        /// The gear's value.
+        pub gear: i64,
+        /// Full or timing-only.
+        pub mode: ExecMode,
+        /// What each run simulated (the same for every run).
+        pub count: Count,
+        /// Timed runs.
+        pub runs: u32,
+        /// Host time of the timed runs.
+        pub host: Duration,
+        /// The clock that measured it.
+        pub clock: HostClock,
+    }
+
+    impl Figure {
+        /// Simulated chip cycles per host second.
+        pub fn cycles_per_second(&self) -> f64 {
+            self.count.cycles as f64 * f64::from(self.runs) / self.host.as_secs_f64()
+        }
+
+        /// Simulated instructions per host second.
+        pub fn instructions_per_second(&self) -> f64 {
+            self.count.instructions as f64 * f64::from(self.runs) / self.host.as_secs_f64()
+        }
+
+        /// `cnn b1 timing-only`.
+        pub fn label(&self) -> String {
+            format!(
+                "{} {} {}",
+                self.model.name(),
+                self.model.gear_label(self.gear),
+                mode_name(self.mode)
+            )
+        }
+
+        /// `cnn b1 timing-only: 41.3 M cycles/s, 12.0 M instr/s`.
+        pub fn line(&self) -> String {
+            format!(
+                "{}: {:.1} M cycles/s, {:.1} M instr/s",
+                self.label(),
+                self.cycles_per_second() / 1e6,
+                self.instructions_per_second() / 1e6
+            )
+        }
+
+        /// The figure as one JSON object.
+        pub fn json(&self) -> serde_json::Value {
+            serde_json::json!({
+                "model": self.model.name(),
+                "gear": self.model.gear_label(self.gear),
+                "mode": mode_name(self.mode),
+                "cycles_per_run": self.count.cycles,
+                "instructions_per_run": self.count.instructions,
+                "runs": self.runs,
+                "host_seconds": self.host.as_secs_f64(),
+                "host_clock": self.clock.name(),
+                "cycles_per_second": self.cycles_per_second(),
+                "instructions_per_second": self.instructions_per_second(),
+            })
+        }
+    }
+
+    /// Which clock measures host time.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum HostClock {
+        /// The CPU time of the calling thread.
+        ThreadCpu,
+        /// Wall-clock time (where the thread's CPU time cannot be read).
+        Wall,
+    }
+
+    impl HostClock {
+        /// The thread's CPU clock where the host has one, else the wall clock.
+        pub fn best() -> HostClock {
+            if thread_cpu_time().is_some() {
+                HostClock::ThreadCpu
+            } else {
+                HostClock::Wall
+            }
+        }
+
+        /// `thread-cpu` / `wall`.
+        pub fn name(self) -> &'static str {
+            match self {
+                HostClock::ThreadCpu => "thread-cpu",
+                HostClock::Wall => "wall",
+            }
+        }
+
+        /// A reading (only differences between readings of one thread mean anything).
+        fn now(self, epoch: Instant) -> Duration {
+            match self {
+                HostClock::ThreadCpu => thread_cpu_time().unwrap_or_else(|| epoch.elapsed()),
+                HostClock::Wall => epoch.elapsed(),
+            }
+        }
+    }
+
+    /// CPU time the calling thread has run, from the first field of Linux's
+    /// `/proc/thread-self/schedstat` (nanoseconds on a CPU).
+    fn thread_cpu_time() -> Option<Duration> {
+        let text = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+        let ns: u64 = text.split_whitespace().next()?.parse().ok()?;
+        Some(Duration::from_nanos(ns))
+    }
+
+    /// Measures one figure: runs until at least `min_seconds` of host time have passed.
+    pub fn measure(
+        cfg: &ChipConfig,
+        model: Model,
+        om: &[u8],
+        gear: i64,
+        mode: ExecMode,
+        min_seconds: f64,
+    ) -> Result<Figure, String> {
+        let mut p = Prepared::new(cfg, model, om, gear, mode)?;
+        let min = Duration::from_secs_f64(min_seconds.max(0.0));
+        let clock = HostClock::best();
+        let epoch = Instant::now();
+        let mut host = Duration::ZERO;
+        let mut runs = 0u32;
+        let mut count = None;
+        while runs == 0 || host < min {
+            let t = clock.now(epoch);
+            let c = p.run()?;
+            host += clock.now(epoch).saturating_sub(t);
+            runs += 1;
+            match count {
+                None => count = Some(c),
+                Some(first) if first != c => {
+                    return Err(format!(
+                        "{} {} {}: run {runs} simulated {c:?}, the first {first:?}",
+                        model.name(),
+                        model.gear_label(gear),
+                        mode_name(mode)
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(Figure {
+            model,
+            gear,
+            mode,
+            count: count.unwrap_or(Count {
+                cycles: 0,
+                instructions: 0,
+            }),
+            runs,
+            host,
+            clock,
+        })
+    }
 }

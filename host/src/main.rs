@@ -217,6 +217,38 @@ enum BenchCommand {
     /// Runtime figures of the built-in CNN at each gear: non-sink vs sink time, H2D transfers
     /// with and without the merged copy, and the hybrid dynamic path vs the gear path.
     Runtime(BenchRuntimeArgs),
+    /// Simulator speed on one host thread: simulated chip cycles and instructions per host
+    /// second, full and timing-only, on the CNN (batch 1, 4, 8) and the transformer (sequence
+    /// 16, 64, 128); only the model's execution on the device is timed.
+    Speed(BenchSpeedArgs),
+}
+
+#[derive(Args)]
+struct BenchSpeedArgs {
+    /// Chip preset.
+    #[arg(long = "soc_version", default_value = "ascend910")]
+    soc_version: String,
+    /// Only these models (cnn, transformer), comma-separated.
+    #[arg(long = "only", value_delimiter = ',')]
+    only: Vec<String>,
+    /// Only these modes (full, timing-only), comma-separated.
+    #[arg(long = "modes", value_delimiter = ',')]
+    modes: Vec<String>,
+    /// Only these gears (b1, b4, b8 of the CNN; s16, s64, s128 of the transformer),
+    /// comma-separated.
+    #[arg(long = "gears", value_delimiter = ',')]
+    gears: Vec<String>,
+    /// Repeat each figure's runs until at least this much host time has passed (the thread's
+    /// CPU time where the host has it, so other processes on the cores do not skew figures).
+    #[arg(long = "min_seconds", default_value_t = 1.0)]
+    min_seconds: f64,
+    /// Add each figure's simulated cycles and instructions per run (identical on every run
+    /// and every host), runs and host time.
+    #[arg(long = "verbose")]
+    verbose: bool,
+    /// Print one JSON object per figure instead of text.
+    #[arg(long = "json")]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -698,6 +730,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             Ok(())
         }
+        Command::Bench(BenchCommand::Speed(a)) => bench_speed(&a),
         Command::Demo(a) => demo(a),
         Command::Study(StudyCommand::Gears(a)) => study_gears(&a),
         Command::Study(StudyCommand::Advise(a)) => study_advise(&a),
@@ -731,6 +764,93 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
     }
+}
+
+fn bench_speed(a: &BenchSpeedArgs) -> Result<(), Failure> {
+    use gearsim_host::bench::speed::{Model, measure, mode_name};
+    let cfg = ChipConfig::preset(&a.soc_version)?;
+    let models = if a.only.is_empty() {
+        Model::ALL.to_vec()
+    } else {
+        a.only
+            .iter()
+            .map(|n| {
+                Model::parse(n).ok_or_else(|| {
+                    anyhow!("--only: unknown model `{n}` (expected cnn or transformer)")
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    let all = [ExecMode::Full, ExecMode::TimingOnly];
+    let modes = if a.modes.is_empty() {
+        all.to_vec()
+    } else {
+        a.modes
+            .iter()
+            .map(|n| {
+                all.into_iter().find(|&m| mode_name(m) == n).ok_or_else(|| {
+                    anyhow!("--modes: unknown mode `{n}` (expected full or timing-only)")
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    for g in &a.gears {
+        if !models
+            .iter()
+            .any(|m| m.gears().iter().any(|&v| &m.gear_label(v) == g))
+        {
+            return Err(anyhow!(
+                "--gears: unknown gear `{g}` (expected b1, b4, b8, s16, s64 or s128)"
+            )
+            .into());
+        }
+    }
+    if !(a.min_seconds.is_finite() && a.min_seconds >= 0.0) {
+        return Err(anyhow!(
+            "--min_seconds: expected a non-negative number, got {}",
+            a.min_seconds
+        )
+        .into());
+    }
+    if !a.json {
+        say!(
+            "simulator speed on {}, one host thread, each figure run for at least {} s of host time:",
+            cfg.name,
+            a.min_seconds
+        );
+    }
+    for model in models {
+        let wanted = |&g: &i64| a.gears.is_empty() || a.gears.contains(&model.gear_label(g));
+        if !model.gears().iter().any(wanted) {
+            continue;
+        }
+        let om = model.compile(&cfg).map_err(|e| anyhow!(e))?;
+        for &gear in model.gears() {
+            if !wanted(&gear) {
+                continue;
+            }
+            for &mode in &modes {
+                let f =
+                    measure(&cfg, model, &om, gear, mode, a.min_seconds).map_err(|e| anyhow!(e))?;
+                if a.json {
+                    say!("{}", f.json());
+                } else if a.verbose {
+                    say!(
+                        "{}  [{} cycles, {} instr per run; {} runs in {:.2} s {}]",
+                        f.line(),
+                        f.count.cycles,
+                        f.count.instructions,
+                        f.runs,
+                        f.host.as_secs_f64(),
+                        f.clock.name()
+                    );
+                } else {
+                    say!("{}", f.line());
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn compile(a: &CompileArgs) -> Result<(), Failure> {

@@ -115,6 +115,11 @@ impl DeviceMemory {
         self.unknown.insert(addr, addr.saturating_add(len));
     }
 
+    /// Whether all of `[addr, addr + len)` (non-empty) is marked as not computed.
+    pub(crate) fn all_unknown(&self, addr: u64, len: u64) -> bool {
+        self.unknown.covers(addr, addr.saturating_add(len))
+    }
+
     /// Marks `[addr, addr + len)` as holding real values again.
     pub(crate) fn mark_known(&mut self, addr: u64, len: u64) {
         self.unknown.remove(addr, addr.saturating_add(len));
@@ -142,7 +147,7 @@ pub(crate) struct RangeSet {
 
 impl RangeSet {
     pub(crate) fn insert(&mut self, mut start: u64, mut end: u64) {
-        if start >= end {
+        if start >= end || self.covers(start, end) {
             return;
         }
         // Absorb, one at a time, the last range that overlaps or touches [start, end).
@@ -175,6 +180,14 @@ impl RangeSet {
                 break;
             }
         }
+    }
+
+    /// Whether one range holds all of `[start, end)` (non-empty).
+    pub(crate) fn covers(&self, start: u64, end: u64) -> bool {
+        self.ranges
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(_, e)| *e >= end)
     }
 
     pub(crate) fn intersects(&self, start: u64, end: u64) -> bool {
@@ -214,5 +227,8 @@ mod tests {
         r.remove(5, 45);
         assert_eq!(ranges(&r), [(0, 5), (45, 50)]);
         assert!(r.intersects(4, 6) && r.intersects(49, 60) && !r.intersects(5, 45));
+        assert!(r.covers(45, 50) && r.covers(46, 47) && !r.covers(44, 46) && !r.covers(49, 51));
+        r.insert(46, 48);
+        assert_eq!(ranges(&r), [(0, 5), (45, 50)]);
     }
 }

@@ -1,8 +1,11 @@
 //! Simulator speed: simulated instructions and simulated cycles per host second, in full and
-//! timing-only mode, on the example kernels. Run with `cargo bench -p gearsim-tests --bench
-//! sim_speed`; criterion's "thrpt" column is instructions/s in the `instructions` group and
-//! chip cycles/s (cycles of the chip clock, not summed over cores) in the `cycles` group.
-//! Every workload's result is checked before it is timed.
+//! timing-only mode, on the example kernels and on whole models (the CNN at batch 1 and the
+//! transformer at sequence length 64, as `gearsim bench speed` runs them: only the model's
+//! execution is timed). Run with `cargo bench -p gearsim-tests --bench sim_speed`; criterion's
+//! "thrpt" column is instructions/s in the `instructions` group and chip cycles/s (cycles of
+//! the chip clock, not summed over cores) in the `cycles` group. Every kernel workload's result
+//! is checked before it is timed; every model run must simulate the same cycles and
+//! instructions as the first.
 
 // Tests unwrap freely: a failed unwrap is a failed test with its message.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -170,5 +173,42 @@ fn sim_speed(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, sim_speed);
+/// The models at one gear each, full and timing-only.
+fn model_speed(c: &mut Criterion) {
+    use gearsim_host::bench::speed::{Model, Prepared, mode_name};
+    let cfg = gearsim_sim::ChipConfig::preset("ascend910").unwrap();
+    for (model, gear) in [(Model::Cnn, 1), (Model::Transformer, 64)] {
+        let om = model.compile(&cfg).unwrap();
+        for mode in [ExecMode::Full, ExecMode::TimingOnly] {
+            let mut p = Prepared::new(&cfg, model, &om, gear, mode).unwrap();
+            let count = p.run().unwrap();
+            let id = format!(
+                "{} {} {}",
+                model.name(),
+                model.gear_label(gear),
+                mode_name(mode)
+            );
+            println!(
+                "{id}: {} instructions, {} chip cycles per run",
+                count.instructions, count.cycles
+            );
+            for (group, amount) in [
+                ("instructions", count.instructions),
+                ("cycles", count.cycles),
+            ] {
+                let mut g = c.benchmark_group(format!("sim_speed/{group}"));
+                g.sample_size(10)
+                    .warm_up_time(Duration::from_millis(500))
+                    .measurement_time(Duration::from_secs(3));
+                g.throughput(Throughput::Elements(amount));
+                g.bench_function(&id, |b| {
+                    b.iter(|| assert_eq!(p.run().unwrap(), count, "{id}"))
+                });
+                g.finish();
+            }
+        }
+    }
+}
+
+criterion_group!(benches, sim_speed, model_speed);
 criterion_main!(benches);

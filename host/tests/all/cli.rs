@@ -381,3 +381,61 @@ fn study_advise_rejects_bad_input_naming_it_and_keeps_old_results() {
             .starts_with("gears,")
     );
 }
+
+#[test]
+fn bench_speed_prints_one_line_per_figure_with_counts_identical_on_every_run() {
+    let args = [
+        "bench",
+        "speed",
+        "--only",
+        "cnn",
+        "--modes",
+        "timing-only",
+        "--min_seconds",
+        "0",
+    ];
+    let o = gearsim(&args);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let lines: Vec<&str> = stdout.lines().skip(1).collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    for (line, b) in lines.iter().zip([1, 4, 8]) {
+        let rest = line
+            .strip_prefix(&format!("cnn b{b} timing-only: "))
+            .unwrap_or_else(|| panic!("{line}"));
+        let (cycles, instr) = rest.split_once(" M cycles/s, ").expect(line);
+        assert!(cycles.parse::<f64>().unwrap() > 0.0, "{line}");
+        let instr = instr.strip_suffix(" M instr/s").expect(line);
+        assert!(instr.parse::<f64>().unwrap() > 0.0, "{line}");
+    }
+    // The simulated counts are the same in every invocation (and every run within one).
+    let json = |extra: &str| {
+        let mut a = args.to_vec();
+        a.push(extra);
+        let o = gearsim(&a);
+        assert!(o.status.success(), "{}", text(&o).1);
+        text(&o)
+            .0
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (
+                    v["gear"].as_str().unwrap().to_string(),
+                    v["cycles_per_run"].as_u64().unwrap(),
+                    v["instructions_per_run"].as_u64().unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let first = json("--json");
+    assert_eq!(first.len(), 3);
+    assert!(first.iter().all(|(_, c, i)| *c > 0 && *i > 0), "{first:?}");
+    assert_eq!(first, json("--json"));
+    let o = gearsim(&["bench", "speed", "--only", "resnet"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        text(&o).1.contains("unknown model `resnet`"),
+        "{}",
+        text(&o).1
+    );
+}

@@ -80,20 +80,22 @@ impl Buffers {
         } else {
             (start.div_ceil(GRAIN), end / GRAIN)
         };
+        // A word at a time: the grains [first, last) that fall in word w.
         let mut g = first;
         while g < last {
             let (w, bit) = ((g / 64) as usize, g % 64);
-            if bit == 0 && last - g >= 64 {
-                bits[w] = if unknown { u64::MAX } else { 0 };
-                g += 64;
-                continue;
-            }
-            if unknown {
-                bits[w] |= 1 << bit;
+            let n = (64 - bit).min(last - g);
+            let word = if n == 64 {
+                u64::MAX
             } else {
-                bits[w] &= !(1 << bit);
+                ((1u64 << n) - 1) << bit
+            };
+            if unknown {
+                bits[w] |= word;
+            } else {
+                bits[w] &= !word;
             }
-            g += 1;
+            g += n;
         }
     }
 
@@ -101,5 +103,48 @@ impl Buffers {
     pub(crate) fn is_unknown(&self, b: Buffer, start: u64, end: u64) -> bool {
         let bits = &self.unknown[slot(b)];
         (start / GRAIN..end.div_ceil(GRAIN)).any(|g| bits[(g / 64) as usize] >> (g % 64) & 1 == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Buffers, GRAIN};
+    use crate::config::ChipConfig;
+    use crate::stop::Buffer;
+
+    /// `mark` a word at a time sets exactly the grains a grain-by-grain reference sets.
+    #[test]
+    fn marking_sets_and_clears_exactly_the_covered_grains() {
+        let cfg = ChipConfig::preset("ascend910").unwrap();
+        let mut b = Buffers::new(&cfg);
+        let grains = b.size(Buffer::Ub) / GRAIN;
+        let mut want = vec![false; grains as usize];
+        let mut x = 12345u64;
+        for step in 0..2000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let start = (x >> 20) % b.size(Buffer::Ub);
+            let len = (x >> 44) % 9000;
+            let end = (start + len).min(b.size(Buffer::Ub));
+            let unknown = step % 3 != 0;
+            b.mark(Buffer::Ub, start, end, unknown);
+            let (first, last) = if unknown {
+                (start / GRAIN, end.div_ceil(GRAIN))
+            } else {
+                (start.div_ceil(GRAIN), end / GRAIN)
+            };
+            for g in first..last {
+                want[g as usize] = unknown;
+            }
+            for (g, w) in want.iter().enumerate() {
+                let at = g as u64 * GRAIN;
+                assert_eq!(
+                    b.is_unknown(Buffer::Ub, at, at + 1),
+                    *w,
+                    "step {step} grain {g}"
+                );
+            }
+        }
     }
 }

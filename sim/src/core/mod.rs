@@ -71,25 +71,47 @@ fn flag_slot(f: FlagId) -> u16 {
     ((lane_index(f.src) * LANES + lane_index(f.dst)) * 16 + usize::from(f.id)) as u16
 }
 
-/// The flags a block has used: a kernel touches a handful, so a short list searched linearly
-/// stays in cache where a table of every (src, dst, id) would not.
-#[derive(Debug, Default)]
+/// Flag slots: (src lane, dst lane, id) with ids below 16 (`core.event_ids` is at most 16).
+const FLAG_SLOTS: usize = LANES * LANES * 16;
+
+/// The flags a block has used: a kernel touches a handful, so their states are a short list in
+/// first-use order, found through a small direct index by slot (one load instead of a search).
+#[derive(Debug)]
 struct FlagTable {
+    /// Per slot, 1 + the position of its entry (0: not used yet).
+    index: [u16; FLAG_SLOTS],
     /// (slot, cycle it was set if it is set, cycle it was last consumed).
     entries: Vec<(u16, Option<u64>, u64)>,
 }
 
+impl Default for FlagTable {
+    fn default() -> FlagTable {
+        FlagTable {
+            index: [0; FLAG_SLOTS],
+            entries: Vec::new(),
+        }
+    }
+}
+
 impl FlagTable {
+    #[inline]
     fn entry(&mut self, f: FlagId) -> &mut (u16, Option<u64>, u64) {
         let slot = flag_slot(f);
-        let i = match self.entries.iter().position(|e| e.0 == slot) {
-            Some(i) => i,
-            None => {
-                self.entries.push((slot, None, 0));
-                self.entries.len() - 1
-            }
-        };
-        &mut self.entries[i]
+        let at = &mut self.index[usize::from(slot)];
+        if *at == 0 {
+            self.entries.push((slot, None, 0));
+            // At most FLAG_SLOTS entries, so the position fits.
+            *at = self.entries.len() as u16;
+        }
+        &mut self.entries[usize::from(*at) - 1]
+    }
+
+    /// Forgets every flag (for the next block), keeping the allocation.
+    fn clear(&mut self) {
+        for &(slot, _, _) in &self.entries {
+            self.index[usize::from(slot)] = 0;
+        }
+        self.entries.clear();
     }
 
     fn is_set(&mut self, f: FlagId) -> bool {
@@ -211,15 +233,25 @@ struct PipeUnit {
 }
 
 impl PipeUnit {
-    fn new(depth: usize) -> PipeUnit {
+    fn new(depth: usize, start_cycle: u64) -> PipeUnit {
         PipeUnit {
             queue: VecDeque::with_capacity(depth),
-            issue_free: 0,
-            last_complete: 0,
+            issue_free: start_cycle,
+            last_complete: start_cycle,
             state: PipeState::Ready,
             pop_mark: None,
             dma: Plan::default(),
         }
+    }
+
+    /// The state of `PipeUnit::new`, keeping the queue's allocation.
+    fn reset(&mut self, start_cycle: u64) {
+        self.queue.clear();
+        self.issue_free = start_cycle;
+        self.last_complete = start_cycle;
+        self.state = PipeState::Ready;
+        self.pop_mark = None;
+        self.dma = Plan::default();
     }
 
     fn drained(&self) -> bool {
@@ -270,6 +302,9 @@ pub(crate) struct AiCore {
     pub id: u32,
     pub bufs: Buffers,
     block: Option<Box<Block>>,
+    /// The last finished block, kept so the next one reuses its allocations (its queues and
+    /// flag table); every field is reset by `start`.
+    spare: Option<Box<Block>>,
     lanes: Option<[LaneId; LANES]>,
     pub stats: CoreStats,
 }
@@ -297,6 +332,7 @@ impl AiCore {
             id,
             bufs: Buffers::new(cfg),
             block: None,
+            spare: None,
             lanes: None,
             stats: CoreStats::default(),
         }
@@ -324,36 +360,56 @@ impl AiCore {
             }));
         }
         let depth = ctx.cfg.core.pipe_queue_depth as usize;
-        self.block = Some(Box::new(Block {
-            kernel,
-            kernel_id: launch.kernel,
-            block_idx: launch.block_idx,
-            block_dim: launch.block_dim,
-            args: launch.args,
-            mode: launch.mode,
-            regs: [0; 32],
-            pc: 0,
-            s_time: start_cycle,
-            s_state: ScalarState::Run,
-            mask: Mask::FULL,
-            fmatrix: FMatrix {
-                h: 0,
-                w: 0,
-                pad_top: 0,
-                pad_bottom: 0,
-                pad_left: 0,
-                pad_right: 0,
-            },
-            pipes: std::array::from_fn(|_| {
-                let mut p = PipeUnit::new(depth);
-                p.issue_free = start_cycle;
-                p.last_complete = start_cycle;
-                p
-            }),
-            flags: FlagTable::default(),
-            deadline: start_cycle.saturating_add(ctx.cfg.core.kernel_timeout_cycles),
-            wake: u8::MAX >> 1,
-        }));
+        let fmatrix = FMatrix {
+            h: 0,
+            w: 0,
+            pad_top: 0,
+            pad_bottom: 0,
+            pad_left: 0,
+            pad_right: 0,
+        };
+        let deadline = start_cycle.saturating_add(ctx.cfg.core.kernel_timeout_cycles);
+        let Some(mut b) = self.spare.take() else {
+            self.block = Some(Box::new(Block {
+                kernel,
+                kernel_id: launch.kernel,
+                block_idx: launch.block_idx,
+                block_dim: launch.block_dim,
+                args: launch.args,
+                mode: launch.mode,
+                regs: [0; 32],
+                pc: 0,
+                s_time: start_cycle,
+                s_state: ScalarState::Run,
+                mask: Mask::FULL,
+                fmatrix,
+                pipes: std::array::from_fn(|_| PipeUnit::new(depth, start_cycle)),
+                flags: FlagTable::default(),
+                deadline,
+                wake: u8::MAX >> 1,
+            }));
+            return;
+        };
+        // The same state as a new block, in the old one's allocations.
+        b.kernel = kernel;
+        b.kernel_id = launch.kernel;
+        b.block_idx = launch.block_idx;
+        b.block_dim = launch.block_dim;
+        b.args = launch.args;
+        b.mode = launch.mode;
+        b.regs = [0; 32];
+        b.pc = 0;
+        b.s_time = start_cycle;
+        b.s_state = ScalarState::Run;
+        b.mask = Mask::FULL;
+        b.fmatrix = fmatrix;
+        for p in &mut b.pipes {
+            p.reset(start_cycle);
+        }
+        b.flags.clear();
+        b.deadline = deadline;
+        b.wake = u8::MAX >> 1;
+        self.block = Some(b);
     }
 
     /// Runs every unit as far as it can; returns the end cycle if the block finished.
@@ -381,7 +437,7 @@ impl AiCore {
             _ => None,
         };
         if done.is_some() {
-            self.block = None;
+            self.spare = self.block.take();
         }
         Ok(done)
     }
@@ -437,7 +493,23 @@ impl AiCore {
         out
     }
 
+    /// Records a pipe span when tracing (the check inlines; the recording does not).
+    #[inline(always)]
     fn span<S: TraceSink>(&self, ctx: &mut Ctx<'_, S>, pipe: Pipe, pc: u32, start: u64, end: u64) {
+        if self.lanes.is_some() {
+            self.record_span(ctx, pipe, pc, start, end);
+        }
+    }
+
+    #[inline(never)]
+    fn record_span<S: TraceSink>(
+        &self,
+        ctx: &mut Ctx<'_, S>,
+        pipe: Pipe,
+        pc: u32,
+        start: u64,
+        end: u64,
+    ) {
         let (Some(lanes), Some(b)) = (&self.lanes, &self.block) else {
             return;
         };
@@ -449,7 +521,22 @@ impl AiCore {
     }
 
     /// A synchronisation event: `arg` is how many cycles the unit waited before it.
+    #[inline(always)]
     fn instant<S: TraceSink>(&self, ctx: &mut Ctx<'_, S>, pipe: Pipe, pc: u32, at: u64, arg: u64) {
+        if self.lanes.is_some() {
+            self.record_instant(ctx, pipe, pc, at, arg);
+        }
+    }
+
+    #[inline(never)]
+    fn record_instant<S: TraceSink>(
+        &self,
+        ctx: &mut Ctx<'_, S>,
+        pipe: Pipe,
+        pc: u32,
+        at: u64,
+        arg: u64,
+    ) {
         let (Some(lanes), Some(b)) = (&self.lanes, &self.block) else {
             return;
         };
@@ -550,6 +637,20 @@ impl AiCore {
             .filter(|a| a.write && a.count > 0 && a.burst > 0)
         {
             match a.buffer {
+                // Nothing changes when the whole extent is already in the state the bursts
+                // would leave it in (a timing-only run rewriting its buffers, a full run
+                // writing known bytes): one lookup instead of one update per burst.
+                Buffer::Gm if unknown && mem.all_unknown(a.start, a.extent()) => {}
+                Buffer::Gm if !unknown && !mem.is_unknown(a.start, a.extent()) => {}
+                // Bursts that touch or overlap cover one range: one update instead of one per
+                // burst (the same set either way).
+                Buffer::Gm if a.stride <= a.burst => {
+                    if unknown {
+                        mem.mark_unknown(a.start, a.extent());
+                    } else {
+                        mem.mark_known(a.start, a.extent());
+                    }
+                }
                 Buffer::Gm => {
                     for i in 0..a.count {
                         let s = a.start + i * a.stride;

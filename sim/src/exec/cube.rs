@@ -184,13 +184,21 @@ pub(super) fn plan_mmad(f: &Mmad, ops: &Operands) -> Plan {
     )
 }
 
+/// `count` fractals of f16 at `base`, widened to f32 (a slice conversion, which `half` does
+/// with the host's SIMD conversion instructions where it has them, with the bits of
+/// `f16::to_f32`).
 fn f16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
     let start = base as usize;
     let bytes = &buf[start..start + (count * FRACTAL) as usize];
-    bytes
+    let bits: Vec<u16> = bytes
         .chunks_exact(2)
-        .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
-        .collect()
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    let halves: &[f16] = bits.reinterpret_cast();
+    let mut out = vec![0f32; halves.len()];
+    halves.convert_to_f32_slice(&mut out);
+    out
 }
 
 pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), Fault> {
@@ -209,9 +217,11 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
             if f.init {
                 acc = [0.0; 256];
             } else {
-                for (i, v) in acc.iter_mut().enumerate() {
-                    let p = cbase + i * 4;
-                    *v = f32::from_le_bytes([l0c[p], l0c[p + 1], l0c[p + 2], l0c[p + 3]]);
+                for (v, b) in acc
+                    .iter_mut()
+                    .zip(l0c[cbase..cbase + FRACTAL_C as usize].chunks_exact(4))
+                {
+                    *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
             }
             for k_i in 0..kb {
@@ -228,9 +238,11 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
                     }
                 }
             }
-            for (i, v) in acc.iter().enumerate() {
-                let p = cbase + i * 4;
-                l0c[p..p + 4].copy_from_slice(&v.to_le_bytes());
+            for (v, b) in acc
+                .iter()
+                .zip(l0c[cbase..cbase + FRACTAL_C as usize].chunks_exact_mut(4))
+            {
+                b.copy_from_slice(&v.to_le_bytes());
             }
         }
     }
@@ -279,8 +291,11 @@ fn store_out(buf: &mut [u8], at: usize, ty: DType, mut v: f32, relu: bool) {
     }
 }
 
+#[inline]
 fn load_c(l0c: &[u8], at: usize) -> f32 {
-    f32::from_le_bytes([l0c[at], l0c[at + 1], l0c[at + 2], l0c[at + 3]])
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&l0c[at..at + 4]);
+    f32::from_le_bytes(b)
 }
 
 pub(super) fn l0c_to_ub(bufs: &mut Buffers, f: &L0cToUb, ops: &Operands) -> Result<(), Fault> {
@@ -291,6 +306,27 @@ pub(super) fn l0c_to_ub(bufs: &mut Buffers, f: &L0cToUb, ops: &Operands) -> Resu
     for i in 0..src.count {
         let s = (src.start + i * src.stride) as usize;
         let d = (dst.start + i * dst.stride) as usize;
+        if f.ty == DType::F16 {
+            // A fractal at a time: the relu, then half's slice conversion (the host's SIMD
+            // conversion where it has one; the bits of `f16::from_f32`, as `store_out` gives).
+            use half::slice::HalfFloatSliceExt;
+            let mut v = [0f32; 256];
+            for (x, b) in v
+                .iter_mut()
+                .zip(l0c[s..s + FRACTAL_C as usize].chunks_exact(4))
+            {
+                *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                if f.relu && *x < 0.0 {
+                    *x = 0.0;
+                }
+            }
+            let mut h = [f16::ZERO; 256];
+            h.convert_from_f32_slice(&v);
+            for (x, b) in h.iter().zip(ub[d..d + 512].chunks_exact_mut(2)) {
+                b.copy_from_slice(&x.to_bits().to_le_bytes());
+            }
+            continue;
+        }
         for e in 0..256 {
             store_out(ub, d + e * size, f.ty, load_c(l0c, s + e * 4), f.relu);
         }
@@ -352,4 +388,79 @@ pub(super) fn l0c_to_gm(
         })?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ChipConfig;
+    use crate::exec::Mask;
+    use gearsim_isa::{FMatrix, Reg};
+
+    /// The fractal-at-a-time f16 path of `copy_l0c_to_ub` writes the bits the per-element
+    /// `store_out` writes, for ordinary, tiny, huge, signed-zero and NaN values, with and
+    /// without relu.
+    #[test]
+    fn l0c_to_ub_f16_matches_the_per_element_conversion() {
+        let specials = [
+            0.0f32,
+            -0.0,
+            1.0,
+            -1.5,
+            65504.0,
+            65520.0,
+            -70000.0,
+            1e-8,
+            -3e-5,
+            5.96e-8,
+            f32::NAN,
+            -f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            1.0 + 2f32.powi(-11),
+        ];
+        let mut x = 7u32;
+        let values: Vec<f32> = (0..512)
+            .map(|i| {
+                x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                specials
+                    .get(i % 40)
+                    .copied()
+                    .unwrap_or(f32::from_bits(x) % 70000.0)
+            })
+            .collect();
+        for relu in [false, true] {
+            let mut bufs = Buffers::new(&ChipConfig::preset("ascend910").unwrap());
+            for (i, v) in values.iter().enumerate() {
+                bufs.get_mut(Buffer::L0c)[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
+            }
+            let f = L0cToUb {
+                ty: DType::F16,
+                dst: Reg::new(1).unwrap(),
+                src: Reg::new(2).unwrap(),
+                nfrac: 2,
+                src_gap: 0,
+                dst_gap: 0,
+                relu,
+            };
+            let ops = Operands {
+                regs: [0, 0, 0, 0],
+                mask: Mask::FULL,
+                fmatrix: FMatrix {
+                    h: 0,
+                    w: 0,
+                    pad_top: 0,
+                    pad_bottom: 0,
+                    pad_left: 0,
+                    pad_right: 0,
+                },
+            };
+            l0c_to_ub(&mut bufs, &f, &ops).unwrap();
+            let mut want = vec![0u8; 1024];
+            for (i, v) in values.iter().enumerate() {
+                store_out(&mut want, i * 2, DType::F16, *v, relu);
+            }
+            assert_eq!(&bufs.get(Buffer::Ub)[..1024], &want[..], "relu {relu}");
+        }
+    }
 }

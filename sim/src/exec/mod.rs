@@ -131,6 +131,26 @@ impl Plan {
     }
 }
 
+/// The f32 value of f16 `bits`, exactly (NaNs keep sign and payload with the quiet bit set).
+/// The same bits as `half::f16::to_f32` (a test compares all 65536 inputs), written out so that
+/// it inlines into the element loops instead of being a call per element.
+#[inline]
+pub(crate) fn f16_to_f32(bits: u16) -> f32 {
+    let sign = u32::from(bits & 0x8000) << 16;
+    let exp = u32::from(bits >> 10) & 0x1f;
+    let man = u32::from(bits & 0x3ff);
+    match exp {
+        0x1f if man == 0 => f32::from_bits(sign | 0x7f80_0000),
+        0x1f => f32::from_bits(sign | 0x7fc0_0000 | (man << 13)),
+        // Zero and subnormals: man * 2^-24, exact in f32.
+        0 => {
+            let v = man as f32 * (1.0 / 16_777_216.0);
+            if sign != 0 { -v } else { v }
+        }
+        _ => f32::from_bits(sign | ((exp + 112) << 23) | (man << 13)),
+    }
+}
+
 /// Elements per vector repeat for an element size.
 pub(crate) fn elems_per_repeat(widest: DType) -> u64 {
     256 / widest.size() as u64
@@ -508,4 +528,19 @@ pub fn touches(
         )),
         Err(Fault::Illegal(reason)) => Err(reason),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn f16_widening_gives_the_bits_of_half_for_every_input() {
+        for bits in 0..=u16::MAX {
+            let want = half::f16::from_bits(bits).to_f32().to_bits();
+            assert_eq!(
+                super::f16_to_f32(bits).to_bits(),
+                want,
+                "f16 bits {bits:#06x}"
+            );
+        }
+    }
 }

@@ -12,7 +12,7 @@ use gearsim_isa::{
 };
 use half::f16;
 
-use super::{Access, Fault, Mask, Operands, Plan, elems_per_repeat};
+use super::{Access, Fault, Mask, Operands, Plan, elems_per_repeat, f16_to_f32};
 use crate::core::buffers::Buffers;
 use crate::stop::Buffer;
 
@@ -50,12 +50,75 @@ impl Opnd {
         Access::range(Buffer::Ub, self.base, len, write)
     }
 
+    /// Address of the first element of block `b` of repeat `r`.
     #[inline]
-    fn addr(&self, r: u64, i: u64) -> usize {
-        let b = i / self.per_block;
-        let e = i % self.per_block;
-        (self.base + (r * self.rep + b * self.blk) * self.block_bytes() + e * self.ty.size() as u64)
-            as usize
+    fn block_addr(&self, r: u64, b: u64) -> usize {
+        (self.base + (r * self.rep + b * self.blk) * self.block_bytes()) as usize
+    }
+}
+
+/// Evaluates `$body` with `$t` a constant of the element type `$ty`, so that the element
+/// loops inside are compiled once per type with the per-element type dispatch folded away.
+macro_rules! with_type {
+    ($ty:expr, $t:ident => $body:expr) => {
+        match $ty {
+            DType::F16 => {
+                const $t: DType = DType::F16;
+                $body
+            }
+            DType::F32 => {
+                const $t: DType = DType::F32;
+                $body
+            }
+            DType::I32 => {
+                const $t: DType = DType::I32;
+                $body
+            }
+            DType::I16 => {
+                const $t: DType = DType::I16;
+                $body
+            }
+        }
+    };
+}
+
+/// Calls `f(repeat, element, addresses)` for every enabled element of `r` repeats of `e`
+/// elements, in the order repeat by repeat, element by element, with each operand's address
+/// of that element: `base + (repeat * rep + block * blk) * block bytes + index in block * size`,
+/// computed a block at a time instead of with two divisions per element and operand. `f` does each element's reads and write before the next
+/// element, so overlapping operands see exactly the element-by-element semantics.
+#[inline(always)]
+fn each<const N: usize>(
+    mask: Mask,
+    r: u64,
+    e: u64,
+    ops: [&Opnd; N],
+    mut f: impl FnMut(u64, u64, [usize; N]),
+) {
+    // At most 16 elements to a block (e is 64 or 128), so a block's enable bits fit a u32.
+    let per_block = e / 8;
+    let low = |n: u64| ((1u64 << n) - 1) as u32;
+    let sizes = ops.map(|o| o.ty.size());
+    for rep in 0..r {
+        for blk in 0..8 {
+            let first = blk * per_block;
+            // Bit k: whether element first + k is enabled (`enabled`, a block at a time).
+            let live = match mask {
+                Mask::Normal(bits) => (bits >> first) as u32 & low(per_block),
+                Mask::Counter(n) => low(n.saturating_sub(rep * e + first).min(per_block)),
+            };
+            if live == 0 {
+                continue;
+            }
+            let bases = ops.map(|o| o.block_addr(rep, blk));
+            for k in 0..per_block {
+                if live >> k & 1 == 0 {
+                    continue;
+                }
+                let at = std::array::from_fn(|n| bases[n] + k as usize * sizes[n]);
+                f(rep, first + k, at);
+            }
+        }
     }
 }
 
@@ -67,7 +130,7 @@ fn repeats(mask: Mask, field: u8, elems: u64) -> u64 {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn enabled(mask: Mask, r: u64, i: u64, elems: u64) -> bool {
     match mask {
         Mask::Normal(bits) => (bits >> i) & 1 == 1,
@@ -217,17 +280,25 @@ pub(super) fn plan_reduce(f: &VReduce, ops: &Operands, per_block: bool) -> Plan 
 
 // ---- element access ---------------------------------------------------------------------
 
-#[inline]
+/// The `N` bytes at `a` (one bounds check instead of one per byte).
+#[inline(always)]
+fn at<const N: usize>(b: &[u8], a: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&b[a..a + N]);
+    out
+}
+
+#[inline(always)]
 fn ld_f(b: &[u8], a: usize, ty: DType) -> f32 {
     match ty {
-        DType::F16 => f16::from_bits(u16::from_le_bytes([b[a], b[a + 1]])).to_f32(),
-        DType::F32 => f32::from_le_bytes([b[a], b[a + 1], b[a + 2], b[a + 3]]),
-        DType::I32 => i32::from_le_bytes([b[a], b[a + 1], b[a + 2], b[a + 3]]) as f32,
-        DType::I16 => f32::from(i16::from_le_bytes([b[a], b[a + 1]])),
+        DType::F16 => f16_to_f32(u16::from_le_bytes(at(b, a))),
+        DType::F32 => f32::from_le_bytes(at(b, a)),
+        DType::I32 => i32::from_le_bytes(at(b, a)) as f32,
+        DType::I16 => f32::from(i16::from_le_bytes(at(b, a))),
     }
 }
 
-#[inline]
+#[inline(always)]
 fn st_f(b: &mut [u8], a: usize, ty: DType, v: f32) {
     match ty {
         DType::F16 => b[a..a + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes()),
@@ -237,17 +308,15 @@ fn st_f(b: &mut [u8], a: usize, ty: DType, v: f32) {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn ld_i(b: &[u8], a: usize, ty: DType) -> i64 {
     match ty {
-        DType::I32 | DType::F32 => {
-            i64::from(i32::from_le_bytes([b[a], b[a + 1], b[a + 2], b[a + 3]]))
-        }
-        DType::I16 | DType::F16 => i64::from(i16::from_le_bytes([b[a], b[a + 1]])),
+        DType::I32 | DType::F32 => i64::from(i32::from_le_bytes(at(b, a))),
+        DType::I16 | DType::F16 => i64::from(i16::from_le_bytes(at(b, a))),
     }
 }
 
-#[inline]
+#[inline(always)]
 fn st_i(b: &mut [u8], a: usize, ty: DType, v: i64) {
     match ty {
         DType::I32 | DType::F32 => b[a..a + 4].copy_from_slice(&(v as i32).to_le_bytes()),
@@ -273,6 +342,7 @@ pub(crate) enum Bin {
     Mla,
 }
 
+#[inline(always)]
 fn bin_f(op: Bin, a: f32, b: f32, acc: f32) -> f32 {
     match op {
         Bin::Add => a + b,
@@ -287,6 +357,7 @@ fn bin_f(op: Bin, a: f32, b: f32, acc: f32) -> f32 {
     }
 }
 
+#[inline(always)]
 fn bin_i(op: Bin, a: i64, b: i64, acc: i64) -> i64 {
     match op {
         Bin::Add => a.wrapping_add(b),
@@ -317,32 +388,25 @@ pub(super) fn bin(bufs: &mut Buffers, f: &VBin, ops: &Operands, op: Bin) -> Resu
         Opnd::new(b, f.src1_blk, f.src1_rep, f.ty, e),
     );
     let ub = bufs.ub_mut();
-    let float = is_float(f.ty);
-    for rep in 0..r {
-        for i in 0..e {
-            if !enabled(ops.mask, rep, i, e) {
-                continue;
-            }
-            let (pa, pb, pd) = (oa.addr(rep, i), ob.addr(rep, i), od.addr(rep, i));
-            if float {
-                let acc = if matches!(op, Bin::Mla) {
-                    ld_f(ub, pd, f.ty)
-                } else {
-                    0.0
-                };
-                let v = bin_f(op, ld_f(ub, pa, f.ty), ld_f(ub, pb, f.ty), acc);
-                st_f(ub, pd, f.ty, v);
+    with_type!(f.ty, T => each(ops.mask, r, e, [&oa, &ob, &od], |_, _, [pa, pb, pd]| {
+        if is_float(T) {
+            let acc = if matches!(op, Bin::Mla) {
+                ld_f(ub, pd, T)
             } else {
-                let acc = if matches!(op, Bin::Mla) {
-                    ld_i(ub, pd, f.ty)
-                } else {
-                    0
-                };
-                let v = bin_i(op, ld_i(ub, pa, f.ty), ld_i(ub, pb, f.ty), acc);
-                st_i(ub, pd, f.ty, v);
-            }
+                0.0
+            };
+            let v = bin_f(op, ld_f(ub, pa, T), ld_f(ub, pb, T), acc);
+            st_f(ub, pd, T, v);
+        } else {
+            let acc = if matches!(op, Bin::Mla) {
+                ld_i(ub, pd, T)
+            } else {
+                0
+            };
+            let v = bin_i(op, ld_i(ub, pa, T), ld_i(ub, pb, T), acc);
+            st_i(ub, pd, T, v);
         }
-    }
+    }));
     Ok(())
 }
 
@@ -360,6 +424,7 @@ pub(crate) enum Un {
     Mov,
 }
 
+#[inline(always)]
 fn un_f(op: Un, x: f32) -> f32 {
     match op {
         Un::Abs => x.abs(),
@@ -379,6 +444,7 @@ fn un_f(op: Un, x: f32) -> f32 {
     }
 }
 
+#[inline(always)]
 fn un_i(op: Un, x: i64) -> i64 {
     match op {
         Un::Abs => x.wrapping_abs(),
@@ -398,29 +464,23 @@ pub(super) fn un(bufs: &mut Buffers, f: &VUn, ops: &Operands, op: Un) -> Result<
     );
     let ub = bufs.ub_mut();
     let size = f.ty.size();
-    for rep in 0..r {
-        for i in 0..e {
-            if !enabled(ops.mask, rep, i, e) {
-                continue;
-            }
-            let (ps, pd) = (os.addr(rep, i), od.addr(rep, i));
-            if matches!(op, Un::Mov) {
-                ub.copy_within(ps..ps + size, pd);
-            } else if is_float(f.ty) {
-                let v = un_f(op, ld_f(ub, ps, f.ty));
-                st_f(ub, pd, f.ty, v);
-            } else {
-                let v = un_i(op, ld_i(ub, ps, f.ty));
-                st_i(ub, pd, f.ty, v);
-            }
+    with_type!(f.ty, T => each(ops.mask, r, e, [&os, &od], |_, _, [ps, pd]| {
+        if matches!(op, Un::Mov) {
+            ub.copy_within(ps..ps + size, pd);
+        } else if is_float(T) {
+            let v = un_f(op, ld_f(ub, ps, T));
+            st_f(ub, pd, T, v);
+        } else {
+            let v = un_i(op, ld_i(ub, ps, T));
+            st_i(ub, pd, T, v);
         }
-    }
+    }));
     Ok(())
 }
 
 fn scalar_f(ty: DType, bits: u64) -> f32 {
     match ty {
-        DType::F16 => f16::from_bits(bits as u16).to_f32(),
+        DType::F16 => f16_to_f32(bits as u16),
         DType::F32 => f32::from_bits(bits as u32),
         DType::I32 => (bits as i32) as f32,
         DType::I16 => f32::from(bits as i16),
@@ -449,21 +509,15 @@ pub(super) fn scalar_op(
     );
     let (kf, ki) = (scalar_f(f.ty, k), scalar_i(f.ty, k));
     let ub = bufs.ub_mut();
-    for rep in 0..r {
-        for i in 0..e {
-            if !enabled(ops.mask, rep, i, e) {
-                continue;
-            }
-            let (ps, pd) = (os.addr(rep, i), od.addr(rep, i));
-            if is_float(f.ty) {
-                let v = bin_f(op, ld_f(ub, ps, f.ty), kf, 0.0);
-                st_f(ub, pd, f.ty, v);
-            } else {
-                let v = bin_i(op, ld_i(ub, ps, f.ty), ki, 0);
-                st_i(ub, pd, f.ty, v);
-            }
+    with_type!(f.ty, T => each(ops.mask, r, e, [&os, &od], |_, _, [ps, pd]| {
+        if is_float(T) {
+            let v = bin_f(op, ld_f(ub, ps, T), kf, 0.0);
+            st_f(ub, pd, T, v);
+        } else {
+            let v = bin_i(op, ld_i(ub, ps, T), ki, 0);
+            st_i(ub, pd, T, v);
         }
-    }
+    }));
     Ok(())
 }
 
@@ -474,14 +528,9 @@ pub(super) fn dup(bufs: &mut Buffers, f: &VDup, ops: &Operands) -> Result<(), Fa
     let bytes = ops.regs[1].to_le_bytes();
     let size = f.ty.size();
     let ub = bufs.ub_mut();
-    for rep in 0..r {
-        for i in 0..e {
-            if enabled(ops.mask, rep, i, e) {
-                let pd = od.addr(rep, i);
-                ub[pd..pd + size].copy_from_slice(&bytes[..size]);
-            }
-        }
-    }
+    each(ops.mask, r, e, [&od], |_, _, [pd]| {
+        ub[pd..pd + size].copy_from_slice(&bytes[..size]);
+    });
     Ok(())
 }
 
@@ -569,31 +618,25 @@ pub(super) fn conv(bufs: &mut Buffers, f: &VConv, ops: &Operands) -> Result<(), 
         Opnd::new(s, f.src_blk, f.src_rep, f.src_ty, e),
     );
     let ub = bufs.ub_mut();
-    for rep in 0..r {
-        for i in 0..e {
-            if !enabled(ops.mask, rep, i, e) {
-                continue;
+    each(ops.mask, r, e, [&os, &od], |_, _, [ps, pd]| {
+        let x: f64 = if is_float(f.src_ty) {
+            f64::from(ld_f(ub, ps, f.src_ty))
+        } else {
+            ld_i(ub, ps, f.src_ty) as f64
+        };
+        match f.dst_ty {
+            DType::F32 => st_f(ub, pd, DType::F32, x as f32),
+            DType::F16 => {
+                // Both sources (f32, i32) narrow in the requested rounding mode. An i32 goes
+                // through f32 first: exact up to 2^24, and beyond that both values lie far
+                // outside the f16 range, where every mode gives the same result.
+                let h = f32_to_f16(x as f32, f.round);
+                ub[pd..pd + 2].copy_from_slice(&h.to_bits().to_le_bytes());
             }
-            let (ps, pd) = (os.addr(rep, i), od.addr(rep, i));
-            let x: f64 = if is_float(f.src_ty) {
-                f64::from(ld_f(ub, ps, f.src_ty))
-            } else {
-                ld_i(ub, ps, f.src_ty) as f64
-            };
-            match f.dst_ty {
-                DType::F32 => st_f(ub, pd, DType::F32, x as f32),
-                DType::F16 => {
-                    // Both sources (f32, i32) narrow in the requested rounding mode. An i32 goes
-                    // through f32 first: exact up to 2^24, and beyond that both values lie far
-                    // outside the f16 range, where every mode gives the same result.
-                    let h = f32_to_f16(x as f32, f.round);
-                    ub[pd..pd + 2].copy_from_slice(&h.to_bits().to_le_bytes());
-                }
-                DType::I32 => st_i(ub, pd, DType::I32, i64::from(to_i32(x, f.round))),
-                DType::I16 => st_i(ub, pd, DType::I16, i64::from(to_i32(x, f.round))),
-            }
+            DType::I32 => st_i(ub, pd, DType::I32, i64::from(to_i32(x, f.round))),
+            DType::I16 => st_i(ub, pd, DType::I16, i64::from(to_i32(x, f.round))),
         }
-    }
+    });
     Ok(())
 }
 
@@ -642,20 +685,14 @@ pub(super) fn cmp(bufs: &mut Buffers, f: &VCmp, ops: &Operands) -> Result<(), Fa
         Opnd::new(b, f.src1_blk, f.src1_rep, f.ty, e),
     );
     let ub = bufs.ub_mut();
-    for rep in 0..r {
-        for i in 0..e {
-            if !enabled(ops.mask, rep, i, e) {
-                continue;
-            }
-            let (pa, pb) = (oa.addr(rep, i), ob.addr(rep, i));
-            let v = if is_float(f.ty) {
-                cmp_f(f.cmp, ld_f(ub, pa, f.ty), ld_f(ub, pb, f.ty))
-            } else {
-                cmp_i(f.cmp, ld_i(ub, pa, f.ty), ld_i(ub, pb, f.ty))
-            };
-            put_bit(ub, d, rep * e + i, v);
-        }
-    }
+    each(ops.mask, r, e, [&oa, &ob], |rep, i, [pa, pb]| {
+        let v = if is_float(f.ty) {
+            cmp_f(f.cmp, ld_f(ub, pa, f.ty), ld_f(ub, pb, f.ty))
+        } else {
+            cmp_i(f.cmp, ld_i(ub, pa, f.ty), ld_i(ub, pb, f.ty))
+        };
+        put_bit(ub, d, rep * e + i, v);
+    });
     Ok(())
 }
 
@@ -666,20 +703,14 @@ pub(super) fn cmps(bufs: &mut Buffers, f: &VCmpS, ops: &Operands) -> Result<(), 
     let os = Opnd::new(s, f.src_blk, f.src_rep, f.ty, e);
     let (kf, ki) = (scalar_f(f.ty, k), scalar_i(f.ty, k));
     let ub = bufs.ub_mut();
-    for rep in 0..r {
-        for i in 0..e {
-            if !enabled(ops.mask, rep, i, e) {
-                continue;
-            }
-            let ps = os.addr(rep, i);
-            let v = if is_float(f.ty) {
-                cmp_f(f.cmp, ld_f(ub, ps, f.ty), kf)
-            } else {
-                cmp_i(f.cmp, ld_i(ub, ps, f.ty), ki)
-            };
-            put_bit(ub, d, rep * e + i, v);
-        }
-    }
+    each(ops.mask, r, e, [&os], |rep, i, [ps]| {
+        let v = if is_float(f.ty) {
+            cmp_f(f.cmp, ld_f(ub, ps, f.ty), kf)
+        } else {
+            cmp_i(f.cmp, ld_i(ub, ps, f.ty), ki)
+        };
+        put_bit(ub, d, rep * e + i, v);
+    });
     Ok(())
 }
 
@@ -694,19 +725,10 @@ pub(super) fn sel(bufs: &mut Buffers, f: &VSel, ops: &Operands) -> Result<(), Fa
     );
     let size = f.ty.size();
     let ub = bufs.ub_mut();
-    for rep in 0..r {
-        for i in 0..e {
-            if !enabled(ops.mask, rep, i, e) {
-                continue;
-            }
-            let src = if get_bit(ub, s, rep * e + i) {
-                oa.addr(rep, i)
-            } else {
-                ob.addr(rep, i)
-            };
-            ub.copy_within(src..src + size, od.addr(rep, i));
-        }
-    }
+    each(ops.mask, r, e, [&oa, &ob, &od], |rep, i, [pa, pb, pd]| {
+        let src = if get_bit(ub, s, rep * e + i) { pa } else { pb };
+        ub.copy_within(src..src + size, pd);
+    });
     Ok(())
 }
 
@@ -722,18 +744,26 @@ pub(super) fn reduce(
     let os = Opnd::new(s, f.src_blk, f.src_rep, f.ty, e);
     let size = f.ty.size() as u64;
     let groups: u64 = if per_block { 8 } else { 1 };
-    let group_len = e / groups;
+    // A group is one block (per-block reductions) or all eight; elements in ascending order.
+    let pb = e / 8;
+    let group_blocks = |g: u64| if per_block { g..g + 1 } else { 0..8 };
+    let elems = |rep: u64, g: u64| {
+        group_blocks(g).flat_map(move |blk| {
+            let base = os.block_addr(rep, blk);
+            (0..pb).map(move |k| (blk * pb + k, base + (k * size) as usize))
+        })
+    };
     let ub = bufs.ub_mut();
     for rep in 0..r {
         for g in 0..groups {
             let out = (d + (rep * groups + g) * u64::from(f.dst_rep) * size) as usize;
             if is_float(f.ty) {
                 let mut acc: Option<f32> = None;
-                for i in g * group_len..(g + 1) * group_len {
+                for (i, at) in elems(rep, g) {
                     if !enabled(ops.mask, rep, i, e) {
                         continue;
                     }
-                    let x = ld_f(ub, os.addr(rep, i), f.ty);
+                    let x = ld_f(ub, at, f.ty);
                     acc = Some(match (acc, f.op) {
                         (None, _) => x,
                         (Some(a), ReduceOp::Sum) => a + x,
@@ -744,11 +774,11 @@ pub(super) fn reduce(
                 st_f(ub, out, f.ty, acc.unwrap_or(0.0));
             } else {
                 let mut acc: Option<i64> = None;
-                for i in g * group_len..(g + 1) * group_len {
+                for (i, at) in elems(rep, g) {
                     if !enabled(ops.mask, rep, i, e) {
                         continue;
                     }
-                    let x = ld_i(ub, os.addr(rep, i), f.ty);
+                    let x = ld_i(ub, at, f.ty);
                     acc = Some(match (acc, f.op) {
                         (None, _) => x,
                         (Some(a), ReduceOp::Sum) => a.wrapping_add(x),
