@@ -66,6 +66,8 @@ const DISPATCH_STAGGER_CYCLES: f64 = 100.0;
 /// Cycles a block spends outside its tiles' products (the first relayout, the last drain);
 /// only used to balance rows.
 const BLOCK_OVERHEAD_CYCLES: f64 = 1500.0;
+/// Cycles a block loses where its rows cross into another image; only used to balance rows.
+const PIECE_CYCLES: f64 = 500.0;
 /// Output fractals copied out of L0C at once (at most 8: the bias add covers 8 fractals per
 /// vector repeat).
 const DRAIN_GROUP: u64 = 8;
@@ -744,7 +746,7 @@ impl Plan {
         let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
         let row_cost =
             (self.co_blocks * mb * self.c1 * t) as f64 * self.wq as f64 / 16.0 / CUBE_EFFICIENCY;
-        self.blocks = distribute(total, cores.min(total), row_cost);
+        self.blocks = distribute(total, s.ho, cores.min(total), row_cost);
         let most = self.blocks.iter().map(|(a, b)| b - a).max().unwrap_or(1);
         self.pieces = self
             .blocks
@@ -863,16 +865,38 @@ struct UbLayout {
     end: u64,
 }
 
-/// Splits `total` output rows over at most `blocks` blocks: block `b` starts
-/// `b × DISPATCH_STAGGER_CYCLES` after block 0, so it gets the rows that fill the time left until
-/// a common finish. Returns each block's `(first, end)` row; blocks without rows are dropped.
-fn distribute(total: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)> {
+/// Splits `total` output rows (images of `ho` rows one after the other) over at most `blocks`
+/// blocks: block `b` starts `b × DISPATCH_STAGGER_CYCLES` after block 0, so it gets the rows
+/// that fill the time left until a common finish, less `PIECE_CYCLES` when its rows cross into
+/// another image (a second band to relayout and a tile split at the boundary). Returns each
+/// block's `(first, end)` row; blocks without rows are dropped.
+fn distribute(total: u64, ho: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)> {
     let blocks = blocks.clamp(1, total.max(1));
+    let pieces = |at: u64, r: u64| {
+        if r == 0 {
+            0
+        } else {
+            (at + r - 1) / ho - at / ho
+        }
+    };
+    let finish = |b: u64, at: u64, r: u64| {
+        DISPATCH_STAGGER_CYCLES * b as f64
+            + BLOCK_OVERHEAD_CYCLES
+            + r as f64 * row_cost
+            + pieces(at, r) as f64 * PIECE_CYCLES
+    };
+    // Rows of each block in order for a common finish at `t`: the most that finish by then.
     let rows_at = |t: f64| -> Vec<u64> {
+        let mut at = 0;
         (0..blocks)
             .map(|b| {
                 let left = t - DISPATCH_STAGGER_CYCLES * b as f64 - BLOCK_OVERHEAD_CYCLES;
-                (left / row_cost).floor().max(0.0) as u64
+                let mut r = ((left / row_cost).floor().max(0.0) as u64).min(total - at.min(total));
+                while r > 0 && finish(b, at, r) > t {
+                    r -= 1;
+                }
+                at += r;
+                r
             })
             .collect()
     };
@@ -881,7 +905,7 @@ fn distribute(total: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)> {
         0.0,
         BLOCK_OVERHEAD_CYCLES
             + DISPATCH_STAGGER_CYCLES * blocks as f64
-            + row_cost * (total as f64 + 1.0),
+            + (row_cost + PIECE_CYCLES) * (total as f64 + 1.0),
     );
     for _ in 0..64 {
         let mid = (lo + hi) / 2.0;
@@ -891,21 +915,11 @@ fn distribute(total: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)> {
             lo = mid;
         }
     }
-    let mut rows = rows_at(hi);
-    let mut excess = rows.iter().sum::<u64>().saturating_sub(total);
-    // Drop the rows that finish last until the count is exact.
-    while excess > 0 {
-        let finish = |b: usize, r: u64| DISPATCH_STAGGER_CYCLES * b as f64 + r as f64 * row_cost;
-        let worst = (0..rows.len())
-            .filter(|b| rows[*b] > 0)
-            .max_by(|x, y| finish(*x, rows[*x]).total_cmp(&finish(*y, rows[*y])))
-            .unwrap_or(0);
-        rows[worst] -= 1;
-        excess -= 1;
-    }
+    let rows = rows_at(hi);
     let mut out = Vec::new();
     let mut at = 0;
     for r in rows {
+        let r = r.min(total - at);
         if r > 0 {
             out.push((at, at + r));
             at += r;
