@@ -460,6 +460,8 @@ struct Plan {
     /// Output rows per tile, at most, and of a block's first tile.
     rt: u64,
     r_first: u64,
+    /// Output rows of a block's last tile, at most (its drain is the block's tail).
+    r_last: u64,
     /// Output-channel fractals per co block, co blocks.
     mb: u64,
     co_blocks: u64,
@@ -552,6 +554,7 @@ impl Plan {
             hp: s.h + s.pt + s.pb,
             rt: 1,
             r_first: 1,
+            r_last: 1,
             mb: 1,
             co_blocks: 1,
             kb: 1,
@@ -811,6 +814,7 @@ impl Plan {
         self.rt = rt;
         self.kb = kb;
         self.r_first = rt.div_ceil(2).max(1);
+        self.r_last = (rt / 2).max(1);
         self.ub_rows = self.batch_rows(s);
         if self.ub_layout(p).end > core.ub_bytes {
             self.ub_rows = 2;
@@ -1205,6 +1209,7 @@ impl<'a> Gen<'a> {
         let a = &mut *self.a;
         a.tiling("rows_per_tile", plan.rt as i64);
         a.tiling("first_tile_rows", plan.r_first as i64);
+        a.tiling("last_tile_rows", plan.r_last as i64);
         a.tiling("row_pitch", plan.wq as i64);
         a.tiling("wo", s.wo as i64);
         a.tiling("margin", plan.margin as i64);
@@ -1624,7 +1629,7 @@ impl<'a> Gen<'a> {
         self.ins(format_args!("sub       {t3}, {pend}, {rin}"));
         self.ins(format_args!("mov       {t2}, {t3}"));
         self.ins(format_args!("bne       {pend}, {rend}, {even}"));
-        self.movi(t0, self.plan.r_first);
+        self.movi(t0, self.plan.r_last);
         self.ins(format_args!("bgeu      {t0}, {t3}, {even}"));
         self.ins(format_args!("sub       {t2}, {t3}, {t0}"));
         self.a.place(&even);
