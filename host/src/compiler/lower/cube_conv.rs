@@ -40,7 +40,8 @@
 //! `k - 1`), from its first L0 step on, and tile `k + 2`'s rows are staged. UB holds a tile's
 //! whole batch of relayouted rows when it fits, so MTE3 hands them back with one notice per
 //! batch: every MTE3 notice waits out the GM write latency, which per row would make MTE3 the
-//! bottleneck. The L0C tile is double-buffered and drains (V, MTE3) while the next tile
+//! bottleneck. For the same reason MTE2 announces staged rows (and takes the workspace notice)
+//! behind the band load that follows them, so no notice holds a band back. The L0C tile is double-buffered and drains (V, MTE3) while the next tile
 //! multiplies. Shapes are static, but row counts are not: the K loop and the drain exist once
 //! per tile height `1..=RT` and are entered by a jump.
 //!
@@ -1340,6 +1341,11 @@ impl<'a> Gen<'a> {
     /// MTE2 takes the notice that a tile's workspace rows are written.
     fn workspace_ready(&mut self) {
         self.wait("MTE3", "MTE2", ev::WORKSPACE);
+    }
+
+    /// MTE2 tells MTE3 the notice was taken; placed behind the band load the notice was
+    /// for, whose own notice has already waited out the transfers this one would stall on.
+    fn workspace_taken(&mut self) {
         self.set("MTE2", "MTE3", ev::WORKSPACE);
     }
 
@@ -1437,7 +1443,7 @@ impl<'a> Gen<'a> {
         self.descriptor(nrow, nr, false);
         if self.relayout {
             self.relayout_prep(nrow, nr);
-            self.relayout_nd2nz(1, t3, false);
+            self.relayout_nd2nz_quiet(1, t3, false);
         }
         self.band_address(nrow, nband);
         self.a.place(&no_second);
@@ -1494,6 +1500,11 @@ impl<'a> Gen<'a> {
             self.workspace_ready();
         }
         self.load_group(0, self.stage_buffer(0, 0), bsrc, Weights::No);
+        if self.relayout {
+            self.workspace_taken();
+            // The second tile's staged rows (above), announced behind the first band.
+            self.guarded(nr, |k| k.set("MTE2", "MTE1", ev::STAGING[1]));
+        }
         if plan.groups() > 1 {
             self.load_group(1, self.stage_buffer(0, 1), bsrc, Weights::IfFirst);
         }
@@ -1780,6 +1791,14 @@ impl<'a> Gen<'a> {
     /// brings the identity fractal (the constants' address is loaded while the rows are in
     /// flight).
     fn relayout_nd2nz(&mut self, slot: usize, src: Reg, with_ident: bool) {
+        self.relayout_nd2nz_quiet(slot, src, with_ident);
+        self.set("MTE2", "MTE1", ev::STAGING[slot]);
+    }
+
+    /// `relayout_nd2nz` without its notice, which the caller sets later: a notice stalls
+    /// MTE2 until its transfers are complete, so it is placed behind loads that are needed
+    /// sooner.
+    fn relayout_nd2nz_quiet(&mut self, slot: usize, src: Reg, with_ident: bool) {
         let (s, plan, p) = (self.s, self.plan, self.p);
         let r = &self.r;
         let (rn2, zero, consts) = (r.rn2, r.zero, r.consts);
@@ -1819,7 +1838,6 @@ impl<'a> Gen<'a> {
                 FRACTAL / 32
             ));
         }
-        self.set("MTE2", "MTE1", ev::STAGING[slot]);
     }
 
     /// Every relayout row left (`rn`) from row `q0` of the batch: unrolled to the batch's
@@ -2174,7 +2192,7 @@ impl<'a> Gen<'a> {
             // The tile after next's rows are staged first: MTE2 would otherwise hold them
             // behind the wait for the next tile's workspace rows.
             let (nnr, rx2) = (self.r.nnr, self.r.rx2);
-            self.guarded(nnr, |k| k.relayout_nd2nz(parity, rx2, false));
+            self.guarded(nnr, |k| k.relayout_nd2nz_quiet(parity, rx2, false));
         }
         for g in 0..total {
             let (stage, j) = (g / steps, g % steps);
@@ -2237,7 +2255,15 @@ impl<'a> Gen<'a> {
                             k.workspace_ready();
                         }
                         k.load_group(jn, sb, nband, Weights::No);
+                        if ready {
+                            k.workspace_taken();
+                        }
                     });
+                    if jn == 0 && self.relayout {
+                        // The tile after next's staged rows, announced behind the band.
+                        let nnr = self.r.nnr;
+                        self.guarded(nnr, |k| k.set("MTE2", "MTE1", ev::STAGING[parity]));
+                    }
                 }
             }
             if g == 0 {
