@@ -30,20 +30,21 @@
 //! ends up right. Tiles never spill into each other (a tile starts at a row start); narrow
 //! outputs (`Wo < 16`) use a pitch that is a multiple of 16 instead.
 //!
-//! **Schedule.** Blocks get contiguous runs of output rows, more to the blocks the scheduler
-//! starts first (it dispatches one block per slot, so the last block starts about
-//! `cores × slot` cycles after the first). A block walks its rows in tiles of at most `RT`
-//! rows; each tile's K loop is one stage per 16 input channels, one L0 step per `kb` taps. The
-//! stages' bands come into L1 in groups of `sg` stages behind one notice (with the weights on
-//! the block's first tile), two groups in flight. While tile `k` multiplies, the rows tile
-//! `k + 1` adds go through the relayout (their `nd2nz` were issued at the start of tile
-//! `k - 1`), from its first L0 step on, and tile `k + 2`'s rows are staged. UB holds a tile's
-//! whole batch of relayouted rows when it fits, so MTE3 hands them back with one notice per
-//! batch: every MTE3 notice waits out the GM write latency, which per row would make MTE3 the
-//! bottleneck. For the same reason MTE2 announces staged rows (and takes the workspace notice)
-//! behind the band load that follows them, so no notice holds a band back. The L0C tile is double-buffered and drains (V, MTE3) while the next tile
-//! multiplies. Shapes are static, but row counts are not: the K loop and the drain exist once
-//! per tile height `1..=RT` and are entered by a jump.
+//! **Schedule.** Blocks get contiguous runs of output rows, more to the blocks the scheduler starts
+//! first (it dispatches one block per slot, so the last block starts about `cores × slot` cycles
+//! after the first). A block walks its rows in tiles of at most `RT` rows; each tile's K loop is
+//! one stage per 16 input channels, one L0 step per `kb` taps. The stages' bands come into L1 in
+//! groups of `sg` stages behind one notice (with the weights on the block's first tile), two groups
+//! in flight. While tile `k` multiplies, the rows tile `k + 1` adds go through the relayout (their
+//! `nd2nz` were issued at the start of tile `k - 1`), from its first L0 step on, and tile `k + 2`'s
+//! rows are staged. UB holds a tile's whole batch of relayouted rows when it fits: V announces the
+//! batch with one notice, MTE3 writes its rows out behind it and hands UB back with one notice, as
+//! every MTE3 notice waits out the GM write latency, which per row would make MTE3 the bottleneck
+//! (and per-row V notices could overrun a lagging MTE3). For the same reason MTE2 announces staged
+//! rows (and takes the workspace notice) behind the band load that follows them, so no notice holds
+//! a band back. The L0C tile is double-buffered and drains (V, MTE3) while the next tile
+//! multiplies. Shapes are static, but row counts are not: the K loop and the drain exist once per
+//! tile height `1..=RT` and are entered by a jump.
 //!
 //! Grouped convolutions run one kernel per group; depthwise ones go to the vector unit
 //! (`cube_depthwise`).
@@ -75,7 +76,8 @@ const DRAIN_GROUP: u64 = 8;
 
 /// Event ids, by pipe pair. Each is set and waited in strict alternation in program order.
 mod ev {
-    /// MTE2 ⇄ MTE1: the two L1 stage buffers (band and weights of one input-channel block).
+    /// MTE2 ⇄ MTE1: the two L1 stage-group buffers (bands, and on a block's first tile the
+    /// weights, of `sg` input-channel blocks).
     pub const STAGE: [u8; 2] = [0, 1];
     /// MTE2 ⇄ MTE1: the two relayout staging slots (the `nd2nz` rows of a tile, by tile
     /// parity).
@@ -92,8 +94,8 @@ mod ev {
     pub const RELAYOUT_UB: [u8; 2] = [2, 3];
     /// V → MTE3: the zero area is filled (once).
     pub const ZEROED: u8 = 1;
-    /// V → MTE3, after `ZEROED`: V took a batch's UB rows (so MTE3's notice that the batch
-    /// is written out cannot find the previous one still set when a batch has no rows).
+    /// V → MTE3, after `ZEROED`: a batch's relayouted rows are all in UB (MTE3 writes them
+    /// out behind this one notice).
     pub const BATCH: u8 = 1;
     /// MTE3 → MTE2: the workspace rows of the next tile are written; MTE2 → MTE3: that
     /// notice was taken (so the next one cannot find the flag still set).
@@ -1308,7 +1310,30 @@ impl<'a> Gen<'a> {
     fn batch_begin(&mut self) {
         if self.batched() {
             self.wait("MTE3", "V", ev::RELAYOUT_UB[0]);
-            self.set("V", "MTE3", ev::BATCH);
+        }
+    }
+
+    /// Emits relayout row `q`'s work `f` when the batch has that row: `rn > q` in a batched
+    /// batch (whose registers stay at its first row), `rn > 0` otherwise (they move on).
+    fn guard_item(&mut self, q: u64, f: impl FnOnce(&mut Self)) {
+        if !self.batched() {
+            self.guarded(self.r.rn, f);
+            return;
+        }
+        let (rn, t0) = (self.r.rn, self.r.t[0]);
+        let skip = self.a.new_label("no_item");
+        self.movi(t0, q);
+        self.ins(format_args!("bgeu      {t0}, {rn}, {skip}"));
+        f(self);
+        self.a.place(&skip);
+    }
+
+    /// L1 offset of relayout row `q` from `sx`.
+    fn staged_row(&self, q: u64) -> u64 {
+        if self.batched() {
+            q * self.plan.c1 * self.plan.blk(&self.s) * FRACTAL
+        } else {
+            0
         }
     }
 
@@ -1319,19 +1344,19 @@ impl<'a> Gen<'a> {
         self.ub.relayout + at * row
     }
 
-    /// The V → MTE3 event of relayout row `q` in slot `slot`.
-    fn ub_event(&self, slot: usize, q: u64) -> u8 {
-        if self.batched() {
-            ev::RELAYOUT_UB[(q % 2) as usize]
-        } else {
-            ev::RELAYOUT_UB[slot]
-        }
-    }
-
     /// MTE3 announces the next tile's workspace rows (after MTE2 took the previous notice).
     fn workspace_written(&mut self) {
         if self.batched() {
+            // V's copies are all done: MTE3 writes the batch out, then hands UB back.
+            self.set("V", "MTE3", ev::BATCH);
             self.wait("V", "MTE3", ev::BATCH);
+            let (rws, t1) = (self.r.rws, self.r.t[1]);
+            for q in 0..self.plan.ub_rows {
+                self.guard_item(q, |k| {
+                    k.addi(t1, rws, (q * k.plan.wq * UNIT) as i64, t1);
+                    k.write_row(k.ub_row(0, q), t1);
+                });
+            }
             self.set("MTE3", "V", ev::RELAYOUT_UB[0]);
         }
         self.wait("MTE2", "MTE3", ev::WORKSPACE);
@@ -1847,7 +1872,7 @@ impl<'a> Gen<'a> {
         let (rn, zero) = (self.r.rn, self.r.zero);
         if self.batched() {
             for q in q0..self.plan.ub_rows {
-                self.guarded(rn, |k| k.relayout_item((q % 2) as usize, q));
+                self.guard_item(q, |k| k.relayout_item((q % 2) as usize, q));
             }
             return;
         }
@@ -1866,7 +1891,7 @@ impl<'a> Gen<'a> {
     /// round when all its channel blocks fit the relayout buffers, else a round per group.
     fn relayout_item(&mut self, slot: usize, q: u64) {
         if self.single_round() {
-            self.item_mte1(slot);
+            self.item_mte1(slot, q);
             self.item_m(slot);
             self.item_m_sets(slot);
             self.item_tail(slot, q);
@@ -1886,7 +1911,7 @@ impl<'a> Gen<'a> {
             self.wait("M", "MTE1", id);
             for c in g0..g1 {
                 self.movi(t2, la + (c - g0) * blk * FRACTAL);
-                self.addi(t3, sx, (c * FRACTAL) as i64, t3);
+                self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
                 self.ins(format_args!(
                     "load_l0a  {t2}, {t3}, {blk}, src_stride={}, dst_stride=1, transpose=true",
                     plan.c1
@@ -1920,13 +1945,15 @@ impl<'a> Gen<'a> {
             g0 = g1;
             item += 1;
         }
-        self.set("V", "MTE3", self.ub_event(slot, q));
-        self.item_write(slot, q);
+        if !self.batched() {
+            self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
+            self.item_write(slot);
+        }
     }
 
     /// MTE1 of a one-round relayout row: every channel block of the staged row transposed
     /// into the relayout L0A buffer of `slot`.
-    fn item_mte1(&mut self, slot: usize) {
+    fn item_mte1(&mut self, slot: usize, q: u64) {
         let (s, plan) = (self.s, self.plan);
         let sx = self.r.sx;
         let [_, _, t2, t3] = self.r.t;
@@ -1936,7 +1963,7 @@ impl<'a> Gen<'a> {
         self.wait("M", "MTE1", id);
         for c in 0..plan.c1 {
             self.movi(t2, la + c * blk * FRACTAL);
-            self.addi(t3, sx, (c * FRACTAL) as i64, t3);
+            self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
             self.ins(format_args!(
                 "load_l0a  {t2}, {t3}, {blk}, src_stride={}, dst_stride=1, transpose=true",
                 plan.c1
@@ -1990,19 +2017,33 @@ impl<'a> Gen<'a> {
             plan.c1 * blk
         ));
         self.set("V", "M", id);
-        self.set("V", "MTE3", self.ub_event(slot, q));
-        self.item_write(slot, q);
+        if !self.batched() {
+            self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
+            self.item_write(slot);
+        }
     }
 
-    /// MTE3: the relayouted row in UB slot `slot` to its workspace row (every column phase,
-    /// with the zeros after the data); then the batch registers move to the next row.
-    fn item_write(&mut self, slot: usize, q: u64) {
+    /// MTE3: the relayouted row in UB slot `slot` to its workspace row; then the batch
+    /// registers move to the next row.
+    fn item_write(&mut self, slot: usize) {
         let (s, plan) = (self.s, self.plan);
         let (sx, rn, rws) = (self.r.sx, self.r.rn, self.r.rws);
+        let t3 = self.r.t[3];
+        let blk = plan.blk(&s);
+        self.wait("V", "MTE3", ev::RELAYOUT_UB[slot]);
+        self.write_row(self.ub_row(slot, 0), rws);
+        self.set("MTE3", "V", ev::RELAYOUT_UB[slot]);
+        self.addi(sx, sx, (plan.c1 * blk * FRACTAL) as i64, t3);
+        self.addi(rws, rws, (plan.wq * UNIT) as i64, t3);
+        self.ins(format_args!("addi      {rn}, {rn}, -1"));
+    }
+
+    /// MTE3: the relayouted row at UB address `ub_row` to the workspace row at `rws` (every
+    /// column phase, with the zeros after the data).
+    fn write_row(&mut self, ub_row: u64, rws: Reg) {
+        let (s, plan) = (self.s, self.plan);
         let [_, _, t2, t3] = self.r.t;
         let blk = plan.blk(&s);
-        let ub_row = self.ub_row(slot, q);
-        self.wait("V", "MTE3", self.ub_event(slot, q));
         let pws_units = plan.pws();
         if s.sw == 1 {
             self.movi(t2, ub_row);
@@ -2045,12 +2086,6 @@ impl<'a> Gen<'a> {
                 }
             }
         }
-        if !self.batched() {
-            self.set("MTE3", "V", ev::RELAYOUT_UB[slot]);
-        }
-        self.addi(sx, sx, (plan.c1 * blk * FRACTAL) as i64, t3);
-        self.addi(rws, rws, (plan.wq * UNIT) as i64, t3);
-        self.ins(format_args!("addi      {rn}, {rn}, -1"));
     }
 
     /// `dst` = the output address of the tile at global row `rin` (the pass's channels).
@@ -2175,8 +2210,7 @@ impl<'a> Gen<'a> {
     /// and the previous tile's output rows.
     fn body(&mut self, parity: usize, rows: u64) {
         let plan = self.plan;
-        let (rn, nr, nband, bsrc, sx) =
-            (self.r.rn, self.r.nr, self.r.nband, self.r.bsrc, self.r.sx);
+        let (nr, nband, bsrc, sx) = (self.r.nr, self.r.nband, self.r.bsrc, self.r.sx);
         let steps = plan.steps();
         let total = plan.c1 * steps;
         let next = 1 - parity;
@@ -2206,21 +2240,23 @@ impl<'a> Gen<'a> {
             }
             let slot = (g % 2) as usize;
             if item && self.single_round() {
+                let q = g - plan.item_first;
                 self.step_loads(parity, rows, g, stage, j);
-                self.guarded(rn, |k| k.item_mte1(slot));
+                self.guard_item(q, |k| k.item_mte1(slot, q));
                 self.step_mmad(parity, rows, g, stage, j);
-                self.guarded(rn, |k| k.item_m(slot));
+                self.guard_item(q, |k| k.item_m(slot));
                 self.step_sets(g, last);
-                self.guarded(rn, |k| {
+                self.guard_item(q, |k| {
                     k.item_m_sets(slot);
-                    k.item_tail(slot, g - plan.item_first);
+                    k.item_tail(slot, q);
                 });
             } else {
                 self.step_loads(parity, rows, g, stage, j);
                 self.step_mmad(parity, rows, g, stage, j);
                 self.step_sets(g, last);
                 if item {
-                    self.guarded(rn, |k| k.relayout_item(slot, g - plan.item_first));
+                    let q = g - plan.item_first;
+                    self.guard_item(q, |k| k.relayout_item(slot, q));
                 }
             }
             let gi = stage / plan.sg;
