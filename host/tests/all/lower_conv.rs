@@ -478,37 +478,3 @@ fn depthwise_too_wide_row_is_an_error() {
     let e = lowering_error(&Case::new(1, 2, (1, 40000), 2, 1).group(2).f32(), true);
     assert!(e.contains("Conv") && e.contains("does not fit"), "{e}");
 }
-
-#[test]
-fn zz_probe_bench() {
-    use gearsim_sim::ExecMode;
-    let zeros = |dims: &[i64]| {
-        let n: i64 = dims.iter().product();
-        Tensor::new(DataType::F16, dims.to_vec(), vec![0u8; n as usize * 2]).unwrap()
-    };
-    let cfg = super::device_run::preset();
-    let r = gearsim_host::oprun::run_op(
-        &cfg,
-        "Conv",
-        &[
-            ("kernel_shape", Attr::Ints(vec![3, 3])),
-            ("pads", Attr::Ints(vec![1, 1, 1, 1])),
-        ],
-        vec![
-            data(zeros(&[8, 64, 56, 56])),
-            constant(zeros(&[64, 64, 3, 3])),
-        ],
-        1,
-        ExecMode::TimingOnly,
-    )
-    .unwrap();
-    for l in &r.launches {
-        println!("launch: {} cycles", (l.end.0 - l.first_start.0) / 1000);
-        for (c, s) in l.core_stats.iter().enumerate().take(32) {
-            let b: Vec<u64> = s.pipes.iter().map(|p| p.busy_cycles).collect();
-            println!("core {c:2}: busy {b:?} macs {}", s.cube_macs / 4096);
-        }
-    }
-    println!("{:?}", r.kernels.last().unwrap().tiling);
-    std::fs::write("/tmp/conv.s", &r.kernels.last().unwrap().source).unwrap();
-}

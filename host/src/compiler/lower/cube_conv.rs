@@ -30,15 +30,21 @@
 //! ends up right. Tiles never spill into each other (a tile starts at a row start); narrow
 //! outputs (`Wo < 16`) use a pitch that is a multiple of 16 instead.
 //!
-//! **Schedule.** Blocks get contiguous runs of output rows, more to the blocks the scheduler
-//! starts first (it dispatches one block per slot, so the last block starts about
-//! `cores × slot` cycles after the first). A block walks its rows in tiles of at most `RT`
-//! rows; each tile's K loop is one stage per 16 input channels (band and, for the block's first
-//! tile, weights into L1), one L0 step per `kb` taps. While tile `k` multiplies, the rows tile
-//! `k + 1` adds are relayouted: their `nd2nz` before its first stage, the rest after it, so the
-//! workspace is written long before tile `k + 1` loads it. The L0C tile is double-buffered and
-//! drains (V, MTE3) while the next tile multiplies. Shapes are static, but row counts are not:
-//! the K loop and the drain exist once per tile height `1..=RT` and are entered by a jump.
+//! **Schedule.** Blocks get contiguous runs of output rows, more to the blocks the scheduler starts
+//! first (it dispatches one block per slot, so the last block starts about `cores × slot` cycles
+//! after the first). A block walks its rows in tiles of at most `RT` rows; each tile's K loop is
+//! one stage per 16 input channels, one L0 step per `kb` taps. The stages' bands come into L1 in
+//! groups of `sg` stages behind one notice (with the weights on the block's first tile), two groups
+//! in flight. While tile `k` multiplies, the rows tile `k + 1` adds go through the relayout (their
+//! `nd2nz` were issued at the start of tile `k - 1`), from its first L0 step on, and tile `k + 2`'s
+//! rows are staged. UB holds a tile's whole batch of relayouted rows when it fits: V announces the
+//! batch with one notice, MTE3 writes its rows out behind it and hands UB back with one notice, as
+//! every MTE3 notice waits out the GM write latency, which per row would make MTE3 the bottleneck
+//! (and per-row V notices could overrun a lagging MTE3). For the same reason MTE2 announces staged
+//! rows (and takes the workspace notice) behind the band load that follows them, so no notice holds
+//! a band back. The L0C tile is double-buffered and drains (V, MTE3) while the next tile
+//! multiplies. Shapes are static, but row counts are not: the K loop and the drain exist once per
+//! tile height `1..=RT` and are entered by a jump.
 //!
 //! Grouped convolutions run one kernel per group; depthwise ones go to the vector unit
 //! (`cube_depthwise`).
@@ -62,13 +68,16 @@ const DISPATCH_STAGGER_CYCLES: f64 = 100.0;
 /// Cycles a block spends outside its tiles' products (the first relayout, the last drain);
 /// only used to balance rows.
 const BLOCK_OVERHEAD_CYCLES: f64 = 1500.0;
+/// Cycles a block loses where its rows cross into another image; only used to balance rows.
+const PIECE_CYCLES: f64 = 500.0;
 /// Output fractals copied out of L0C at once (at most 8: the bias add covers 8 fractals per
 /// vector repeat).
 const DRAIN_GROUP: u64 = 8;
 
 /// Event ids, by pipe pair. Each is set and waited in strict alternation in program order.
 mod ev {
-    /// MTE2 ⇄ MTE1: the two L1 stage buffers (band and weights of one input-channel block).
+    /// MTE2 ⇄ MTE1: the two L1 stage-group buffers (bands, and on a block's first tile the
+    /// weights, of `sg` input-channel blocks).
     pub const STAGE: [u8; 2] = [0, 1];
     /// MTE2 ⇄ MTE1: the two relayout staging slots (the `nd2nz` rows of a tile, by tile
     /// parity).
@@ -85,6 +94,9 @@ mod ev {
     pub const RELAYOUT_UB: [u8; 2] = [2, 3];
     /// V → MTE3: the zero area is filled (once).
     pub const ZEROED: u8 = 1;
+    /// V → MTE3, after `ZEROED`: a batch's relayouted rows are all in UB (MTE3 writes them
+    /// out behind this one notice).
+    pub const BATCH: u8 = 1;
     /// MTE3 → MTE2: the workspace rows of the next tile are written; MTE2 → MTE3: that
     /// notice was taken (so the next one cannot find the flag still set).
     pub const WORKSPACE: u8 = 0;
@@ -451,13 +463,21 @@ struct Plan {
     /// Output rows per tile, at most, and of a block's first tile.
     rt: u64,
     r_first: u64,
+    /// Output rows of a block's last tile, at most (its drain is the block's tail).
+    r_last: u64,
     /// Output-channel fractals per co block, co blocks.
     mb: u64,
     co_blocks: u64,
     /// Taps per L0 step.
     kb: u64,
+    /// Stages (channel blocks) per L1 stage group: a group's bands are loaded behind one
+    /// notice, and each notice waits out its DMAs' latency.
+    sg: u64,
     /// Channel blocks per relayout item group.
     cr: u64,
+    /// Relayout rows UB holds: a tile's whole batch when it fits (MTE3 then hands the rows
+    /// back with one notice per batch, as each notice waits out the write latency), else 2.
+    ub_rows: u64,
     /// L0 steps `item_first..item_steps` of a tile carry one relayout row of the next tile
     /// each (from `item_first` its `nd2nz` rows are expected in); after them the rest of its
     /// rows go through, and its workspace band is announced.
@@ -537,10 +557,13 @@ impl Plan {
             hp: s.h + s.pt + s.pb,
             rt: 1,
             r_first: 1,
+            r_last: 1,
             mb: 1,
             co_blocks: 1,
             kb: 1,
+            sg: 1,
             cr: 1,
+            ub_rows: 2,
             item_first: 0,
             item_steps: 1,
             blocks: Vec::new(),
@@ -568,6 +591,21 @@ impl Plan {
     /// Fractals an input row occupies per channel block after `nd2nz`.
     fn blk(&self, s: &ConvShape) -> u64 {
         s.w.div_ceil(16)
+    }
+
+    /// Stage groups per tile.
+    fn groups(&self) -> u64 {
+        self.c1.div_ceil(self.sg)
+    }
+
+    /// L0 steps of a tile that are done once stage group `gi` is done.
+    fn group_end_step(&self, gi: u64) -> u64 {
+        ((gi + 1) * self.sg).min(self.c1) * self.steps()
+    }
+
+    /// Bytes of one stage's band in L1 (every plane).
+    fn stage_bytes(&self, s: &ConvShape) -> u64 {
+        self.planes(s) * self.band_units() * UNIT
     }
 
     /// L0 steps per stage.
@@ -636,7 +674,7 @@ impl Plan {
             take(self.mb * FRACTAL_C)
         };
         let row = self.c1 * self.blk(s) * FRACTAL;
-        let relayout = [take(row), take(row)];
+        let relayout = take(self.ub_rows * row);
         let zero = take(self.zero_units(s) * UNIT);
         UbLayout {
             out,
@@ -714,7 +752,7 @@ impl Plan {
         let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
         let row_cost =
             (self.co_blocks * mb * self.c1 * t) as f64 * self.wq as f64 / 16.0 / CUBE_EFFICIENCY;
-        self.blocks = distribute(total, cores.min(total), row_cost);
+        self.blocks = distribute(total, s.ho, cores.min(total), row_cost);
         let most = self.blocks.iter().map(|(a, b)| b - a).max().unwrap_or(1);
         self.pieces = self
             .blocks
@@ -778,28 +816,34 @@ impl Plan {
         };
         self.rt = rt;
         self.kb = kb;
-        self.r_first = rt.div_ceil(4).max(1);
-        // The next tile's stage 0 is loaded once the current tile's stage c1 - 2 is done (its
-        // buffer is free then), so its rows must be in the workspace by that step.
+        self.r_first = rt.div_ceil(2).max(1);
+        self.r_last = (rt / 2).max(1);
+        self.ub_rows = self.batch_rows(s);
+        if self.ub_layout(p).end > core.ub_bytes {
+            self.ub_rows = 2;
+        }
+        // Stage groups: as many stages as L1 holds, at most half of them, so the next tile's
+        // first group loads while the current tile's second half multiplies (a whole band
+        // behind one notice would hold the first tile back).
+        let l1_of = |sg: u64| {
+            w_bytes(mb) + 2 * sg * self.stage_bytes(s) + 2 * self.staging_bytes(s) + FRACTAL
+        };
+        self.sg = (1..=self.c1.div_ceil(2))
+            .rev()
+            .find(|sg| l1_of(*sg) <= core.l1_bytes)
+            .unwrap_or(1);
+        // The next tile's first group is loaded once the current tile's group G - 2 is done
+        // (its buffer is free then), so its rows must be in the workspace by that step.
         let steps = self.c1 * self.steps();
-        self.item_steps = if self.c1 >= 2 {
-            (self.c1 - 1) * self.steps()
+        self.item_steps = if self.groups() >= 2 {
+            self.group_end_step(self.groups() - 2)
         } else {
-            self.steps().div_ceil(2)
+            steps.div_ceil(2)
         }
         .clamp(1, steps);
-        // The next tile's rows are staged behind the load of its first stage, after
-        // `item_steps` steps of the tile before; they arrive about when both transfers and a
-        // read latency are done.
-        let step = mb * kb * self.nb(s, rt) + CUBE_DRAIN;
-        let band = s.sh * s.sw * self.band_units() * UNIT;
-        let batch = s.sh * rt * self.c1 * blk * FRACTAL;
-        let arrive = (band + batch) / GM_READ_BYTES_PER_CYCLE + GM_READ_LATENCY;
-        let lead = (steps - self.item_steps) * step;
-        self.item_first = arrive
-            .saturating_sub(lead)
-            .div_ceil(step)
-            .min(self.item_steps);
+        // The next tile's rows were staged at the start of the tile before, so they are in
+        // from the first step on.
+        self.item_first = 0;
         self.ws_total = self.blocks.len() as u64 * self.ws_block(s);
         Ok(())
     }
@@ -813,9 +857,6 @@ fn limit_rows(most: u64, ho: u64) -> u64 {
 /// Cycles the cube pipe stalls each time it hands an L0 buffer back (the `mmad` latency that
 /// `set_flag` waits for); used for planning only.
 const CUBE_DRAIN: u64 = 32;
-/// GM read bandwidth of a core and read latency (cycles), for placing relayout work only.
-const GM_READ_BYTES_PER_CYCLE: u64 = 64;
-const GM_READ_LATENCY: u64 = 350;
 /// Fraction of the cube rate a tile reaches; used to balance rows per block only.
 const CUBE_EFFICIENCY: f64 = 0.85;
 
@@ -825,21 +866,44 @@ struct UbLayout {
     out: u64,
     work: u64,
     bias: u64,
-    relayout: [u64; 2],
+    /// The first relayout row (`Plan::ub_rows` rows of `c1 · blk` fractals).
+    relayout: u64,
     zero: u64,
     end: u64,
 }
 
-/// Splits `total` output rows over at most `blocks` blocks: block `b` starts
-/// `b × DISPATCH_STAGGER_CYCLES` after block 0, so it gets the rows that fill the time left until
-/// a common finish. Returns each block's `(first, end)` row; blocks without rows are dropped.
-fn distribute(total: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)> {
+/// Splits `total` output rows (images of `ho` rows one after the other) over at most `blocks`
+/// blocks: block `b` starts `b × DISPATCH_STAGGER_CYCLES` after block 0, so it gets the rows
+/// that fill the time left until a common finish, less `PIECE_CYCLES` when its rows cross into
+/// another image (a second band to relayout and a tile split at the boundary). Returns each
+/// block's `(first, end)` row; blocks without rows are dropped.
+fn distribute(total: u64, ho: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)> {
     let blocks = blocks.clamp(1, total.max(1));
+    let pieces = |at: u64, r: u64| {
+        if r == 0 {
+            0
+        } else {
+            (at + r - 1) / ho - at / ho
+        }
+    };
+    let finish = |b: u64, at: u64, r: u64| {
+        DISPATCH_STAGGER_CYCLES * b as f64
+            + BLOCK_OVERHEAD_CYCLES
+            + r as f64 * row_cost
+            + pieces(at, r) as f64 * PIECE_CYCLES
+    };
+    // Rows of each block in order for a common finish at `t`: the most that finish by then.
     let rows_at = |t: f64| -> Vec<u64> {
+        let mut at = 0;
         (0..blocks)
             .map(|b| {
                 let left = t - DISPATCH_STAGGER_CYCLES * b as f64 - BLOCK_OVERHEAD_CYCLES;
-                (left / row_cost).floor().max(0.0) as u64
+                let mut r = ((left / row_cost).floor().max(0.0) as u64).min(total - at.min(total));
+                while r > 0 && finish(b, at, r) > t {
+                    r -= 1;
+                }
+                at += r;
+                r
             })
             .collect()
     };
@@ -848,7 +912,7 @@ fn distribute(total: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)> {
         0.0,
         BLOCK_OVERHEAD_CYCLES
             + DISPATCH_STAGGER_CYCLES * blocks as f64
-            + row_cost * (total as f64 + 1.0),
+            + (row_cost + PIECE_CYCLES) * (total as f64 + 1.0),
     );
     for _ in 0..64 {
         let mid = (lo + hi) / 2.0;
@@ -858,21 +922,11 @@ fn distribute(total: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)> {
             lo = mid;
         }
     }
-    let mut rows = rows_at(hi);
-    let mut excess = rows.iter().sum::<u64>().saturating_sub(total);
-    // Drop the rows that finish last until the count is exact.
-    while excess > 0 {
-        let finish = |b: usize, r: u64| DISPATCH_STAGGER_CYCLES * b as f64 + r as f64 * row_cost;
-        let worst = (0..rows.len())
-            .filter(|b| rows[*b] > 0)
-            .max_by(|x, y| finish(*x, rows[*x]).total_cmp(&finish(*y, rows[*y])))
-            .unwrap_or(0);
-        rows[worst] -= 1;
-        excess -= 1;
-    }
+    let rows = rows_at(hi);
     let mut out = Vec::new();
     let mut at = 0;
     for r in rows {
+        let r = r.min(total - at);
         if r > 0 {
             out.push((at, at + r));
             at += r;
@@ -1045,7 +1099,7 @@ impl<'a> Gen<'a> {
             ydone: reg(),
             t: [reg(), reg(), reg(), reg()],
         };
-        let band = plan.planes(&s) * plan.band_units() * UNIT;
+        let band = plan.sg * plan.stage_bytes(&s);
         let weights = plan.weight_bytes();
         let staging = plan.staging_bytes(&s);
         let l1 = L1Layout {
@@ -1141,10 +1195,10 @@ impl<'a> Gen<'a> {
         self.mbp() * self.plan.taps() * FRACTAL
     }
 
-    /// The L1 stage buffer of stage `c` of a tile of parity `parity` (stages alternate over
-    /// the block's tiles, so with an odd number of channel blocks the parity matters).
-    fn stage_buffer(&self, parity: u64, c: u64) -> usize {
-        ((parity * self.plan.c1 + c) % 2) as usize
+    /// The L1 buffer of stage group `gi` of a tile of parity `parity` (groups alternate over
+    /// the block's tiles, so with an odd number of groups the parity matters).
+    fn stage_buffer(&self, parity: u64, gi: u64) -> usize {
+        ((parity * self.plan.groups() + gi) % 2) as usize
     }
 
     /// Whether a relayout row goes through the cube in one round (all its channel blocks
@@ -1158,6 +1212,7 @@ impl<'a> Gen<'a> {
         let a = &mut *self.a;
         a.tiling("rows_per_tile", plan.rt as i64);
         a.tiling("first_tile_rows", plan.r_first as i64);
+        a.tiling("last_tile_rows", plan.r_last as i64);
         a.tiling("row_pitch", plan.wq as i64);
         a.tiling("wo", s.wo as i64);
         a.tiling("margin", plan.margin as i64);
@@ -1165,8 +1220,10 @@ impl<'a> Gen<'a> {
         a.tiling("co_fractals", plan.mb as i64);
         a.tiling("co_blocks", plan.co_blocks as i64);
         a.tiling("taps_per_step", plan.kb as i64);
+        a.tiling("stage_group", plan.sg as i64);
         a.tiling("relayout_blocks", plan.cr as i64);
         a.tiling("relayout_steps", plan.item_steps as i64);
+        a.tiling("relayout_ub_rows", plan.ub_rows as i64);
         a.tiling("block_dim", plan.blocks.len() as i64);
         a.tiling("ub_bytes", self.ub.end as i64);
         self.prologue();
@@ -1197,7 +1254,7 @@ impl<'a> Gen<'a> {
         for id in [ev::TILE, ev::RELAYOUT[0], ev::RELAYOUT[1]] {
             self.set("V", "M", id);
         }
-        for id in [ev::DRAIN, ev::RELAYOUT_UB[0], ev::RELAYOUT_UB[1]] {
+        for id in self.mte3_to_v() {
             self.set("MTE3", "V", id);
         }
         self.set("MTE2", "MTE3", ev::WORKSPACE);
@@ -1225,7 +1282,7 @@ impl<'a> Gen<'a> {
         for id in [ev::TILE, ev::RELAYOUT[0], ev::RELAYOUT[1]] {
             self.wait("V", "M", id);
         }
-        for id in [ev::DRAIN, ev::RELAYOUT_UB[0], ev::RELAYOUT_UB[1]] {
+        for id in self.mte3_to_v() {
             self.wait("MTE3", "V", id);
         }
         self.wait("MTE2", "MTE3", ev::WORKSPACE);
@@ -1234,8 +1291,74 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// The MTE3 → V events: the drain buffer and the relayout rows (one notice per batch
+    /// when UB holds a whole batch).
+    fn mte3_to_v(&self) -> Vec<u8> {
+        if self.batched() {
+            vec![ev::DRAIN, ev::RELAYOUT_UB[0]]
+        } else {
+            vec![ev::DRAIN, ev::RELAYOUT_UB[0], ev::RELAYOUT_UB[1]]
+        }
+    }
+
+    /// Whether UB holds a whole batch of relayout rows.
+    fn batched(&self) -> bool {
+        self.plan.ub_rows > 2
+    }
+
+    /// V: a batch of relayout rows starts (its UB rows were written out).
+    fn batch_begin(&mut self) {
+        if self.batched() {
+            self.wait("MTE3", "V", ev::RELAYOUT_UB[0]);
+        }
+    }
+
+    /// Emits relayout row `q`'s work `f` when the batch has that row: `rn > q` in a batched
+    /// batch (whose registers stay at its first row), `rn > 0` otherwise (they move on).
+    fn guard_item(&mut self, q: u64, f: impl FnOnce(&mut Self)) {
+        if !self.batched() {
+            self.guarded(self.r.rn, f);
+            return;
+        }
+        let (rn, t0) = (self.r.rn, self.r.t[0]);
+        let skip = self.a.new_label("no_item");
+        self.movi(t0, q);
+        self.ins(format_args!("bgeu      {t0}, {rn}, {skip}"));
+        f(self);
+        self.a.place(&skip);
+    }
+
+    /// L1 offset of relayout row `q` from `sx`.
+    fn staged_row(&self, q: u64) -> u64 {
+        if self.batched() {
+            q * self.plan.c1 * self.plan.blk(&self.s) * FRACTAL
+        } else {
+            0
+        }
+    }
+
+    /// The UB row of relayout row `q` of a batch in slot `slot`.
+    fn ub_row(&self, slot: usize, q: u64) -> u64 {
+        let row = self.plan.c1 * self.plan.blk(&self.s) * FRACTAL;
+        let at = if self.batched() { q } else { slot as u64 };
+        self.ub.relayout + at * row
+    }
+
     /// MTE3 announces the next tile's workspace rows (after MTE2 took the previous notice).
     fn workspace_written(&mut self) {
+        if self.batched() {
+            // V's copies are all done: MTE3 writes the batch out, then hands UB back.
+            self.set("V", "MTE3", ev::BATCH);
+            self.wait("V", "MTE3", ev::BATCH);
+            let (rws, t1) = (self.r.rws, self.r.t[1]);
+            for q in 0..self.plan.ub_rows {
+                self.guard_item(q, |k| {
+                    k.addi(t1, rws, (q * k.plan.wq * UNIT) as i64, t1);
+                    k.write_row(k.ub_row(0, q), t1);
+                });
+            }
+            self.set("MTE3", "V", ev::RELAYOUT_UB[0]);
+        }
         self.wait("MTE2", "MTE3", ev::WORKSPACE);
         self.set("MTE3", "MTE2", ev::WORKSPACE);
     }
@@ -1243,6 +1366,11 @@ impl<'a> Gen<'a> {
     /// MTE2 takes the notice that a tile's workspace rows are written.
     fn workspace_ready(&mut self) {
         self.wait("MTE3", "MTE2", ev::WORKSPACE);
+    }
+
+    /// MTE2 tells MTE3 the notice was taken; placed behind the band load the notice was
+    /// for, whose own notice has already waited out the transfers this one would stall on.
+    fn workspace_taken(&mut self) {
         self.set("MTE2", "MTE3", ev::WORKSPACE);
     }
 
@@ -1318,7 +1446,7 @@ impl<'a> Gen<'a> {
             self.ins(format_args!("mov       {rn}, {rn2}"));
             self.ins(format_args!("mov       {rws}, {rws2}"));
         }
-        self.preload_weights(0);
+        self.preload_weights();
         self.ins(format_args!("sreg      {t2}, args"));
         self.ins(format_args!("ld.gm.u64 {t3}, {t2}, off={}", arg::WS * 8));
         self.ins(format_args!("sreg      {t2}, block_idx"));
@@ -1340,7 +1468,7 @@ impl<'a> Gen<'a> {
         self.descriptor(nrow, nr, false);
         if self.relayout {
             self.relayout_prep(nrow, nr);
-            self.relayout_nd2nz(1, t3, false);
+            self.relayout_nd2nz_quiet(1, t3, false);
         }
         self.band_address(nrow, nband);
         self.a.place(&no_second);
@@ -1355,7 +1483,8 @@ impl<'a> Gen<'a> {
                 self.ins(format_args!("load_l0b  {t1}, {t0}, 1"));
             }
             self.movi(sx, self.l1.staging[0]);
-            self.relayout_rest();
+            self.batch_begin();
+            self.relayout_rest(0);
             self.set("MTE1", "MTE2", ev::STAGING[0]);
             self.workspace_written();
             self.ins(format_args!("mov       {rn}, {rn2}"));
@@ -1395,9 +1524,14 @@ impl<'a> Gen<'a> {
         if self.relayout {
             self.workspace_ready();
         }
-        self.load_stage(0, self.stage_buffer(0, 0), bsrc, Weights::No);
-        if plan.c1 > 1 {
-            self.load_stage(1, self.stage_buffer(0, 1), bsrc, Weights::IfFirst);
+        self.load_group(0, self.stage_buffer(0, 0), bsrc, Weights::No);
+        if self.relayout {
+            self.workspace_taken();
+            // The second tile's staged rows (above), announced behind the first band.
+            self.guarded(nr, |k| k.set("MTE2", "MTE1", ev::STAGING[1]));
+        }
+        if plan.groups() > 1 {
+            self.load_group(1, self.stage_buffer(0, 1), bsrc, Weights::IfFirst);
         }
 
         let tops = [self.a.new_label("tile_even"), self.a.new_label("tile_odd")];
@@ -1531,7 +1665,7 @@ impl<'a> Gen<'a> {
         self.ins(format_args!("sub       {t3}, {pend}, {rin}"));
         self.ins(format_args!("mov       {t2}, {t3}"));
         self.ins(format_args!("bne       {pend}, {rend}, {even}"));
-        self.movi(t0, self.plan.r_first);
+        self.movi(t0, self.plan.r_last);
         self.ins(format_args!("bgeu      {t0}, {t3}, {even}"));
         self.ins(format_args!("sub       {t2}, {t3}, {t0}"));
         self.a.place(&even);
@@ -1682,6 +1816,14 @@ impl<'a> Gen<'a> {
     /// brings the identity fractal (the constants' address is loaded while the rows are in
     /// flight).
     fn relayout_nd2nz(&mut self, slot: usize, src: Reg, with_ident: bool) {
+        self.relayout_nd2nz_quiet(slot, src, with_ident);
+        self.set("MTE2", "MTE1", ev::STAGING[slot]);
+    }
+
+    /// `relayout_nd2nz` without its notice, which the caller sets later: a notice stalls
+    /// MTE2 until its transfers are complete, so it is placed behind loads that are needed
+    /// sooner.
+    fn relayout_nd2nz_quiet(&mut self, slot: usize, src: Reg, with_ident: bool) {
         let (s, plan, p) = (self.s, self.plan, self.p);
         let r = &self.r;
         let (rn2, zero, consts) = (r.rn2, r.zero, r.consts);
@@ -1721,38 +1863,45 @@ impl<'a> Gen<'a> {
                 FRACTAL / 32
             ));
         }
-        self.set("MTE2", "MTE1", ev::STAGING[slot]);
     }
 
-    /// Every relayout row left (`rn`), two at a time (alternating slots).
-    fn relayout_rest(&mut self) {
+    /// Every relayout row left (`rn`) from row `q0` of the batch: unrolled to the batch's
+    /// largest size when UB holds it (each row has its own UB row), else two at a time
+    /// (alternating slots).
+    fn relayout_rest(&mut self, q0: u64) {
         let (rn, zero) = (self.r.rn, self.r.zero);
+        if self.batched() {
+            for q in q0..self.plan.ub_rows {
+                self.guard_item(q, |k| k.relayout_item((q % 2) as usize, q));
+            }
+            return;
+        }
         let top = self.a.new_label("relayout_rest");
         let done = self.a.new_label("relayout_done");
         self.a.place(&top);
         self.ins(format_args!("beq       {rn}, {zero}, {done}"));
-        self.relayout_item(0);
+        self.relayout_item(0, 0);
         self.ins(format_args!("beq       {rn}, {zero}, {done}"));
-        self.relayout_item(1);
+        self.relayout_item(1, 1);
         self.ins(format_args!("jmp       {top}"));
         self.a.place(&done);
     }
 
     /// One staged input row (at `sx`) through the cube and out to its workspace row: one
     /// round when all its channel blocks fit the relayout buffers, else a round per group.
-    fn relayout_item(&mut self, slot: usize) {
+    fn relayout_item(&mut self, slot: usize, q: u64) {
         if self.single_round() {
-            self.item_mte1(slot);
+            self.item_mte1(slot, q);
             self.item_m(slot);
             self.item_m_sets(slot);
-            self.item_tail(slot);
+            self.item_tail(slot, q);
             return;
         }
         let (s, plan) = (self.s, self.plan);
         let sx = self.r.sx;
         let [_, t1, t2, t3] = self.r.t;
         let blk = plan.blk(&s);
-        let ub_row = self.ub.relayout[slot];
+        let ub_row = self.ub_row(slot, q);
         let mut g0 = 0;
         let mut item = 0;
         while g0 < plan.c1 {
@@ -1762,7 +1911,7 @@ impl<'a> Gen<'a> {
             self.wait("M", "MTE1", id);
             for c in g0..g1 {
                 self.movi(t2, la + (c - g0) * blk * FRACTAL);
-                self.addi(t3, sx, (c * FRACTAL) as i64, t3);
+                self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
                 self.ins(format_args!(
                     "load_l0a  {t2}, {t3}, {blk}, src_stride={}, dst_stride=1, transpose=true",
                     plan.c1
@@ -1783,7 +1932,7 @@ impl<'a> Gen<'a> {
             self.set("M", "MTE1", id);
             self.set("M", "V", id);
             self.wait("M", "V", id);
-            if g0 == 0 {
+            if g0 == 0 && !self.batched() {
                 self.wait("MTE3", "V", ev::RELAYOUT_UB[slot]);
             }
             self.movi(t2, ub_row + g0 * blk * FRACTAL);
@@ -1796,13 +1945,15 @@ impl<'a> Gen<'a> {
             g0 = g1;
             item += 1;
         }
-        self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
-        self.item_write(slot);
+        if !self.batched() {
+            self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
+            self.item_write(slot);
+        }
     }
 
     /// MTE1 of a one-round relayout row: every channel block of the staged row transposed
     /// into the relayout L0A buffer of `slot`.
-    fn item_mte1(&mut self, slot: usize) {
+    fn item_mte1(&mut self, slot: usize, q: u64) {
         let (s, plan) = (self.s, self.plan);
         let sx = self.r.sx;
         let [_, _, t2, t3] = self.r.t;
@@ -1812,7 +1963,7 @@ impl<'a> Gen<'a> {
         self.wait("M", "MTE1", id);
         for c in 0..plan.c1 {
             self.movi(t2, la + c * blk * FRACTAL);
-            self.addi(t3, sx, (c * FRACTAL) as i64, t3);
+            self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
             self.ins(format_args!(
                 "load_l0a  {t2}, {t3}, {blk}, src_stride={}, dst_stride=1, transpose=true",
                 plan.c1
@@ -1850,33 +2001,49 @@ impl<'a> Gen<'a> {
     }
 
     /// V and MTE3 of a one-round relayout row: L0C to UB as f16, then to the workspace.
-    fn item_tail(&mut self, slot: usize) {
+    fn item_tail(&mut self, slot: usize, q: u64) {
         let (s, plan) = (self.s, self.plan);
         let [_, _, t2, t3] = self.r.t;
         let blk = plan.blk(&s);
         let id = ev::RELAYOUT[slot];
         self.wait("M", "V", id);
-        self.wait("MTE3", "V", ev::RELAYOUT_UB[slot]);
-        self.movi(t2, self.ub.relayout[slot]);
+        if !self.batched() {
+            self.wait("MTE3", "V", ev::RELAYOUT_UB[slot]);
+        }
+        self.movi(t2, self.ub_row(slot, q));
         self.movi(t3, self.l0.rl_c[slot]);
         self.ins(format_args!(
             "copy_l0c_to_ub.f16 {t2}, {t3}, {}",
             plan.c1 * blk
         ));
         self.set("V", "M", id);
-        self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
-        self.item_write(slot);
+        if !self.batched() {
+            self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
+            self.item_write(slot);
+        }
     }
 
-    /// MTE3: the relayouted row in UB slot `slot` to its workspace row (every column phase,
-    /// with the zeros after the data); then the batch registers move to the next row.
+    /// MTE3: the relayouted row in UB slot `slot` to its workspace row; then the batch
+    /// registers move to the next row.
     fn item_write(&mut self, slot: usize) {
         let (s, plan) = (self.s, self.plan);
         let (sx, rn, rws) = (self.r.sx, self.r.rn, self.r.rws);
+        let t3 = self.r.t[3];
+        let blk = plan.blk(&s);
+        self.wait("V", "MTE3", ev::RELAYOUT_UB[slot]);
+        self.write_row(self.ub_row(slot, 0), rws);
+        self.set("MTE3", "V", ev::RELAYOUT_UB[slot]);
+        self.addi(sx, sx, (plan.c1 * blk * FRACTAL) as i64, t3);
+        self.addi(rws, rws, (plan.wq * UNIT) as i64, t3);
+        self.ins(format_args!("addi      {rn}, {rn}, -1"));
+    }
+
+    /// MTE3: the relayouted row at UB address `ub_row` to the workspace row at `rws` (every
+    /// column phase, with the zeros after the data).
+    fn write_row(&mut self, ub_row: u64, rws: Reg) {
+        let (s, plan) = (self.s, self.plan);
         let [_, _, t2, t3] = self.r.t;
         let blk = plan.blk(&s);
-        let ub_row = self.ub.relayout[slot];
-        self.wait("V", "MTE3", ev::RELAYOUT_UB[slot]);
         let pws_units = plan.pws();
         if s.sw == 1 {
             self.movi(t2, ub_row);
@@ -1919,10 +2086,6 @@ impl<'a> Gen<'a> {
                 }
             }
         }
-        self.set("MTE3", "V", ev::RELAYOUT_UB[slot]);
-        self.addi(sx, sx, (plan.c1 * blk * FRACTAL) as i64, t3);
-        self.addi(rws, rws, (plan.wq * UNIT) as i64, t3);
-        self.ins(format_args!("addi      {rn}, {rn}, -1"));
     }
 
     /// `dst` = the output address of the tile at global row `rin` (the pass's channels).
@@ -1956,21 +2119,41 @@ impl<'a> Gen<'a> {
         self.addi(dst, dst, (plan.margin * UNIT) as i64, t3);
     }
 
-    /// MTE2: stage `stage` (channel block) of the tile whose band is at `band` into L1 buffer
-    /// `sb`, every plane, tall enough for the tallest tile; with `Weights::IfFirst` on the
-    /// pass's first tile also the stage's resident weights.
-    fn load_stage(&mut self, stage: u64, sb: usize, band: Reg, weights: Weights) {
-        let (s, plan) = (self.s, self.plan);
+    /// MTE2: stage group `gi` of the tile whose band is at `band` into L1 buffer `sb`, behind
+    /// one notice; with `Weights::IfFirst` on the pass's first tile also the group's resident
+    /// weights.
+    fn load_group(&mut self, gi: u64, sb: usize, band: Reg, weights: Weights) {
+        let plan = self.plan;
         let (first, zero) = (self.r.first, self.r.zero);
-        let [t0, t1, t2, _] = self.r.t;
         self.wait("MTE1", "MTE2", ev::STAGE[sb]);
+        let stages = gi * plan.sg..((gi + 1) * plan.sg).min(plan.c1);
+        for stage in stages.clone() {
+            let at = self.l1.stage[sb] + (stage - stages.start) * plan.stage_bytes(&self.s);
+            self.load_stage(stage, at, band);
+        }
+        if weights == Weights::IfFirst {
+            let skip = self.a.new_label("weights_resident");
+            self.ins(format_args!("beq       {first}, {zero}, {skip}"));
+            for stage in stages {
+                self.weights_load(stage);
+            }
+            self.a.place(&skip);
+        }
+        self.set("MTE2", "MTE1", ev::STAGE[sb]);
+    }
+
+    /// MTE2: stage `stage` (channel block) of the tile whose band is at `band` to L1 address
+    /// `at`, every plane, tall enough for the tallest tile.
+    fn load_stage(&mut self, stage: u64, at: u64, band: Reg) {
+        let (s, plan) = (self.s, self.plan);
+        let [t0, t1, t2, _] = self.r.t;
         let pws_units = plan.pws();
         let band_units = plan.band_units();
         let rows = plan.rt + plan.ihi;
         for rho in 0..s.sh {
             for phi in 0..s.sw {
                 let plane = rho * s.sw + phi;
-                let dst = self.l1.stage[sb] + plane * band_units * UNIT;
+                let dst = at + plane * band_units * UNIT;
                 let src = (((phi * plan.c1 + stage) * pws_units + rho * plan.wq) * UNIT) as i64
                     - (plan.margin * UNIT) as i64;
                 self.movi(t0, dst);
@@ -1994,13 +2177,6 @@ impl<'a> Gen<'a> {
                 }
             }
         }
-        if weights == Weights::IfFirst {
-            let skip = self.a.new_label("weights_resident");
-            self.ins(format_args!("beq       {first}, {zero}, {skip}"));
-            self.weights_load(stage);
-            self.a.place(&skip);
-        }
-        self.set("MTE2", "MTE1", ev::STAGE[sb]);
     }
 
     /// MTE2: stage `stage`'s resident weights of the current pass into L1.
@@ -2018,11 +2194,13 @@ impl<'a> Gen<'a> {
         ));
     }
 
-    /// MTE2: stage `stage`'s weights ahead of the first band load (they need no relayout, so
-    /// they are off the first tile's critical path); the stage's flag covers them.
-    fn preload_weights(&mut self, stage: u64) {
-        self.a.comment("the first stage's resident weights");
-        self.weights_load(stage);
+    /// MTE2: the first stage group's weights ahead of the first band load (they need no
+    /// relayout, so they are off the first tile's critical path); the group's flag covers them.
+    fn preload_weights(&mut self) {
+        self.a.comment("the first stage group's resident weights");
+        for stage in 0..self.plan.sg.min(self.plan.c1) {
+            self.weights_load(stage);
+        }
     }
 
     /// The K loop of a tile of `rows` rows (parity `parity`), with the pipelines' other work
@@ -2032,8 +2210,7 @@ impl<'a> Gen<'a> {
     /// and the previous tile's output rows.
     fn body(&mut self, parity: usize, rows: u64) {
         let plan = self.plan;
-        let (rn, nr, nband, bsrc, sx) =
-            (self.r.rn, self.r.nr, self.r.nband, self.r.bsrc, self.r.sx);
+        let (nr, nband, bsrc, sx) = (self.r.nr, self.r.nband, self.r.bsrc, self.r.sx);
         let steps = plan.steps();
         let total = plan.c1 * steps;
         let next = 1 - parity;
@@ -2042,37 +2219,50 @@ impl<'a> Gen<'a> {
             // MTE1 takes the next tile's staged rows just before its first relayout row.
             k.wait("MTE2", "MTE1", ev::STAGING[next]);
             k.movi(sx, k.l1.staging[next]);
+            k.batch_begin();
         };
         let mut next_row = plan.rt;
+        if self.relayout {
+            // The tile after next's rows are staged first: MTE2 would otherwise hold them
+            // behind the wait for the next tile's workspace rows.
+            let (nnr, rx2) = (self.r.nnr, self.r.rx2);
+            self.guarded(nnr, |k| k.relayout_nd2nz_quiet(parity, rx2, false));
+        }
         for g in 0..total {
             let (stage, j) = (g / steps, g % steps);
             let last = g + 1 == total;
-            let item = self.relayout && g >= plan.item_first && g < plan.item_steps;
+            let item = self.relayout
+                && g >= plan.item_first
+                && g < plan.item_steps
+                && (!self.batched() || g - plan.item_first < plan.ub_rows);
             if item && g == plan.item_first {
                 self.guarded(nr, staged);
             }
             let slot = (g % 2) as usize;
             if item && self.single_round() {
+                let q = g - plan.item_first;
                 self.step_loads(parity, rows, g, stage, j);
-                self.guarded(rn, |k| k.item_mte1(slot));
+                self.guard_item(q, |k| k.item_mte1(slot, q));
                 self.step_mmad(parity, rows, g, stage, j);
-                self.guarded(rn, |k| k.item_m(slot));
+                self.guard_item(q, |k| k.item_m(slot));
                 self.step_sets(g, last);
-                self.guarded(rn, |k| {
+                self.guard_item(q, |k| {
                     k.item_m_sets(slot);
-                    k.item_tail(slot);
+                    k.item_tail(slot, q);
                 });
             } else {
                 self.step_loads(parity, rows, g, stage, j);
                 self.step_mmad(parity, rows, g, stage, j);
                 self.step_sets(g, last);
                 if item {
-                    self.guarded(rn, |k| k.relayout_item(slot));
+                    let q = g - plan.item_first;
+                    self.guard_item(q, |k| k.relayout_item(slot, q));
                 }
             }
-            if j + 1 == steps && stage + 2 < plan.c1 {
-                let sb = self.stage_buffer(parity as u64, stage + 2);
-                self.load_stage(stage + 2, sb, bsrc, Weights::IfFirst);
+            let gi = stage / plan.sg;
+            if g + 1 == plan.group_end_step(gi) && gi + 2 < plan.groups() {
+                let sb = self.stage_buffer(parity as u64, gi + 2);
+                self.load_group(gi + 2, sb, bsrc, Weights::IfFirst);
             }
             if g + 1 == plan.item_steps && self.relayout {
                 let take = plan.item_first == plan.item_steps;
@@ -2080,13 +2270,19 @@ impl<'a> Gen<'a> {
                     if take {
                         staged(k);
                     }
-                    k.relayout_rest();
+                    k.relayout_rest(plan.item_steps - plan.item_first);
                     k.set("MTE1", "MTE2", ev::STAGING[next]);
                     k.workspace_written();
                 });
             }
-            for jn in 0..plan.c1.min(2) {
-                let point = plan.item_steps.max((plan.c1 + jn - 1) * steps).min(total);
+            let groups = plan.groups();
+            for jn in 0..groups.min(2) {
+                // The buffer is free once the current tile's group G + jn - 2 is done.
+                let free = match (groups + jn).checked_sub(2) {
+                    Some(gi) => plan.group_end_step(gi),
+                    None => 0,
+                };
+                let point = plan.item_steps.max(free).min(total);
                 if g + 1 == point {
                     let sb = self.stage_buffer(next as u64, jn);
                     let ready = jn == 0 && self.relayout;
@@ -2094,11 +2290,15 @@ impl<'a> Gen<'a> {
                         if ready {
                             k.workspace_ready();
                         }
-                        k.load_stage(jn, sb, nband, Weights::No);
+                        k.load_group(jn, sb, nband, Weights::No);
+                        if ready {
+                            k.workspace_taken();
+                        }
                     });
                     if jn == 0 && self.relayout {
-                        let (nnr, rx2) = (self.r.nnr, self.r.rx2);
-                        self.guarded(nnr, |k| k.relayout_nd2nz(parity, rx2, false));
+                        // The tile after next's staged rows, announced behind the band.
+                        let nnr = self.r.nnr;
+                        self.guarded(nnr, |k| k.set("MTE2", "MTE1", ev::STAGING[parity]));
                     }
                 }
             }
@@ -2138,15 +2338,16 @@ impl<'a> Gen<'a> {
     fn step_loads(&mut self, parity: usize, rows: u64, g: u64, stage: u64, j: u64) {
         let (s, plan) = (self.s, self.plan);
         let [t0, t1, _, _] = self.r.t;
-        let steps = plan.steps();
         let nb = plan.nb(&s, rows);
         let mbp = self.mbp();
-        let sb = self.stage_buffer(parity as u64, stage);
+        let gi = stage / plan.sg;
+        let sb = self.stage_buffer(parity as u64, gi);
+        let base = self.l1.stage[sb] + (stage - gi * plan.sg) * plan.stage_bytes(&s);
         let b = (g % 2) as usize;
         let taps = self.step_taps(j);
         let kbj = taps.len() as u64;
         let band_units = plan.band_units();
-        if j == 0 {
+        if j == 0 && stage % plan.sg == 0 {
             self.wait("MTE2", "MTE1", ev::STAGE[sb]);
         }
         self.wait("M", "MTE1", ev::L0[b]);
@@ -2156,9 +2357,7 @@ impl<'a> Gen<'a> {
         self.ins(format_args!("load_l0a  {t0}, {t1}, {}", mbp * kbj));
         let windows: Vec<u64> = taps
             .iter()
-            .map(|tap| {
-                self.l1.stage[sb] + (tap.plane * band_units + tap.row * plan.wq + tap.col) * UNIT
-            })
+            .map(|tap| base + (tap.plane * band_units + tap.row * plan.wq + tap.col) * UNIT)
             .collect();
         for (q, window) in windows.into_iter().enumerate() {
             self.movi(t0, self.l0.b[b] + q as u64 * FRACTAL);
@@ -2168,7 +2367,7 @@ impl<'a> Gen<'a> {
             ));
         }
         self.set("MTE1", "M", ev::L0[b]);
-        if j + 1 == steps {
+        if g + 1 == plan.group_end_step(gi) {
             self.set("MTE1", "MTE2", ev::STAGE[sb]);
         }
     }
