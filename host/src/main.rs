@@ -670,7 +670,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             for name in &a.only {
                 if !workloads.iter().any(|w| w.name == name) {
                     return Err(anyhow!(
-                        "--only: unknown workload `{name}` (expected matmul, conv or add)"
+                        "--only: unknown workload `{name}` (expected matmul, conv, conv-nchw or add)"
                     )
                     .into());
                 }
@@ -682,7 +682,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 }
                 match (w.run)(&cfg) {
                     Ok(f) => say!(
-                        "  {:<34} {:>3} kernel(s) {:>12.0} cycles  {:>9.1} of {:>7.1} {:<9} = {:>5.1}% (target {:.0}%)",
+                        "  {:<44} {:>3} kernel(s) {:>12.0} cycles  {:>9.1} of {:>7.1} {:<9} = {:>5.1}% ({})",
                         f.name,
                         f.kernels,
                         f.cycles,
@@ -690,7 +690,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
                         f.peak,
                         f.unit,
                         f.efficiency() * 100.0,
-                        f.target * 100.0
+                        if f.target > 0.0 {
+                            format!("target {:.0}%", f.target * 100.0)
+                        } else {
+                            "no target".to_string()
+                        }
                     ),
                     Err(e) => {
                         failed += 1;

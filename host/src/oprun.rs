@@ -5,7 +5,7 @@
 
 use gearsim_firmware::{Device, DevicePtr, LaunchReport};
 use gearsim_sim::{ChipConfig, ExecMode};
-use gearsim_traces::NullSink;
+use gearsim_traces::{NullSink, TraceSink};
 
 use crate::atc;
 use crate::compiler::infer::infer_graph;
@@ -79,6 +79,36 @@ pub fn run_op_optional(
     outputs: usize,
     mode: ExecMode,
 ) -> Result<Ran, String> {
+    run_op_formats(cfg, op, attrs, inputs, &[], outputs, mode)
+}
+
+/// [`run_op_optional`] with the layout pass's formats: input `i` is stored in `formats[i]`
+/// (its bytes already in that layout) and the outputs in `formats[inputs.len() + k]`
+/// (read back in that layout); missing entries keep the plain layout.
+pub fn run_op_formats(
+    cfg: &ChipConfig,
+    op: &str,
+    attrs: &[(&str, Attr)],
+    inputs: Vec<Option<In>>,
+    formats: &[crate::compiler::ir::Format],
+    outputs: usize,
+    mode: ExecMode,
+) -> Result<Ran, String> {
+    run_op_traced(cfg, op, attrs, inputs, formats, outputs, mode, NullSink).map(|(r, _)| r)
+}
+
+/// [`run_op_formats`] recording the device's trace into `sink` (returned with the run).
+#[allow(clippy::too_many_arguments)]
+pub fn run_op_traced<S: TraceSink>(
+    cfg: &ChipConfig,
+    op: &str,
+    attrs: &[(&str, Attr)],
+    inputs: Vec<Option<In>>,
+    formats: &[crate::compiler::ir::Format],
+    outputs: usize,
+    mode: ExecMode,
+    sink: S,
+) -> Result<(Ran, S), String> {
     // The one-node graph.
     let mut g = Graph::new("test");
     let mut ins = Vec::new();
@@ -120,10 +150,24 @@ pub fn run_op_optional(
         .collect();
     g.add(Node::new("out", "NetOutput", outs, vec![]));
     infer_graph(&mut g, &registry, 18).map_err(|e| e.to_string())?;
-    let node = g.node(id).clone();
+    let mut node = g.node(id).clone();
+    for (k, d) in node.outputs.iter_mut().enumerate() {
+        if let Some(f) = formats.get(inputs.len() + k) {
+            d.format = *f;
+        }
+    }
     let in_descs: Vec<Option<TensorDesc>> = inputs
         .iter()
-        .map(|i| i.as_ref().map(|i| i.tensor.desc()))
+        .enumerate()
+        .map(|(i, t)| {
+            t.as_ref().map(|t| {
+                let mut d = t.tensor.desc();
+                if let Some(f) = formats.get(i) {
+                    d.format = *f;
+                }
+                d
+            })
+        })
         .collect();
     let target = atc::target(cfg);
     let ctx = LowerCtx {
@@ -137,8 +181,8 @@ pub fn run_op_optional(
         target: &target,
     };
     let lowered = lower_node(&ctx).map_err(|e| e.to_string())?;
-    let mut dev = Device::new(cfg.clone(), NullSink);
-    let put = |dev: &mut Device<NullSink>, bytes: &[u8]| -> Result<u64, String> {
+    let mut dev = Device::new(cfg.clone(), sink);
+    let put = |dev: &mut Device<S>, bytes: &[u8]| -> Result<u64, String> {
         let p = dev
             .alloc(bytes.len().max(1) as u64)
             .map_err(|e| e.to_string())?;
@@ -164,11 +208,14 @@ pub fn run_op_optional(
                     .collect(),
                 t.data.to_vec(),
             )?;
-            return Ok(Ran {
-                outputs: vec![out],
-                launches: Vec::new(),
-                kernels: Vec::new(),
-            });
+            return Ok((
+                Ran {
+                    outputs: vec![out],
+                    launches: Vec::new(),
+                    kernels: Vec::new(),
+                },
+                dev.into_sink(),
+            ));
         }
         Lowered::Kernels {
             kernels,
@@ -240,9 +287,12 @@ pub fn run_op_optional(
             )
         })
         .collect::<Result<_, _>>()?;
-    Ok(Ran {
-        outputs,
-        launches,
-        kernels,
-    })
+    Ok((
+        Ran {
+            outputs,
+            launches,
+            kernels,
+        },
+        dev.into_sink(),
+    ))
 }

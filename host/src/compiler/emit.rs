@@ -217,6 +217,11 @@ impl Emitter<'_> {
 
     /// The tasks of one graph (no EndGraph) and the feature-map bytes it needs past its base.
     fn graph(&mut self, g: &Graph, env: &Env) -> Result<(Vec<NamedTask>, u64), EmitError> {
+        // 0. Formats: which values stay in the fractal format between convolutions.
+        let mut laid = g.clone();
+        let is_const = |v: Value| self.constant_value(g, env, v).is_some();
+        super::layout::assign_fractal_formats(&mut laid, self.target, &is_const);
+        let g = &laid;
         let gname = g.name.clone();
         let n = g.nodes.len();
         // 1. Lower every compute node.

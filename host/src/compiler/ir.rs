@@ -124,6 +124,9 @@ pub enum Format {
     Nchw,
     /// Batch, height, width, channels.
     Nhwc,
+    /// Batch, channel blocks of 16, height, width, 16 channels (GE's 5HD): the fractal
+    /// feature-map format the layout pass keeps between convolutions. Never user-declared.
+    Nc1hwc0,
 }
 
 impl Format {
@@ -133,6 +136,7 @@ impl Format {
             Format::Nd => "ND",
             Format::Nchw => "NCHW",
             Format::Nhwc => "NHWC",
+            Format::Nc1hwc0 => "NC1HWC0",
         }
     }
 

@@ -5,6 +5,7 @@
 //!   onnx/      ─ read .onnx (prost message structs) ─▶ ir::Model (Data / Const / ops / NetOutput)
 //!   infer.rs + ops/ ─ shape inference and constant folding with an op registry
 //!   gear.rs    ─ MultiBatchClonePass: MapIndex + Case with one static branch per gear
+//!   layout.rs  ─ which values stay in the fractal format NC1HWC0 between convolutions
 //!   memory.rs  ─ memory plan: weights once, feature maps reused, branches overlaid
 //!   om.rs      ─ the .om sections
 //! ```
@@ -23,6 +24,7 @@ pub mod eval;
 pub mod gear;
 pub mod infer;
 pub mod ir;
+pub mod layout;
 pub mod lower;
 pub mod memory;
 pub mod onnx;

@@ -1098,7 +1098,7 @@ pub fn bind_inputs(p: &ParsedOptions, graph_inputs: &[GraphInput]) -> Result<Bin
                 let format = match g.format {
                     Format::Nchw => "NCHW",
                     Format::Nhwc => "NHWC",
-                    Format::Nd => "Others",
+                    Format::Nd | Format::Nc1hwc0 => "Others",
                 };
                 check_dynamic_image_size_shape(&g.dims, format)?;
             }

@@ -1,6 +1,6 @@
 //! Lowered Conv runs on the simulated chip and matches an f64 reference computed here.
 
-use gearsim_host::compiler::ir::{Attr, DataType, Tensor};
+use gearsim_host::compiler::ir::{Attr, DataType, Format, Tensor};
 use gearsim_host::oprun::Ran;
 use half::f16;
 use rand::rngs::StdRng;
@@ -44,6 +44,8 @@ struct Case {
     group: i64,
     bias: bool,
     dtype: DataType,
+    /// Layouts of the input and the output (NC1HWC0 runs the fractal-format kernel).
+    formats: (Format, Format),
 }
 
 impl Case {
@@ -61,7 +63,12 @@ impl Case {
             group: 1,
             bias: false,
             dtype: DataType::F16,
+            formats: (Format::Nd, Format::Nd),
         }
+    }
+    fn formats(mut self, x: Format, y: Format) -> Case {
+        self.formats = (x, y);
+        self
     }
     fn pad(mut self, p: i64) -> Case {
         self.pads = [p; 4];
@@ -173,16 +180,41 @@ fn check(c: &Case, seed: u64, rtol: f64, atol: f64) -> Ran {
     let xv = values((c.n * c.c * c.h * c.w) as usize, seed);
     let wv = values((wd.iter().product::<i64>()) as usize, seed + 1);
     let bv = values(c.m as usize, seed + 2);
+    let x_stored = if c.formats.0 == Format::Nc1hwc0 {
+        to_5hd(&xv, c.n, c.c, c.h * c.w)
+    } else {
+        xv.clone()
+    };
     let mut inputs = vec![
-        data(tensor(c.dtype, &xd, &xv)),
-        constant(tensor(c.dtype, &wd, &wv)),
+        Some(data(tensor(c.dtype, &xd, &x_stored))),
+        Some(constant(tensor(c.dtype, &wd, &wv))),
     ];
     if c.bias {
-        inputs.push(constant(tensor(c.dtype, &[c.m], &bv)));
+        inputs.push(Some(constant(tensor(c.dtype, &[c.m], &bv))));
     }
-    let r = run_op("Conv", &attrs(c), inputs).unwrap_or_else(|e| panic!("{c:?}: {e}"));
+    // Formats of the inputs, then of the output.
+    let mut formats = vec![c.formats.0, Format::Nd];
+    if c.bias {
+        formats.push(Format::Nd);
+    }
+    formats.push(c.formats.1);
+    let r = gearsim_host::oprun::run_op_formats(
+        &super::device_run::preset(),
+        "Conv",
+        &attrs(c),
+        inputs,
+        &formats,
+        1,
+        gearsim_sim::ExecMode::Full,
+    )
+    .unwrap_or_else(|e| panic!("{c:?}: {e}"));
     let (want, scale) = reference(c, &xv, &wv, c.bias.then_some(&bv[..]));
-    let got = f32s(&r.outputs[0]);
+    let (ho, wo) = c.out_dims();
+    let got = if c.formats.1 == Format::Nc1hwc0 {
+        from_5hd(&f32s(&r.outputs[0]), c.n, c.m, ho * wo)
+    } else {
+        f32s(&r.outputs[0])
+    };
     assert_eq!(got.len(), want.len(), "{c:?}: element count");
     for (i, ((g, w), s)) in got.iter().zip(&want).zip(&scale).enumerate() {
         let err = (f64::from(*g) - w).abs();
@@ -195,6 +227,26 @@ fn check(c: &Case, seed: u64, rtol: f64, atol: f64) -> Ran {
         );
     }
     r
+}
+
+/// NCHW values (`c % 16 == 0`) in NC1HWC0 order.
+fn to_5hd(v: &[f32], n: i64, c: i64, hw: i64) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    for i in 0..n * c * hw {
+        let (ni, ci, p) = (i / (c * hw), i / hw % c, i % hw);
+        out[(((ni * (c / 16) + ci / 16) * hw + p) * 16 + ci % 16) as usize] = v[i as usize];
+    }
+    out
+}
+
+/// NC1HWC0 values back in NCHW order.
+fn from_5hd(v: &[f32], n: i64, c: i64, hw: i64) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    for i in 0..n * c * hw {
+        let (ni, ci, p) = (i / (c * hw), i / hw % c, i % hw);
+        out[i as usize] = v[(((ni * (c / 16) + ci / 16) * hw + p) * 16 + ci % 16) as usize];
+    }
+    out
 }
 
 fn cube(c: &Case, seed: u64) -> Ran {
@@ -477,4 +529,58 @@ fn conv_too_wide_row_is_an_error() {
 fn depthwise_too_wide_row_is_an_error() {
     let e = lowering_error(&Case::new(1, 2, (1, 40000), 2, 1).group(2).f32(), true);
     assert!(e.contains("Conv") && e.contains("does not fit"), "{e}");
+}
+
+// ---- the fractal-format (NC1HWC0) kernel -------------------------------------------------
+
+const F5: Format = Format::Nc1hwc0;
+const ND: Format = Format::Nd;
+
+#[test]
+fn conv5hd_3x3_pad1_both_sides() {
+    let r = cube(&Case::new(2, 32, (9, 20), 48, 3).pad(1).formats(F5, F5), 40);
+    assert_eq!(r.kernels.len(), 1, "no conversion when both sides are 5HD");
+}
+
+#[test]
+fn conv5hd_bias_stride2_nchw_in() {
+    let r = cube(
+        &Case::new(3, 16, (15, 13), 32, 3)
+            .pad(1)
+            .stride(2)
+            .bias()
+            .formats(ND, F5),
+        41,
+    );
+    assert_eq!(r.kernels.len(), 2, "a TransData in, then the conv");
+}
+
+#[test]
+fn conv5hd_1x1_nchw_out_many_channels() {
+    // 160 output channels: two co blocks (8 + 2 fractals).
+    cube(&Case::new(1, 64, (7, 7), 160, 1).formats(F5, ND), 42);
+}
+
+#[test]
+fn conv5hd_dilated_asymmetric_pads() {
+    let mut c = Case::new(1, 16, (12, 30), 16, 3).dil(2).formats(F5, F5);
+    c.pads = [0, 2, 3, 1];
+    cube(&c, 43);
+}
+
+#[test]
+fn conv5hd_wide_rows_and_many_blocks() {
+    // 100-pixel rows (not a multiple of 16) over more rows than cores.
+    cube(
+        &Case::new(2, 16, (40, 100), 16, 3)
+            .pad(1)
+            .bias()
+            .formats(F5, F5),
+        44,
+    );
+}
+
+#[test]
+fn conv5hd_one_pixel_images() {
+    cube(&Case::new(4, 32, (1, 1), 16, 1).formats(F5, ND), 45);
 }

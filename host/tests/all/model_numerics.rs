@@ -56,6 +56,17 @@ fn every_gear_matches(
     dims_of: &dyn Fn(&[i64]) -> Vec<i64>,
     tol: (f64, f64),
 ) {
+    every_gear_matches_typed(c, input, dims_of, tol, DataType::F32);
+}
+
+/// [`every_gear_matches`] for a model whose input and outputs are `dtype` (f32 or f16).
+fn every_gear_matches_typed(
+    c: &Compiled,
+    input: &str,
+    dims_of: &dyn Fn(&[i64]) -> Vec<i64>,
+    tol: (f64, f64),
+    dtype: DataType,
+) {
     let om = c.om_bytes().unwrap();
     let file = OmFile::parse(&om).unwrap();
     let mut dev = Device::new(cfg(), NullSink);
@@ -66,7 +77,14 @@ fn every_gear_matches(
     let shape_index = c.desc.inputs.len() - 1;
     for (gear, vector) in d.gears.iter().enumerate() {
         let dims = dims_of(vector);
-        let x = rand_f32(&dims, -1.0, 1.0, 7 + gear as u64);
+        let mut x = rand_f32(&dims, -1.0, 1.0, 7 + gear as u64);
+        if dtype == DataType::F16 {
+            let bytes = f32s(&x)
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes())
+                .collect();
+            x = Tensor::new(DataType::F16, dims.clone(), bytes).unwrap();
+        }
         dev.write(m.inputs[data_index], &x.data).unwrap();
         let v: Vec<u8> = vector
             .iter()
@@ -83,13 +101,13 @@ fn every_gear_matches(
         let want = eval_model(&c.before, &feeds).unwrap();
         assert_eq!(want.len(), c.desc.outputs.len());
         for (o, w) in want.iter().enumerate() {
-            assert_eq!(w.dtype, DataType::F32);
+            assert_eq!(w.dtype, dtype);
             assert_eq!(
                 w.dims, d.output_dims[gear][o],
                 "output {o} dims at gear {vector:?}"
             );
             let bytes = read(&dev, m.outputs[o], w.data.len());
-            let got = Tensor::new(DataType::F32, w.dims.clone(), bytes).unwrap();
+            let got = Tensor::new(dtype, w.dims.clone(), bytes).unwrap();
             let want = w.to_f64s();
             let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));
             assert!(
@@ -131,4 +149,106 @@ fn transformer_matches_the_reference_at_every_sequence_gear() {
         },
     );
     every_gear_matches(&c, "x", &|g| vec![1, g[0], 64], (2e-2, 2e-2));
+}
+
+/// An f16 chain of convolutions (conv → relu → conv → relu → conv, with a residual add): the
+/// layout pass keeps the middle values in NC1HWC0, the middle conv runs the fractal kernel on
+/// both sides, and every gear still matches the evaluator.
+#[test]
+fn f16_conv_chain_runs_in_the_fractal_format_at_every_gear() {
+    use super::onnx_build::{node, tensor_type};
+    use gearsim_host::compiler::onnx::proto::{
+        AttributeProto, AttributeType, GraphProto, ModelProto, OperatorSetIdProto, TensorProto,
+        ValueInfoProto,
+    };
+    use prost::Message;
+    let f16_init = |name: &str, dims: &[i64], seed: u64| {
+        let n: i64 = dims.iter().product();
+        let t = rand_f32(&[n], -0.3, 0.3, seed);
+        TensorProto {
+            name: name.into(),
+            dims: dims.to_vec(),
+            data_type: 10,
+            raw_data: Some(
+                f32s(&t)
+                    .iter()
+                    .flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes())
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    };
+    let ints = |name: &str, v: &[i64]| AttributeProto {
+        name: name.into(),
+        ints: v.to_vec(),
+        r#type: AttributeType::Ints as i32,
+        ..Default::default()
+    };
+    let conv = |name: &str, ins: &[&str], out: &str, k: i64| {
+        let mut n = node("Conv", name, ins, &[out]);
+        let p = k / 2;
+        n.attribute = vec![ints("kernel_shape", &[k, k]), ints("pads", &[p, p, p, p])];
+        n
+    };
+    let io = |name: &str, c: i64| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(tensor_type(10, &[None, Some(c), Some(12), Some(20)])),
+        doc_string: String::new(),
+    };
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 13,
+        }],
+        graph: Some(GraphProto {
+            name: "chain".into(),
+            node: vec![
+                conv("conv1", &["x", "w1", "b1"], "c1", 3),
+                node("Relu", "relu1", &["c1"], &["r1"]),
+                conv("conv2", &["r1", "w2", "b2"], "c2", 3),
+                node("Add", "residual", &["c2", "r1"], &["a2"]),
+                node("Relu", "relu2", &["a2"], &["r2"]),
+                conv("conv3", &["r2", "w3"], "y", 1),
+            ],
+            initializer: vec![
+                f16_init("w1", &[32, 16, 3, 3], 1),
+                f16_init("b1", &[32], 2),
+                f16_init("w2", &[32, 32, 3, 3], 3),
+                f16_init("b2", &[32], 4),
+                f16_init("w3", &[16, 32, 1, 1], 5),
+            ],
+            input: vec![io("x", 16)],
+            output: vec![io("y", 16)],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let bytes = m.encode_to_vec();
+    let opts = CompileOptions {
+        gear: GearOptions {
+            input_shape: Some("x:-1,16,12,20".into()),
+            dynamic_batch_size: Some("1,3".into()),
+            ..GearOptions::default()
+        },
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        target: atc::target(&cfg()),
+    };
+    let c = compile(&bytes, "chain.onnx", &opts).unwrap_or_else(|e| panic!("{e}"));
+    // Per branch: conv1 converts its input (2 kernels), conv2 runs 5HD on both sides (1),
+    // conv3 converts its output (2).
+    let names: Vec<&str> = c.emitted.kernels.iter().map(|k| k.name.as_str()).collect();
+    let fractal = names.iter().filter(|n| n.contains("5hd")).count();
+    let transdata = names.iter().filter(|n| n.starts_with("TransData")).count();
+    assert!(fractal >= 3, "fractal conv kernels: {names:?}");
+    assert!(transdata >= 2, "TransData kernels: {names:?}");
+    every_gear_matches_typed(
+        &c,
+        "x",
+        &|g| vec![g[0], 16, 12, 20],
+        (2e-2, 2e-2),
+        DataType::F16,
+    );
 }

@@ -4,6 +4,7 @@
 //! ```text
 //!   MatMul / Gemm ─▶ cube_gemm::Gemm (batched, broadcast, transposed operands, epilogue)
 //!   Conv          ─▶ cube_conv (NCHW → fractal feature map, windows through L0B, NCHW out)
+//!   Conv, 5HD side ─▶ cube_conv5hd (NC1HWC0 in/out, img2col windows through L0A)
 //!   Conv, depthwise ─▶ cube_depthwise (vector multiply-accumulate over the window)
 //! ```
 //!
@@ -14,6 +15,8 @@
 
 #[path = "cube_conv.rs"]
 pub mod conv;
+#[path = "cube_conv5hd.rs"]
+pub mod conv5hd;
 #[path = "cube_depthwise.rs"]
 pub mod depthwise;
 #[path = "cube_gemm.rs"]

@@ -54,7 +54,7 @@ use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::gemm::OutType;
 use super::{Build, Expand, const_values, cube_type, dims_of, expand_kernel, runtime_f16};
 use crate::compiler::CoreSpec;
-use crate::compiler::ir::DataType;
+use crate::compiler::ir::{DataType, Format, TensorDesc};
 
 /// Bytes of a 16 × 16 f16 fractal (L1, L0A, L0B).
 const FRACTAL: u64 = 512;
@@ -281,6 +281,10 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     }
     if s.group > 1 && s.group == s.c {
         return super::depthwise::lower(ctx, &s);
+    }
+    let fractal = |d: Option<&TensorDesc>| d.is_some_and(|d| d.format == Format::Nc1hwc0);
+    if fractal(ctx.inputs.first().copied().flatten()) || fractal(ctx.outputs.first()) {
+        return super::conv5hd::lower(ctx, &s);
     }
     cube(ctx, &s)
 }
@@ -752,7 +756,14 @@ impl Plan {
         let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
         let row_cost =
             (self.co_blocks * mb * self.c1 * t) as f64 * self.wq as f64 / 16.0 / CUBE_EFFICIENCY;
-        self.blocks = distribute(total, s.ho, cores.min(total), row_cost);
+        self.blocks = distribute(
+            total,
+            s.ho,
+            cores.min(total),
+            row_cost,
+            BLOCK_OVERHEAD_CYCLES,
+            PIECE_CYCLES,
+        );
         let most = self.blocks.iter().map(|(a, b)| b - a).max().unwrap_or(1);
         self.pieces = self
             .blocks
@@ -873,12 +884,16 @@ struct UbLayout {
 }
 
 /// Splits `total` output rows (images of `ho` rows one after the other) over at most `blocks`
-/// blocks: block `b` starts `b × DISPATCH_STAGGER_CYCLES` after block 0, so it gets the rows
-/// that fill the time left until a common finish, less `PIECE_CYCLES` when its rows cross into
-/// another image (a second band to relayout and a tile split at the boundary). Returns each
-/// block's `(first, end)` row; blocks without rows are dropped.
-fn distribute(total: u64, ho: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)> {
-    let blocks = blocks.clamp(1, total.max(1));
+/// blocks at `row_cost` cycles a row, `overhead` per block and `piece` more where a block's
+/// rows cross into another image (a second band and a tile split at the boundary).
+pub(super) fn distribute(
+    total: u64,
+    ho: u64,
+    blocks: u64,
+    row_cost: f64,
+    overhead: f64,
+    piece: f64,
+) -> Vec<(u64, u64)> {
     let pieces = |at: u64, r: u64| {
         if r == 0 {
             0
@@ -886,33 +901,45 @@ fn distribute(total: u64, ho: u64, blocks: u64, row_cost: f64) -> Vec<(u64, u64)
             (at + r - 1) / ho - at / ho
         }
     };
-    let finish = |b: u64, at: u64, r: u64| {
-        DISPATCH_STAGGER_CYCLES * b as f64
-            + BLOCK_OVERHEAD_CYCLES
-            + r as f64 * row_cost
-            + pieces(at, r) as f64 * PIECE_CYCLES
-    };
+    distribute_by(total, blocks, &|_, at, r| {
+        overhead + r as f64 * row_cost + pieces(at, r) as f64 * piece
+    })
+}
+
+/// Splits `total` rows over at most `blocks` blocks when rows `at..at + r` cost block `b`
+/// `cost(b, at, r)` cycles: block `b` starts `b × DISPATCH_STAGGER_CYCLES` after block 0, so it
+/// gets the rows that fill the time left until a common finish. Returns each block's
+/// `(first, end)` row; blocks without rows are dropped.
+pub(super) fn distribute_by(
+    total: u64,
+    blocks: u64,
+    cost: &dyn Fn(u64, u64, u64) -> f64,
+) -> Vec<(u64, u64)> {
+    let blocks = blocks.clamp(1, total.max(1));
     // Rows of each block in order for a common finish at `t`: the most that finish by then.
     let rows_at = |t: f64| -> Vec<u64> {
         let mut at = 0;
         (0..blocks)
             .map(|b| {
-                let left = t - DISPATCH_STAGGER_CYCLES * b as f64 - BLOCK_OVERHEAD_CYCLES;
-                let mut r = ((left / row_cost).floor().max(0.0) as u64).min(total - at.min(total));
-                while r > 0 && finish(b, at, r) > t {
-                    r -= 1;
+                let left = t - DISPATCH_STAGGER_CYCLES * b as f64;
+                let (mut lo, mut hi) = (0u64, total - at);
+                while lo < hi {
+                    let mid = (lo + hi).div_ceil(2);
+                    if cost(b, at, mid) <= left {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
                 }
-                at += r;
-                r
+                at += lo;
+                lo
             })
             .collect()
     };
     // The earliest common finish at which the blocks hold every row.
     let (mut lo, mut hi) = (
         0.0,
-        BLOCK_OVERHEAD_CYCLES
-            + DISPATCH_STAGGER_CYCLES * blocks as f64
-            + (row_cost + PIECE_CYCLES) * (total as f64 + 1.0),
+        DISPATCH_STAGGER_CYCLES * blocks as f64 + cost(0, 0, total) + 1.0,
     );
     for _ in 0..64 {
         let mid = (lo + hi) / 2.0;

@@ -1,0 +1,204 @@
+//! The layout pass: which values live in the fractal feature-map format NC1HWC0 (GE's 5HD)
+//! instead of NCHW. Between convolutions 5HD saves the kernels the NCHW relayout: the cube
+//! kernel reads 5HD windows with `img2col` and writes 5HD tiles with one DMA
+//! (`lower::cube::conv5hd`).
+//!
+//! A value may be 5HD when it is f16, rank 4 with `C % 16 == 0` (so both formats have the same
+//! size and the memory plan is unchanged), made by a convolution the 5HD kernel runs or by a
+//! layout-agnostic op (element-wise over same-shape operands), and read only by such
+//! convolutions (as their input) or agnostic ops whose output is 5HD too. A connected region of
+//! such values is kept only when some convolution then runs 5HD on both sides: a region whose
+//! every convolution still converts one side would only move the conversion. Graph inputs and
+//! outputs stay NCHW; a convolution with one NCHW side converts it with a TransData kernel.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::Target;
+use super::ir::{DataType, Format, Graph, NodeId, TensorDesc, Value, shape_values};
+use super::lower::LowerCtx;
+use super::lower::cube::conv;
+use super::lower::cube::conv5hd;
+
+/// Ops that compute element by element over operands of one shape, so any layout works as
+/// long as every full-size operand and the output share it (scalar operands may be anything).
+const AGNOSTIC: &[&str] = &[
+    "Relu",
+    "LeakyRelu",
+    "Sigmoid",
+    "Tanh",
+    "Abs",
+    "Neg",
+    "Elu",
+    "HardSigmoid",
+    "HardSwish",
+    "Clip",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Max",
+    "Min",
+];
+
+/// Marks the values the pass puts in NC1HWC0 (their descriptors' `format`); returns how many.
+/// `is_const` says whether a value is a compile-time constant (a Conv's weights must be).
+pub fn assign_fractal_formats(
+    g: &mut Graph,
+    target: &Target,
+    is_const: &dyn Fn(Value) -> bool,
+) -> usize {
+    let consumers = g.consumers();
+    let candidate = |d: &TensorDesc| {
+        d.dtype == DataType::F16
+            && shape_values(&d.shape)
+                .is_some_and(|s| s.len() == 4 && s[1] % 16 == 0 && s.iter().all(|v| *v > 0))
+    };
+    let fractal_conv = |id: NodeId| -> bool {
+        let node = g.node(id);
+        if node.op != "Conv" || !node.inputs.get(1).copied().flatten().is_some_and(is_const) {
+            return false;
+        }
+        let inputs: Vec<Option<&TensorDesc>> =
+            node.inputs.iter().map(|v| v.map(|v| g.desc(v))).collect();
+        if !inputs.first().copied().flatten().is_some_and(candidate)
+            || !node.outputs.first().is_some_and(candidate)
+        {
+            return false;
+        }
+        let ctx = LowerCtx {
+            node,
+            inputs,
+            values: vec![None; node.inputs.len()],
+            outputs: &node.outputs,
+            target,
+        };
+        conv::conv_shape(&ctx).is_ok_and(|s| conv5hd::supports(&s, &target.core).is_ok())
+    };
+    // Full-size operands of an agnostic op (its other operands are scalars); None when an
+    // operand broadcasts, so the op is not agnostic here.
+    let full_inputs = |id: NodeId| -> Option<Vec<Value>> {
+        let node = g.node(id);
+        if !AGNOSTIC.contains(&node.op.as_str()) || node.outputs.len() != 1 {
+            return None;
+        }
+        let out = &node.outputs[0].shape;
+        let mut full = Vec::new();
+        for v in node.inputs.iter().flatten() {
+            let d = g.desc(*v);
+            if d.shape == *out {
+                full.push(*v);
+            } else if shape_values(&d.shape).is_none_or(|s| s.iter().product::<i64>() != 1) {
+                return None;
+            }
+        }
+        Some(full)
+    };
+    let convs: BTreeSet<NodeId> = (0..g.nodes.len() as u32)
+        .map(NodeId)
+        .filter(|id| fractal_conv(*id))
+        .collect();
+    let agnostic: BTreeMap<NodeId, Vec<Value>> = (0..g.nodes.len() as u32)
+        .map(NodeId)
+        .filter_map(|id| full_inputs(id).map(|f| (id, f)))
+        .collect();
+    let out0 = |id: NodeId| Value {
+        node: id,
+        output: 0,
+    };
+    let mut set: BTreeSet<Value> = convs
+        .iter()
+        .chain(agnostic.keys())
+        .map(|id| out0(*id))
+        .filter(|v| candidate(g.desc(*v)))
+        .collect();
+    // Drop values until every member's producer and readers agree.
+    loop {
+        let drop: Vec<Value> = set
+            .iter()
+            .copied()
+            .filter(|v| {
+                let inputs_ok = agnostic
+                    .get(&v.node)
+                    .is_none_or(|full| full.iter().all(|i| set.contains(i)));
+                let readers_ok = consumers.get(v).is_none_or(|cs| {
+                    cs.iter().all(|(c, slot)| {
+                        (convs.contains(c) && *slot == 0)
+                            || (agnostic.contains_key(c) && set.contains(&out0(*c)))
+                    })
+                });
+                !(inputs_ok && readers_ok)
+            })
+            .collect();
+        if drop.is_empty() {
+            break;
+        }
+        for v in drop {
+            set.remove(&v);
+        }
+    }
+    // Keep only regions some convolution reads or writes with its other side 5HD too.
+    loop {
+        let regions = regions(&set, &agnostic, &consumers);
+        let useful = |region: &BTreeSet<Value>| {
+            convs.iter().any(|c| {
+                let input = g.node(*c).inputs[0].expect("a fractal conv has an input");
+                let output = out0(*c);
+                (region.contains(&input) && set.contains(&output))
+                    || (region.contains(&output) && set.contains(&input))
+            })
+        };
+        let useless: Vec<Value> = regions
+            .iter()
+            .filter(|r| !useful(r))
+            .flatten()
+            .copied()
+            .collect();
+        if useless.is_empty() {
+            break;
+        }
+        for v in &useless {
+            set.remove(v);
+        }
+    }
+    for v in &set {
+        g.node_mut(v.node).outputs[v.output as usize].format = Format::Nc1hwc0;
+    }
+    set.len()
+}
+
+/// The connected parts of `set`, joined through agnostic ops (an op's full-size operands and
+/// its output are one region).
+fn regions(
+    set: &BTreeSet<Value>,
+    agnostic: &BTreeMap<NodeId, Vec<Value>>,
+    consumers: &BTreeMap<Value, Vec<(NodeId, usize)>>,
+) -> Vec<BTreeSet<Value>> {
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for start in set {
+        if seen.contains(start) {
+            continue;
+        }
+        let mut region = BTreeSet::new();
+        let mut stack = vec![*start];
+        while let Some(v) = stack.pop() {
+            if !set.contains(&v) || !seen.insert(v) {
+                continue;
+            }
+            region.insert(v);
+            if let Some(full) = agnostic.get(&v.node) {
+                stack.extend(full.iter().copied());
+            }
+            for (c, _) in consumers.get(&v).into_iter().flatten() {
+                if agnostic.contains_key(c) {
+                    stack.push(Value {
+                        node: *c,
+                        output: 0,
+                    });
+                }
+            }
+        }
+        out.push(region);
+    }
+    out
+}
