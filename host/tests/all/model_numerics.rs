@@ -151,11 +151,9 @@ fn transformer_matches_the_reference_at_every_sequence_gear() {
     every_gear_matches(&c, "x", &|g| vec![1, g[0], 64], (2e-2, 2e-2));
 }
 
-/// An f16 chain of convolutions (conv → relu → conv → relu → conv, with a residual add): the
-/// layout pass keeps the middle values in NC1HWC0, the middle conv runs the fractal kernel on
-/// both sides, and every gear still matches the evaluator.
-#[test]
-fn f16_conv_chain_runs_in_the_fractal_format_at_every_gear() {
+/// An f16 chain of convolutions at a dynamic batch of 1 or 3: conv → relu → conv → (+ the
+/// residual) → relu → conv, or without the middle conv (`middle` false).
+fn f16_conv_chain(middle: bool) -> Compiled {
     use super::onnx_build::{node, tensor_type};
     use gearsim_host::compiler::onnx::proto::{
         AttributeProto, AttributeType, GraphProto, ModelProto, OperatorSetIdProto, TensorProto,
@@ -195,6 +193,26 @@ fn f16_conv_chain_runs_in_the_fractal_format_at_every_gear() {
         r#type: Some(tensor_type(10, &[None, Some(c), Some(12), Some(20)])),
         doc_string: String::new(),
     };
+    let mut nodes = vec![
+        conv("conv1", &["x", "w1", "b1"], "c1", 3),
+        node("Relu", "relu1", &["c1"], &["r1"]),
+    ];
+    let mut initializer = vec![
+        f16_init("w1", &[32, 16, 3, 3], 1),
+        f16_init("b1", &[32], 2),
+        f16_init("w3", &[16, 32, 1, 1], 5),
+    ];
+    if middle {
+        nodes.extend([
+            conv("conv2", &["r1", "w2", "b2"], "c2", 3),
+            node("Add", "residual", &["c2", "r1"], &["a2"]),
+            node("Relu", "relu2", &["a2"], &["r2"]),
+            conv("conv3", &["r2", "w3"], "y", 1),
+        ]);
+        initializer.extend([f16_init("w2", &[32, 32, 3, 3], 3), f16_init("b2", &[32], 4)]);
+    } else {
+        nodes.push(conv("conv3", &["r1", "w3"], "y", 1));
+    }
     let m = ModelProto {
         ir_version: 8,
         opset_import: vec![OperatorSetIdProto {
@@ -203,28 +221,14 @@ fn f16_conv_chain_runs_in_the_fractal_format_at_every_gear() {
         }],
         graph: Some(GraphProto {
             name: "chain".into(),
-            node: vec![
-                conv("conv1", &["x", "w1", "b1"], "c1", 3),
-                node("Relu", "relu1", &["c1"], &["r1"]),
-                conv("conv2", &["r1", "w2", "b2"], "c2", 3),
-                node("Add", "residual", &["c2", "r1"], &["a2"]),
-                node("Relu", "relu2", &["a2"], &["r2"]),
-                conv("conv3", &["r2", "w3"], "y", 1),
-            ],
-            initializer: vec![
-                f16_init("w1", &[32, 16, 3, 3], 1),
-                f16_init("b1", &[32], 2),
-                f16_init("w2", &[32, 32, 3, 3], 3),
-                f16_init("b2", &[32], 4),
-                f16_init("w3", &[16, 32, 1, 1], 5),
-            ],
+            node: nodes,
+            initializer,
             input: vec![io("x", 16)],
             output: vec![io("y", 16)],
             ..Default::default()
         }),
         ..Default::default()
     };
-    let bytes = m.encode_to_vec();
     let opts = CompileOptions {
         gear: GearOptions {
             input_shape: Some("x:-1,16,12,20".into()),
@@ -236,14 +240,42 @@ fn f16_conv_chain_runs_in_the_fractal_format_at_every_gear() {
         mapindex_engine: Default::default(),
         target: atc::target(&cfg()),
     };
-    let c = compile(&bytes, "chain.onnx", &opts).unwrap_or_else(|e| panic!("{e}"));
-    // Per branch: conv1 converts its input (2 kernels), conv2 runs 5HD on both sides (1),
-    // conv3 converts its output (2).
-    let names: Vec<&str> = c.emitted.kernels.iter().map(|k| k.name.as_str()).collect();
+    compile(&m.encode_to_vec(), "chain.onnx", &opts).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Kernel names of a compiled model that run the fractal conv, and TransData kernels.
+fn fractal_kernels(c: &Compiled) -> (usize, usize, Vec<String>) {
+    let names: Vec<String> = c.emitted.kernels.iter().map(|k| k.name.clone()).collect();
     let fractal = names.iter().filter(|n| n.contains("5hd")).count();
     let transdata = names.iter().filter(|n| n.starts_with("TransData")).count();
+    (fractal, transdata, names)
+}
+
+/// The layout pass keeps the middle values of a three-conv chain in NC1HWC0: the middle conv
+/// runs the fractal kernel on both sides, and every gear still matches the evaluator.
+#[test]
+fn f16_conv_chain_runs_in_the_fractal_format_at_every_gear() {
+    let c = f16_conv_chain(true);
+    // Per branch: conv1 converts its input, conv2 runs 5HD on both sides, conv3 converts its
+    // output (identical kernels are stored once).
+    let (fractal, transdata, names) = fractal_kernels(&c);
     assert!(fractal >= 3, "fractal conv kernels: {names:?}");
     assert!(transdata >= 2, "TransData kernels: {names:?}");
+    every_gear_matches_typed(
+        &c,
+        "x",
+        &|g| vec![g[0], 16, 12, 20],
+        (2e-2, 2e-2),
+        DataType::F16,
+    );
+}
+
+/// With two convs every region would only move a conversion, so the pass keeps NCHW.
+#[test]
+fn f16_two_conv_chain_stays_nchw() {
+    let c = f16_conv_chain(false);
+    let (fractal, transdata, names) = fractal_kernels(&c);
+    assert_eq!((fractal, transdata), (0, 0), "{names:?}");
     every_gear_matches_typed(
         &c,
         "x",

@@ -12,13 +12,14 @@
 //!   L0C ─V copy_l0c_to_ub (+ bias, f16)─▶ UB ─MTE3 (one DMA per tile)─▶ Y (5HD)
 //! ```
 //!
-//! **Schedule.** Blocks get contiguous runs of output rows (more to the blocks the scheduler
-//! starts first). A block walks its rows in tiles of whole rows of one image; a tile is one
-//! product `[rows · Wo] × [C1 · kh · kw · 16] × [co]` in L0 steps of `kf` K fractals, with L0A,
+//! **Schedule.** Blocks get contiguous runs of 16-pixel fractals (more to the blocks the
+//! scheduler starts first). A block's run becomes tiles of one image each; a tile is one
+//! product `[pixels] × [C1 · kh · kw · 16] × [co]` in L0 steps of `kf` K fractals, with L0A,
 //! L0B and L0C double-buffered, the next tile's band loading while this one multiplies and the
-//! previous tile draining. Every block's code is unrolled (its tiles are static), so every
-//! geometry is an immediate. The weights come in behind two notices: the first K slice with
-//! the first band, the rest while the first slice multiplies.
+//! previous tile draining. Tiles run largest first and a short one last. Every block's code is
+//! unrolled (its tiles are static), so every geometry is an immediate. The first tile's bands
+//! and the weights come in behind up to three notices, in K-fractal groups sized so each
+//! arrives before the cube needs it.
 //!
 //! An NCHW side is converted by a Transpose kernel (`[N][C1][16][HW]` ↔ `[N][C1][HW][16]`)
 //! into or out of the node's workspace.
@@ -42,8 +43,8 @@ const UNIT: u64 = 32;
 /// write latency).
 const START_CYCLES: f64 = 1300.0;
 const CUBE_NOTICE_CYCLES: u64 = 32;
-/// Rows of a block's last tile (its drain is the block's tail).
-const LAST_TILE_ROWS: u64 = 2;
+/// Pixel fractals of a block's last tile, at least (its drain is the block's tail).
+const LAST_TILE_FRACTALS: u64 = 7;
 const DRAIN_CYCLES_PER_FRACTAL: u64 = 12;
 const DRAIN_CYCLES: u64 = 250;
 
@@ -67,17 +68,28 @@ mod ev {
     pub const BIAS: u8 = 0;
 }
 
-/// One tile: `rows` output rows of image `n` from row `oh0`, and the input band they read.
+/// One tile: output pixels `p0..p0 + pixels` of image `n` (`p0` a multiple of 16), and the
+/// input band of the output rows they touch. `img2col` numbers the band's output pixels from
+/// its first output row, so the tile starts at fractal `m_start` of them (the band may start a
+/// row early to make that offset a whole fractal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Tile {
     n: u64,
-    oh0: u64,
-    rows: u64,
+    p0: u64,
+    pixels: u64,
+    m_start: u64,
     /// First input row of the band and its rows (padding rows excluded).
     in_row: u64,
     band_h: u64,
     pad_top: u64,
     pad_bottom: u64,
+}
+
+impl Tile {
+    /// Pixel fractals.
+    fn mf(&self) -> u64 {
+        self.pixels.div_ceil(16)
+    }
 }
 
 /// The static tiling.
@@ -87,14 +99,11 @@ struct Plan {
     m1: u64,
     /// K fractals (`c1 · kh · kw`).
     k: u64,
-    /// Channel-block groups `[start, end)` a block's first tile loads behind one notice
-    /// each (band rows and weights), so its first steps start after one small load.
-    groups: Vec<(u64, u64)>,
     /// Output-channel fractals per co block, and co blocks.
     nbk: u64,
     cob: u64,
-    /// Output rows per tile, at most.
-    r_max: u64,
+    /// Pixel fractals per tile, at most.
+    mf_max: u64,
     /// Each block's tiles.
     blocks: Vec<Vec<Tile>>,
     /// L1: weights at 0, two band buffers from `band_at`.
@@ -121,8 +130,7 @@ impl Plan {
         if mf_max == 0 || l0b_half / FRACTAL < nbk {
             return Err("L0 is too small for one step".into());
         }
-        let r_max = (mf_max * 16 / s.wo).min(s.ho);
-        if r_max == 0 {
+        if s.wo > mf_max * 16 {
             return Err(format!(
                 "an output row of {} pixels does not fit the L0C tile of {} pixels",
                 s.wo,
@@ -136,20 +144,7 @@ impl Plan {
                 core.l1_bytes / 2
             ));
         }
-        let eh = s.dh * (s.kh - 1) + 1;
-        let band_rows = |r: u64| ((r - 1) * s.sh + eh).min(s.h);
         let band_at = w_bytes.next_multiple_of(512);
-        let mut r_max = r_max;
-        while r_max > 1 && band_at + 2 * c1 * band_rows(r_max) * s.w * UNIT > core.l1_bytes {
-            r_max -= 1;
-        }
-        let band_bytes = c1 * band_rows(r_max) * s.w * UNIT;
-        if band_at + 2 * band_bytes > core.l1_bytes {
-            return Err(format!(
-                "two bands of {} input rows ({band_bytes} bytes each) and the weights do not fit L1",
-                band_rows(r_max)
-            ));
-        }
         let limits = [
             (s.h * s.w, "H·W", u64::from(u16::MAX)),
             (s.ho * s.wo, "Ho·Wo", u64::from(u16::MAX)),
@@ -166,24 +161,47 @@ impl Plan {
             c1,
             m1,
             k,
-            groups: slice_groups(c1),
             nbk,
             cob,
-            r_max,
+            mf_max,
             blocks: Vec::new(),
             w_bytes,
             band_at,
-            band_bytes,
+            band_bytes: 0,
             l0a_half,
             l0b_half,
             l0c_half,
         };
-        let ranges = distribute_by(
-            s.n * s.ho,
-            u64::from(core.cores.min(core.max_block_dim)),
-            &|_, at, r| plan.block_cycles(s, &tiles(s, at, at + r, r_max)),
-        );
-        let blocks: Vec<Vec<Tile>> = ranges.iter().map(|&(a, b)| tiles(s, a, b, r_max)).collect();
+        // Blocks get runs of pixel fractals (each image's last one may be partial); tiles
+        // shrink until two of their bands and the weights fit L1.
+        let per_image = (s.ho * s.wo).div_ceil(16);
+        let blocks = loop {
+            let ranges = distribute_by(
+                s.n * per_image,
+                u64::from(core.cores.min(core.max_block_dim)),
+                &|_, at, r| plan.block_cycles(&tiles(s, at, at + r, plan.mf_max)),
+            );
+            let blocks: Vec<Vec<Tile>> = ranges
+                .iter()
+                .map(|&(a, b)| tiles(s, a, b, plan.mf_max))
+                .collect();
+            plan.band_bytes = blocks
+                .iter()
+                .flatten()
+                .map(|t| c1 * t.band_h * s.w * UNIT)
+                .max()
+                .unwrap_or(0);
+            if band_at + 2 * plan.band_bytes <= core.l1_bytes {
+                break blocks;
+            }
+            if plan.mf_max == 1 {
+                return Err(format!(
+                    "two input bands ({} bytes each) and the weights do not fit L1",
+                    plan.band_bytes
+                ));
+            }
+            plan.mf_max -= 1;
+        };
         if blocks.iter().flatten().any(|t| t.band_h == 0) {
             return Err("a tile's windows read only padding".into());
         }
@@ -193,21 +211,42 @@ impl Plan {
 
     /// A block's predicted cycles for `tiles` (planning only): the start (argument loads and
     /// the first group), each L0 step's products plus the cube's notice, the last drain.
-    fn block_cycles(&self, s: &ConvShape, tiles: &[Tile]) -> f64 {
+    fn block_cycles(&self, tiles: &[Tile]) -> f64 {
+        let products = |t: &Tile| -> u64 {
+            (0..self.cob)
+                .map(|cb| {
+                    let nb = self.nbk.min(self.m1 - cb * self.nbk);
+                    let steps = self.k.div_ceil(self.kf(t.mf(), nb));
+                    t.mf() * nb * self.k + steps * CUBE_NOTICE_CYCLES
+                })
+                .sum()
+        };
+        let drain = |t: &Tile| t.mf() * self.m1 * DRAIN_CYCLES_PER_FRACTAL + DRAIN_CYCLES;
         let Some(last) = tiles.last() else {
             return 0.0;
         };
-        let mut cycles = START_CYCLES;
-        for t in tiles {
-            let mf = (t.rows * s.wo).div_ceil(16);
-            for cb in 0..self.cob {
-                let nb = self.nbk.min(self.m1 - cb * self.nbk);
-                let steps = self.k.div_ceil(self.kf(mf, nb));
-                cycles += (mf * nb * self.k + steps * CUBE_NOTICE_CYCLES) as f64;
-            }
-        }
-        let mf = (last.rows * s.wo).div_ceil(16);
-        cycles + (mf * self.m1.min(self.nbk) * DRAIN_CYCLES_PER_FRACTAL + DRAIN_CYCLES) as f64
+        // The tail: the last drain; and each drain the next tile's products do not hide.
+        let exposed: u64 = tiles
+            .windows(2)
+            .map(|w| drain(&w[0]).saturating_sub(products(&w[1])))
+            .sum();
+        START_CYCLES + (tiles.iter().map(products).sum::<u64>() + drain(last) + exposed) as f64
+    }
+
+    /// [`first_groups`] for a block whose first tile is `first`.
+    fn first_groups(&self, s: &ConvShape, first: &Tile) -> (Vec<(u64, u64)>, u64) {
+        let nb0 = self.nbk.min(self.m1);
+        // Cube cycles per K fractal: the products, and a notice per step of about 64 / mf
+        // K fractals.
+        let per_k = first.mf() * nb0 + CUBE_NOTICE_CYCLES * first.mf() / 64;
+        first_groups(
+            self.k,
+            s.kh * s.kw,
+            per_k,
+            first.band_h * s.w * UNIT,
+            nb0 * FRACTAL,
+            (self.m1 - nb0) * self.k * FRACTAL,
+        )
     }
 
     /// K fractals per L0 step for a tile of `mf` pixel fractals and `nb` co fractals.
@@ -218,51 +257,61 @@ impl Plan {
     }
 }
 
-/// Splits output rows `a..b` (images of `ho` rows back to back) into tiles of whole rows of
-/// one image, each image's run evenly in tiles of at most `r_max` rows. Tiles are independent,
-/// so they run largest first: the first tile's products hide the weights still streaming in,
-/// and each drain hides under the next tile. The smallest is cut to leave a last tile of `LAST_TILE_ROWS`
-/// rows, since the block's final drain is the one nothing hides.
-fn tiles(s: &ConvShape, a: u64, b: u64, r_max: u64) -> Vec<Tile> {
-    let mut out = Vec::new();
+/// Splits pixel fractals `a..b` (images of `ceil(Ho·Wo / 16)` fractals back to back) into
+/// tiles of one image, each image's run evenly in tiles of at most `mf_max` fractals. Tiles
+/// are independent, so they run largest first: the first tile's products hide the weights
+/// still streaming into L1, and each drain hides under the next tile. The smallest is cut to
+/// leave a last tile of `LAST_TILE_FRACTALS`, since the block's final drain is the one
+/// nothing hides.
+fn tiles(s: &ConvShape, a: u64, b: u64, mf_max: u64) -> Vec<Tile> {
+    let per_image = (s.ho * s.wo).div_ceil(16);
+    let mut runs = Vec::new();
     let mut at = a;
     while at < b {
-        let n = at / s.ho;
-        let len = b.min((n + 1) * s.ho) - at;
-        let count = len.div_ceil(r_max);
+        let n = at / per_image;
+        let len = b.min((n + 1) * per_image) - at;
+        let count = len.div_ceil(mf_max);
         for i in 0..count {
-            let rows = len / count + u64::from(i < len % count);
-            out.push(tile(s, n, at % s.ho, rows));
-            at += rows;
+            let fr = len / count + u64::from(i < len % count);
+            runs.push((n, at % per_image, fr));
+            at += fr;
         }
     }
-    out.sort_by_key(|t| std::cmp::Reverse(t.rows));
-    if let Some(last) = out.pop() {
-        if last.rows > LAST_TILE_ROWS {
-            out.push(tile(s, last.n, last.oh0, last.rows - LAST_TILE_ROWS));
-            out.push(tile(
-                s,
-                last.n,
-                last.oh0 + last.rows - LAST_TILE_ROWS,
-                LAST_TILE_ROWS,
-            ));
-        } else {
-            out.push(last);
+    runs.sort_by_key(|r| std::cmp::Reverse(r.2));
+    // The smallest run ends the block in two tiles, the last about a third of it (at least
+    // `LAST_TILE_FRACTALS`): its products hide the drain of the one before, and its own drain
+    // is short.
+    if let Some(&(n, f0, fr)) = runs.last() {
+        let last = LAST_TILE_FRACTALS.max(fr.div_ceil(3));
+        if fr >= last + LAST_TILE_FRACTALS {
+            let at = runs.len() - 1;
+            runs[at] = (n, f0, fr - last);
+            runs.push((n, f0 + fr - last, last));
         }
     }
-    out
+    runs.into_iter()
+        .map(|(n, f0, fr)| tile(s, n, f0 * 16, (fr * 16).min(s.ho * s.wo - f0 * 16)))
+        .collect()
 }
 
-/// Output rows `oh0..oh0 + rows` of image `n` and the input band they read.
-fn tile(s: &ConvShape, n: u64, oh0: u64, rows: u64) -> Tile {
-    let top = (oh0 * s.sh) as i64 - s.pt as i64;
-    let bottom = ((oh0 + rows - 1) * s.sh + s.dh * (s.kh - 1) + 1) as i64 - s.pt as i64;
+/// Output pixels `p0..p0 + pixels` of image `n` and the input band they read.
+fn tile(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Tile {
+    // The band's first output row: the tile's, or an earlier one that puts the tile's start a
+    // whole number of fractals after the band's.
+    let mut oh_b = p0 / s.wo;
+    while (p0 - oh_b * s.wo) % 16 != 0 {
+        oh_b -= 1;
+    }
+    let oh_last = (p0 + pixels - 1) / s.wo;
+    let top = (oh_b * s.sh) as i64 - s.pt as i64;
+    let bottom = (oh_last * s.sh + s.dh * (s.kh - 1) + 1) as i64 - s.pt as i64;
     let in_row = top.max(0) as u64;
     let in_end = (bottom.max(0) as u64).min(s.h);
     Tile {
         n,
-        oh0,
-        rows,
+        p0,
+        pixels,
+        m_start: (p0 - oh_b * s.wo) / 16,
         in_row,
         band_h: in_end.saturating_sub(in_row),
         pad_top: (-top).max(0) as u64,
@@ -270,20 +319,62 @@ fn tile(s: &ConvShape, n: u64, oh0: u64, rows: u64) -> Tile {
     }
 }
 
-/// A block's first tile loads its channel blocks in up to three groups, one notice each: the
-/// first alone (the first steps wait for the least data), then about a third of the rest,
-/// then the rest (each notice waits out a DMA latency, so few and growing groups keep the
-/// loads ahead of the cube).
-fn slice_groups(c1: u64) -> Vec<(u64, u64)> {
-    let mut out = vec![(0, 1)];
-    if c1 > 1 {
-        let second = 1 + ((c1 - 1) / 3).max(1);
-        out.push((1, second));
-        if second < c1 {
-            out.push((second, c1));
+/// Planning only: the DDR read latency and a core's read rate (the presets' values), which
+/// size a block's first loads.
+const READ_LATENCY_CYCLES: u64 = 350;
+const READ_BYTES_PER_CYCLE: u64 = 67;
+
+/// The K-fractal ranges a block's first tile loads behind one notice each, and the cycles
+/// they hold the cube back (up to three: the
+/// band slices and weights they first need). Chosen so the first products start as early as
+/// possible while each later group arrives before the cube needs it; each notice waits out a
+/// DMA latency, so groups grow.
+fn first_groups(
+    k: u64,
+    taps: u64,
+    step_cycles_per_k: u64,
+    slice_bytes: u64,
+    weight_bytes_per_k: u64,
+    rest_bytes: u64,
+) -> (Vec<(u64, u64)>, u64) {
+    let load = |a: u64, b: u64, last: bool| -> u64 {
+        let slices = b.div_ceil(taps) - a.div_ceil(taps);
+        let bytes =
+            slices * slice_bytes + (b - a) * weight_bytes_per_k + if last { rest_bytes } else { 0 };
+        READ_LATENCY_CYCLES + bytes / READ_BYTES_PER_CYCLE
+    };
+    let cube = |a: u64, b: u64| (b - a) * step_cycles_per_k;
+    // The cube's delay: the first group's load plus each later group's wait.
+    let delay = |cuts: &[u64]| -> u64 {
+        let mut bounds = vec![0];
+        bounds.extend_from_slice(cuts);
+        bounds.push(k);
+        let n = bounds.len() - 1;
+        let first = load(bounds[0], bounds[1], n == 1);
+        let (mut arrived, mut done, mut delay) = (first, first, first);
+        for g in 0..n {
+            if g > 0 {
+                arrived += load(bounds[g], bounds[g + 1], g + 1 == n);
+                if arrived > done {
+                    delay += arrived - done;
+                    done = arrived;
+                }
+            }
+            done += cube(bounds[g], bounds[g + 1]);
+        }
+        delay
+    };
+    let mut best = (delay(&[]), Vec::new());
+    for a in 1..k {
+        best = best.min((delay(&[a]), vec![a]));
+        for b in a + 1..k {
+            best = best.min((delay(&[a, b]), vec![a, b]));
         }
     }
-    out
+    let mut bounds = vec![0];
+    bounds.extend(best.1);
+    bounds.push(k);
+    (bounds.windows(2).map(|w| (w[0], w[1])).collect(), best.0)
 }
 
 /// Whether the fractal-format kernel runs this convolution (`Err` says why not).
@@ -543,6 +634,8 @@ struct Gen<'a> {
     /// whether the block's code has waited for the bias.
     groups_waited: usize,
     bias_waited: bool,
+    /// The K-fractal groups of this block's first tile.
+    groups: Vec<(u64, u64)>,
 }
 
 impl<'a> Gen<'a> {
@@ -551,7 +644,7 @@ impl<'a> Gen<'a> {
             .blocks
             .iter()
             .flatten()
-            .map(|t| (t.rows * s.wo).div_ceil(16))
+            .map(Tile::mf)
             .max()
             .unwrap_or(1);
         let tile_fracs = mf_max * plan.nbk;
@@ -582,6 +675,7 @@ impl<'a> Gen<'a> {
             l0c_tiles: 0,
             groups_waited: 0,
             bias_waited: false,
+            groups: Vec::new(),
         }
     }
 
@@ -592,7 +686,7 @@ impl<'a> Gen<'a> {
             .blocks
             .iter()
             .flatten()
-            .map(|t| (t.rows * self.s.wo).div_ceil(16))
+            .map(Tile::mf)
             .max()
             .unwrap_or(1);
         self.ub.out + mf_max * self.plan.nbk * FRACTAL
@@ -620,7 +714,7 @@ impl<'a> Gen<'a> {
             ("k_fractals", plan.k),
             ("co_fractals_per_block", plan.nbk),
             ("co_blocks", plan.cob),
-            ("rows_per_tile", plan.r_max),
+            ("pixel_fractals_per_tile", plan.mf_max),
             ("band_bytes", plan.band_bytes),
             ("weight_bytes", plan.w_bytes),
             ("block_dim", plan.blocks.len() as u64),
@@ -759,17 +853,20 @@ impl<'a> Gen<'a> {
         );
         self.wait("MTE1", "MTE2", ev::BAND_FREE[0]);
         let taps = self.s.kh * self.s.kw;
-        let groups = plan.groups.clone();
+        let (groups, _) = plan.first_groups(self.s, first);
+        self.a
+            .comment(format_args!("first-tile groups (K fractals): {groups:?}"));
+        self.groups = groups.clone();
         let (args, w) = (self.r.args, self.r.w);
-        for (gi, &(q0, q1)) in groups.iter().enumerate() {
-            self.load_band_slices(first, 0, q0, q1);
+        for (gi, &(k0, k1)) in groups.iter().enumerate() {
+            self.load_band_slices(first, 0, k0.div_ceil(taps), k1.div_ceil(taps));
             if gi == 0 {
                 self.a.ins(format_args!(
                     "ld.gm.u64 {w}, {args}, off={}",
                     arg::WEIGHTS * 8
                 ));
             }
-            self.load_weights(0, plan.nbk, q0 * taps, q1 * taps);
+            self.load_weights(0, plan.nbk, k0, k1);
             let last = gi + 1 == groups.len();
             if last {
                 self.load_weights(plan.nbk, plan.m1, 0, plan.k);
@@ -804,7 +901,7 @@ impl<'a> Gen<'a> {
         for (i, t) in tiles.iter().enumerate() {
             let parity = (i % 2) as u64;
             if i > 0 {
-                self.groups_waited = plan.groups.len();
+                self.groups_waited = self.groups.len();
             }
             if let Some(next) = tiles.get(i + 1) {
                 let np = 1 - parity;
@@ -824,13 +921,12 @@ impl<'a> Gen<'a> {
     fn tile(&mut self, t: &Tile, parity: u64) {
         let (s, plan) = (self.s, self.plan);
         let [t0, t1, t2, _] = self.r.t;
-        let pixels = t.rows * s.wo;
-        let mf = pixels.div_ceil(16);
+        let (pixels, mf) = (t.pixels, t.mf());
         self.a.comment(format_args!(
-            "tile: image {}, rows {}..{}, band rows {}..{}",
+            "tile: image {}, pixels {}..{}, band rows {}..{}",
             t.n,
-            t.oh0,
-            t.oh0 + t.rows,
+            t.p0,
+            t.p0 + pixels,
             t.in_row,
             t.in_row + t.band_h
         ));
@@ -860,9 +956,8 @@ impl<'a> Gen<'a> {
                 }
                 // A first tile's later groups: each before the first step that reads it (the
                 // other co blocks' weights come with the last group).
-                let slice_end = (k0 + kfs - 1) / (s.kh * s.kw);
-                while self.groups_waited < plan.groups.len()
-                    && (cb > 0 || plan.groups[self.groups_waited].0 <= slice_end)
+                while self.groups_waited < self.groups.len()
+                    && (cb > 0 || self.groups[self.groups_waited].0 < k0 + kfs)
                 {
                     self.wait("MTE2", "MTE1", ev::GROUPS[self.groups_waited - 1]);
                     self.groups_waited += 1;
@@ -870,9 +965,9 @@ impl<'a> Gen<'a> {
                 self.a.movi(t0, (b as u64 * plan.l0a_half) as i64);
                 self.a.movi(t1, self.band_l1(parity) as i64);
                 self.a.ins(format_args!(
-                    "img2col_l0a {t0}, {t1}, {}, {}, {}, 0, {k0}, {mf}, {kfs}, stride_h={}, \
+                    "img2col_l0a {t0}, {t1}, {}, {}, {}, {}, {k0}, {mf}, {kfs}, stride_h={}, \
                      stride_w={}, dil_h={}, dil_w={}",
-                    plan.c1, s.kh, s.kw, s.sh, s.sw, s.dh, s.dw
+                    plan.c1, s.kh, s.kw, t.m_start, s.sh, s.sw, s.dh, s.dw
                 ));
                 for j in 0..nb {
                     self.a
@@ -947,13 +1042,9 @@ impl<'a> Gen<'a> {
         self.set("V", "MTE3", ev::DRAIN);
         self.wait("V", "MTE3", ev::DRAIN);
         let plane = s.ho * s.wo;
-        let pixels = t.rows * s.wo;
+        let pixels = t.pixels;
         self.a.movi(t0, self.ub.out as i64);
-        self.gm(
-            t1,
-            out,
-            ((t.n * plan.m1 + f0) * plane + t.oh0 * s.wo) * UNIT,
-        );
+        self.gm(t1, out, ((t.n * plan.m1 + f0) * plane + t.p0) * UNIT);
         self.a.ins(format_args!(
             "copy_ub_to_gm {t1}, {t0}, {nb}, {pixels}, src_gap={}, dst_gap={}",
             mf * 16 - pixels,
