@@ -64,6 +64,8 @@ mod ev {
     pub const L0C: [u8; 2] = [0, 1];
     /// V ⇄ MTE3: the UB output buffer (filled / written out).
     pub const DRAIN: u8 = 0;
+    /// V → MTE3: the pieces of a block's last drain (the first is `DRAIN`'s id).
+    pub const PIECES: [u8; 4] = [0, 1, 2, 3];
     /// MTE2 → V: the bias fractals are in UB.
     pub const BIAS: u8 = 0;
 }
@@ -909,7 +911,7 @@ impl<'a> Gen<'a> {
                 self.load_band(next, np);
                 self.set("MTE2", "MTE1", ev::BAND[np as usize]);
             }
-            self.tile(t, parity);
+            self.tile(t, parity, i + 1 == tiles.len());
         }
         // The block's steps leave the step-buffer parity where they leave it; the next block
         // (another core) starts from the same flags, so every block's code starts at parity
@@ -918,7 +920,7 @@ impl<'a> Gen<'a> {
         self.l0c_tiles = 0;
     }
 
-    fn tile(&mut self, t: &Tile, parity: u64) {
+    fn tile(&mut self, t: &Tile, parity: u64, last: bool) {
         let (s, plan) = (self.s, self.plan);
         let [t0, t1, t2, _] = self.r.t;
         let (pixels, mf) = (t.pixels, t.mf());
@@ -998,58 +1000,78 @@ impl<'a> Gen<'a> {
                 }
                 self.steps += 1;
             }
-            self.drain(t, f0, nb, mf, half, l0c);
+            self.drain(t, f0, nb, half, l0c, last && cb + 1 == plan.cob);
             self.l0c_tiles += 1;
         }
     }
 
     /// V copies the tile out of L0C (adding the bias, converting to f16); MTE3 writes its
     /// `nb` co fractals, one burst each.
-    fn drain(&mut self, t: &Tile, f0: u64, nb: u64, mf: u64, half: u64, l0c: u64) {
+    fn drain(&mut self, t: &Tile, f0: u64, nb: u64, half: u64, l0c: u64, last: bool) {
         let (s, plan) = (self.s, self.plan);
         let [t0, t1, t2, _] = self.r.t;
         let out = self.r.out;
+        let mf = t.mf();
+        // The block's last drain is its tail, so V and MTE3 overlap there: up to four pieces
+        // of co fractals, each written while V copies the next.
+        let count = if last {
+            nb.min(ev::PIECES.len() as u64)
+        } else {
+            1
+        };
+        let pieces: Vec<(u64, u64)> = (0..count)
+            .map(|p| (p * nb / count, (p + 1) * nb / count))
+            .collect();
         self.wait("M", "V", ev::L0C[half as usize]);
         self.wait("MTE3", "V", ev::DRAIN);
-        self.a.movi(t1, l0c as i64);
-        if self.bias {
-            self.a.movi(t0, self.ub.work as i64);
-            self.a
-                .ins(format_args!("copy_l0c_to_ub.f32 {t0}, {t1}, {}", mf * nb));
-            self.set("V", "M", ev::L0C[half as usize]);
-            if !self.bias_waited {
-                self.wait("MTE2", "V", ev::BIAS);
-                self.bias_waited = true;
-            }
-            self.a.mask_count(t2, mf * 256);
-            for j in 0..nb {
-                self.a.movi(t0, (self.ub.work + j * mf * FRACTAL_C) as i64);
+        for (p, &(j0, j1)) in pieces.iter().enumerate() {
+            let n = j1 - j0;
+            let out_at = self.ub.out + j0 * mf * FRACTAL;
+            self.a.movi(t1, (l0c + j0 * mf * FRACTAL_C) as i64);
+            if self.bias {
+                let work = self.ub.work + j0 * mf * FRACTAL_C;
+                self.a.movi(t0, work as i64);
                 self.a
-                    .movi(t1, (self.ub.bias + (f0 + j) * FRACTAL_C) as i64);
+                    .ins(format_args!("copy_l0c_to_ub.f32 {t0}, {t1}, {}", mf * n));
+                if p + 1 == pieces.len() {
+                    self.set("V", "M", ev::L0C[half as usize]);
+                }
+                if !self.bias_waited {
+                    self.wait("MTE2", "V", ev::BIAS);
+                    self.bias_waited = true;
+                }
+                self.a.mask_count(t2, mf * 256);
+                for j in j0..j1 {
+                    self.a.movi(t0, (self.ub.work + j * mf * FRACTAL_C) as i64);
+                    self.a
+                        .movi(t1, (self.ub.bias + (f0 + j) * FRACTAL_C) as i64);
+                    self.a
+                        .ins(format_args!("vadd.f32  {t0}, {t0}, {t1}, src1_rep=0"));
+                }
+                self.a.mask_count(t2, mf * n * 256);
+                self.a.movi(t0, out_at as i64);
+                self.a.movi(t1, work as i64);
+                self.a.ins(format_args!("vconv.f16.f32 {t0}, {t1}"));
+            } else {
+                self.a.movi(t0, out_at as i64);
                 self.a
-                    .ins(format_args!("vadd.f32  {t0}, {t0}, {t1}, src1_rep=0"));
+                    .ins(format_args!("copy_l0c_to_ub.f16 {t0}, {t1}, {}", mf * n));
+                if p + 1 == pieces.len() {
+                    self.set("V", "M", ev::L0C[half as usize]);
+                }
             }
-            self.a.mask_count(t2, mf * nb * 256);
-            self.a.movi(t0, self.ub.out as i64);
-            self.a.movi(t1, self.ub.work as i64);
-            self.a.ins(format_args!("vconv.f16.f32 {t0}, {t1}"));
-        } else {
-            self.a.movi(t0, self.ub.out as i64);
-            self.a
-                .ins(format_args!("copy_l0c_to_ub.f16 {t0}, {t1}, {}", mf * nb));
-            self.set("V", "M", ev::L0C[half as usize]);
+            self.set("V", "MTE3", ev::PIECES[p]);
+            self.wait("V", "MTE3", ev::PIECES[p]);
+            let plane = s.ho * s.wo;
+            let pixels = t.pixels;
+            self.a.movi(t0, out_at as i64);
+            self.gm(t1, out, ((t.n * plan.m1 + f0 + j0) * plane + t.p0) * UNIT);
+            self.a.ins(format_args!(
+                "copy_ub_to_gm {t1}, {t0}, {n}, {pixels}, src_gap={}, dst_gap={}",
+                mf * 16 - pixels,
+                plane - pixels
+            ));
         }
-        self.set("V", "MTE3", ev::DRAIN);
-        self.wait("V", "MTE3", ev::DRAIN);
-        let plane = s.ho * s.wo;
-        let pixels = t.pixels;
-        self.a.movi(t0, self.ub.out as i64);
-        self.gm(t1, out, ((t.n * plan.m1 + f0) * plane + t.p0) * UNIT);
-        self.a.ins(format_args!(
-            "copy_ub_to_gm {t1}, {t0}, {nb}, {pixels}, src_gap={}, dst_gap={}",
-            mf * 16 - pixels,
-            plane - pixels
-        ));
         self.set("MTE3", "V", ev::DRAIN);
     }
 }
