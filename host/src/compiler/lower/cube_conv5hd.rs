@@ -47,6 +47,8 @@ const CUBE_NOTICE_CYCLES: u64 = 32;
 const LAST_TILE_FRACTALS: u64 = 7;
 const DRAIN_CYCLES_PER_FRACTAL: u64 = 12;
 const DRAIN_CYCLES: u64 = 250;
+/// Planning only: what a tile costs beyond its steps, in steps (see `split_run`).
+const TILE_STEPS: u64 = 1;
 
 /// Event ids, by pipe pair; each is set and waited in strict alternation.
 mod ev {
@@ -178,14 +180,15 @@ impl Plan {
         // shrink until two of their bands and the weights fit L1.
         let per_image = (s.ho * s.wo).div_ceil(16);
         let blocks = loop {
+            let splits = best_splits(per_image, plan.mf_max, &|mf| plan.steps(mf));
             let ranges = distribute_by(
                 s.n * per_image,
                 u64::from(core.cores.min(core.max_block_dim)),
-                &|_, at, r| plan.block_cycles(&tiles(s, at, at + r, plan.mf_max)),
+                &|_, at, r| plan.block_cycles(&tiles(s, at, at + r, &splits)),
             );
             let blocks: Vec<Vec<Tile>> = ranges
                 .iter()
-                .map(|&(a, b)| tiles(s, a, b, plan.mf_max))
+                .map(|&(a, b)| tiles(s, a, b, &splits))
                 .collect();
             plan.band_bytes = blocks
                 .iter()
@@ -251,6 +254,16 @@ impl Plan {
         )
     }
 
+    /// L0 steps of a tile of `mf` pixel fractals over every co block.
+    fn steps(&self, mf: u64) -> u64 {
+        (0..self.cob)
+            .map(|cb| {
+                self.k
+                    .div_ceil(self.kf(mf, self.nbk.min(self.m1 - cb * self.nbk)))
+            })
+            .sum()
+    }
+
     /// K fractals per L0 step for a tile of `mf` pixel fractals and `nb` co fractals.
     fn kf(&self, mf: u64, nb: u64) -> u64 {
         (self.l0a_half / FRACTAL / mf)
@@ -260,23 +273,23 @@ impl Plan {
 }
 
 /// Splits pixel fractals `a..b` (images of `ceil(Ho·Wo / 16)` fractals back to back) into
-/// tiles of one image, each image's run evenly in tiles of at most `mf_max` fractals. Tiles
-/// are independent, so they run largest first: the first tile's products hide the weights
-/// still streaming into L1, and each drain hides under the next tile. The smallest is cut to
-/// leave a last tile of `LAST_TILE_FRACTALS`, since the block's final drain is the one
-/// nothing hides.
-fn tiles(s: &ConvShape, a: u64, b: u64, mf_max: u64) -> Vec<Tile> {
+/// tiles of one image, each image's run as `splits` (from [`best_splits`]) says. Tiles are
+/// independent, so they run largest first: the first tile's products hide the weights still
+/// streaming into L1, and each drain hides under the next tile. The smallest is cut to leave a
+/// short last tile, since the block's final drain is the one nothing hides.
+fn tiles(s: &ConvShape, a: u64, b: u64, splits: &[u64]) -> Vec<Tile> {
     let per_image = (s.ho * s.wo).div_ceil(16);
     let mut runs = Vec::new();
     let mut at = a;
     while at < b {
         let n = at / per_image;
         let len = b.min((n + 1) * per_image) - at;
-        let count = len.div_ceil(mf_max);
-        for i in 0..count {
-            let fr = len / count + u64::from(i < len % count);
+        let mut left = len;
+        while left > 0 {
+            let fr = splits[left as usize];
             runs.push((n, at % per_image, fr));
             at += fr;
+            left -= fr;
         }
     }
     runs.sort_by_key(|r| std::cmp::Reverse(r.2));
@@ -294,6 +307,22 @@ fn tiles(s: &ConvShape, a: u64, b: u64, mf_max: u64) -> Vec<Tile> {
     runs.into_iter()
         .map(|(n, f0, fr)| tile(s, n, f0 * 16, (fr * 16).min(s.ho * s.wo - f0 * 16)))
         .collect()
+}
+
+/// For every run length up to `len` fractals, the first tile of its best split into tiles of
+/// at most `mf_max`: the fewest L0 steps (`steps(mf)` each; every step costs the cube a notice,
+/// and a tile whose `mf` divides L0A badly takes more of them), a tile costing `TILE_STEPS`
+/// more (its band, its drain), none shorter than `LAST_TILE_FRACTALS` unless the run is.
+fn best_splits(len: u64, mf_max: u64, steps: &dyn Fn(u64) -> u64) -> Vec<u64> {
+    let cost = |p: u64| steps(p) + TILE_STEPS + if p < LAST_TILE_FRACTALS { 1000 } else { 0 };
+    let mut best: Vec<(u64, u64)> = vec![(0, 0); len as usize + 1];
+    for i in 1..=len {
+        best[i as usize] = (1..=i.min(mf_max))
+            .map(|p| (best[(i - p) as usize].0 + cost(p), p))
+            .min()
+            .unwrap_or((u64::MAX, i));
+    }
+    best.into_iter().map(|b| b.1).collect()
 }
 
 /// Output pixels `p0..p0 + pixels` of image `n` and the input band they read.
