@@ -70,6 +70,17 @@ mod ev {
     pub const PIECES: [u8; 4] = [0, 1, 2, 3];
     /// MTE2 → V: the bias fractals are in UB.
     pub const BIAS: u8 = 0;
+    /// The consumers' "buffer free" notices: set once before the blocks' code (every buffer
+    /// starts free) and waited once after it (so every flag ends clear).
+    pub const FREE: [(&str, &str, u8); 7] = [
+        ("MTE1", "MTE2", BAND_FREE[0]),
+        ("MTE1", "MTE2", BAND_FREE[1]),
+        ("M", "MTE1", L0[0]),
+        ("M", "MTE1", L0[1]),
+        ("V", "M", L0C[0]),
+        ("V", "M", L0C[1]),
+        ("MTE3", "V", DRAIN),
+    ];
 }
 
 /// One tile: output pixels `p0..p0 + pixels` of image `n` (`p0` a multiple of 16), and the
@@ -738,7 +749,7 @@ impl<'a> Gen<'a> {
     }
 
     fn emit(mut self) {
-        let (s, plan) = (self.s, self.plan);
+        let plan = self.plan;
         for (name, v) in [
             ("channel_blocks_in", plan.c1),
             ("channel_blocks_out", plan.m1),
@@ -760,16 +771,9 @@ impl<'a> Gen<'a> {
         self.a
             .ins(format_args!("ld.gm.u64 {x}, {args}, off={}", arg::X * 8));
         self.a.comment("every buffer starts free");
-        for id in ev::BAND_FREE {
-            self.set("MTE1", "MTE2", id);
+        for (src, dst, id) in ev::FREE {
+            self.set(src, dst, id);
         }
-        for id in ev::L0 {
-            self.set("M", "MTE1", id);
-        }
-        for id in ev::L0C {
-            self.set("V", "M", id);
-        }
-        self.set("MTE3", "V", ev::DRAIN);
         let blocks = plan.blocks.len();
         let labels: Vec<String> = (0..blocks).map(|_| self.a.new_label("block")).collect();
         let done = self.a.new_label("blocks_done");
@@ -783,18 +787,10 @@ impl<'a> Gen<'a> {
         }
         self.a.place(&done);
         self.a.comment("every buffer is free again");
-        for id in ev::BAND_FREE {
-            self.wait("MTE1", "MTE2", id);
+        for (src, dst, id) in ev::FREE {
+            self.wait(src, dst, id);
         }
-        for id in ev::L0 {
-            self.wait("M", "MTE1", id);
-        }
-        for id in ev::L0C {
-            self.wait("V", "M", id);
-        }
-        self.wait("MTE3", "V", ev::DRAIN);
         self.a.ins("end");
-        let _ = s;
     }
 
     /// A branch tree over `block_idx` (in `bi`) to the blocks' labels.
