@@ -405,14 +405,7 @@ fn check_launch(
             known: 0,
             mask: MaskState::Normal(u128::MAX),
             mask_known: true,
-            fmatrix: FMatrix {
-                h: 0,
-                w: 0,
-                pad_top: 0,
-                pad_bottom: 0,
-                pad_left: 0,
-                pad_right: 0,
-            },
+            fmatrix: FMatrix::RESET,
             flags: BTreeMap::new(),
             found: &mut found,
         };

@@ -118,6 +118,19 @@ formats! {
     NoOperands {}
 }
 
+impl FMatrix {
+    /// The img2col geometry register before any `set_fmatrix`: every field 0 (an `img2col`
+    /// then faults, as it names no feature map).
+    pub const RESET: FMatrix = FMatrix {
+        h: 0,
+        w: 0,
+        pad_top: 0,
+        pad_bottom: 0,
+        pad_left: 0,
+        pad_right: 0,
+    };
+}
+
 instructions! {
     // ---- scalar ALU -------------------------------------------------------------------------
     /// `dst = a + b` (wrapping).

@@ -360,14 +360,7 @@ impl AiCore {
             }));
         }
         let depth = ctx.cfg.core.pipe_queue_depth as usize;
-        let fmatrix = FMatrix {
-            h: 0,
-            w: 0,
-            pad_top: 0,
-            pad_bottom: 0,
-            pad_left: 0,
-            pad_right: 0,
-        };
+        let fmatrix = FMatrix::RESET;
         let deadline = start_cycle.saturating_add(ctx.cfg.core.kernel_timeout_cycles);
         let Some(mut b) = self.spare.take() else {
             self.block = Some(Box::new(Block {

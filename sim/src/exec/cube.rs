@@ -446,14 +446,7 @@ mod tests {
             let ops = Operands {
                 regs: [0, 0, 0, 0],
                 mask: Mask::FULL,
-                fmatrix: FMatrix {
-                    h: 0,
-                    w: 0,
-                    pad_top: 0,
-                    pad_bottom: 0,
-                    pad_left: 0,
-                    pad_right: 0,
-                },
+                fmatrix: FMatrix::RESET,
             };
             l0c_to_ub(&mut bufs, &f, &ops).unwrap();
             let mut want = vec![0u8; 1024];

@@ -249,8 +249,18 @@ impl Plan {
         START_CYCLES + (tiles.iter().map(products).sum::<u64>() + drain(last) + exposed) as f64
     }
 
+    /// Pixel fractals of the largest tile any block runs.
+    fn largest_tile(&self) -> u64 {
+        self.blocks
+            .iter()
+            .flatten()
+            .map(Tile::mf)
+            .max()
+            .unwrap_or(1)
+    }
+
     /// [`first_groups`] for a block whose first tile is `first`.
-    fn first_groups(&self, s: &ConvShape, first: &Tile) -> (Vec<(u64, u64)>, u64) {
+    fn first_groups(&self, s: &ConvShape, first: &Tile) -> Vec<(u64, u64)> {
         let nb0 = self.nbk.min(self.m1);
         // Cube cycles per K fractal: the products, and a notice per step of about 64 / mf
         // K fractals.
@@ -366,8 +376,7 @@ fn tile(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Tile {
 const READ_LATENCY_CYCLES: u64 = 350;
 const READ_BYTES_PER_CYCLE: u64 = 67;
 
-/// The K-fractal ranges a block's first tile loads behind one notice each, and the cycles
-/// they hold the cube back (up to three: the
+/// The K-fractal ranges a block's first tile loads behind one notice each (up to three: the
 /// band slices and weights they first need). Chosen so the first products start as early as
 /// possible while each later group arrives before the cube needs it; each notice waits out a
 /// DMA latency, so groups grow.
@@ -378,7 +387,7 @@ fn first_groups(
     slice_bytes: u64,
     weight_bytes_per_k: u64,
     rest_bytes: u64,
-) -> (Vec<(u64, u64)>, u64) {
+) -> Vec<(u64, u64)> {
     let load = |a: u64, b: u64, last: bool| -> u64 {
         let slices = b.div_ceil(taps) - a.div_ceil(taps);
         let bytes =
@@ -416,7 +425,7 @@ fn first_groups(
     let mut bounds = vec![0];
     bounds.extend(best.1);
     bounds.push(k);
-    (bounds.windows(2).map(|w| (w[0], w[1])).collect(), best.0)
+    bounds.windows(2).map(|w| (w[0], w[1])).collect()
 }
 
 /// Whether the fractal-format kernel runs this convolution (`Err` says why not).
@@ -682,22 +691,10 @@ struct Gen<'a> {
 
 impl<'a> Gen<'a> {
     fn new(a: &'a mut Asm, s: &'a ConvShape, plan: &'a Plan, bias: bool) -> Self {
-        let mf_max = plan
-            .blocks
-            .iter()
-            .flatten()
-            .map(Tile::mf)
-            .max()
-            .unwrap_or(1);
-        let tile_fracs = mf_max * plan.nbk;
-        let bias_at = 0;
+        let tile_fracs = plan.largest_tile() * plan.nbk;
         let work = if bias { plan.m1 * FRACTAL_C } else { 0 };
         let out = work + if bias { tile_fracs * FRACTAL_C } else { 0 };
-        let ub = Ub {
-            bias: bias_at,
-            work,
-            out,
-        };
+        let ub = Ub { bias: 0, work, out };
         let r = Regs {
             args: a.reg(),
             x: a.reg(),
@@ -723,15 +720,7 @@ impl<'a> Gen<'a> {
 
     /// UB bytes the kernel uses.
     fn ub_end(&self) -> u64 {
-        let mf_max = self
-            .plan
-            .blocks
-            .iter()
-            .flatten()
-            .map(Tile::mf)
-            .max()
-            .unwrap_or(1);
-        self.ub.out + mf_max * self.plan.nbk * FRACTAL
+        self.ub.out + self.plan.largest_tile() * self.plan.nbk * FRACTAL
     }
 
     fn set(&mut self, src: &str, dst: &str, id: u8) {
@@ -880,7 +869,7 @@ impl<'a> Gen<'a> {
         );
         self.wait("MTE1", "MTE2", ev::BAND_FREE[0]);
         let taps = self.s.kh * self.s.kw;
-        let (groups, _) = plan.first_groups(self.s, first);
+        let groups = plan.first_groups(self.s, first);
         self.a
             .comment(format_args!("first-tile groups (K fractals): {groups:?}"));
         self.groups = groups.clone();
