@@ -10,12 +10,12 @@ use gearsim_isa::om::ModelDesc;
 use gearsim_sim::ChipConfig;
 use serde_json::{Value as Json, json};
 
-use crate::compiler::ir::DataType;
-use crate::compiler::options::DynamicMode;
-use crate::compiler::pipeline::{CompileOptions, Compiled, MapIndexEngine, TableLayout, compile};
-use crate::compiler::{CoreSpec, Target};
 use crate::files::{OmMap, write_atomic};
 use crate::verify::{ModelView, Report, verify};
+use gearsim_compiler::ir::DataType;
+use gearsim_compiler::options::DynamicMode;
+use gearsim_compiler::pipeline::{CompileOptions, Compiled, MapIndexEngine, TableLayout, compile};
+use gearsim_compiler::{CoreSpec, Target};
 use gearsim_isa::Program;
 use gearsim_isa::om::SectionKind;
 use gearsim_isa::omtask::{ModelTasks, OmTask, decode_kernels};

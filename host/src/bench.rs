@@ -11,8 +11,8 @@
 
 use gearsim_sim::{ChipConfig, ExecMode};
 
-use crate::compiler::ir::{Attr, DataType, Format, Tensor};
 use crate::oprun::{In, run_op_formats};
+use gearsim_compiler::ir::{Attr, DataType, Format, Tensor};
 
 /// One figure.
 #[derive(Debug, Clone, PartialEq)]
@@ -225,9 +225,9 @@ pub struct RuntimeFigure {
 /// merged H2D copy, sink, and the hybrid dynamic path (first run and cached) against the gear
 /// path; plus batch 3, which is no gear, on the dynamic path.
 pub fn runtime_figures(cfg: &ChipConfig) -> Result<Vec<RuntimeFigure>, String> {
-    use crate::compiler::options::GearOptions;
-    use crate::compiler::pipeline::{CompileOptions, compile};
     use crate::runtime::{RunReport, Runtime, RuntimeOptions};
+    use gearsim_compiler::options::GearOptions;
+    use gearsim_compiler::pipeline::{CompileOptions, compile};
     let compile_for = |sink: bool| -> Result<Vec<u8>, String> {
         let opts = CompileOptions {
             gear: GearOptions {
@@ -324,9 +324,9 @@ pub mod speed {
     use gearsim_sim::{ChipConfig, ExecMode};
     use gearsim_traces::NullSink;
 
-    use crate::compiler::options::GearOptions;
-    use crate::compiler::pipeline::{CompileOptions, compile};
     use crate::runtime::LoadedModel;
+    use gearsim_compiler::options::GearOptions;
+    use gearsim_compiler::pipeline::{CompileOptions, compile};
 
     /// The transformer encoder of the test models (dynamic sequence length).
     pub const TRANSFORMER: &[u8] = include_bytes!("../../tests/models/transformer.onnx");

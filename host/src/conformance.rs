@@ -36,14 +36,14 @@ use gearsim_traces::NullSink;
 use prost::Message as _;
 
 use crate::atc;
-use crate::compiler::emit::EmitError;
-use crate::compiler::infer::{InferError, Registry};
-use crate::compiler::ir::{DataType, Tensor};
-use crate::compiler::onnx::{self, MAX_OPSET, MIN_OPSET, OnnxError, proto};
-use crate::compiler::ops;
-use crate::compiler::options::GearOptions;
-use crate::compiler::pipeline::{CompileError, CompileOptions, compile};
 use crate::runtime::{Runtime, RuntimeOptions};
+use gearsim_compiler::emit::EmitError;
+use gearsim_compiler::infer::{InferError, Registry};
+use gearsim_compiler::ir::{DataType, Tensor};
+use gearsim_compiler::onnx::{self, MAX_OPSET, MIN_OPSET, OnnxError, proto};
+use gearsim_compiler::ops;
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileError, CompileOptions, compile};
 
 /// The onnx release whose node tests the scoreboard describes.
 pub const ONNX_VERSION: &str = "1.22.0";

@@ -14,12 +14,12 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
 use crate::atc;
-use crate::compiler::eval::eval_model;
-use crate::compiler::ir::{DataType, Tensor};
-use crate::compiler::onnx;
-use crate::compiler::options::GearOptions;
-use crate::compiler::pipeline::{CompileOptions, compile};
 use crate::runtime::{ModelId, RunReport, Runtime, RuntimeOptions};
+use gearsim_compiler::eval::eval_model;
+use gearsim_compiler::ir::{DataType, Tensor};
+use gearsim_compiler::onnx;
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, compile};
 
 /// The CNN of the demo (conv, batch norm, residual, depthwise, pooling, Gemm).
 pub const CNN: &[u8] = include_bytes!("../../tests/models/cnn.onnx");

@@ -17,7 +17,6 @@
 
 pub mod atc;
 pub mod bench;
-pub mod compiler;
 pub mod conformance;
 pub mod demo;
 pub mod examples;

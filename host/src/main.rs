@@ -7,10 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use gearsim_compiler::options::{DynamicMode, GearOptions};
+use gearsim_compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
 use gearsim_firmware::{Device, DeviceError};
 use gearsim_host::atc::{self, info_json, load_desc};
-use gearsim_host::compiler::options::{DynamicMode, GearOptions};
-use gearsim_host::compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
 use gearsim_host::examples;
 use gearsim_host::files::write_atomic;
 use gearsim_host::kernel::{KernelRunReport, parse_args, run_kernel};
@@ -658,7 +658,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
         }
         Command::Ops => {
-            for op in gearsim_host::compiler::ops::standard().ops() {
+            for op in gearsim_compiler::ops::standard().ops() {
                 say!("{op}");
             }
             Ok(())
@@ -1046,7 +1046,7 @@ fn study_gears(a: &StudyGearsArgs) -> Result<(), Failure> {
 }
 
 fn study_advise(a: &StudyAdviseArgs) -> Result<(), Failure> {
-    use gearsim_host::compiler::options::parse_input_shape;
+    use gearsim_compiler::options::parse_input_shape;
     use gearsim_host::study::advise::{
         self, AdviseOptions, PadPolicy, default_mode, parse_bytes, parse_shapes,
     };

@@ -24,7 +24,7 @@
 //! failed write leaves no partial file and never clobbers an existing one.
 //!
 //! ```
-//! use gearsim_host::compiler::ir::Tensor;
+//! use gearsim_isa::tensor::Tensor;
 //! use gearsim_host::npy;
 //! use std::path::Path;
 //!
@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::compiler::ir::{DataType, Tensor};
+use gearsim_isa::tensor::{DataType, Tensor};
 
 /// The six bytes every `.npy` file starts with.
 pub const MAGIC: &[u8; 6] = b"\x93NUMPY";

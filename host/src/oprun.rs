@@ -8,11 +8,11 @@ use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::{NullSink, TraceSink};
 
 use crate::atc;
-use crate::compiler::infer::infer_graph;
-use crate::compiler::ir::{Attr, DataType, Graph, Node, Tensor, TensorDesc, Value};
-use crate::compiler::lower::{Kernel, LowerCtx, Lowered, Operand, lower_node};
-use crate::compiler::ops;
 use crate::verify::verify_launch;
+use gearsim_compiler::infer::infer_graph;
+use gearsim_compiler::ir::{Attr, DataType, Graph, Node, Tensor, TensorDesc, Value};
+use gearsim_compiler::lower::{Kernel, LowerCtx, Lowered, Operand, lower_node};
+use gearsim_compiler::ops;
 
 /// An input of the node under test.
 #[derive(Debug, Clone)]
@@ -90,7 +90,7 @@ pub fn run_op_formats(
     op: &str,
     attrs: &[(&str, Attr)],
     inputs: Vec<Option<In>>,
-    formats: &[crate::compiler::ir::Format],
+    formats: &[gearsim_compiler::ir::Format],
     outputs: usize,
     mode: ExecMode,
 ) -> Result<Ran, String> {
@@ -104,7 +104,7 @@ pub fn run_op_traced<S: TraceSink>(
     op: &str,
     attrs: &[(&str, Attr)],
     inputs: Vec<Option<In>>,
-    formats: &[crate::compiler::ir::Format],
+    formats: &[gearsim_compiler::ir::Format],
     outputs: usize,
     mode: ExecMode,
     sink: S,
@@ -117,7 +117,7 @@ pub fn run_op_traced<S: TraceSink>(
             ins.push(None);
             continue;
         };
-        let desc = input.tensor.desc();
+        let desc = TensorDesc::of(&input.tensor);
         let n = if input.constant {
             let mut n = Node::new(format!("c{i}"), "Const", vec![], vec![desc]);
             n.attrs
@@ -161,7 +161,7 @@ pub fn run_op_traced<S: TraceSink>(
         .enumerate()
         .map(|(i, t)| {
             t.as_ref().map(|t| {
-                let mut d = t.tensor.desc();
+                let mut d = TensorDesc::of(&t.tensor);
                 if let Some(f) = formats.get(i) {
                     d.format = *f;
                 }

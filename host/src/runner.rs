@@ -12,10 +12,10 @@ use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::TraceSink;
 use serde_json::json;
 
-use crate::compiler::ir::Tensor;
 use crate::npy;
 use crate::runtime::session::{data_inputs, io_type};
 use crate::runtime::{RunReport, Runtime, RuntimeOptions};
+use gearsim_isa::tensor::Tensor;
 
 /// How to feed the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -8,6 +8,10 @@
 //! gearsim's own **sorted for binary search** (row r is `[v_0 .. v_(n-1), k]`, the rows sorted
 //! by `(v, k)`, so a lower-bound search finds the lowest matching gear in `log2(G)` probes).
 
+/// Name of the gear-vector input of a non-sink gear model (GE's `ascend_mbatch_shape_data`):
+/// the runtime writes the selected gear's values there before each run.
+pub const SHAPE_DATA: &str = "ascend_mbatch_shape_data";
+
 /// How the gear table is laid out in device memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum TableLayout {

@@ -42,6 +42,7 @@ pub mod reference;
 pub mod spec;
 mod table;
 pub mod task;
+pub mod tensor;
 
 pub use asm::{AsmError, MAX_EXPR_DEPTH, assemble, parse_instruction};
 pub use disasm::{disasm, disasm_with};

@@ -28,10 +28,10 @@ use gearsim_traces::TraceSink;
 use super::error::RuntimeError;
 use super::session::{Runtime, Transfers};
 use crate::atc;
-use crate::compiler::infer::{fold_constants, infer_graph};
-use crate::compiler::ir::{Format, Graph, Model, NodeId, Tensor, Value, fixed_shape};
-use crate::compiler::lower::{LowerCtx, Lowered, Operand, lower_node};
-use crate::compiler::{onnx, ops};
+use gearsim_compiler::infer::{fold_constants, infer_graph};
+use gearsim_compiler::ir::{Format, Graph, Model, NodeId, Tensor, Value, fixed_shape};
+use gearsim_compiler::lower::{LowerCtx, Lowered, Operand, lower_node};
+use gearsim_compiler::{onnx, ops};
 
 /// Kernels lowered for one op configuration, loaded on the device.
 struct CachedOp {
@@ -215,7 +215,7 @@ impl DynamicModel {
         rt: &mut Runtime<S>,
         g: &Graph,
         id: NodeId,
-        target: &crate::compiler::Target,
+        target: &gearsim_compiler::Target,
         at: &mut BTreeMap<Value, DevicePtr>,
     ) -> Result<(), RuntimeError> {
         let n = g.node(id);

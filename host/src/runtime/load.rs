@@ -21,8 +21,8 @@ use gearsim_isa::task::{
 };
 use gearsim_traces::TraceSink;
 
-use crate::compiler::gear::SHAPE_DATA;
-use crate::compiler::ir::DataType;
+use gearsim_isa::gear::SHAPE_DATA;
+use gearsim_isa::tensor::DataType;
 
 /// Depth of the data queue a sink-mode model reads from.
 pub const QUEUE_DEPTH: u32 = 64;

@@ -28,8 +28,8 @@ use gearsim_traces::{Lane, LaneId, LaneKind, Record, TraceSink};
 use super::dynamic::DynamicModel;
 use super::error::RuntimeError;
 use super::load::LoadedModel;
-use crate::compiler::gear::SHAPE_DATA;
-use crate::compiler::ir::{DataType, Tensor};
+use gearsim_isa::gear::SHAPE_DATA;
+use gearsim_isa::tensor::{DataType, Tensor};
 
 /// `ge.exec.input_fusion_size`'s default: inputs up to 128 KiB join the merged H2D copy.
 pub const DEFAULT_INPUT_FUSION_SIZE: i64 = 128 * 1024;

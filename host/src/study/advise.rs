@@ -41,11 +41,11 @@ use gearsim_traces::NullSink;
 use super::svg::{Figure, Panel, Series, render};
 use super::{StudyError, parallel_map};
 use crate::atc;
-use crate::compiler::ir::{DataType, Tensor};
-use crate::compiler::options::{DynamicMode, GearOptions, InputShape, parse_input_shape};
-use crate::compiler::pipeline::{CompileOptions, compile};
 use crate::runtime::session::{data_inputs, io_type};
 use crate::runtime::{ModelId, RunPath, Runtime, RuntimeOptions};
+use gearsim_compiler::ir::{DataType, Tensor};
+use gearsim_compiler::options::{DynamicMode, GearOptions, InputShape, parse_input_shape};
+use gearsim_compiler::pipeline::{CompileOptions, compile};
 
 /// Whether the advisor may pad a batch up to a larger gear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -989,8 +989,8 @@ pub fn advise(a: &AdviseOptions) -> Result<Advice, StudyError> {
     let table = |k: usize| {
         (layout().table_len(k as u32, d0 as u32) * 4)
             .max(1)
-            .div_ceil(crate::compiler::memory::ALIGN)
-            * crate::compiler::memory::ALIGN
+            .div_ceil(gearsim_compiler::memory::ALIGN)
+            * gearsim_compiler::memory::ALIGN
     };
     let problem = Problem {
         share: candidates.iter().map(|c| c.count as f64 / total).collect(),

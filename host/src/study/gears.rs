@@ -41,16 +41,16 @@ use super::svg::{Figure, Panel, Series, render};
 use super::timeline::{TaskSpan, Timeline};
 use super::{Shard, StudyError, parallel_map};
 use crate::atc;
-use crate::compiler::gear::{CASE, MAPINDEX};
-use crate::compiler::ir::Tensor;
-use crate::compiler::onnx::proto::{
+use crate::runtime::session::{data_inputs, io_type};
+use crate::runtime::{Runtime, RuntimeOptions};
+use gearsim_compiler::gear::{CASE, MAPINDEX};
+use gearsim_compiler::ir::Tensor;
+use gearsim_compiler::onnx::proto::{
     GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorShapeProto, TypeProto,
     ValueInfoProto, tensor_shape_proto, type_proto,
 };
-use crate::compiler::options::{DynamicMode, GearOptions, check_options};
-use crate::compiler::pipeline::{CompileOptions, compile};
-use crate::runtime::session::{data_inputs, io_type};
-use crate::runtime::{Runtime, RuntimeOptions};
+use gearsim_compiler::options::{DynamicMode, GearOptions, check_options};
+use gearsim_compiler::pipeline::{CompileOptions, compile};
 
 /// Where the gear table is when MapIndex reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -4,8 +4,8 @@
 //! when the set is compiled and run, and the output is deterministic; a model that mixes the
 //! rows of its batch is never padded.
 
-use gearsim_host::compiler::onnx::proto::{AttributeProto, AttributeType};
-use gearsim_host::compiler::options::{DynamicMode, parse_input_shape};
+use gearsim_compiler::onnx::proto::{AttributeProto, AttributeType};
+use gearsim_compiler::options::{DynamicMode, parse_input_shape};
 use gearsim_host::study::advise::{
     self, AdviseOptions, Observed, PadPolicy, Problem, Serve, parse_shapes,
 };

@@ -5,13 +5,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use gearsim_host::atc;
-use gearsim_host::compiler::gear;
-use gearsim_host::compiler::ir::{Attr, Graph, Node};
-use gearsim_host::compiler::options::GearOptions;
-use gearsim_host::compiler::pipeline::{
+use gearsim_compiler::gear;
+use gearsim_compiler::ir::{Attr, Graph, Node};
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{
     CompileError, CompileOptions, Compiled, MapIndexEngine, TableLayout, compile,
 };
+use gearsim_host::atc;
 use gearsim_isa::om::{ModelDesc, OmFile};
 use gearsim_isa::omtask::Region;
 use gearsim_sim::ChipConfig;
@@ -769,10 +769,10 @@ fn missing_initializer_and_bad_attribute_are_clear_errors() {
     // Transpose with a perm that is not a permutation.
     let mut t = node("Transpose", "tr", &["x"], &["y"]);
     t.attribute
-        .push(gearsim_host::compiler::onnx::proto::AttributeProto {
+        .push(gearsim_compiler::onnx::proto::AttributeProto {
             name: "perm".into(),
             ints: vec![0, 1, 1, 5],
-            r#type: gearsim_host::compiler::onnx::proto::AttributeType::Ints as i32,
+            r#type: gearsim_compiler::onnx::proto::AttributeType::Ints as i32,
             ..Default::default()
         });
     let m = model(

@@ -16,9 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gearsim_host::compiler::ir::Tensor;
-use gearsim_host::compiler::onnx::{import, proto};
-use gearsim_host::compiler::pipeline::compile;
+use gearsim_compiler::ir::Tensor;
+use gearsim_compiler::onnx::{import, proto};
+use gearsim_compiler::pipeline::compile;
 use gearsim_host::npy;
 use gearsim_host::runtime::{Runtime, RuntimeOptions};
 use gearsim_isa::Program;

@@ -1,7 +1,7 @@
 //! Shared pieces of the lowering tests: the one-node runner on the default chip, random inputs
 //! and tolerance checks.
 
-use gearsim_host::compiler::ir::{Attr, Tensor};
+use gearsim_compiler::ir::{Attr, Tensor};
 #[allow(unused_imports)]
 pub use gearsim_host::oprun::{In, Ran, constant, data};
 use gearsim_sim::{ChipConfig, ExecMode};

@@ -8,16 +8,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use gearsim_compiler::eval::{EvalError, eval_graph, eval_model, eval_node, f64_to_f16_bits};
+use gearsim_compiler::ir::{Attr, DataType, Graph, Model, Node, Tensor, TensorDesc, fixed_shape};
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, Compiled, MapIndexEngine, TableLayout, compile};
+use gearsim_compiler::{gear, infer, onnx, ops};
 use gearsim_host::atc;
-use gearsim_host::compiler::eval::{EvalError, eval_graph, eval_model, eval_node, f64_to_f16_bits};
-use gearsim_host::compiler::ir::{
-    Attr, DataType, Graph, Model, Node, Tensor, TensorDesc, fixed_shape,
-};
-use gearsim_host::compiler::options::GearOptions;
-use gearsim_host::compiler::pipeline::{
-    CompileOptions, Compiled, MapIndexEngine, TableLayout, compile,
-};
-use gearsim_host::compiler::{gear, infer, onnx, ops};
 use gearsim_sim::ChipConfig;
 use rand::rngs::StdRng;
 use rand::{RngExt as _, SeedableRng};

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use gearsim_host::compiler::ir::{DataType, Tensor};
+use gearsim_compiler::ir::{DataType, Tensor};
 use gearsim_host::npy;
 use proptest::prelude::*;
 

@@ -12,8 +12,8 @@
 
 use std::sync::OnceLock;
 
-use gearsim_host::compiler::ir::Tensor;
-use gearsim_host::compiler::pipeline::{MapIndexEngine, compile};
+use gearsim_compiler::ir::Tensor;
+use gearsim_compiler::pipeline::{MapIndexEngine, compile};
 use gearsim_host::runtime::{Runtime, RuntimeOptions};
 use gearsim_isa::Program;
 use gearsim_isa::om::{ModelDesc, OmFile, OmWriter, SectionKind, reseal};

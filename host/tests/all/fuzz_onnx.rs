@@ -12,10 +12,10 @@
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use gearsim_compiler::onnx::import;
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout, compile};
 use gearsim_host::atc;
-use gearsim_host::compiler::onnx::import;
-use gearsim_host::compiler::options::GearOptions;
-use gearsim_host::compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout, compile};
 use gearsim_isa::om::OmFile;
 use gearsim_sim::ChipConfig;
 use proptest::prelude::*;
@@ -502,7 +502,7 @@ fn a_huge_dim_is_an_error_not_an_overflow() {
     check_compile(&bytes, seed);
     // The same through explicit pads that make a Conv's output too large to plan.
     use crate::onnx_build::{f32_init, model, node};
-    use gearsim_host::compiler::onnx::proto::{AttributeProto, AttributeType};
+    use gearsim_compiler::onnx::proto::{AttributeProto, AttributeType};
     use prost::Message as _;
     let mut conv = node("Conv", "conv", &["x", "w"], &["y"]);
     conv.attribute.push(AttributeProto {
@@ -533,7 +533,7 @@ fn a_huge_dim_is_an_error_not_an_overflow() {
 /// debug builds); it is `None` now.
 #[test]
 fn tensor_bytes_do_not_overflow() {
-    use gearsim_host::compiler::ir::{DataType, TensorDesc, fixed_shape};
+    use gearsim_compiler::ir::{DataType, TensorDesc, fixed_shape};
     let d = TensorDesc::new(DataType::F32, fixed_shape(&[1 << 62, 8]));
     assert_eq!(d.bytes(), None);
     let d = TensorDesc::new(DataType::F64, fixed_shape(&[1 << 62]));

@@ -10,12 +10,12 @@
 //! non-negative dims under every gear); never a panic. `PROPTEST_CASES=20000 cargo test -p
 //! gearsim-host fuzz_options` runs them longer.
 
-use gearsim_host::compiler::ir::Format;
-use gearsim_host::compiler::options::{
+use gearsim_compiler::ir::Format;
+use gearsim_compiler::options::{
     GearOptions, GraphInput, OptionError, bind_inputs, check_gears, check_map_index_limit,
     check_options, parse_input_shape,
 };
-use gearsim_host::compiler::pipeline::compile;
+use gearsim_compiler::pipeline::compile;
 use proptest::prelude::*;
 
 use crate::fuzz_onnx::SEEDS;

@@ -1,6 +1,6 @@
 //! Lowered Conv runs on the simulated chip and matches an f64 reference computed here.
 
-use gearsim_host::compiler::ir::{Attr, DataType, Format, Tensor};
+use gearsim_compiler::ir::{Attr, DataType, Format, Tensor};
 use gearsim_host::oprun::Ran;
 use half::f16;
 use rand::rngs::StdRng;

@@ -9,10 +9,10 @@
 //! (and of f32 inputs converted to f16, which are exact here) and f32 accumulation: each element
 //! must be within `RTOL * |want| + ATOL * sum_k |a_ik b_kj|`.
 
+use gearsim_compiler::ir::{Attr, DataType, Tensor};
+use gearsim_compiler::lower::cube::gemm::{self, Addend, Gemm, OutType, Plan, Src};
+use gearsim_compiler::lower::writer::Asm;
 use gearsim_firmware::{Device, DevicePtr};
-use gearsim_host::compiler::ir::{Attr, DataType, Tensor};
-use gearsim_host::compiler::lower::cube::gemm::{self, Addend, Gemm, OutType, Plan, Src};
-use gearsim_host::compiler::lower::writer::Asm;
 use gearsim_host::oprun::Ran;
 use gearsim_host::verify::verify_launch;
 use gearsim_sim::ExecMode;

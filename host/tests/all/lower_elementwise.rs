@@ -2,7 +2,7 @@
 //! references computed here (f64, numpy broadcasting, ONNX / C semantics), on random inputs
 //! including odd sizes (tails, one-element tensors, 4-D shapes) and every broadcast pattern.
 
-use gearsim_host::compiler::ir::{Attr, DataType, Tensor};
+use gearsim_compiler::ir::{Attr, DataType, Tensor};
 use gearsim_host::oprun::{In, Ran, run_op_optional};
 use gearsim_sim::{ChipConfig, ExecMode};
 use half::f16;

@@ -2,7 +2,7 @@
 //! match references computed here byte for byte, on random data of several element types and
 //! odd shapes (tails in every tiled axis, unit axes, empty inputs).
 
-use gearsim_host::compiler::ir::{Attr, DataType, Tensor};
+use gearsim_compiler::ir::{Attr, DataType, Tensor};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 

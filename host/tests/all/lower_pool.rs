@@ -5,7 +5,7 @@
 //! row-major window order), on random inputs of odd sizes, every padding mode, f32 and f16,
 //! tiles of whole planes and bands of big planes; plus the rates of the big pools.
 
-use gearsim_host::compiler::ir::{Attr, DataType, Tensor};
+use gearsim_compiler::ir::{Attr, DataType, Tensor};
 use gearsim_host::oprun::{Ran, run_op as run_op_n};
 use gearsim_sim::{ChipConfig, ExecMode};
 use half::f16;

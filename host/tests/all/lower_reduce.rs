@@ -3,7 +3,7 @@
 //! of odd shapes: every reduced-axis pattern, keepdims both ways, tails that are not multiples
 //! of a vector repeat, and rows longer than a tile.
 
-use gearsim_host::compiler::ir::{Attr, Tensor};
+use gearsim_compiler::ir::{Attr, Tensor};
 
 use super::device_run::{assert_close, constant, data, f32s, rand_f32, run_op};
 

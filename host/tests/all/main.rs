@@ -22,10 +22,9 @@ mod lower_reduce;
 mod model_numerics;
 mod model_run;
 mod npy;
+/// ONNX models built in code (shared with the compiler crate's tests).
+#[path = "../../compiler/tests/support/onnx_build.rs"]
 mod onnx_build;
-mod onnx_import;
-mod ops;
-mod options;
 mod runtime;
 mod study;
 mod verify;

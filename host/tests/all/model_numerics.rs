@@ -10,12 +10,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use gearsim_compiler::eval::eval_model;
+use gearsim_compiler::ir::{DataType, Tensor};
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, Compiled, compile};
 use gearsim_firmware::{Device, DevicePtr};
 use gearsim_host::atc;
-use gearsim_host::compiler::eval::eval_model;
-use gearsim_host::compiler::ir::{DataType, Tensor};
-use gearsim_host::compiler::options::GearOptions;
-use gearsim_host::compiler::pipeline::{CompileOptions, Compiled, compile};
 use gearsim_host::runtime::LoadedModel;
 use gearsim_isa::om::OmFile;
 use gearsim_sim::ChipConfig;
@@ -155,7 +155,7 @@ fn transformer_matches_the_reference_at_every_sequence_gear() {
 /// residual) → relu → conv, or without the middle conv (`middle` false).
 fn f16_conv_chain(middle: bool) -> Compiled {
     use super::onnx_build::{node, tensor_type};
-    use gearsim_host::compiler::onnx::proto::{
+    use gearsim_compiler::onnx::proto::{
         AttributeProto, AttributeType, GraphProto, ModelProto, OperatorSetIdProto, TensorProto,
         ValueInfoProto,
     };

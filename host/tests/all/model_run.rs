@@ -4,11 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use gearsim_compiler::ir::Tensor;
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, Compiled, compile};
 use gearsim_firmware::{Device, DevicePtr, HostTensor};
 use gearsim_host::atc;
-use gearsim_host::compiler::ir::Tensor;
-use gearsim_host::compiler::options::GearOptions;
-use gearsim_host::compiler::pipeline::{CompileOptions, Compiled, compile};
 use gearsim_host::runtime::LoadedModel;
 use gearsim_isa::om::OmFile;
 use gearsim_isa::omtask::OmTask;
@@ -33,7 +33,7 @@ fn scalar_model() -> Vec<u8> {
         node("Reshape", "reshape", &["y", "n5"], &["flat"]),
     ];
     let i64_init =
-        |name: &str, dims: &[i64], v: &[i64]| gearsim_host::compiler::onnx::proto::TensorProto {
+        |name: &str, dims: &[i64], v: &[i64]| gearsim_compiler::onnx::proto::TensorProto {
             name: name.into(),
             dims: dims.to_vec(),
             data_type: 7,
@@ -192,12 +192,7 @@ fn every_gear_runs_its_branch_in_non_sink_mode() {
         let out_dims = &d.output_dims[gear][0];
         assert_eq!(out_dims, &vec![n * 5]);
         let bytes = read(&dev, m.outputs[0], (n * 5 * 4) as usize);
-        let y = Tensor::new(
-            gearsim_host::compiler::ir::DataType::F32,
-            vec![n * 5],
-            bytes,
-        )
-        .unwrap();
+        let y = Tensor::new(gearsim_compiler::ir::DataType::F32, vec![n * 5], bytes).unwrap();
         assert_close(
             &f32s(&y),
             &reference(&x),
@@ -246,12 +241,7 @@ fn sink_mode_reads_dims_back_from_the_device() {
             "cur_dynamic_dims"
         );
         let bytes = read(&dev, m.outputs[0], (n * 5 * 4) as usize);
-        let y = Tensor::new(
-            gearsim_host::compiler::ir::DataType::F32,
-            vec![n * 5],
-            bytes,
-        )
-        .unwrap();
+        let y = Tensor::new(gearsim_compiler::ir::DataType::F32, vec![n * 5], bytes).unwrap();
         assert_close(
             &f32s(&y),
             &reference(x),

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gearsim_host::compiler::ir::{DataType, Tensor};
+use gearsim_compiler::ir::{DataType, Tensor};
 use gearsim_host::npy::{self, NpyError};
 
 /// A fresh, empty directory for one test.

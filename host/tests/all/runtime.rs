@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
+use gearsim_compiler::eval::eval_model;
+use gearsim_compiler::ir::{DataType, Tensor};
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, Compiled, compile};
 use gearsim_host::atc;
-use gearsim_host::compiler::eval::eval_model;
-use gearsim_host::compiler::ir::{DataType, Tensor};
-use gearsim_host::compiler::options::GearOptions;
-use gearsim_host::compiler::pipeline::{CompileOptions, Compiled, compile};
 use gearsim_host::runtime::{ErrorCode, RunPath, Runtime, RuntimeError, RuntimeOptions};
 use gearsim_sim::ChipConfig;
 use gearsim_traces::NullSink;
@@ -283,7 +283,7 @@ fn hybrid_runs_unmatched_shapes_on_the_dynamic_path_and_caches_kernels() {
     let c = seed(false);
     // The reference runs the source graph itself: the compiled "before" graph only admits the
     // gears' ranges.
-    let source = gearsim_host::compiler::onnx::import(&c.source, "gear_dims.onnx")
+    let source = gearsim_compiler::onnx::import(&c.source, "gear_dims.onnx")
         .unwrap()
         .model;
     let mut rt = runtime(RuntimeOptions::default());

@@ -6,10 +6,10 @@
 use std::path::Path;
 use std::process::Command;
 
+use gearsim_compiler::ir::Tensor;
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout, compile};
 use gearsim_host::atc;
-use gearsim_host::compiler::ir::Tensor;
-use gearsim_host::compiler::options::GearOptions;
-use gearsim_host::compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout, compile};
 use gearsim_host::runtime::{Runtime, RuntimeOptions};
 use gearsim_host::study::gears::{
     self, CSV_HEADER, GearStudy, ModelWorkload, QueryGear, Row, TableHome, Workload,
@@ -266,12 +266,7 @@ fn seed_inputs(g: &[i64], seed: u64) -> Vec<Tensor> {
         .collect();
     vec![
         rand_f32(&[1, 1, 40, g[0]], -1.0, 1.0, seed),
-        Tensor::new(
-            gearsim_host::compiler::ir::DataType::I32,
-            vec![1, g[1]],
-            label,
-        )
-        .unwrap(),
+        Tensor::new(gearsim_compiler::ir::DataType::I32, vec![1, g[1]], label).unwrap(),
         rand_f32(&[g[2], g[3]], -1.0, 1.0, seed + 2),
     ]
 }

@@ -1,7 +1,7 @@
 //! The verifier: a compiled model passes; broken task streams and kernels give every violation
 //! with its task, kernel, block, pc and buffer.
 
-use gearsim_host::compiler::ir::DataType;
+use gearsim_compiler::ir::DataType;
 use gearsim_host::verify::{ModelView, Report, verify};
 use gearsim_isa::om::{IoDesc, ModelDesc};
 use gearsim_isa::omtask::{Addr, KernelArg, ModelTasks, NamedTask, OmTask, Region};

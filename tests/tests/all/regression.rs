@@ -7,10 +7,10 @@
 
 use std::io::Cursor;
 
+use gearsim_compiler::ir::{DataType, Tensor};
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, compile};
 use gearsim_host::atc;
-use gearsim_host::compiler::ir::{DataType, Tensor};
-use gearsim_host::compiler::options::GearOptions;
-use gearsim_host::compiler::pipeline::{CompileOptions, compile};
 use gearsim_host::runtime::{RunReport, Runtime, RuntimeOptions};
 use gearsim_sim::ChipConfig;
 use gearsim_tests::workspace_root;

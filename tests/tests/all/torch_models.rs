@@ -8,10 +8,10 @@
 //! f32 accumulation, so every element must be within 1e-2 of the output's largest magnitude
 //! (the measured worst is about 4e-4); the two modes must agree bit for bit.
 
+use gearsim_compiler::ir::Tensor;
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, compile};
 use gearsim_host::atc;
-use gearsim_host::compiler::ir::Tensor;
-use gearsim_host::compiler::options::GearOptions;
-use gearsim_host::compiler::pipeline::{CompileOptions, compile};
 use gearsim_host::npy;
 use gearsim_host::runtime::{Runtime, RuntimeOptions};
 use gearsim_sim::ChipConfig;

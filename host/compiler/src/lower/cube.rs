@@ -1,0 +1,650 @@
+//! The cube: MatMul, Gemm and Conv as f16 products with f32 accumulation (L1 → L0A/L0B →
+//! mmad → L0C → UB → GM), and depthwise convolution on the vector unit.
+//!
+//! ```text
+//!   MatMul / Gemm ─▶ cube_gemm::Gemm (batched, broadcast, transposed operands, epilogue)
+//!   Conv          ─▶ cube_conv (NCHW → fractal feature map, windows through L0B, NCHW out)
+//!   Conv, 5HD side ─▶ cube_conv5hd (NC1HWC0 in/out, img2col windows through L0A)
+//!   Conv, depthwise ─▶ cube_depthwise (vector multiply-accumulate over the window)
+//! ```
+//!
+//! Types: f16 tensors run natively (f16 in, f32 accumulation, f16 out). f32 tensors (the ONNX
+//! models) are multiplied as f16: constant operands are converted and laid out in fractal order
+//! at compile time (`derived` tensors), runtime operands are converted on the device into the
+//! node's workspace by a streaming cast kernel; the product and every addend stay f32.
+
+#[path = "cube_conv.rs"]
+pub mod conv;
+#[path = "cube_conv5hd.rs"]
+pub mod conv5hd;
+#[path = "cube_depthwise.rs"]
+pub mod depthwise;
+#[path = "cube_gemm.rs"]
+pub mod gemm;
+
+use gemm::{Addend, BatchDim, Gemm, OutType, Src};
+
+use super::stream::{Io, Stream, Tile};
+use super::writer::{Asm, Reg};
+use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
+use crate::ir::{DataType, Tensor, TensorDesc, shape_values};
+
+/// The lowering of an op type of this module.
+pub fn lowering(op: &str) -> Option<LowerFn> {
+    let f: LowerFn = match op {
+        "MatMul" => matmul,
+        "Gemm" => gemm,
+        "Conv" => conv::lower,
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// Kernels, derived constants and workspace being collected for one node.
+#[derive(Default)]
+pub(crate) struct Build {
+    pub kernels: Vec<Kernel>,
+    pub derived: Vec<Tensor>,
+    pub workspace: u64,
+}
+
+impl Build {
+    /// A derived constant; returns its operand.
+    pub fn derive(&mut self, dtype: DataType, bytes: Vec<u8>) -> Operand {
+        let count = (bytes.len() / dtype.size()) as i64;
+        self.derived.push(Tensor {
+            dtype,
+            dims: vec![count],
+            data: std::sync::Arc::new(bytes),
+        });
+        Operand::Derived(self.derived.len() - 1)
+    }
+
+    /// `bytes` of workspace, 512-byte aligned; returns its operand.
+    pub fn scratch(&mut self, bytes: u64) -> Operand {
+        let at = self.workspace.div_ceil(512) * 512;
+        self.workspace = at + bytes.max(1);
+        Operand::Workspace(at)
+    }
+
+    pub fn finish(self) -> Lowered {
+        Lowered::Kernels {
+            kernels: self.kernels,
+            derived: self.derived,
+            workspace_bytes: self.workspace,
+        }
+    }
+}
+
+/// The static dims of a descriptor.
+pub(crate) fn dims_of(ctx: &LowerCtx<'_>, d: &TensorDesc) -> Result<Vec<u64>, LowerError> {
+    shape_values(&d.shape)
+        .map(|v| v.iter().map(|x| (*x).max(0) as u64).collect())
+        .ok_or_else(|| ctx.error(format!("shape {d} is not static")))
+}
+
+/// The cube's element type for a tensor type (f16 and f32 only).
+pub(crate) fn cube_type(ctx: &LowerCtx<'_>, d: &TensorDesc) -> Result<OutType, LowerError> {
+    match d.dtype {
+        DataType::F16 => Ok(OutType::F16),
+        DataType::F32 => Ok(OutType::F32),
+        t => Err(ctx.error(format!(
+            "the cube multiplies f16 (f32 tensors are converted to f16); got {}",
+            t.name()
+        ))),
+    }
+}
+
+/// The values of a constant input as f32.
+pub(crate) fn const_values(ctx: &LowerCtx<'_>, i: usize) -> Option<Vec<f32>> {
+    ctx.values
+        .get(i)
+        .copied()
+        .flatten()
+        .map(|t| t.to_f64s().iter().map(|v| *v as f32).collect())
+}
+
+/// A streaming conversion kernel `dst[i] = (to) src[i]` over `n` elements (argument 0 the
+/// source, 1 the destination).
+pub(crate) fn cast_kernel(
+    ctx: &LowerCtx<'_>,
+    name: &str,
+    n: u64,
+    from: OutType,
+    to: OutType,
+    src: Operand,
+    dst: Operand,
+) -> Result<Kernel, LowerError> {
+    let (fs, ts) = (from.suffix(), to.suffix());
+    let body = |a: &mut Asm, t: &Tile| {
+        a.ins(format_args!("vconv.{ts}.{fs} {}, {}", t.outs[0], t.ins[0]));
+    };
+    let no_setup = |_: &mut Asm, _: Reg| Vec::new();
+    let s = Stream {
+        n,
+        inputs: vec![Io {
+            arg: 0,
+            elem: from.bytes(),
+        }],
+        outputs: vec![Io {
+            arg: 1,
+            elem: to.bytes(),
+        }],
+        scratch: Vec::new(),
+        setup: &no_setup,
+        body: &body,
+    };
+    let plan = s.plan(&ctx.target.core).ok_or_else(|| {
+        ctx.error(format!(
+            "one tile of the conversion does not fit in the {}-byte unified buffer",
+            ctx.target.core.ub_bytes
+        ))
+    })?;
+    let mut a = Asm::new(name);
+    s.emit(&mut a, plan);
+    ctx.kernel(a, plan.block_dim, vec![src, dst])
+}
+
+/// Input `i` as f16 in GM: itself when it is f16, else converted into the workspace.
+pub(crate) fn runtime_f16(
+    ctx: &LowerCtx<'_>,
+    b: &mut Build,
+    i: usize,
+    elems: u64,
+    what: &str,
+) -> Result<Operand, LowerError> {
+    let d = ctx.input(i)?;
+    match cube_type(ctx, d)? {
+        OutType::F16 => Ok(Operand::Input(i)),
+        OutType::F32 => {
+            let ws = b.scratch(elems * 2);
+            let name = kernel_name(ctx, &format!("cast_{what}_f16"));
+            b.kernels.push(cast_kernel(
+                ctx,
+                &name,
+                elems,
+                OutType::F32,
+                OutType::F16,
+                Operand::Input(i),
+                ws,
+            )?);
+            Ok(ws)
+        }
+    }
+}
+
+/// How an addend vector is expanded into the fractals the epilogue adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expand {
+    /// `len` values, one per column: fractals with 16 equal rows.
+    Cols,
+    /// `len` values, one per row: fractals with 16 equal columns.
+    Rows,
+    /// One value filling `len` columns.
+    Fill,
+}
+
+/// A kernel (one block) that expands a runtime addend vector (argument 0, f16 or f32) into
+/// f32 fractals (argument 1), scaled by `scale`: `[ceil(len/16)][16][16]`.
+///
+/// Rows and Fill read the values with scalar loads from the input itself (the only bytes a
+/// timing-only run knows), replicate each with `vdup`; Cols loads the vector once and writes
+/// each fractal row with a strided DMA.
+pub(crate) fn expand_kernel(
+    ctx: &LowerCtx<'_>,
+    name: &str,
+    mode: Expand,
+    len: u64,
+    ty: OutType,
+    scale: f32,
+    operands: [Operand; 2],
+) -> Result<Kernel, LowerError> {
+    let mut a = Asm::new(name);
+    a.tiling("len", len as i64);
+    let args = a.reg();
+    a.ins(format_args!("sreg      {args}, args"));
+    let src = a.arg(args, 0);
+    let dst = a.arg(args, 1);
+    let (t0, t1, t2, v, count) = (a.reg(), a.reg(), a.reg(), a.reg(), a.reg());
+    let scale_reg = a.constant(i64::from(scale.to_bits()));
+    let es = ty.bytes();
+    // UB: f32 fractals at 0, an f16 staging copy after them.
+    let chunk: u64 = 1024;
+    let f32_buf = 0u64;
+    let f16_buf = chunk * 64;
+    if (f16_buf + chunk * 32) > ctx.target.core.ub_bytes {
+        return Err(ctx.error("the addend expansion needs 96 KiB of unified buffer"));
+    }
+    a.ins("set_flag  MTE3, V, 0");
+    let fracs = len.div_ceil(16);
+    let mut at = 0;
+    while at < fracs {
+        let nf = (fracs - at).min(chunk / 16);
+        let first = at * 16;
+        let elems = (len - first).min(nf * 16);
+        a.ins("wait_flag MTE3, V, 0");
+        match mode {
+            Expand::Cols => {
+                a.mask_count(t2, nf * 16);
+                a.movi(t0, f32_buf as i64);
+                a.movi(t1, 0);
+                a.ins(format_args!("vdup.f32  {t0}, {t1}"));
+                a.ins("set_flag  V, MTE2, 0");
+                a.ins("wait_flag V, MTE2, 0");
+                a.movi(
+                    t0,
+                    if ty == OutType::F16 { f16_buf } else { f32_buf } as i64,
+                );
+                a.ins(format_args!("addi      {t1}, {src}, {}", first * es));
+                a.ins(format_args!(
+                    "copy_gm_to_ub_pad {t0}, {t1}, 1, {}",
+                    elems * es
+                ));
+                a.ins("set_flag  MTE2, V, 0");
+                a.ins("wait_flag MTE2, V, 0");
+                if ty == OutType::F16 {
+                    a.mask_count(t2, elems);
+                    a.movi(t0, f32_buf as i64);
+                    a.movi(t1, f16_buf as i64);
+                    a.ins(format_args!("vconv.f32.f16 {t0}, {t1}"));
+                }
+                a.mask_count(t2, nf * 16);
+                a.movi(t0, f32_buf as i64);
+                a.ins(format_args!("vmuls.f32 {t0}, {t0}, {scale_reg}"));
+                a.ins("set_flag  V, MTE3, 0");
+                a.ins("wait_flag V, MTE3, 0");
+                for r in 0..16 {
+                    a.ins(format_args!(
+                        "addi      {t1}, {dst}, {}",
+                        at * 1024 + r * 64
+                    ));
+                    a.ins(format_args!(
+                        "copy_ub_to_gm {t1}, {t0}, {nf}, 2, src_gap=0, dst_gap=30"
+                    ));
+                }
+            }
+            Expand::Rows | Expand::Fill => {
+                let (dup_ty, buf, row) = if ty == OutType::F16 {
+                    ("f16", f16_buf, 32)
+                } else {
+                    ("f32", f32_buf, 64)
+                };
+                a.mask_count(t2, nf * 256);
+                a.movi(t0, buf as i64);
+                a.movi(t1, 0);
+                a.ins(format_args!("vdup.{dup_ty} {t0}, {t1}"));
+                let load = if ty == OutType::F16 {
+                    "ld.gm.u16"
+                } else {
+                    "ld.gm.u32"
+                };
+                if mode == Expand::Rows {
+                    a.mask_count(t2, 16);
+                    a.ins(format_args!("addi      {t1}, {src}, {}", first * es));
+                    a.movi(count, elems as i64);
+                    let top = a.new_label("row");
+                    a.place(&top);
+                    a.ins(format_args!("{load} {v}, {t1}"));
+                    a.ins(format_args!("vdup.{dup_ty} {t0}, {v}"));
+                    a.add_imm(t1, es as i64);
+                    a.add_imm(t0, row);
+                    a.ins(format_args!("loop      {count}, {top}"));
+                } else {
+                    a.ins(format_args!("{load} {v}, {src}"));
+                    a.mask_count(t2, elems.div_ceil(16) * 256);
+                    a.ins(format_args!("vdup.{dup_ty} {t0}, {v}"));
+                }
+                if ty == OutType::F16 {
+                    a.mask_count(t2, nf * 256);
+                    a.movi(t0, f32_buf as i64);
+                    a.movi(t1, f16_buf as i64);
+                    a.ins(format_args!("vconv.f32.f16 {t0}, {t1}"));
+                }
+                a.mask_count(t2, nf * 256);
+                a.movi(t0, f32_buf as i64);
+                a.ins(format_args!("vmuls.f32 {t0}, {t0}, {scale_reg}"));
+                a.ins("set_flag  V, MTE3, 0");
+                a.ins("wait_flag V, MTE3, 0");
+                a.ins(format_args!("addi      {t1}, {dst}, {}", at * 1024));
+                a.ins(format_args!("copy_ub_to_gm {t1}, {t0}, 1, {}", nf * 32));
+            }
+        }
+        a.ins("set_flag  MTE3, V, 0");
+        at += nf;
+    }
+    a.ins("wait_flag MTE3, V, 0");
+    ctx.kernel(a, 1, operands.to_vec())
+}
+
+/// A matrix operand of a product: a constant (packed at compile time) or a runtime f16
+/// matrix in GM.
+enum Operand2 {
+    Constant(Vec<f32>),
+    Runtime(Operand),
+}
+
+/// MatMul with numpy semantics: 1-D operands, batch dims with broadcasting.
+fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let (ad, bd) = (ctx.input(0)?, ctx.input(1)?);
+    let out = ctx
+        .outputs
+        .first()
+        .ok_or_else(|| ctx.error("the node has no output"))?;
+    let out_type = cube_type(ctx, out)?;
+    cube_type(ctx, ad)?;
+    cube_type(ctx, bd)?;
+    let (mut a_dims, mut b_dims) = (dims_of(ctx, ad)?, dims_of(ctx, bd)?);
+    if a_dims.len() == 1 {
+        a_dims.insert(0, 1);
+    }
+    if b_dims.len() == 1 {
+        b_dims.push(1);
+    }
+    let (ra, rb) = (a_dims.len(), b_dims.len());
+    let (m, k, n) = (a_dims[ra - 2], a_dims[ra - 1], b_dims[rb - 1]);
+    let rank = (ra - 2).max(rb - 2);
+    let pad = |d: &[u64]| -> Vec<u64> {
+        let mut v = vec![1; rank - (d.len() - 2)];
+        v.extend_from_slice(&d[..d.len() - 2]);
+        v
+    };
+    let (a_batch, b_batch) = (pad(&a_dims), pad(&b_dims));
+    let out_batch: Vec<u64> = a_batch
+        .iter()
+        .zip(&b_batch)
+        .map(|(x, y)| *x.max(y))
+        .collect();
+    let mut b = Build::default();
+    if m == 0 || n == 0 || out_batch.contains(&0) {
+        return Ok(b.finish());
+    }
+    if k == 0 {
+        return Err(ctx.error("a product with an empty inner dimension (K = 0) has no kernel"));
+    }
+    // A batched A against a shared B is one taller product.
+    let fold = b_batch.iter().all(|x| *x == 1) && a_batch == out_batch;
+    let g_a: u64 = a_batch.iter().product();
+    let g_b: u64 = b_batch.iter().product();
+    let (m_eff, batch_dims) = if fold {
+        (m * g_a, Vec::new())
+    } else {
+        (m, out_batch.clone())
+    };
+    let a_src = match const_values(ctx, 0) {
+        Some(v) => Operand2::Constant(v),
+        None => Operand2::Runtime(runtime_f16(ctx, &mut b, 0, g_a * m * k, "a")?),
+    };
+    let b_src = match const_values(ctx, 1) {
+        Some(v) => Operand2::Constant(v),
+        None => Operand2::Runtime(runtime_f16(ctx, &mut b, 1, g_b * k * n, "b")?),
+    };
+    let a_item = match a_src {
+        Operand2::Constant(_) => gemm::packed_bytes(m, k),
+        Operand2::Runtime(_) => m * k * 2,
+    };
+    let b_item = match b_src {
+        Operand2::Constant(_) => gemm::packed_bytes(n, k),
+        Operand2::Runtime(_) => k * n * 2,
+    };
+    let es = out_type_bytes(out_type);
+    let strides = |sizes: &[u64], item: u64| -> Vec<u64> {
+        let mut s = vec![0; sizes.len()];
+        let mut acc = item;
+        for d in (0..sizes.len()).rev() {
+            s[d] = if sizes[d] > 1 { acc } else { 0 };
+            acc *= sizes[d];
+        }
+        s
+    };
+    let (sa, sb, sc) = (
+        strides(&a_batch, a_item),
+        strides(&b_batch, b_item),
+        strides(&out_batch, m * n * es),
+    );
+    let batch: Vec<BatchDim> = batch_dims
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| **s > 1)
+        .map(|(d, s)| BatchDim {
+            size: *s,
+            a: sa[d],
+            b: sb[d],
+            c: sc[d],
+        })
+        .collect();
+    let mut args = vec![Operand::Input(0), Operand::Input(1), Operand::Output(0)];
+    let a_kind = match &a_src {
+        Operand2::Constant(_) => Src::Packed { arg: 0 },
+        Operand2::Runtime(op) => {
+            args[0] = *op;
+            Src::Rows {
+                arg: 0,
+                trans: false,
+                ld: k,
+            }
+        }
+    };
+    let b_kind = match &b_src {
+        Operand2::Constant(_) => Src::Packed { arg: 1 },
+        Operand2::Runtime(op) => {
+            args[1] = *op;
+            Src::Rows {
+                arg: 1,
+                trans: false,
+                ld: n,
+            }
+        }
+    };
+    let g = Gemm {
+        name: kernel_name(ctx, ""),
+        batch,
+        m: m_eff,
+        n,
+        k,
+        a: a_kind,
+        b: b_kind,
+        out: 2,
+        out_type,
+        ldc: n,
+        alpha: 1.0,
+        addend: None,
+    };
+    let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
+    if let Operand2::Constant(v) = &a_src {
+        let (items, rows) = if fold { (1, m_eff) } else { (g_a, m) };
+        args[0] = b.derive(DataType::F16, gemm::pack_a(v, items, rows, k, &plan));
+    }
+    if let Operand2::Constant(v) = &b_src {
+        args[1] = b.derive(DataType::F16, gemm::pack_b(v, g_b, k, n, &plan));
+    }
+    let mut asm = Asm::new(&g.name);
+    gemm::emit(&g, &plan, &ctx.target.core, &mut asm);
+    b.kernels.push(ctx.kernel(asm, plan.block_dim, args)?);
+    Ok(b.finish())
+}
+
+fn out_type_bytes(t: OutType) -> u64 {
+    match t {
+        OutType::F16 => 2,
+        OutType::F32 => 4,
+    }
+}
+
+/// Transposes a row-major `rows × cols` matrix.
+pub(crate) fn transpose(v: &[f32], rows: u64, cols: u64) -> Vec<f32> {
+    let mut out = vec![0.0; v.len()];
+    for r in 0..rows as usize {
+        for c in 0..cols as usize {
+            out[c * rows as usize + r] = v[r * cols as usize + c];
+        }
+    }
+    out
+}
+
+/// Gemm: `alpha · A' · B' + beta · C` with optional transposes and C broadcast to [M, N].
+fn gemm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let (ad, bd) = (ctx.input(0)?, ctx.input(1)?);
+    let out = ctx
+        .outputs
+        .first()
+        .ok_or_else(|| ctx.error("the node has no output"))?;
+    let out_type = cube_type(ctx, out)?;
+    cube_type(ctx, ad)?;
+    cube_type(ctx, bd)?;
+    let (a_dims, b_dims) = (dims_of(ctx, ad)?, dims_of(ctx, bd)?);
+    let ta = ctx.node.int("transA").unwrap_or(0) != 0;
+    let tb = ctx.node.int("transB").unwrap_or(0) != 0;
+    let alpha = ctx.node.float("alpha").unwrap_or(1.0);
+    let beta = ctx.node.float("beta").unwrap_or(1.0);
+    let (m, k) = if ta {
+        (a_dims[1], a_dims[0])
+    } else {
+        (a_dims[0], a_dims[1])
+    };
+    let n = if tb { b_dims[0] } else { b_dims[1] };
+    let mut b = Build::default();
+    if m == 0 || n == 0 {
+        return Ok(b.finish());
+    }
+    if k == 0 {
+        return Err(ctx.error("a product with an empty inner dimension (K = 0) has no kernel"));
+    }
+    let mut args = vec![Operand::Input(0), Operand::Input(1), Operand::Output(0)];
+    let a_const = const_values(ctx, 0).map(|v| if ta { transpose(&v, k, m) } else { v });
+    let b_const = const_values(ctx, 1).map(|v| if tb { transpose(&v, n, k) } else { v });
+    let a_kind = match a_const {
+        Some(_) => Src::Packed { arg: 0 },
+        None => {
+            args[0] = runtime_f16(ctx, &mut b, 0, m * k, "a")?;
+            Src::Rows {
+                arg: 0,
+                trans: ta,
+                ld: if ta { m } else { k },
+            }
+        }
+    };
+    let b_kind = match b_const {
+        Some(_) => Src::Packed { arg: 1 },
+        None => {
+            args[1] = runtime_f16(ctx, &mut b, 1, k * n, "b")?;
+            Src::Rows {
+                arg: 1,
+                trans: tb,
+                ld: if tb { k } else { n },
+            }
+        }
+    };
+    let addend = match ctx.inputs.get(2).copied().flatten() {
+        Some(cd) if beta != 0.0 => Some(gemm_addend(ctx, &mut b, &mut args, cd, m, n, beta)?),
+        _ => None,
+    };
+    let g = Gemm {
+        name: kernel_name(ctx, ""),
+        batch: Vec::new(),
+        m,
+        n,
+        k,
+        a: a_kind,
+        b: b_kind,
+        out: 2,
+        out_type,
+        ldc: n,
+        alpha,
+        addend,
+    };
+    let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
+    if let Some(v) = &a_const {
+        args[0] = b.derive(DataType::F16, gemm::pack_a(v, 1, m, k, &plan));
+    }
+    if let Some(v) = &b_const {
+        args[1] = b.derive(DataType::F16, gemm::pack_b(v, 1, k, n, &plan));
+    }
+    let mut asm = Asm::new(&g.name);
+    gemm::emit(&g, &plan, &ctx.target.core, &mut asm);
+    b.kernels.push(ctx.kernel(asm, plan.block_dim, args)?);
+    Ok(b.finish())
+}
+
+/// Gemm's `beta · C` as an epilogue addend (argument 3 when it needs one).
+fn gemm_addend(
+    ctx: &LowerCtx<'_>,
+    b: &mut Build,
+    args: &mut Vec<Operand>,
+    cd: &TensorDesc,
+    m: u64,
+    n: u64,
+    beta: f32,
+) -> Result<Addend, LowerError> {
+    let c_dims = dims_of(ctx, cd)?;
+    let c_type = cube_type(ctx, cd)?;
+    let rows = if c_dims.len() == 2 { c_dims[0] } else { 1 };
+    let cols = c_dims.last().copied().unwrap_or(1);
+    let elems = rows * cols;
+    let constant = const_values(ctx, 2);
+    if elems == 1 {
+        if let Some(v) = &constant {
+            return Ok(Addend::Scalar { value: v[0] * beta });
+        }
+    }
+    let (mode, len) = if elems == 1 {
+        (Expand::Fill, n)
+    } else if rows == 1 && cols == n {
+        (Expand::Cols, n)
+    } else if cols == 1 && rows == m {
+        (Expand::Rows, m)
+    } else {
+        // The full matrix, row-major f32.
+        args.push(match (&constant, c_type) {
+            (Some(v), _) => {
+                let bytes = v.iter().flat_map(|x| (x * beta).to_le_bytes()).collect();
+                b.derive(DataType::F32, bytes)
+            }
+            (None, OutType::F32) => Operand::Input(2),
+            (None, OutType::F16) => {
+                let ws = b.scratch(m * n * 4);
+                let name = kernel_name(ctx, "cast_c_f32");
+                b.kernels.push(cast_kernel(
+                    ctx,
+                    &name,
+                    m * n,
+                    OutType::F16,
+                    OutType::F32,
+                    Operand::Input(2),
+                    ws,
+                )?);
+                ws
+            }
+        });
+        let beta = if constant.is_some() { 1.0 } else { beta };
+        return Ok(Addend::Full { arg: 3, beta });
+    };
+    let operand = match &constant {
+        Some(v) => {
+            let bytes = match mode {
+                Expand::Cols => gemm::col_fractals(v, beta),
+                Expand::Rows => gemm::row_fractals(v, beta),
+                Expand::Fill => gemm::col_fractals(&vec![v[0]; n as usize], beta),
+            };
+            b.derive(DataType::F32, bytes)
+        }
+        None => {
+            let ws = b.scratch(len.div_ceil(16) * 1024);
+            let name = kernel_name(ctx, "expand_c");
+            b.kernels.push(expand_kernel(
+                ctx,
+                &name,
+                mode,
+                len,
+                c_type,
+                beta,
+                [Operand::Input(2), ws],
+            )?);
+            ws
+        }
+    };
+    args.push(operand);
+    Ok(match mode {
+        Expand::Rows => Addend::Rows { arg: 3 },
+        Expand::Cols | Expand::Fill => Addend::Cols { arg: 3 },
+    })
+}

@@ -1,0 +1,2538 @@
+//! Conv on the cube: NCHW in, NCHW out, f16 products with f32 accumulation.
+//!
+//! The product is computed channel-major, `C[co][q] = Σ_k W[co][k] · X[k][q]` with the weights
+//! in L0A and the input windows in L0B, so every L0C fractal row holds 16 consecutive output
+//! pixels of one channel and leaves for NCHW as one burst. A window is the input shifted by the
+//! tap's offset, and a pixel shift is only cheap when a pixel is a unit of its own: each block
+//! first *relayouts* the rows it needs into a pixel-major image in its GM workspace (NCHW rows
+//! through `nd2nz` into L1, transposed by `load_l0a`, multiplied by the identity into L0C, out
+//! through UB), from which every tap's window is a contiguous run of 32-byte pixel units that
+//! `load_l0b` transposes into an L0B fractal.
+//!
+//! ```text
+//!   X (NCHW) ─nd2nz─▶ L1 ─load_l0a^T─▶ L0A ─mmad·I─▶ L0C ─V─▶ UB ─MTE3─▶ workspace (pixel-major)
+//!   workspace ─MTE2─▶ L1 band (stage) ─load_l0b^T (one window per tap)─▶ L0B ┐
+//!   packed W  ─MTE2─▶ L1 (resident per co block) ─load_l0a──────────────▶ L0A ┴─mmad─▶ L0C
+//!   L0C ─V copy_l0c_to_ub (+ bias, convert)─▶ UB ─MTE3 (one burst per fractal row)─▶ Y (NCHW)
+//! ```
+//!
+//! **Output space.** A tile is `R` whole output rows of one image. Its output positions are
+//! numbered `q = r · Wq + ow` with a row pitch `Wq` just wider than `Wo`: the `Wq - Wo` junk
+//! columns of a row are where the zero padding of one row and the next overlap, so every tap
+//! reads the workspace at `q` plus a constant and padding costs no special case. Strides are
+//! polyphase: padded input row `Y` and column `X` go to plane `(Y mod sh, X mod sw)` at
+//! `(Y / sh, X / sw)`, so a strided window is again a contiguous run in one plane.
+//!
+//! **Drain.** A fractal of 16 positions may end one row and start the next. Its second segment
+//! cannot start a UB burst (UB bursts are 32-byte aligned), so it is written from the fractal's
+//! start with the GM address moved back by the offset ("spill"): the bytes before the row start
+//! land in the previous row, which is written later — rows go out in descending order — and so
+//! ends up right. Tiles never spill into each other (a tile starts at a row start); narrow
+//! outputs (`Wo < 16`) use a pitch that is a multiple of 16 instead.
+//!
+//! **Schedule.** Blocks get contiguous runs of output rows, more to the blocks the scheduler starts
+//! first (it dispatches one block per slot, so the last block starts about `cores × slot` cycles
+//! after the first). A block walks its rows in tiles of at most `RT` rows; each tile's K loop is
+//! one stage per 16 input channels, one L0 step per `kb` taps. The stages' bands come into L1 in
+//! groups of `sg` stages behind one notice (with the weights on the block's first tile), two groups
+//! in flight. While tile `k` multiplies, the rows tile `k + 1` adds go through the relayout (their
+//! `nd2nz` were issued at the start of tile `k - 1`), from its first L0 step on, and tile `k + 2`'s
+//! rows are staged. UB holds a tile's whole batch of relayouted rows when it fits: V announces the
+//! batch with one notice, MTE3 writes its rows out behind it and hands UB back with one notice, as
+//! every MTE3 notice waits out the GM write latency, which per row would make MTE3 the bottleneck
+//! (and per-row V notices could overrun a lagging MTE3). For the same reason MTE2 announces staged
+//! rows (and takes the workspace notice) behind the band load that follows them, so no notice holds
+//! a band back. The L0C tile is double-buffered and drains (V, MTE3) while the next tile
+//! multiplies. Shapes are static, but row counts are not: the K loop and the drain exist once per
+//! tile height `1..=RT` and are entered by a jump.
+//!
+//! Grouped convolutions run one kernel per group; depthwise ones go to the vector unit
+//! (`cube_depthwise`).
+
+use super::super::writer::{Asm, Reg};
+use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
+use super::gemm::OutType;
+use super::{Build, Expand, const_values, cube_type, dims_of, expand_kernel, runtime_f16};
+use crate::CoreSpec;
+use crate::ir::{DataType, Format, TensorDesc};
+
+/// Bytes of a 16 × 16 f16 fractal (L1, L0A, L0B).
+const FRACTAL: u64 = 512;
+/// Bytes of a 16 × 16 f32 fractal (L0C).
+const FRACTAL_C: u64 = 1024;
+/// Bytes of one pixel unit: 16 channels of f16.
+const UNIT: u64 = 32;
+/// Cycles between the starts of consecutive blocks (the scheduler's dispatch slot on the
+/// presets: 100 ns at about 1 GHz); earlier blocks get more rows so all finish together.
+const DISPATCH_STAGGER_CYCLES: f64 = 100.0;
+/// Cycles a block spends outside its tiles' products (the first relayout, the last drain);
+/// only used to balance rows.
+const BLOCK_OVERHEAD_CYCLES: f64 = 1500.0;
+/// Cycles a block loses where its rows cross into another image; only used to balance rows.
+const PIECE_CYCLES: f64 = 500.0;
+/// Output fractals copied out of L0C at once (at most 8: the bias add covers 8 fractals per
+/// vector repeat).
+const DRAIN_GROUP: u64 = 8;
+
+/// Event ids, by pipe pair. Each is set and waited in strict alternation in program order.
+mod ev {
+    /// MTE2 ⇄ MTE1: the two L1 stage-group buffers (bands, and on a block's first tile the
+    /// weights, of `sg` input-channel blocks).
+    pub const STAGE: [u8; 2] = [0, 1];
+    /// MTE2 ⇄ MTE1: the two relayout staging slots (the `nd2nz` rows of a tile, by tile
+    /// parity).
+    pub const STAGING: [u8; 2] = [2, 3];
+    /// MTE1 ⇄ M: the two conv operand buffers in L0A/L0B.
+    pub const L0: [u8; 2] = [0, 1];
+    /// MTE1 ⇄ M and M ⇄ V: the two relayout buffers in L0A/L0C.
+    pub const RELAYOUT: [u8; 2] = [2, 3];
+    /// M → V: a tile's products are complete; V → M: the previous tile's L0C half was copied.
+    pub const TILE: u8 = 0;
+    /// V ⇄ MTE3: the output drain buffer (filled / written out), once per tile.
+    pub const DRAIN: u8 = 0;
+    /// V ⇄ MTE3: the two relayout UB rows (filled / written out).
+    pub const RELAYOUT_UB: [u8; 2] = [2, 3];
+    /// V → MTE3: the zero area is filled (once).
+    pub const ZEROED: u8 = 1;
+    /// V → MTE3, after `ZEROED`: a batch's relayouted rows are all in UB (MTE3 writes them
+    /// out behind this one notice).
+    pub const BATCH: u8 = 1;
+    /// MTE3 → MTE2: the workspace rows of the next tile are written; MTE2 → MTE3: that
+    /// notice was taken (so the next one cannot find the flag still set).
+    pub const WORKSPACE: u8 = 0;
+    /// MTE2 ⇄ V: the bias fractals of a co block.
+    pub const BIAS: u8 = 0;
+}
+
+/// A Conv node's geometry, every attribute resolved (1-D convs have `h = kh = 1`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvShape {
+    /// Batch.
+    pub n: u64,
+    /// Input channels.
+    pub c: u64,
+    /// Input height.
+    pub h: u64,
+    /// Input width.
+    pub w: u64,
+    /// Output channels.
+    pub m: u64,
+    /// Groups.
+    pub group: u64,
+    /// Kernel height.
+    pub kh: u64,
+    /// Kernel width.
+    pub kw: u64,
+    /// Stride along H.
+    pub sh: u64,
+    /// Stride along W.
+    pub sw: u64,
+    /// Dilation along H.
+    pub dh: u64,
+    /// Dilation along W.
+    pub dw: u64,
+    /// Top padding.
+    pub pt: u64,
+    /// Left padding.
+    pub pl: u64,
+    /// Bottom padding.
+    pub pb: u64,
+    /// Right padding.
+    pub pr: u64,
+    /// Output height.
+    pub ho: u64,
+    /// Output width.
+    pub wo: u64,
+}
+
+/// Resolves Conv's attributes (`pads`, `auto_pad`, `strides`, `dilations`, `group`) against
+/// the static shapes of the node.
+pub(crate) fn conv_shape(ctx: &LowerCtx<'_>) -> Result<ConvShape, LowerError> {
+    let x = dims_of(ctx, ctx.input(0)?)?;
+    let wt = dims_of(ctx, ctx.input(1)?)?;
+    let out = ctx
+        .outputs
+        .first()
+        .ok_or_else(|| ctx.error("the node has no output"))?;
+    let o = dims_of(ctx, out)?;
+    let rank = x.len();
+    if !(rank == 3 || rank == 4) || wt.len() != rank || o.len() != rank {
+        return Err(ctx.error(format!(
+            "only 1-D and 2-D convolutions (rank 3 or 4) have a kernel; got rank {rank}"
+        )));
+    }
+    let sp = rank - 2;
+    let list = |name: &str, default: i64, len: usize| -> Result<Vec<u64>, LowerError> {
+        let v = ctx
+            .node
+            .ints(name)
+            .map_or_else(|| vec![default; len], <[i64]>::to_vec);
+        if v.len() != len || v.iter().any(|x| *x < 0) {
+            return Err(ctx.error(format!("attribute {name} = {v:?} is not {len} values >= 0")));
+        }
+        Ok(v.iter().map(|x| *x as u64).collect())
+    };
+    let strides = list("strides", 1, sp)?;
+    let dilations = list("dilations", 1, sp)?;
+    let mut pads = list("pads", 0, 2 * sp)?;
+    let kernel = &wt[2..];
+    if strides.contains(&0) || dilations.contains(&0) || kernel.contains(&0) {
+        return Err(ctx.error("strides, dilations and kernel dims must be at least 1"));
+    }
+    match ctx.node.string("auto_pad").unwrap_or("NOTSET") {
+        "NOTSET" => {}
+        "VALID" => pads.iter_mut().for_each(|p| *p = 0),
+        mode @ ("SAME_UPPER" | "SAME_LOWER") => {
+            for a in 0..sp {
+                let (input, s) = (x[a + 2], strides[a]);
+                let extent = (kernel[a] - 1) * dilations[a] + 1;
+                let out = input.div_ceil(s);
+                let total = ((out.max(1) - 1) * s + extent).saturating_sub(input);
+                let small = total / 2;
+                let (begin, end) = if mode == "SAME_UPPER" {
+                    (small, total - small)
+                } else {
+                    (total - small, small)
+                };
+                pads[a] = begin;
+                pads[a + sp] = end;
+            }
+        }
+        other => return Err(ctx.error(format!("auto_pad {other:?} is not an ONNX mode"))),
+    }
+    let group = ctx.node.int("group").unwrap_or(1).max(1) as u64;
+    let (n, c, m) = (x[0], x[1], o[1]);
+    let s = if sp == 1 {
+        ConvShape {
+            n,
+            c,
+            h: 1,
+            w: x[2],
+            m,
+            group,
+            kh: 1,
+            kw: kernel[0],
+            sh: 1,
+            sw: strides[0],
+            dh: 1,
+            dw: dilations[0],
+            pt: 0,
+            pl: pads[0],
+            pb: 0,
+            pr: pads[1],
+            ho: 1,
+            wo: o[2],
+        }
+    } else {
+        ConvShape {
+            n,
+            c,
+            h: x[2],
+            w: x[3],
+            m,
+            group,
+            kh: kernel[0],
+            kw: kernel[1],
+            sh: strides[0],
+            dh: dilations[0],
+            sw: strides[1],
+            dw: dilations[1],
+            pt: pads[0],
+            pl: pads[1],
+            pb: pads[2],
+            pr: pads[3],
+            ho: o[2],
+            wo: o[3],
+        }
+    };
+    let extent = |k: u64, d: u64| (k - 1) * d + 1;
+    let expect = |input: u64, pb: u64, pe: u64, k: u64, d: u64, st: u64| {
+        (input + pb + pe)
+            .checked_sub(extent(k, d))
+            .map(|v| v / st + 1)
+    };
+    if expect(s.h, s.pt, s.pb, s.kh, s.dh, s.sh) != Some(s.ho)
+        || expect(s.w, s.pl, s.pr, s.kw, s.dw, s.sw) != Some(s.wo)
+    {
+        return Err(ctx.error(format!(
+            "the inferred output {}x{} does not match the window arithmetic",
+            s.ho, s.wo
+        )));
+    }
+    Ok(s)
+}
+
+/// Conv.
+pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let s = conv_shape(ctx)?;
+    let out = ctx
+        .outputs
+        .first()
+        .ok_or_else(|| ctx.error("the node has no output"))?;
+    cube_type(ctx, out)?;
+    if s.n == 0 || s.m == 0 || s.ho == 0 || s.wo == 0 {
+        return Ok(Build::default().finish());
+    }
+    if s.c % s.group != 0 || s.m % s.group != 0 || s.c == 0 {
+        return Err(ctx.error(format!(
+            "group {} must divide both channel counts ({} in, {} out)",
+            s.group, s.c, s.m
+        )));
+    }
+    if s.group > 1 && s.group == s.c {
+        return super::depthwise::lower(ctx, &s);
+    }
+    let fractal = |d: Option<&TensorDesc>| d.is_some_and(|d| d.format == Format::Nc1hwc0);
+    if fractal(ctx.inputs.first().copied().flatten()) || fractal(ctx.outputs.first()) {
+        return super::conv5hd::lower(ctx, &s);
+    }
+    cube(ctx, &s)
+}
+
+/// One group's product: its channel slices of X, W and Y.
+#[derive(Debug, Clone, Copy)]
+struct Problem {
+    s: ConvShape,
+    /// Input channels of the group and the first of them.
+    cg: u64,
+    c_off: u64,
+    /// Output channels of the group and the first of them.
+    mg: u64,
+    m_off: u64,
+    out: OutType,
+    bias: BiasKind,
+}
+
+/// Where the bias fractals (`[ceil(M/16)][16][16]` f32, each row one channel's value) are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BiasKind {
+    None,
+    /// In the kernel's constants, after the weights.
+    Constant,
+    /// Expanded on the device into the node's workspace (argument `arg::BIAS`), the group's
+    /// fractals from `offset` bytes.
+    Runtime {
+        offset: u64,
+    },
+}
+
+/// Argument indices of the conv kernel.
+mod arg {
+    /// The f16 input.
+    pub const X: usize = 0;
+    /// The constants: identity fractal, packed weights, constant bias fractals.
+    pub const CONSTS: usize = 1;
+    pub const OUT: usize = 2;
+    pub const WS: usize = 3;
+    /// The runtime bias fractals (the constants again when there are none).
+    pub const BIAS: usize = 4;
+}
+
+fn cube(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerError> {
+    let out = cube_type(ctx, &ctx.outputs[0])?;
+    let weights = const_values(ctx, 1).ok_or_else(|| {
+        ctx.error("Conv weights must be a constant (the cube kernel packs them when compiling)")
+    })?;
+    let mut b = Build::default();
+    let x = runtime_f16(ctx, &mut b, 0, s.n * s.c * s.h * s.w, "x")?;
+    let (cg, mg) = (s.c / s.group, s.m / s.group);
+    let bias_values = const_values(ctx, 2);
+    let mut runtime_bias = None;
+    if let (Some(bd), None) = (ctx.inputs.get(2).copied().flatten(), &bias_values) {
+        if s.group > 1 && mg % 16 != 0 {
+            return Err(ctx.error(format!(
+                "a runtime bias of a grouped Conv needs 16 | channels per group (got {mg}); \
+                 make the bias a constant"
+            )));
+        }
+        let ws = b.scratch(s.m.div_ceil(16) * FRACTAL_C);
+        let name = kernel_name(ctx, "expand_bias");
+        let ty = cube_type(ctx, bd)?;
+        b.kernels.push(expand_kernel(
+            ctx,
+            &name,
+            Expand::Rows,
+            s.m,
+            ty,
+            1.0,
+            [Operand::Input(2), ws],
+        )?);
+        runtime_bias = Some(ws);
+    }
+    let mut ws_bytes = 0u64;
+    let mut kernels = Vec::new();
+    for g in 0..s.group {
+        let bias = match (&bias_values, runtime_bias) {
+            (Some(_), _) => BiasKind::Constant,
+            (None, Some(_)) => BiasKind::Runtime {
+                offset: g * mg / 16 * FRACTAL_C,
+            },
+            (None, None) => BiasKind::None,
+        };
+        let p = Problem {
+            s: *s,
+            cg,
+            c_off: g * cg,
+            mg,
+            m_off: g * mg,
+            out,
+            bias,
+        };
+        let plan = Plan::new(&p, &ctx.target.core).map_err(|e| ctx.error(e))?;
+        let mut consts = identity_fractal();
+        consts.extend(pack_weights(&weights, &p, &plan));
+        if let Some(v) = &bias_values {
+            consts.extend(row_fractals(&v[(g * mg) as usize..((g + 1) * mg) as usize]));
+        }
+        let consts = b.derive(DataType::F16, consts);
+        ws_bytes = ws_bytes.max(plan.ws_total);
+        let suffix = if s.group > 1 {
+            format!("g{g}")
+        } else {
+            String::new()
+        };
+        kernels.push((kernel_name(ctx, &suffix), p, plan, consts));
+    }
+    // The groups run one after the other, so they share one workspace.
+    let ws = b.scratch(ws_bytes);
+    for (name, p, plan, consts) in kernels {
+        let mut a = Asm::new(&name);
+        Gen::new(&mut a, &p, &plan, &ctx.target.core).emit();
+        let bias = runtime_bias.unwrap_or(consts);
+        let args = vec![x, consts, Operand::Output(0), ws, bias];
+        b.kernels
+            .push(ctx.kernel(a, plan.blocks.len() as u32, args)?);
+    }
+    Ok(b.finish())
+}
+
+/// The 16 × 16 f16 identity (the relayout multiplies by it to move a transposed block to L0C).
+fn identity_fractal() -> Vec<u8> {
+    let mut v = vec![0u8; FRACTAL as usize];
+    for i in 0..16 {
+        let at = (i * 16 + i) * 2;
+        v[at..at + 2].copy_from_slice(&half::f16::ONE.to_bits().to_le_bytes());
+    }
+    v
+}
+
+/// `[ceil(n/16)][16][16]` f32 fractals whose row r holds `values[16 b + r]` in every column.
+fn row_fractals(values: &[f32]) -> Vec<u8> {
+    let blocks = values.len().div_ceil(16);
+    let mut out = Vec::with_capacity(blocks * FRACTAL_C as usize);
+    for b in 0..blocks {
+        for r in 0..16 {
+            let v = values.get(b * 16 + r).copied().unwrap_or(0.0);
+            for _ in 0..16 {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// One tap of the kernel: the plane its window comes from and where the window starts in the
+/// L1 band of that plane.
+#[derive(Debug, Clone, Copy)]
+struct Tap {
+    /// Kernel row and column.
+    i: u64,
+    j: u64,
+    /// Plane index `ρ · sw + φ`.
+    plane: u64,
+    /// Band row offset (`i · dh / sh`).
+    row: u64,
+    /// Unit offset inside the row, margin included.
+    col: u64,
+}
+
+/// The static tiling of one group's kernel.
+#[derive(Debug, Clone)]
+struct Plan {
+    /// Input-channel blocks of 16 (one K stage each).
+    c1: u64,
+    taps: Vec<Tap>,
+    /// Data units of each column phase in a workspace row, and the first one's index in an
+    /// input row.
+    nphi: Vec<u64>,
+    x0: Vec<u64>,
+    /// Units kept before a row for windows that start left of it.
+    margin: u64,
+    /// Row pitch of the workspace, the L1 band and the output space.
+    wq: u64,
+    /// Band rows below a tile's rows (`(kh - 1) · dh / sh`).
+    ihi: u64,
+    /// Padded input height.
+    hp: u64,
+    /// Output rows per tile, at most, and of a block's first tile.
+    rt: u64,
+    r_first: u64,
+    /// Output rows of a block's last tile, at most (its drain is the block's tail).
+    r_last: u64,
+    /// Output-channel fractals per co block, co blocks.
+    mb: u64,
+    co_blocks: u64,
+    /// Taps per L0 step.
+    kb: u64,
+    /// Stages (channel blocks) per L1 stage group: a group's bands are loaded behind one
+    /// notice, and each notice waits out its DMAs' latency.
+    sg: u64,
+    /// Channel blocks per relayout item group.
+    cr: u64,
+    /// Relayout rows UB holds: a tile's whole batch when it fits (MTE3 then hands the rows
+    /// back with one notice per batch, as each notice waits out the write latency), else 2.
+    ub_rows: u64,
+    /// L0 steps `item_first..item_steps` of a tile carry one relayout row of the next tile
+    /// each (from `item_first` its `nd2nz` rows are expected in); after them the rest of its
+    /// rows go through, and its workspace band is announced.
+    item_first: u64,
+    item_steps: u64,
+    /// Each block's output rows (global `n · Ho + oh`), start and end.
+    blocks: Vec<(u64, u64)>,
+    /// Images a block's rows touch, at most; padded rows a piece keeps per column phase.
+    pieces: u64,
+    piece_rows: u64,
+    /// Workspace bytes of all blocks.
+    ws_total: u64,
+}
+
+impl Plan {
+    fn new(p: &Problem, core: &CoreSpec) -> Result<Plan, String> {
+        let s = &p.s;
+        let (sh, sw) = (s.sh, s.sw);
+        // Column phases: padded column X = sw·u + φ holds data for pl <= X < pl + w.
+        let mut u0 = Vec::new();
+        let mut nphi = Vec::new();
+        let mut x0 = Vec::new();
+        for phi in 0..sw {
+            let first = if phi >= s.pl {
+                0
+            } else {
+                (s.pl - phi).div_ceil(sw)
+            };
+            let end = (s.pl + s.w).saturating_sub(phi).div_ceil(sw);
+            u0.push(first);
+            nphi.push(end.saturating_sub(first));
+            x0.push((sw * first + phi).saturating_sub(s.pl));
+        }
+        // The row pitch: wide enough that a window never reads another row's data where the
+        // padded input has zeros, and that a row's last window stays in its row.
+        let mut margin = 0i64;
+        let mut wq = 1i64;
+        let mut taps = Vec::new();
+        for i in 0..s.kh {
+            for j in 0..s.kw {
+                let (rho, row) = ((i * s.dh) % sh, (i * s.dh) / sh);
+                let (phi, jj) = ((j * s.dw) % sw, (j * s.dw) / sw);
+                let (u, n) = (u0[phi as usize] as i64, nphi[phi as usize] as i64);
+                margin = margin.max(u - jj as i64);
+                wq = wq
+                    .max(n)
+                    .max(n + u - jj as i64)
+                    .max(s.wo as i64 + jj as i64 - u);
+                taps.push(Tap {
+                    i,
+                    j,
+                    plane: rho * sw + phi,
+                    row,
+                    col: 0,
+                });
+            }
+        }
+        let margin = margin.max(0) as u64;
+        let mut wq = wq as u64;
+        if s.wo < 16 {
+            // Narrow rows: every row starts a fractal, so no burst ever spills.
+            wq = wq.next_multiple_of(16);
+        }
+        for tap in &mut taps {
+            let phi = tap.plane % sw;
+            let jj = (tap.j * s.dw) / sw;
+            tap.col = margin + jj - u0[phi as usize];
+        }
+        let mut plan = Plan {
+            c1: p.cg.div_ceil(16),
+            taps,
+            nphi,
+            x0,
+            margin,
+            wq,
+            ihi: ((s.kh - 1) * s.dh) / sh,
+            hp: s.h + s.pt + s.pb,
+            rt: 1,
+            r_first: 1,
+            r_last: 1,
+            mb: 1,
+            co_blocks: 1,
+            kb: 1,
+            sg: 1,
+            cr: 1,
+            ub_rows: 2,
+            item_first: 0,
+            item_steps: 1,
+            blocks: Vec::new(),
+            pieces: 1,
+            piece_rows: 1,
+            ws_total: 0,
+        };
+        plan.choose(p, core)?;
+        Ok(plan)
+    }
+
+    fn planes(&self, s: &ConvShape) -> u64 {
+        s.sh * s.sw
+    }
+
+    fn taps(&self) -> u64 {
+        self.taps.len() as u64
+    }
+
+    /// Output fractals of a tile of `r` rows.
+    fn nb(&self, s: &ConvShape, r: u64) -> u64 {
+        ((r - 1) * self.wq + s.wo).div_ceil(16)
+    }
+
+    /// Fractals an input row occupies per channel block after `nd2nz`.
+    fn blk(&self, s: &ConvShape) -> u64 {
+        s.w.div_ceil(16)
+    }
+
+    /// Stage groups per tile.
+    fn groups(&self) -> u64 {
+        self.c1.div_ceil(self.sg)
+    }
+
+    /// L0 steps of a tile that are done once stage group `gi` is done.
+    fn group_end_step(&self, gi: u64) -> u64 {
+        ((gi + 1) * self.sg).min(self.c1) * self.steps()
+    }
+
+    /// Bytes of one stage's band in L1 (every plane).
+    fn stage_bytes(&self, s: &ConvShape) -> u64 {
+        self.planes(s) * self.band_units() * UNIT
+    }
+
+    /// L0 steps per stage.
+    fn steps(&self) -> u64 {
+        self.taps().div_ceil(self.kb)
+    }
+
+    /// Units per (column phase, channel block) of a piece in the workspace.
+    fn pws(&self) -> u64 {
+        self.margin + self.piece_rows * self.wq
+    }
+
+    fn piece_bytes(&self, s: &ConvShape) -> u64 {
+        s.sw * self.c1 * self.pws() * UNIT
+    }
+
+    fn ws_block(&self, s: &ConvShape) -> u64 {
+        self.pieces * self.piece_bytes(s)
+    }
+
+    /// Units per plane of an L1 band (one channel block): a tile's rows and the rows below.
+    fn band_units(&self) -> u64 {
+        self.margin + (self.rt + self.ihi) * self.wq
+    }
+
+    /// Input rows a relayout batch holds at most (a piece's first tile and its halo).
+    fn batch_rows(&self, s: &ConvShape) -> u64 {
+        s.sh * (self.rt + self.ihi)
+    }
+
+    /// Bytes of the L1 staging area: every input row of a batch, all channel blocks.
+    fn staging_bytes(&self, s: &ConvShape) -> u64 {
+        self.batch_rows(s) * self.c1 * self.blk(s) * FRACTAL
+    }
+
+    /// Bytes of the resident weights of one co block.
+    fn weight_bytes(&self) -> u64 {
+        self.mb * self.c1 * self.taps() * FRACTAL
+    }
+
+    /// Output-channel fractals of co block `cb` (the last may be narrower).
+    fn mb_of(&self, p: &Problem, cb: u64) -> u64 {
+        (p.mg - cb * 16 * self.mb).div_ceil(16).min(self.mb)
+    }
+
+    fn ub_layout(&self, p: &Problem) -> UbLayout {
+        let s = &p.s;
+        // Whole groups of 8 fractals: the bias add's repeats span 8 fractals.
+        let nb = self.nb(s, self.rt).next_multiple_of(DRAIN_GROUP);
+        let mut at = 0u64;
+        let mut take = |bytes: u64| {
+            let a = at;
+            at += bytes.next_multiple_of(UNIT);
+            a
+        };
+        let f32_work = p.bias != BiasKind::None || p.out == OutType::F32;
+        let out = take(self.mb * nb * 256 * p.out.bytes());
+        let work = if f32_work && p.out == OutType::F16 {
+            take(self.mb * nb * FRACTAL_C)
+        } else {
+            out
+        };
+        let bias = if p.bias == BiasKind::None {
+            0
+        } else {
+            take(self.mb * FRACTAL_C)
+        };
+        let row = self.c1 * self.blk(s) * FRACTAL;
+        let relayout = take(self.ub_rows * row);
+        let zero = take(self.zero_units(s) * UNIT);
+        UbLayout {
+            out,
+            work,
+            bias,
+            relayout,
+            zero,
+            end: at,
+        }
+    }
+
+    /// Zero units the zero area provides: the longest run any zero write reads.
+    fn zero_units(&self, s: &ConvShape) -> u64 {
+        let gaps = (0..s.sw as usize)
+            .map(|phi| self.wq - self.nphi[phi])
+            .max()
+            .unwrap_or(0);
+        (self.c1 * self.wq)
+            .max(self.c1 * gaps)
+            .max(s.sw * self.c1 * self.margin)
+            .max(16)
+    }
+
+    /// Cube cycles of a tile of `r` rows with its L0 flag waits (the cube drains before each
+    /// buffer is handed back, about `CUBE_DRAIN` cycles).
+    fn tile_cycles(&self, s: &ConvShape, mb: u64, r: u64, kb: u64) -> u64 {
+        let nb = self.nb(s, r);
+        let t = self.taps();
+        let full = t / kb;
+        let rest = t % kb;
+        let per_stage = full * (mb * kb * nb + CUBE_DRAIN)
+            + if rest > 0 {
+                mb * rest * nb + CUBE_DRAIN
+            } else {
+                0
+            };
+        per_stage * self.c1
+    }
+
+    /// Picks co blocks, tile height, L0 step, relayout grouping and the rows of each block.
+    fn choose(&mut self, p: &Problem, core: &CoreSpec) -> Result<(), String> {
+        let s = &p.s;
+        let t = self.taps();
+        let (l0a, l0b, l0c) = (
+            core.l0a_bytes / FRACTAL,
+            core.l0b_bytes / FRACTAL,
+            core.l0c_bytes / FRACTAL_C,
+        );
+        let blk = self.blk(s);
+        // Relayout items: as many channel blocks of a row as a quarter of L0A holds.
+        if blk > l0a / 4 || blk > l0c / 4 {
+            return Err(format!(
+                "an input row of {} pixels does not fit the relayout buffers (L0A {} B, L0C {} B)",
+                s.w, core.l0a_bytes, core.l0c_bytes
+            ));
+        }
+        self.cr = (l0a / 4 / blk).clamp(1, self.c1);
+        let rl = self.cr * blk;
+        let w_bytes = |mb: u64| mb * self.c1 * t * FRACTAL;
+        let mut mb = p.mg.div_ceil(16).min(4);
+        while mb > 1 && w_bytes(mb) > core.l1_bytes / 2 {
+            mb -= 1;
+        }
+        if w_bytes(mb) > core.l1_bytes / 2 {
+            return Err(format!(
+                "the weights of 16 output channels ({} B) do not fit half of L1 ({} B)",
+                w_bytes(mb),
+                core.l1_bytes
+            ));
+        }
+        self.mb = mb;
+        self.co_blocks = p.mg.div_ceil(16 * mb);
+        // Rows per block, balanced for the dispatch stagger.
+        let total = s.n * s.ho;
+        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+        let row_cost =
+            (self.co_blocks * mb * self.c1 * t) as f64 * self.wq as f64 / 16.0 / CUBE_EFFICIENCY;
+        self.blocks = distribute(
+            total,
+            s.ho,
+            cores.min(total),
+            row_cost,
+            BLOCK_OVERHEAD_CYCLES,
+            PIECE_CYCLES,
+        );
+        let most = self.blocks.iter().map(|(a, b)| b - a).max().unwrap_or(1);
+        self.pieces = self
+            .blocks
+            .iter()
+            .map(|(a, b)| (b - 1) / s.ho - a / s.ho + 1)
+            .max()
+            .unwrap_or(1);
+        // Fixed-height band loads read up to a tile past the piece's rows.
+        self.piece_rows = s.sh * (most.min(s.ho) + 2 * limit_rows(most, s.ho) + self.ihi + 1);
+        if self.pws() > u64::from(u16::MAX) {
+            return Err(format!(
+                "a workspace row run of {} units exceeds a DMA gap ({} units max)",
+                self.pws(),
+                u16::MAX
+            ));
+        }
+        // Tile height and L0 step: the best cube rate per tile that fits, tiles no taller than
+        // a third of a block's rows (so a block has tiles to overlap).
+        let planes = self.planes(s);
+        let mut best: Option<(f64, u64, u64)> = None;
+        let limit = limit_rows(most, s.ho);
+        for rt in 1..=limit {
+            let nb = self.nb(s, rt);
+            let kb = ((l0b - 1) / 2 / nb)
+                .min(l0a.saturating_sub(2 * rl) / (2 * mb))
+                .min(t);
+            if kb == 0 || 2 * mb * nb + 2 * rl > l0c {
+                continue;
+            }
+            if 16 * nb > u64::from(u16::MAX) {
+                continue;
+            }
+            self.rt = rt;
+            self.kb = kb;
+            let l1 = w_bytes(mb)
+                + 2 * planes * self.band_units() * UNIT
+                + 2 * self.staging_bytes(s)
+                + FRACTAL;
+            if l1 > core.l1_bytes || self.ub_layout(p).end > core.ub_bytes {
+                continue;
+            }
+            let useful = (rt * s.wo * mb * 16 * self.c1 * t * 16) as f64 / 4096.0;
+            let rate = useful / self.tile_cycles(s, mb, rt, kb) as f64;
+            if best.is_none_or(|(r, _, _)| rate > r * 1.01) {
+                best = Some((rate, rt, kb));
+            }
+        }
+        let Some((_, rt, kb)) = best else {
+            return Err(format!(
+                "no tile of output rows fits the core for a {}x{} output with {} input channels \
+                 (L0A {} B, L0B {} B, L0C {} B, L1 {} B, UB {} B)",
+                s.ho,
+                s.wo,
+                p.cg,
+                core.l0a_bytes,
+                core.l0b_bytes,
+                core.l0c_bytes,
+                core.l1_bytes,
+                core.ub_bytes
+            ));
+        };
+        self.rt = rt;
+        self.kb = kb;
+        self.r_first = rt.div_ceil(2).max(1);
+        self.r_last = (rt / 2).max(1);
+        self.ub_rows = self.batch_rows(s);
+        if self.ub_layout(p).end > core.ub_bytes {
+            self.ub_rows = 2;
+        }
+        // Stage groups: as many stages as L1 holds, at most half of them, so the next tile's
+        // first group loads while the current tile's second half multiplies (a whole band
+        // behind one notice would hold the first tile back).
+        let l1_of = |sg: u64| {
+            w_bytes(mb) + 2 * sg * self.stage_bytes(s) + 2 * self.staging_bytes(s) + FRACTAL
+        };
+        self.sg = (1..=self.c1.div_ceil(2))
+            .rev()
+            .find(|sg| l1_of(*sg) <= core.l1_bytes)
+            .unwrap_or(1);
+        // The next tile's first group is loaded once the current tile's group G - 2 is done
+        // (its buffer is free then), so its rows must be in the workspace by that step.
+        let steps = self.c1 * self.steps();
+        self.item_steps = if self.groups() >= 2 {
+            self.group_end_step(self.groups() - 2)
+        } else {
+            steps.div_ceil(2)
+        }
+        .clamp(1, steps);
+        // The next tile's rows were staged at the start of the tile before, so they are in
+        // from the first step on.
+        self.item_first = 0;
+        self.ws_total = self.blocks.len() as u64 * self.ws_block(s);
+        Ok(())
+    }
+}
+
+/// The tallest tile `choose` may pick for blocks of at most `most` rows.
+fn limit_rows(most: u64, ho: u64) -> u64 {
+    most.div_ceil(3).clamp(1, ho)
+}
+
+/// Cycles the cube pipe stalls each time it hands an L0 buffer back (the `mmad` latency that
+/// `set_flag` waits for); used for planning only.
+const CUBE_DRAIN: u64 = 32;
+/// Fraction of the cube rate a tile reaches; used to balance rows per block only.
+const CUBE_EFFICIENCY: f64 = 0.85;
+
+/// UB addresses.
+#[derive(Debug, Clone, Copy)]
+struct UbLayout {
+    out: u64,
+    work: u64,
+    bias: u64,
+    /// The first relayout row (`Plan::ub_rows` rows of `c1 · blk` fractals).
+    relayout: u64,
+    zero: u64,
+    end: u64,
+}
+
+/// Splits `total` output rows (images of `ho` rows one after the other) over at most `blocks`
+/// blocks at `row_cost` cycles a row, `overhead` per block and `piece` more where a block's
+/// rows cross into another image (a second band and a tile split at the boundary).
+pub(super) fn distribute(
+    total: u64,
+    ho: u64,
+    blocks: u64,
+    row_cost: f64,
+    overhead: f64,
+    piece: f64,
+) -> Vec<(u64, u64)> {
+    let pieces = |at: u64, r: u64| {
+        if r == 0 {
+            0
+        } else {
+            (at + r - 1) / ho - at / ho
+        }
+    };
+    distribute_by(total, blocks, &|_, at, r| {
+        overhead + r as f64 * row_cost + pieces(at, r) as f64 * piece
+    })
+}
+
+/// Splits `total` rows over at most `blocks` blocks when rows `at..at + r` cost block `b`
+/// `cost(b, at, r)` cycles: block `b` starts `b × DISPATCH_STAGGER_CYCLES` after block 0, so it
+/// gets the rows that fill the time left until a common finish. Returns each block's
+/// `(first, end)` row; blocks without rows are dropped.
+pub(super) fn distribute_by(
+    total: u64,
+    blocks: u64,
+    cost: &dyn Fn(u64, u64, u64) -> f64,
+) -> Vec<(u64, u64)> {
+    let blocks = blocks.clamp(1, total.max(1));
+    // Rows of each block in order for a common finish at `t`: the most that finish by then.
+    let rows_at = |t: f64| -> Vec<u64> {
+        let mut at = 0;
+        (0..blocks)
+            .map(|b| {
+                let left = t - DISPATCH_STAGGER_CYCLES * b as f64;
+                let (mut lo, mut hi) = (0u64, total - at);
+                while lo < hi {
+                    let mid = (lo + hi).div_ceil(2);
+                    if cost(b, at, mid) <= left {
+                        lo = mid;
+                    } else {
+                        hi = mid - 1;
+                    }
+                }
+                at += lo;
+                lo
+            })
+            .collect()
+    };
+    // The earliest common finish at which the blocks hold every row.
+    let (mut lo, mut hi) = (
+        0.0,
+        DISPATCH_STAGGER_CYCLES * blocks as f64 + cost(0, 0, total) + 1.0,
+    );
+    for _ in 0..64 {
+        let mid = (lo + hi) / 2.0;
+        if rows_at(mid).iter().sum::<u64>() >= total {
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    let rows = rows_at(hi);
+    let mut out = Vec::new();
+    let mut at = 0;
+    for r in rows {
+        let r = r.min(total - at);
+        if r > 0 {
+            out.push((at, at + r));
+            at += r;
+        }
+    }
+    out
+}
+
+/// Packs one group's weights in the order the kernel reads them: per co block, per input
+/// channel block (stage), per L0 step, the step's `mb × kb` A fractals (`[mb][tap]`), each
+/// 16 output channels × 16 input channels, zero-padded. f16 bytes.
+fn pack_weights(values: &[f32], p: &Problem, plan: &Plan) -> Vec<u8> {
+    let s = &p.s;
+    let t = plan.taps();
+    let mut out = Vec::new();
+    let value = |co: u64, ci: u64, tap: &Tap| -> f32 {
+        if co >= p.mg || ci >= p.cg {
+            return 0.0;
+        }
+        let idx = (((p.m_off + co) * p.cg + ci) * s.kh + tap.i) * s.kw + tap.j;
+        values[idx as usize]
+    };
+    for cb in 0..plan.co_blocks {
+        let mbp = plan.mb_of(p, cb);
+        for c1 in 0..plan.c1 {
+            for step in 0..plan.steps() {
+                let lo = (step * plan.kb) as usize;
+                let hi = ((step + 1) * plan.kb).min(t) as usize;
+                for mb in 0..mbp {
+                    for tap in &plan.taps[lo..hi] {
+                        for r in 0..16 {
+                            let co = (cb * plan.mb + mb) * 16 + r;
+                            for col in 0..16 {
+                                let v = value(co, c1 * 16 + col, tap);
+                                out.extend_from_slice(
+                                    &half::f16::from_f32(v).to_bits().to_le_bytes(),
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// L1 addresses.
+#[derive(Debug, Clone, Copy)]
+struct L1Layout {
+    weights: u64,
+    stage: [u64; 2],
+    staging: [u64; 2],
+    ident: u64,
+}
+
+/// L0A, L0B and L0C addresses.
+#[derive(Debug, Clone, Copy)]
+struct L0Layout {
+    a: [u64; 2],
+    b: [u64; 2],
+    c: [u64; 2],
+    rl_a: [u64; 2],
+    rl_c: [u64; 2],
+    ident: u64,
+}
+
+/// Byte offsets in the kernel's constants.
+const IDENT_OFF: u64 = 0;
+const WEIGHTS_OFF: u64 = FRACTAL;
+
+/// Scalar registers, each with one role for the whole kernel.
+struct Regs {
+    x: Reg,
+    out: Reg,
+    consts: Reg,
+    zero: Reg,
+    /// 1 until the pass's first tile is done (its stages bring in the resident weights).
+    first: Reg,
+    /// The block's end row.
+    rend: Reg,
+    /// Current tile: first global row (`n · Ho + oh`), rows, output address, band address.
+    row: Reg,
+    rcur: Reg,
+    cout: Reg,
+    bsrc: Reg,
+    /// Previous tile, whose rows the current tile's K loop writes out: output address, rows.
+    pcout: Reg,
+    prev_r: Reg,
+    /// Next tile: first global row, rows (0: none), band address.
+    nrow: Reg,
+    nr: Reg,
+    nband: Reg,
+    /// The tile after it: rows (0: none), band address.
+    nnr: Reg,
+    nnband: Reg,
+    /// Relayout rows of the next tile (their `nd2nz` are in): rows left, workspace row,
+    /// staging row.
+    rn: Reg,
+    rws: Reg,
+    sx: Reg,
+    /// Relayout rows of the tile after it (being staged): rows, workspace row, GM row.
+    rn2: Reg,
+    rws2: Reg,
+    rx2: Reg,
+    /// The latest piece (run of rows in one image): workspace base, first and end global
+    /// rows, and the padded input row the relayout has reached.
+    pws: Reg,
+    pstart: Reg,
+    pend: Reg,
+    ydone: Reg,
+    t: [Reg; 4],
+}
+
+/// Writes one group's conv kernel.
+struct Gen<'a> {
+    a: &'a mut Asm,
+    p: &'a Problem,
+    plan: &'a Plan,
+    s: ConvShape,
+    r: Regs,
+    l1: L1Layout,
+    l0: L0Layout,
+    ub: UbLayout,
+    /// The co block being written and whether its pass relayouts the input.
+    cb: u64,
+    relayout: bool,
+}
+
+/// Whether a stage load also brings the stage's resident weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Weights {
+    /// Never (the stage's weights are resident or preloaded).
+    No,
+    /// When the tile is the pass's first (`first`).
+    IfFirst,
+}
+
+impl<'a> Gen<'a> {
+    fn new(a: &'a mut Asm, p: &'a Problem, plan: &'a Plan, core: &CoreSpec) -> Gen<'a> {
+        let s = p.s;
+        let mut reg = || a.reg();
+        let r = Regs {
+            x: reg(),
+            out: reg(),
+            consts: reg(),
+            zero: reg(),
+            first: reg(),
+            rend: reg(),
+            row: reg(),
+            rcur: reg(),
+            cout: reg(),
+            bsrc: reg(),
+            pcout: reg(),
+            prev_r: reg(),
+            nrow: reg(),
+            nr: reg(),
+            nband: reg(),
+            nnr: reg(),
+            nnband: reg(),
+            rn: reg(),
+            rws: reg(),
+            sx: reg(),
+            rn2: reg(),
+            rws2: reg(),
+            rx2: reg(),
+            pws: reg(),
+            pstart: reg(),
+            pend: reg(),
+            ydone: reg(),
+            t: [reg(), reg(), reg(), reg()],
+        };
+        let band = plan.sg * plan.stage_bytes(&s);
+        let weights = plan.weight_bytes();
+        let staging = plan.staging_bytes(&s);
+        let l1 = L1Layout {
+            weights: 0,
+            stage: [weights, weights + band],
+            staging: [weights + 2 * band, weights + 2 * band + staging],
+            ident: weights + 2 * band + 2 * staging,
+        };
+        let nb = plan.nb(&s, plan.rt);
+        let blk = plan.blk(&s);
+        let conv_a = plan.mb * plan.kb * FRACTAL;
+        let rl_a = plan.cr * blk * FRACTAL;
+        let conv_b = plan.kb * nb * FRACTAL;
+        let conv_c = plan.mb * nb * FRACTAL_C;
+        let rl_c = plan.cr * blk * FRACTAL_C;
+        let l0 = L0Layout {
+            a: [0, conv_a],
+            rl_a: [2 * conv_a, 2 * conv_a + rl_a],
+            b: [0, conv_b],
+            ident: core.l0b_bytes - FRACTAL,
+            c: [0, conv_c],
+            rl_c: [2 * conv_c, 2 * conv_c + rl_c],
+        };
+        let ub = plan.ub_layout(p);
+        Gen {
+            a,
+            p,
+            plan,
+            s,
+            r,
+            l1,
+            l0,
+            ub,
+            cb: 0,
+            relayout: true,
+        }
+    }
+
+    fn ins(&mut self, text: impl std::fmt::Display) {
+        self.a.ins(text);
+    }
+
+    fn set(&mut self, src: &str, dst: &str, id: u8) {
+        self.a.ins(format_args!("set_flag  {src}, {dst}, {id}"));
+    }
+
+    fn wait(&mut self, src: &str, dst: &str, id: u8) {
+        self.a.ins(format_args!("wait_flag {src}, {dst}, {id}"));
+    }
+
+    fn movi(&mut self, dst: Reg, v: u64) {
+        self.a.movi(dst, v as i64);
+    }
+
+    /// `dst = src + v` (v may exceed an immediate; `tmp` may be `dst`).
+    fn addi(&mut self, dst: Reg, src: Reg, v: i64, tmp: Reg) {
+        if let Ok(i) = i32::try_from(v) {
+            self.ins(format_args!("addi      {dst}, {src}, {i}"));
+        } else {
+            self.a.movi(tmp, v);
+            self.ins(format_args!("add       {dst}, {src}, {tmp}"));
+        }
+    }
+
+    /// `dst = src * v`.
+    fn muli(&mut self, dst: Reg, src: Reg, v: u64, tmp: Reg) {
+        if let Ok(i) = i32::try_from(v) {
+            self.ins(format_args!("muli      {dst}, {src}, {i}"));
+        } else {
+            self.a.movi(tmp, v as i64);
+            self.ins(format_args!("mul       {dst}, {src}, {tmp}"));
+        }
+    }
+
+    /// Jumps to `labels[R - 1]` for the row count in `reg` (1-based).
+    fn dispatch(&mut self, reg: Reg, labels: &[String]) {
+        let t = self.r.t[0];
+        for (i, l) in labels.iter().enumerate().take(labels.len() - 1) {
+            self.movi(t, i as u64 + 1);
+            self.ins(format_args!("beq       {reg}, {t}, {l}"));
+        }
+        let last = labels.last().cloned().unwrap_or_default();
+        self.ins(format_args!("jmp       {last}"));
+    }
+
+    /// Output-channel fractals of the current pass.
+    fn mbp(&self) -> u64 {
+        self.plan.mb_of(self.p, self.cb)
+    }
+
+    /// Bytes of one stage's resident weights in the current pass.
+    fn stage_weights(&self) -> u64 {
+        self.mbp() * self.plan.taps() * FRACTAL
+    }
+
+    /// The L1 buffer of stage group `gi` of a tile of parity `parity` (groups alternate over
+    /// the block's tiles, so with an odd number of groups the parity matters).
+    fn stage_buffer(&self, parity: u64, gi: u64) -> usize {
+        ((parity * self.plan.groups() + gi) % 2) as usize
+    }
+
+    /// Whether a relayout row goes through the cube in one round (all its channel blocks
+    /// fit the relayout buffers), so its cube work can share a K step's flags.
+    fn single_round(&self) -> bool {
+        self.plan.cr == self.plan.c1
+    }
+
+    fn emit(mut self) {
+        let (s, plan) = (self.s, self.plan);
+        let a = &mut *self.a;
+        a.tiling("rows_per_tile", plan.rt as i64);
+        a.tiling("first_tile_rows", plan.r_first as i64);
+        a.tiling("last_tile_rows", plan.r_last as i64);
+        a.tiling("row_pitch", plan.wq as i64);
+        a.tiling("wo", s.wo as i64);
+        a.tiling("margin", plan.margin as i64);
+        a.tiling("channel_blocks", plan.c1 as i64);
+        a.tiling("co_fractals", plan.mb as i64);
+        a.tiling("co_blocks", plan.co_blocks as i64);
+        a.tiling("taps_per_step", plan.kb as i64);
+        a.tiling("stage_group", plan.sg as i64);
+        a.tiling("relayout_blocks", plan.cr as i64);
+        a.tiling("relayout_steps", plan.item_steps as i64);
+        a.tiling("relayout_ub_rows", plan.ub_rows as i64);
+        a.tiling("block_dim", plan.blocks.len() as i64);
+        a.tiling("ub_bytes", self.ub.end as i64);
+        self.prologue();
+        for cb in 0..plan.co_blocks {
+            self.cb = cb;
+            self.relayout = cb == 0;
+            self.pass();
+        }
+        self.epilogue();
+    }
+
+    fn prologue(&mut self) {
+        let r = &self.r;
+        let (zero, x) = (r.zero, r.x);
+        let [t0, t1, t2, _] = r.t;
+        // The input's address first (a scalar GM load takes hundreds of cycles, and the
+        // first `nd2nz` needs only this one); the others are loaded where first needed.
+        self.ins(format_args!("sreg      {t0}, args"));
+        self.ins(format_args!("ld.gm.u64 {x}, {t0}, off={}", arg::X * 8));
+        self.movi(zero, 0);
+        self.a.comment("every buffer starts free");
+        for id in [ev::STAGE[0], ev::STAGE[1], ev::STAGING[0], ev::STAGING[1]] {
+            self.set("MTE1", "MTE2", id);
+        }
+        for id in [ev::L0[0], ev::L0[1], ev::RELAYOUT[0], ev::RELAYOUT[1]] {
+            self.set("M", "MTE1", id);
+        }
+        for id in [ev::TILE, ev::RELAYOUT[0], ev::RELAYOUT[1]] {
+            self.set("V", "M", id);
+        }
+        for id in self.mte3_to_v() {
+            self.set("MTE3", "V", id);
+        }
+        self.set("MTE2", "MTE3", ev::WORKSPACE);
+        if self.p.bias != BiasKind::None {
+            self.set("V", "MTE2", ev::BIAS);
+        }
+        self.a
+            .comment("the zero area that pads, gaps and margins are written from");
+        let units = self.plan.zero_units(&self.s);
+        self.a.mask_count(t2, units * 16);
+        self.movi(t1, self.ub.zero);
+        self.ins(format_args!("vdup.f16  {t1}, {zero}"));
+        self.set("V", "MTE3", ev::ZEROED);
+        self.wait("V", "MTE3", ev::ZEROED);
+    }
+
+    fn epilogue(&mut self) {
+        self.a.comment("consume the flags the last tiles set");
+        for id in [ev::STAGE[0], ev::STAGE[1], ev::STAGING[0], ev::STAGING[1]] {
+            self.wait("MTE1", "MTE2", id);
+        }
+        for id in [ev::L0[0], ev::L0[1], ev::RELAYOUT[0], ev::RELAYOUT[1]] {
+            self.wait("M", "MTE1", id);
+        }
+        for id in [ev::TILE, ev::RELAYOUT[0], ev::RELAYOUT[1]] {
+            self.wait("V", "M", id);
+        }
+        for id in self.mte3_to_v() {
+            self.wait("MTE3", "V", id);
+        }
+        self.wait("MTE2", "MTE3", ev::WORKSPACE);
+        if self.p.bias != BiasKind::None {
+            self.wait("V", "MTE2", ev::BIAS);
+        }
+    }
+
+    /// The MTE3 → V events: the drain buffer and the relayout rows (one notice per batch
+    /// when UB holds a whole batch).
+    fn mte3_to_v(&self) -> Vec<u8> {
+        if self.batched() {
+            vec![ev::DRAIN, ev::RELAYOUT_UB[0]]
+        } else {
+            vec![ev::DRAIN, ev::RELAYOUT_UB[0], ev::RELAYOUT_UB[1]]
+        }
+    }
+
+    /// Whether UB holds a whole batch of relayout rows.
+    fn batched(&self) -> bool {
+        self.plan.ub_rows > 2
+    }
+
+    /// V: a batch of relayout rows starts (its UB rows were written out).
+    fn batch_begin(&mut self) {
+        if self.batched() {
+            self.wait("MTE3", "V", ev::RELAYOUT_UB[0]);
+        }
+    }
+
+    /// Emits relayout row `q`'s work `f` when the batch has that row: `rn > q` in a batched
+    /// batch (whose registers stay at its first row), `rn > 0` otherwise (they move on).
+    fn guard_item(&mut self, q: u64, f: impl FnOnce(&mut Self)) {
+        if !self.batched() {
+            self.guarded(self.r.rn, f);
+            return;
+        }
+        let (rn, t0) = (self.r.rn, self.r.t[0]);
+        let skip = self.a.new_label("no_item");
+        self.movi(t0, q);
+        self.ins(format_args!("bgeu      {t0}, {rn}, {skip}"));
+        f(self);
+        self.a.place(&skip);
+    }
+
+    /// L1 offset of relayout row `q` from `sx`.
+    fn staged_row(&self, q: u64) -> u64 {
+        if self.batched() {
+            q * self.plan.c1 * self.plan.blk(&self.s) * FRACTAL
+        } else {
+            0
+        }
+    }
+
+    /// The UB row of relayout row `q` of a batch in slot `slot`.
+    fn ub_row(&self, slot: usize, q: u64) -> u64 {
+        let row = self.plan.c1 * self.plan.blk(&self.s) * FRACTAL;
+        let at = if self.batched() { q } else { slot as u64 };
+        self.ub.relayout + at * row
+    }
+
+    /// MTE3 announces the next tile's workspace rows (after MTE2 took the previous notice).
+    fn workspace_written(&mut self) {
+        if self.batched() {
+            // V's copies are all done: MTE3 writes the batch out, then hands UB back.
+            self.set("V", "MTE3", ev::BATCH);
+            self.wait("V", "MTE3", ev::BATCH);
+            let (rws, t1) = (self.r.rws, self.r.t[1]);
+            for q in 0..self.plan.ub_rows {
+                self.guard_item(q, |k| {
+                    k.addi(t1, rws, (q * k.plan.wq * UNIT) as i64, t1);
+                    k.write_row(k.ub_row(0, q), t1);
+                });
+            }
+            self.set("MTE3", "V", ev::RELAYOUT_UB[0]);
+        }
+        self.wait("MTE2", "MTE3", ev::WORKSPACE);
+        self.set("MTE3", "MTE2", ev::WORKSPACE);
+    }
+
+    /// MTE2 takes the notice that a tile's workspace rows are written.
+    fn workspace_ready(&mut self) {
+        self.wait("MTE3", "MTE2", ev::WORKSPACE);
+    }
+
+    /// MTE2 tells MTE3 the notice was taken; placed behind the band load the notice was
+    /// for, whose own notice has already waited out the transfers this one would stall on.
+    fn workspace_taken(&mut self) {
+        self.set("MTE2", "MTE3", ev::WORKSPACE);
+    }
+
+    /// Sets `row` and `rend` to this block's rows (a branch tree over `block_idx`).
+    fn block_range(&mut self) {
+        let blocks = self.plan.blocks.clone();
+        let [t0, t1, _, _] = self.r.t;
+        let done = self.a.new_label("range_done");
+        self.ins(format_args!("sreg      {t1}, block_idx"));
+        self.range_tree(&blocks, 0, blocks.len(), t0, t1, &done);
+        self.a.place(&done);
+    }
+
+    fn range_tree(
+        &mut self,
+        blocks: &[(u64, u64)],
+        lo: usize,
+        hi: usize,
+        t: Reg,
+        bi: Reg,
+        done: &str,
+    ) {
+        if hi - lo == 1 {
+            self.movi(self.r.row, blocks[lo].0);
+            self.movi(self.r.rend, blocks[lo].1);
+            self.ins(format_args!("jmp       {done}"));
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        let left = self.a.new_label("range_lo");
+        self.movi(t, mid as u64);
+        self.ins(format_args!("blt       {bi}, {t}, {left}"));
+        self.range_tree(blocks, mid, hi, t, bi, done);
+        self.a.place(&left);
+        self.range_tree(blocks, lo, mid, t, bi, done);
+    }
+
+    /// One pass over the block's rows for the current co block. The tiles form a software
+    /// pipeline: while tile `t` multiplies, the rows tile `t + 1` adds go through the relayout
+    /// (their `nd2nz` were issued during tile `t - 1`), tile `t + 2`'s rows are staged, tile
+    /// `t - 1` drains, and the stage loads run two stages ahead, into the next tile. The loop
+    /// body exists twice (tile parity), so staging slots, stage buffers, L0C halves and their
+    /// events stay static.
+    fn pass(&mut self) {
+        let (plan, p) = (self.plan, self.p);
+        let cb = self.cb;
+        let r = &self.r;
+        let (first, zero, consts, out) = (r.first, r.zero, r.consts, r.out);
+        let (row, rend, rcur, nrow, nr) = (r.row, r.rend, r.rcur, r.nrow, r.nr);
+        let (bsrc, nband, rn, rws, rn2, rws2) = (r.bsrc, r.nband, r.rn, r.rws, r.rn2, r.rws2);
+        let (pws, pend, prev_r, cout, sx) = (r.pws, r.pend, r.prev_r, r.cout, r.sx);
+        let [t0, t1, t2, t3] = r.t;
+        self.a.comment(format_args!(
+            "pass {cb}: output channels from {}",
+            cb * 16 * plan.mb
+        ));
+        if cb > 0 {
+            // The resident weights, bias and UB buffers change: let every pipe finish first.
+            self.ins("pipe_barrier ALL");
+        }
+        self.block_range();
+        // The first piece starts at the first row; its workspace address is added once the
+        // first rows are on their way (the `nd2nz` needs only the input's address).
+        self.movi(pws, 0);
+        self.addi(pws, pws, -(plan.piece_bytes(&self.s) as i64), t0);
+        self.ins(format_args!("mov       {pend}, {row}"));
+        self.movi(first, 1);
+        self.movi(prev_r, 0);
+        self.descriptor_with(row, rcur, true, false);
+        if self.relayout {
+            self.relayout_prep(row, rcur);
+            self.relayout_nd2nz(0, t3, cb == 0);
+            self.ins(format_args!("mov       {rn}, {rn2}"));
+            self.ins(format_args!("mov       {rws}, {rws2}"));
+        }
+        self.preload_weights();
+        self.ins(format_args!("sreg      {t2}, args"));
+        self.ins(format_args!("ld.gm.u64 {t3}, {t2}, off={}", arg::WS * 8));
+        self.ins(format_args!("sreg      {t2}, block_idx"));
+        self.muli(t2, t2, plan.ws_block(&self.s), t0);
+        self.ins(format_args!("add       {t3}, {t3}, {t2}"));
+        self.ins(format_args!("add       {pws}, {pws}, {t3}"));
+        if self.relayout {
+            self.ins(format_args!("add       {rws}, {rws}, {t3}"));
+            self.zero_piece();
+        }
+        self.band_address(row, bsrc);
+        self.a
+            .comment("the second tile: its descriptor, band and staged rows");
+        let no_second = self.a.new_label("no_second");
+        self.movi(nr, 0);
+        self.movi(rn2, 0);
+        self.ins(format_args!("add       {nrow}, {row}, {rcur}"));
+        self.ins(format_args!("bge       {nrow}, {rend}, {no_second}"));
+        self.descriptor(nrow, nr, false);
+        if self.relayout {
+            self.relayout_prep(nrow, nr);
+            self.relayout_nd2nz_quiet(1, t3, false);
+        }
+        self.band_address(nrow, nband);
+        self.a.place(&no_second);
+        if self.relayout {
+            self.a
+                .comment("the first tile's rows through the cube to the workspace");
+            self.wait("MTE2", "MTE1", ev::STAGING[0]);
+            if cb == 0 {
+                // The identity, loaded behind the first `nd2nz`, reaches L0B before any row.
+                self.movi(t0, self.l1.ident);
+                self.movi(t1, self.l0.ident);
+                self.ins(format_args!("load_l0b  {t1}, {t0}, 1"));
+            }
+            self.movi(sx, self.l1.staging[0]);
+            self.batch_begin();
+            self.relayout_rest(0);
+            self.set("MTE1", "MTE2", ev::STAGING[0]);
+            self.workspace_written();
+            self.ins(format_args!("mov       {rn}, {rn2}"));
+            self.ins(format_args!("mov       {rws}, {rws2}"));
+        }
+        // Needed from the first drain on only.
+        if cb == 0 {
+            self.ins(format_args!("sreg      {t2}, args"));
+            self.ins(format_args!("ld.gm.u64 {out}, {t2}, off={}", arg::OUT * 8));
+        }
+        if p.bias != BiasKind::None {
+            self.wait("V", "MTE2", ev::BIAS);
+            let src = match p.bias {
+                BiasKind::Runtime { offset } => {
+                    self.ins(format_args!("sreg      {t2}, args"));
+                    self.ins(format_args!("ld.gm.u64 {t0}, {t2}, off={}", arg::BIAS * 8));
+                    offset
+                }
+                _ => {
+                    self.ins(format_args!("mov       {t0}, {consts}"));
+                    WEIGHTS_OFF + plan_weights_total(plan, p)
+                }
+            };
+            self.addi(t0, t0, (src + cb * plan.mb * FRACTAL_C) as i64, t1);
+            self.movi(t1, self.ub.bias);
+            self.ins(format_args!(
+                "copy_gm_to_ub {t1}, {t0}, 1, {}",
+                self.mbp() * FRACTAL_C / 32
+            ));
+            self.set("MTE2", "V", ev::BIAS);
+            self.wait("MTE2", "V", ev::BIAS);
+        }
+        // A pass starts as if a tile with no rows had been drained.
+        self.wait("MTE3", "V", ev::DRAIN);
+        self.set("V", "MTE3", ev::DRAIN);
+        self.tile_output(row, cout);
+        if self.relayout {
+            self.workspace_ready();
+        }
+        self.load_group(0, self.stage_buffer(0, 0), bsrc, Weights::No);
+        if self.relayout {
+            self.workspace_taken();
+            // The second tile's staged rows (above), announced behind the first band.
+            self.guarded(nr, |k| k.set("MTE2", "MTE1", ev::STAGING[1]));
+        }
+        if plan.groups() > 1 {
+            self.load_group(1, self.stage_buffer(0, 1), bsrc, Weights::IfFirst);
+        }
+
+        let tops = [self.a.new_label("tile_even"), self.a.new_label("tile_odd")];
+        let afters = [
+            self.a.new_label("after_even"),
+            self.a.new_label("after_odd"),
+        ];
+        let pass_end = self.a.new_label("pass_end");
+        let pass_done = self.a.new_label("pass_done");
+        let bodies: Vec<Vec<String>> = (0..2)
+            .map(|_| (0..plan.rt).map(|_| self.a.new_label("body")).collect())
+            .collect();
+        for parity in 0..2usize {
+            self.iteration(parity, &tops, &afters[parity], &bodies[parity], &pass_end);
+        }
+
+        self.a.place(&pass_end);
+        self.a.comment("the last tile's rows");
+        self.wait("V", "MTE3", ev::DRAIN);
+        for r in (0..plan.rt).rev() {
+            self.guarded_drain_row(r);
+        }
+        self.set("MTE3", "V", ev::DRAIN);
+        if p.bias != BiasKind::None {
+            self.set("V", "MTE2", ev::BIAS);
+        }
+        self.ins(format_args!("jmp       {pass_done}"));
+
+        for parity in 0..2usize {
+            for rows in 1..=plan.rt {
+                self.a.place(&bodies[parity][(rows - 1) as usize]);
+                self.body(parity, rows);
+                self.ins(format_args!("jmp       {}", afters[parity]));
+            }
+        }
+        self.a.place(&pass_done);
+        let _ = zero;
+    }
+
+    /// One loop iteration (tile parity `parity`): stage the tile after next, run the tile's
+    /// body for its height, drain it, move every register one tile on.
+    fn iteration(
+        &mut self,
+        parity: usize,
+        tops: &[String; 2],
+        after: &str,
+        bodies: &[String],
+        pass_end: &str,
+    ) {
+        let r = &self.r;
+        let (zero, first, row, rend, rcur, nrow, nr, nnr) =
+            (r.zero, r.first, r.row, r.rend, r.rcur, r.nrow, r.nr, r.nnr);
+        let (bsrc, nband, nnband, rn, rws, rn2, rws2, sx) =
+            (r.bsrc, r.nband, r.nnband, r.rn, r.rws, r.rn2, r.rws2, r.sx);
+        let (cout, pcout, prev_r) = (r.cout, r.pcout, r.prev_r);
+        self.a.place(&tops[parity]);
+        self.a
+            .comment("the tile after next: its descriptor, band and staged rows");
+        let staged = self.a.new_label("staged");
+        self.movi(nnr, 0);
+        self.movi(rn2, 0);
+        self.ins(format_args!("beq       {nr}, {zero}, {staged}"));
+        self.ins(format_args!("add       {sx}, {nrow}, {nr}"));
+        self.ins(format_args!("bge       {sx}, {rend}, {staged}"));
+        self.descriptor(sx, nnr, false);
+        if self.relayout {
+            // Its rows are staged from the body, behind the loads the current and next
+            // tiles need sooner.
+            self.relayout_prep(sx, nnr);
+            let (rx2, t3) = (self.r.rx2, self.r.t[3]);
+            self.ins(format_args!("mov       {rx2}, {t3}"));
+        }
+        self.band_address(sx, nnband);
+        self.a.place(&staged);
+        self.dispatch(rcur, bodies);
+        self.a.place(after);
+        self.drain_copy(parity);
+        self.ins(format_args!("mov       {pcout}, {cout}"));
+        self.ins(format_args!("mov       {prev_r}, {rcur}"));
+        self.ins(format_args!("beq       {nr}, {zero}, {pass_end}"));
+        self.movi(first, 0);
+        self.ins(format_args!("mov       {row}, {nrow}"));
+        self.ins(format_args!("mov       {rcur}, {nr}"));
+        self.ins(format_args!("mov       {bsrc}, {nband}"));
+        self.ins(format_args!("add       {nrow}, {row}, {rcur}"));
+        self.ins(format_args!("mov       {nr}, {nnr}"));
+        self.ins(format_args!("mov       {nband}, {nnband}"));
+        if self.relayout {
+            self.ins(format_args!("mov       {rn}, {rn2}"));
+            self.ins(format_args!("mov       {rws}, {rws2}"));
+        }
+        self.tile_output(row, cout);
+        self.ins(format_args!("jmp       {}", tops[1 - parity]));
+    }
+
+    /// From the global row in `rin`: starts a new piece when `rin` is the previous piece's end
+    /// (zeroing its margins and pad rows in the relayout pass), then sets `rout` to the tile's
+    /// rows: the piece's remaining rows split into even tiles of at most RT (at most RF for a
+    /// pass's first tile, so the pipeline fills quickly).
+    fn descriptor(&mut self, rin: Reg, rout: Reg, first: bool) {
+        self.descriptor_with(rin, rout, first, true);
+    }
+
+    /// `descriptor`, zeroing a new piece only with `zero_new` (the pass's first piece is
+    /// zeroed once the workspace address is known).
+    fn descriptor_with(&mut self, rin: Reg, rout: Reg, first: bool, zero_new: bool) {
+        let s = self.s;
+        let r = &self.r;
+        let (pws, pstart, pend, rend, ydone) = (r.pws, r.pstart, r.pend, r.rend, r.ydone);
+        let [t0, t1, t2, t3] = r.t;
+        let same = self.a.new_label("same_piece");
+        self.ins(format_args!("bne       {rin}, {pend}, {same}"));
+        self.movi(t0, s.ho);
+        self.ins(format_args!("divu      {t1}, {rin}, {t0}"));
+        self.ins(format_args!("mul       {t2}, {t1}, {t0}"));
+        self.ins(format_args!("sub       {t2}, {rin}, {t2}"));
+        let piece = self.plan.piece_bytes(&s);
+        self.addi(pws, pws, piece as i64, t3);
+        self.ins(format_args!("mov       {pstart}, {rin}"));
+        self.ins(format_args!("addi      {t3}, {t1}, 1"));
+        self.ins(format_args!("mul       {t3}, {t3}, {t0}"));
+        self.ins(format_args!("minu      {pend}, {t3}, {rend}"));
+        self.muli(ydone, t2, s.sh, t3);
+        if self.relayout && zero_new {
+            self.zero_piece();
+        }
+        self.a.place(&same);
+        // The block's last tile is kept short (its drain is the block's tail): the rows before
+        // it are split evenly, rows = ceil(left' / ceil(left' / RT)).
+        let even = self.a.new_label("even_split");
+        self.ins(format_args!("sub       {t3}, {pend}, {rin}"));
+        self.ins(format_args!("mov       {t2}, {t3}"));
+        self.ins(format_args!("bne       {pend}, {rend}, {even}"));
+        self.movi(t0, self.plan.r_last);
+        self.ins(format_args!("bgeu      {t0}, {t3}, {even}"));
+        self.ins(format_args!("sub       {t2}, {t3}, {t0}"));
+        self.a.place(&even);
+        self.movi(t0, self.plan.rt);
+        self.ins(format_args!("add       {t1}, {t2}, {t0}"));
+        self.ins(format_args!("addi      {t1}, {t1}, -1"));
+        self.ins(format_args!("divu      {t1}, {t1}, {t0}"));
+        self.ins(format_args!("add       {rout}, {t2}, {t1}"));
+        self.ins(format_args!("addi      {rout}, {rout}, -1"));
+        self.ins(format_args!("divu      {rout}, {rout}, {t1}"));
+        if first {
+            // A short first tile fills the pipeline sooner, unless it would leave a shorter
+            // remainder of a piece that fits one tile.
+            let keep = self.a.new_label("keep_first");
+            self.movi(t0, self.plan.r_first);
+            self.ins(format_args!("minu      {rout}, {rout}, {t0}"));
+            self.ins(format_args!("sub       {t1}, {t3}, {rout}"));
+            self.ins(format_args!("bgeu      {t1}, {t0}, {keep}"));
+            self.movi(t0, self.plan.rt);
+            self.ins(format_args!("bltu      {t0}, {t3}, {keep}"));
+            self.ins(format_args!("mov       {rout}, {t3}"));
+            self.a.place(&keep);
+        }
+    }
+
+    /// Zeroes a new piece's margins and its pad rows (above and below the image) in the
+    /// workspace. Uses the registers of the batch being prepared (`nnr`, `rn2`, `rws2`) as
+    /// scratch: `descriptor` runs before they are set.
+    fn zero_piece(&mut self) {
+        let (s, plan) = (self.s, self.plan);
+        let r = &self.r;
+        let (pws, pstart, pend, zero) = (r.pws, r.pstart, r.pend, r.zero);
+        let (top_rows, bottom_rows, bottom_at) = (r.nnr, r.rn2, r.rws2);
+        let [t0, t1, t2, t3] = r.t;
+        let pws_units = plan.pws();
+        if plan.margin > 0 {
+            self.movi(t0, self.ub.zero);
+            self.ins(format_args!(
+                "copy_ub_to_gm {pws}, {t0}, {}, {}, src_gap=0, dst_gap={}",
+                s.sw * plan.c1,
+                plan.margin,
+                pws_units - plan.margin
+            ));
+        }
+        // t2 = sh·a (the piece's first padded row), t3 = its end padded row.
+        self.movi(t0, s.ho);
+        self.ins(format_args!("divu      {t1}, {pstart}, {t0}"));
+        self.ins(format_args!("mul       {t1}, {t1}, {t0}"));
+        self.ins(format_args!("sub       {t2}, {pstart}, {t1}"));
+        self.ins(format_args!("sub       {t3}, {pend}, {t1}"));
+        self.addi(t3, t3, plan.ihi as i64, t0);
+        self.muli(t3, t3, s.sh, t0);
+        self.movi(t0, plan.hp);
+        self.ins(format_args!("minu      {t3}, {t3}, {t0}"));
+        self.muli(t2, t2, s.sh, t0);
+        // Top pads: rows sh·a .. min(pt, end), from the piece's first row.
+        self.movi(t0, s.pt);
+        self.ins(format_args!("minu      {t0}, {t0}, {t3}"));
+        self.ins(format_args!("sub       {top_rows}, {t0}, {t2}"));
+        // Bottom pads: rows max(pt + h, sh·a) .. end, from that row.
+        self.movi(t0, s.pt + s.h);
+        self.ins(format_args!("max       {t0}, {t0}, {t2}"));
+        self.ins(format_args!("sub       {bottom_rows}, {t3}, {t0}"));
+        self.ins(format_args!("sub       {t0}, {t0}, {t2}"));
+        self.muli(t0, t0, plan.wq * UNIT, t1);
+        self.ins(format_args!("add       {bottom_at}, {pws}, {t0}"));
+        self.addi(bottom_at, bottom_at, (plan.margin * UNIT) as i64, t0);
+        for (rows, at) in [(top_rows, None), (bottom_rows, Some(bottom_at))] {
+            let skip = self.a.new_label("no_pad");
+            let top = self.a.new_label("pad_row");
+            self.ins(format_args!("bge       {zero}, {rows}, {skip}"));
+            match at {
+                None => self.addi(t1, pws, (plan.margin * UNIT) as i64, t0),
+                Some(reg) => self.ins(format_args!("mov       {t1}, {reg}")),
+            }
+            self.a.place(&top);
+            self.zero_row(t1, t2, t3);
+            self.ins(format_args!("loop      {rows}, {top}"));
+            self.a.place(&skip);
+        }
+    }
+
+    /// Writes zeros over the workspace row at `addr` (every column phase and channel block)
+    /// and moves `addr` to the next row.
+    fn zero_row(&mut self, addr: Reg, dst: Reg, zeros: Reg) {
+        let (s, plan) = (self.s, self.plan);
+        let pws_units = plan.pws();
+        self.movi(zeros, self.ub.zero);
+        for phi in 0..s.sw {
+            self.addi(dst, addr, (phi * plan.c1 * pws_units * UNIT) as i64, dst);
+            self.ins(format_args!(
+                "copy_ub_to_gm {dst}, {zeros}, {}, {}, src_gap=0, dst_gap={}",
+                plan.c1,
+                plan.wq,
+                pws_units - plan.wq
+            ));
+        }
+        self.addi(addr, addr, (plan.wq * UNIT) as i64, dst);
+    }
+
+    /// For the tile at global row `rin` of `rr` rows: the data rows its relayout adds (`rn2`),
+    /// the workspace row of the first (`rws2`) and, in `t3`, its GM address; advances `ydone`.
+    fn relayout_prep(&mut self, rin: Reg, rr: Reg) {
+        let (s, plan, p) = (self.s, self.plan, self.p);
+        let r = &self.r;
+        let (x, pws, pstart, ydone, rn, rws, zero) =
+            (r.x, r.pws, r.pstart, r.ydone, r.rn2, r.rws2, r.zero);
+        let [t0, t1, t2, t3] = r.t;
+        self.movi(t0, s.ho);
+        self.ins(format_args!("divu      {t1}, {rin}, {t0}"));
+        self.ins(format_args!("mul       {t2}, {t1}, {t0}"));
+        self.ins(format_args!("sub       {t3}, {rin}, {t2}"));
+        // t3 = the padded row after the tile's last band row.
+        self.ins(format_args!("add       {t3}, {t3}, {rr}"));
+        self.addi(t3, t3, plan.ihi as i64, t0);
+        self.muli(t3, t3, s.sh, t0);
+        self.movi(t0, plan.hp);
+        self.ins(format_args!("minu      {t3}, {t3}, {t0}"));
+        // First and end data rows (padded): max(ydone, pt), min(end, pt + h).
+        self.movi(t0, s.pt);
+        self.ins(format_args!("max       {t0}, {ydone}, {t0}"));
+        self.movi(t2, s.pt + s.h);
+        self.ins(format_args!("minu      {t2}, {t2}, {t3}"));
+        self.ins(format_args!("sub       {rn}, {t2}, {t0}"));
+        self.ins(format_args!("max       {rn}, {rn}, {zero}"));
+        self.ins(format_args!("max       {ydone}, {ydone}, {t3}"));
+        // rws = pws + (margin + (first - sh·a)·wq)·32
+        self.movi(t3, s.ho);
+        self.ins(format_args!("mul       {t2}, {t1}, {t3}"));
+        self.ins(format_args!("sub       {t2}, {pstart}, {t2}"));
+        self.muli(t2, t2, s.sh, t3);
+        self.ins(format_args!("sub       {t2}, {t0}, {t2}"));
+        self.muli(t2, t2, plan.wq * UNIT, t3);
+        self.ins(format_args!("add       {rws}, {pws}, {t2}"));
+        self.addi(rws, rws, (plan.margin * UNIT) as i64, t3);
+        // t3 = x + ((n·C + c_off)·h + first - pt)·w·2
+        self.muli(t1, t1, s.c, t3);
+        self.addi(t1, t1, p.c_off as i64, t3);
+        self.muli(t1, t1, s.h, t3);
+        self.ins(format_args!("add       {t1}, {t1}, {t0}"));
+        self.addi(t1, t1, -(s.pt as i64), t3);
+        self.muli(t1, t1, s.w * 2, t3);
+        self.ins(format_args!("add       {t3}, {x}, {t1}"));
+    }
+
+    /// MTE2: the batch `relayout_prep` described (`rn2` rows from the GM address in `src`)
+    /// into staging slot `slot`, one `nd2nz` per row (every channel). The first batch also
+    /// brings the identity fractal (the constants' address is loaded while the rows are in
+    /// flight).
+    fn relayout_nd2nz(&mut self, slot: usize, src: Reg, with_ident: bool) {
+        self.relayout_nd2nz_quiet(slot, src, with_ident);
+        self.set("MTE2", "MTE1", ev::STAGING[slot]);
+    }
+
+    /// `relayout_nd2nz` without its notice, which the caller sets later: a notice stalls
+    /// MTE2 until its transfers are complete, so it is placed behind loads that are needed
+    /// sooner.
+    fn relayout_nd2nz_quiet(&mut self, slot: usize, src: Reg, with_ident: bool) {
+        let (s, plan, p) = (self.s, self.plan, self.p);
+        let r = &self.r;
+        let (rn2, zero, consts) = (r.rn2, r.zero, r.consts);
+        let [t0, t1, t2, t3] = r.t;
+        self.a.comment("relayout: a batch of input rows into L1");
+        if src != t3 {
+            self.ins(format_args!("mov       {t3}, {src}"));
+        }
+        self.wait("MTE1", "MTE2", ev::STAGING[slot]);
+        self.movi(t1, self.l1.staging[slot]);
+        self.ins(format_args!("mov       {t2}, {rn2}"));
+        let skip = self.a.new_label("no_rows");
+        let top = self.a.new_label("nd2nz");
+        self.ins(format_args!("beq       {t2}, {zero}, {skip}"));
+        self.a.place(&top);
+        self.ins(format_args!(
+            "copy_gm_to_l1_nd2nz {t1}, {t3}, {}, {}, {}, {}",
+            p.cg,
+            s.w,
+            s.h * s.w,
+            16 * plan.c1
+        ));
+        self.addi(t3, t3, (s.w * 2) as i64, t0);
+        self.addi(t1, t1, (plan.c1 * plan.blk(&s) * FRACTAL) as i64, t0);
+        self.ins(format_args!("loop      {t2}, {top}"));
+        self.a.place(&skip);
+        if with_ident {
+            self.ins(format_args!("sreg      {t2}, args"));
+            self.ins(format_args!(
+                "ld.gm.u64 {consts}, {t2}, off={}",
+                arg::CONSTS * 8
+            ));
+            self.movi(t1, self.l1.ident);
+            self.addi(t0, consts, IDENT_OFF as i64, t0);
+            self.ins(format_args!(
+                "copy_gm_to_l1 {t1}, {t0}, 1, {}",
+                FRACTAL / 32
+            ));
+        }
+    }
+
+    /// Every relayout row left (`rn`) from row `q0` of the batch: unrolled to the batch's
+    /// largest size when UB holds it (each row has its own UB row), else two at a time
+    /// (alternating slots).
+    fn relayout_rest(&mut self, q0: u64) {
+        let (rn, zero) = (self.r.rn, self.r.zero);
+        if self.batched() {
+            for q in q0..self.plan.ub_rows {
+                self.guard_item(q, |k| k.relayout_item((q % 2) as usize, q));
+            }
+            return;
+        }
+        let top = self.a.new_label("relayout_rest");
+        let done = self.a.new_label("relayout_done");
+        self.a.place(&top);
+        self.ins(format_args!("beq       {rn}, {zero}, {done}"));
+        self.relayout_item(0, 0);
+        self.ins(format_args!("beq       {rn}, {zero}, {done}"));
+        self.relayout_item(1, 1);
+        self.ins(format_args!("jmp       {top}"));
+        self.a.place(&done);
+    }
+
+    /// One staged input row (at `sx`) through the cube and out to its workspace row: one
+    /// round when all its channel blocks fit the relayout buffers, else a round per group.
+    fn relayout_item(&mut self, slot: usize, q: u64) {
+        if self.single_round() {
+            self.item_mte1(slot, q);
+            self.item_m(slot);
+            self.item_m_sets(slot);
+            self.item_tail(slot, q);
+            return;
+        }
+        let (s, plan) = (self.s, self.plan);
+        let sx = self.r.sx;
+        let [_, t1, t2, t3] = self.r.t;
+        let blk = plan.blk(&s);
+        let ub_row = self.ub_row(slot, q);
+        let mut g0 = 0;
+        let mut item = 0;
+        while g0 < plan.c1 {
+            let g1 = (g0 + plan.cr).min(plan.c1);
+            let id = ev::RELAYOUT[item % 2];
+            let (la, lc) = (self.l0.rl_a[item % 2], self.l0.rl_c[item % 2]);
+            self.wait("M", "MTE1", id);
+            for c in g0..g1 {
+                self.movi(t2, la + (c - g0) * blk * FRACTAL);
+                self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
+                self.ins(format_args!(
+                    "load_l0a  {t2}, {t3}, {blk}, src_stride={}, dst_stride=1, transpose=true",
+                    plan.c1
+                ));
+            }
+            self.set("MTE1", "M", id);
+            self.wait("MTE1", "M", id);
+            self.wait("V", "M", id);
+            self.movi(t1, self.l0.ident);
+            for c in g0..g1 {
+                self.movi(t2, lc + (c - g0) * blk * FRACTAL_C);
+                self.movi(t3, la + (c - g0) * blk * FRACTAL);
+                self.ins(format_args!(
+                    "mmad      {t2}, {t3}, {t1}, {}, 16, 16, init=true",
+                    16 * blk
+                ));
+            }
+            self.set("M", "MTE1", id);
+            self.set("M", "V", id);
+            self.wait("M", "V", id);
+            if g0 == 0 && !self.batched() {
+                self.wait("MTE3", "V", ev::RELAYOUT_UB[slot]);
+            }
+            self.movi(t2, ub_row + g0 * blk * FRACTAL);
+            self.movi(t3, lc);
+            self.ins(format_args!(
+                "copy_l0c_to_ub.f16 {t2}, {t3}, {}",
+                (g1 - g0) * blk
+            ));
+            self.set("V", "M", id);
+            g0 = g1;
+            item += 1;
+        }
+        if !self.batched() {
+            self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
+            self.item_write(slot);
+        }
+    }
+
+    /// MTE1 of a one-round relayout row: every channel block of the staged row transposed
+    /// into the relayout L0A buffer of `slot`.
+    fn item_mte1(&mut self, slot: usize, q: u64) {
+        let (s, plan) = (self.s, self.plan);
+        let sx = self.r.sx;
+        let [_, _, t2, t3] = self.r.t;
+        let blk = plan.blk(&s);
+        let id = ev::RELAYOUT[slot];
+        let la = self.l0.rl_a[slot];
+        self.wait("M", "MTE1", id);
+        for c in 0..plan.c1 {
+            self.movi(t2, la + c * blk * FRACTAL);
+            self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
+            self.ins(format_args!(
+                "load_l0a  {t2}, {t3}, {blk}, src_stride={}, dst_stride=1, transpose=true",
+                plan.c1
+            ));
+        }
+        self.set("MTE1", "M", id);
+    }
+
+    /// M of a one-round relayout row: the transposed blocks times the identity into L0C.
+    fn item_m(&mut self, slot: usize) {
+        let (s, plan) = (self.s, self.plan);
+        let [_, t1, t2, t3] = self.r.t;
+        let blk = plan.blk(&s);
+        let id = ev::RELAYOUT[slot];
+        let (la, lc) = (self.l0.rl_a[slot], self.l0.rl_c[slot]);
+        self.wait("MTE1", "M", id);
+        self.wait("V", "M", id);
+        self.movi(t1, self.l0.ident);
+        for c in 0..plan.c1 {
+            self.movi(t2, lc + c * blk * FRACTAL_C);
+            self.movi(t3, la + c * blk * FRACTAL);
+            self.ins(format_args!(
+                "mmad      {t2}, {t3}, {t1}, {}, 16, 16, init=true",
+                16 * blk
+            ));
+        }
+    }
+
+    /// M's notices of a one-round relayout row (right after a K step's, so the cube drains
+    /// once for both).
+    fn item_m_sets(&mut self, slot: usize) {
+        let id = ev::RELAYOUT[slot];
+        self.set("M", "MTE1", id);
+        self.set("M", "V", id);
+    }
+
+    /// V and MTE3 of a one-round relayout row: L0C to UB as f16, then to the workspace.
+    fn item_tail(&mut self, slot: usize, q: u64) {
+        let (s, plan) = (self.s, self.plan);
+        let [_, _, t2, t3] = self.r.t;
+        let blk = plan.blk(&s);
+        let id = ev::RELAYOUT[slot];
+        self.wait("M", "V", id);
+        if !self.batched() {
+            self.wait("MTE3", "V", ev::RELAYOUT_UB[slot]);
+        }
+        self.movi(t2, self.ub_row(slot, q));
+        self.movi(t3, self.l0.rl_c[slot]);
+        self.ins(format_args!(
+            "copy_l0c_to_ub.f16 {t2}, {t3}, {}",
+            plan.c1 * blk
+        ));
+        self.set("V", "M", id);
+        if !self.batched() {
+            self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
+            self.item_write(slot);
+        }
+    }
+
+    /// MTE3: the relayouted row in UB slot `slot` to its workspace row; then the batch
+    /// registers move to the next row.
+    fn item_write(&mut self, slot: usize) {
+        let (s, plan) = (self.s, self.plan);
+        let (sx, rn, rws) = (self.r.sx, self.r.rn, self.r.rws);
+        let t3 = self.r.t[3];
+        let blk = plan.blk(&s);
+        self.wait("V", "MTE3", ev::RELAYOUT_UB[slot]);
+        self.write_row(self.ub_row(slot, 0), rws);
+        self.set("MTE3", "V", ev::RELAYOUT_UB[slot]);
+        self.addi(sx, sx, (plan.c1 * blk * FRACTAL) as i64, t3);
+        self.addi(rws, rws, (plan.wq * UNIT) as i64, t3);
+        self.ins(format_args!("addi      {rn}, {rn}, -1"));
+    }
+
+    /// MTE3: the relayouted row at UB address `ub_row` to the workspace row at `rws` (every
+    /// column phase, with the zeros after the data).
+    fn write_row(&mut self, ub_row: u64, rws: Reg) {
+        let (s, plan) = (self.s, self.plan);
+        let [_, _, t2, t3] = self.r.t;
+        let blk = plan.blk(&s);
+        let pws_units = plan.pws();
+        if s.sw == 1 {
+            self.movi(t2, ub_row);
+            self.ins(format_args!(
+                "copy_ub_to_gm {rws}, {t2}, {}, {}, src_gap={}, dst_gap={}",
+                plan.c1,
+                s.w,
+                blk * 16 - s.w,
+                pws_units - s.w
+            ));
+            if plan.wq > s.w {
+                self.addi(t3, rws, (s.w * UNIT) as i64, t3);
+                self.movi(t2, self.ub.zero);
+                self.ins(format_args!(
+                    "copy_ub_to_gm {t3}, {t2}, {}, {}, src_gap=0, dst_gap={}",
+                    plan.c1,
+                    plan.wq - s.w,
+                    pws_units - (plan.wq - s.w)
+                ));
+            }
+        } else {
+            for phi in 0..s.sw {
+                let n = plan.nphi[phi as usize];
+                for c in 0..plan.c1 {
+                    let dst = ((phi * plan.c1 + c) * pws_units * UNIT) as i64;
+                    if n > 0 {
+                        let src = ub_row + c * blk * FRACTAL + plan.x0[phi as usize] * UNIT;
+                        self.movi(t2, src);
+                        self.addi(t3, rws, dst, t3);
+                        self.ins(format_args!(
+                            "copy_ub_to_gm {t3}, {t2}, {n}, 1, src_gap={}, dst_gap=0",
+                            s.sw - 1
+                        ));
+                    }
+                    if plan.wq > n {
+                        self.addi(t3, rws, dst + (n * UNIT) as i64, t3);
+                        self.movi(t2, self.ub.zero);
+                        self.ins(format_args!("copy_ub_to_gm {t3}, {t2}, 1, {}", plan.wq - n));
+                    }
+                }
+            }
+        }
+    }
+
+    /// `dst` = the output address of the tile at global row `rin` (the pass's channels).
+    fn tile_output(&mut self, rin: Reg, dst: Reg) {
+        let (s, plan, p) = (self.s, self.plan, self.p);
+        let out = self.r.out;
+        let [t0, t1, t2, t3] = self.r.t;
+        let es = p.out.bytes();
+        let plane = s.ho * s.wo * es;
+        self.movi(t0, s.ho);
+        self.ins(format_args!("divu      {t1}, {rin}, {t0}"));
+        self.ins(format_args!("mul       {t2}, {t1}, {t0}"));
+        self.ins(format_args!("sub       {t2}, {rin}, {t2}"));
+        self.muli(t1, t1, s.m * plane, t3);
+        self.ins(format_args!("add       {dst}, {out}, {t1}"));
+        let channel = p.m_off + self.cb * 16 * plan.mb;
+        self.addi(dst, dst, (channel * plane) as i64, t3);
+        self.muli(t2, t2, s.wo * es, t3);
+        self.ins(format_args!("add       {dst}, {dst}, {t2}"));
+    }
+
+    /// `dst` = the workspace address of the band of the tile at global row `rin` (the first
+    /// row of plane 0, channel block 0, in the latest piece).
+    fn band_address(&mut self, rin: Reg, dst: Reg) {
+        let (s, plan) = (self.s, self.plan);
+        let (pws, pstart) = (self.r.pws, self.r.pstart);
+        let [t0, _, _, t3] = self.r.t;
+        self.ins(format_args!("sub       {t0}, {rin}, {pstart}"));
+        self.muli(t0, t0, s.sh * plan.wq * UNIT, t3);
+        self.ins(format_args!("add       {dst}, {pws}, {t0}"));
+        self.addi(dst, dst, (plan.margin * UNIT) as i64, t3);
+    }
+
+    /// MTE2: stage group `gi` of the tile whose band is at `band` into L1 buffer `sb`, behind
+    /// one notice; with `Weights::IfFirst` on the pass's first tile also the group's resident
+    /// weights.
+    fn load_group(&mut self, gi: u64, sb: usize, band: Reg, weights: Weights) {
+        let plan = self.plan;
+        let (first, zero) = (self.r.first, self.r.zero);
+        self.wait("MTE1", "MTE2", ev::STAGE[sb]);
+        let stages = gi * plan.sg..((gi + 1) * plan.sg).min(plan.c1);
+        for stage in stages.clone() {
+            let at = self.l1.stage[sb] + (stage - stages.start) * plan.stage_bytes(&self.s);
+            self.load_stage(stage, at, band);
+        }
+        if weights == Weights::IfFirst {
+            let skip = self.a.new_label("weights_resident");
+            self.ins(format_args!("beq       {first}, {zero}, {skip}"));
+            for stage in stages {
+                self.weights_load(stage);
+            }
+            self.a.place(&skip);
+        }
+        self.set("MTE2", "MTE1", ev::STAGE[sb]);
+    }
+
+    /// MTE2: stage `stage` (channel block) of the tile whose band is at `band` to L1 address
+    /// `at`, every plane, tall enough for the tallest tile.
+    fn load_stage(&mut self, stage: u64, at: u64, band: Reg) {
+        let (s, plan) = (self.s, self.plan);
+        let [t0, t1, t2, _] = self.r.t;
+        let pws_units = plan.pws();
+        let band_units = plan.band_units();
+        let rows = plan.rt + plan.ihi;
+        for rho in 0..s.sh {
+            for phi in 0..s.sw {
+                let plane = rho * s.sw + phi;
+                let dst = at + plane * band_units * UNIT;
+                let src = (((phi * plan.c1 + stage) * pws_units + rho * plan.wq) * UNIT) as i64
+                    - (plan.margin * UNIT) as i64;
+                self.movi(t0, dst);
+                self.addi(t1, band, src, t1);
+                if s.sh == 1 {
+                    self.ins(format_args!(
+                        "copy_gm_to_l1 {t0}, {t1}, 1, {}",
+                        plan.margin + rows * plan.wq
+                    ));
+                } else {
+                    if plan.margin > 0 {
+                        self.ins(format_args!("copy_gm_to_l1 {t0}, {t1}, 1, {}", plan.margin));
+                    }
+                    self.addi(t0, t0, (plan.margin * UNIT) as i64, t2);
+                    self.addi(t1, t1, (plan.margin * UNIT) as i64, t2);
+                    self.ins(format_args!(
+                        "copy_gm_to_l1 {t0}, {t1}, {rows}, {}, src_gap={}, dst_gap=0",
+                        plan.wq,
+                        (s.sh - 1) * plan.wq
+                    ));
+                }
+            }
+        }
+    }
+
+    /// MTE2: stage `stage`'s resident weights of the current pass into L1.
+    fn weights_load(&mut self, stage: u64) {
+        let plan = self.plan;
+        let consts = self.r.consts;
+        let [t0, t1, _, _] = self.r.t;
+        let sw_bytes = self.stage_weights();
+        let gm = WEIGHTS_OFF + self.cb * plan.weight_bytes() + stage * sw_bytes;
+        self.movi(t0, self.l1.weights + stage * sw_bytes);
+        self.addi(t1, consts, gm as i64, t1);
+        self.ins(format_args!(
+            "copy_gm_to_l1 {t0}, {t1}, 1, {}",
+            sw_bytes / 32
+        ));
+    }
+
+    /// MTE2: the first stage group's weights ahead of the first band load (they need no
+    /// relayout, so they are off the first tile's critical path); the group's flag covers them.
+    fn preload_weights(&mut self) {
+        self.a.comment("the first stage group's resident weights");
+        for stage in 0..self.plan.sg.min(self.plan.c1) {
+            self.weights_load(stage);
+        }
+    }
+
+    /// The K loop of a tile of `rows` rows (parity `parity`), with the pipelines' other work
+    /// at static points between its L0 steps: one relayout row of the next tile per step
+    /// (sharing the step's cube notices), the rest of them and the next tile's workspace
+    /// notice after `item_steps` steps, stage loads two stages ahead (into the next tile),
+    /// and the previous tile's output rows.
+    fn body(&mut self, parity: usize, rows: u64) {
+        let plan = self.plan;
+        let (nr, nband, bsrc, sx) = (self.r.nr, self.r.nband, self.r.bsrc, self.r.sx);
+        let steps = plan.steps();
+        let total = plan.c1 * steps;
+        let next = 1 - parity;
+        self.a.comment(format_args!("tile of {rows} rows"));
+        let staged = |k: &mut Self| {
+            // MTE1 takes the next tile's staged rows just before its first relayout row.
+            k.wait("MTE2", "MTE1", ev::STAGING[next]);
+            k.movi(sx, k.l1.staging[next]);
+            k.batch_begin();
+        };
+        let mut next_row = plan.rt;
+        if self.relayout {
+            // The tile after next's rows are staged first: MTE2 would otherwise hold them
+            // behind the wait for the next tile's workspace rows.
+            let (nnr, rx2) = (self.r.nnr, self.r.rx2);
+            self.guarded(nnr, |k| k.relayout_nd2nz_quiet(parity, rx2, false));
+        }
+        for g in 0..total {
+            let (stage, j) = (g / steps, g % steps);
+            let last = g + 1 == total;
+            let item = self.relayout
+                && g >= plan.item_first
+                && g < plan.item_steps
+                && (!self.batched() || g - plan.item_first < plan.ub_rows);
+            if item && g == plan.item_first {
+                self.guarded(nr, staged);
+            }
+            let slot = (g % 2) as usize;
+            if item && self.single_round() {
+                let q = g - plan.item_first;
+                self.step_loads(parity, rows, g, stage, j);
+                self.guard_item(q, |k| k.item_mte1(slot, q));
+                self.step_mmad(parity, rows, g, stage, j);
+                self.guard_item(q, |k| k.item_m(slot));
+                self.step_sets(g, last);
+                self.guard_item(q, |k| {
+                    k.item_m_sets(slot);
+                    k.item_tail(slot, q);
+                });
+            } else {
+                self.step_loads(parity, rows, g, stage, j);
+                self.step_mmad(parity, rows, g, stage, j);
+                self.step_sets(g, last);
+                if item {
+                    let q = g - plan.item_first;
+                    self.guard_item(q, |k| k.relayout_item(slot, q));
+                }
+            }
+            let gi = stage / plan.sg;
+            if g + 1 == plan.group_end_step(gi) && gi + 2 < plan.groups() {
+                let sb = self.stage_buffer(parity as u64, gi + 2);
+                self.load_group(gi + 2, sb, bsrc, Weights::IfFirst);
+            }
+            if g + 1 == plan.item_steps && self.relayout {
+                let take = plan.item_first == plan.item_steps;
+                self.guarded(nr, |k| {
+                    if take {
+                        staged(k);
+                    }
+                    k.relayout_rest(plan.item_steps - plan.item_first);
+                    k.set("MTE1", "MTE2", ev::STAGING[next]);
+                    k.workspace_written();
+                });
+            }
+            let groups = plan.groups();
+            for jn in 0..groups.min(2) {
+                // The buffer is free once the current tile's group G + jn - 2 is done.
+                let free = match (groups + jn).checked_sub(2) {
+                    Some(gi) => plan.group_end_step(gi),
+                    None => 0,
+                };
+                let point = plan.item_steps.max(free).min(total);
+                if g + 1 == point {
+                    let sb = self.stage_buffer(next as u64, jn);
+                    let ready = jn == 0 && self.relayout;
+                    self.guarded(nr, |k| {
+                        if ready {
+                            k.workspace_ready();
+                        }
+                        k.load_group(jn, sb, nband, Weights::No);
+                        if ready {
+                            k.workspace_taken();
+                        }
+                    });
+                    if jn == 0 && self.relayout {
+                        // The tile after next's staged rows, announced behind the band.
+                        let nnr = self.r.nnr;
+                        self.guarded(nnr, |k| k.set("MTE2", "MTE1", ev::STAGING[parity]));
+                    }
+                }
+            }
+            if g == 0 {
+                self.wait("V", "MTE3", ev::DRAIN);
+            }
+            if next_row > 0 {
+                next_row -= 1;
+                self.guarded_drain_row(next_row);
+            }
+        }
+        while next_row > 0 {
+            next_row -= 1;
+            self.guarded_drain_row(next_row);
+        }
+        self.set("MTE3", "V", ev::DRAIN);
+    }
+
+    /// Emits `f` behind a branch that skips it when `reg` is zero.
+    fn guarded(&mut self, reg: Reg, f: impl FnOnce(&mut Self)) {
+        let zero = self.r.zero;
+        let skip = self.a.new_label("skip");
+        self.ins(format_args!("beq       {reg}, {zero}, {skip}"));
+        f(self);
+        self.a.place(&skip);
+    }
+
+    /// The taps of L0 step `j` of a stage.
+    fn step_taps(&self, j: u64) -> &'a [Tap] {
+        let plan = self.plan;
+        let t = plan.taps();
+        &plan.taps[(j * plan.kb) as usize..((j + 1) * plan.kb).min(t) as usize]
+    }
+
+    /// MTE1 of L0 step `j` of stage `stage` (global step `g`): the step's weights and one
+    /// window per tap into the L0 buffers of `g`'s parity.
+    fn step_loads(&mut self, parity: usize, rows: u64, g: u64, stage: u64, j: u64) {
+        let (s, plan) = (self.s, self.plan);
+        let [t0, t1, _, _] = self.r.t;
+        let nb = plan.nb(&s, rows);
+        let mbp = self.mbp();
+        let gi = stage / plan.sg;
+        let sb = self.stage_buffer(parity as u64, gi);
+        let base = self.l1.stage[sb] + (stage - gi * plan.sg) * plan.stage_bytes(&s);
+        let b = (g % 2) as usize;
+        let taps = self.step_taps(j);
+        let kbj = taps.len() as u64;
+        let band_units = plan.band_units();
+        if j == 0 && stage % plan.sg == 0 {
+            self.wait("MTE2", "MTE1", ev::STAGE[sb]);
+        }
+        self.wait("M", "MTE1", ev::L0[b]);
+        let weights = self.l1.weights + stage * self.stage_weights() + j * mbp * plan.kb * FRACTAL;
+        self.movi(t0, self.l0.a[b]);
+        self.movi(t1, weights);
+        self.ins(format_args!("load_l0a  {t0}, {t1}, {}", mbp * kbj));
+        let windows: Vec<u64> = taps
+            .iter()
+            .map(|tap| base + (tap.plane * band_units + tap.row * plan.wq + tap.col) * UNIT)
+            .collect();
+        for (q, window) in windows.into_iter().enumerate() {
+            self.movi(t0, self.l0.b[b] + q as u64 * FRACTAL);
+            self.movi(t1, window);
+            self.ins(format_args!(
+                "load_l0b  {t0}, {t1}, {nb}, src_stride=1, dst_stride={kbj}, transpose=true"
+            ));
+        }
+        self.set("MTE1", "M", ev::L0[b]);
+        if g + 1 == plan.group_end_step(gi) {
+            self.set("MTE1", "MTE2", ev::STAGE[sb]);
+        }
+    }
+
+    /// M of a K step: its product into the tile's L0C half.
+    fn step_mmad(&mut self, parity: usize, rows: u64, g: u64, _stage: u64, j: u64) {
+        let s = self.s;
+        let [t0, t1, t2, _] = self.r.t;
+        let nb = self.plan.nb(&s, rows);
+        let mbp = self.mbp();
+        let b = (g % 2) as usize;
+        let kbj = self.step_taps(j).len() as u64;
+        self.wait("MTE1", "M", ev::L0[b]);
+        self.movi(t0, self.l0.a[b]);
+        self.movi(t1, self.l0.b[b]);
+        self.movi(t2, self.l0.c[parity]);
+        self.ins(format_args!(
+            "mmad      {t2}, {t0}, {t1}, {}, {}, {}, init={}",
+            16 * mbp,
+            16 * kbj,
+            16 * nb,
+            g == 0
+        ));
+    }
+
+    /// M's notices after a K step: the L0 buffers are free again; after the last, the tile's
+    /// products are complete.
+    fn step_sets(&mut self, g: u64, last: bool) {
+        let b = (g % 2) as usize;
+        if last {
+            // The previous tile was copied out of its L0C half (which the next tile reuses)
+            // before this tile is announced, so the announcements never overtake V.
+            self.wait("V", "M", ev::TILE);
+            self.set("M", "V", ev::TILE);
+        }
+        self.set("M", "MTE1", ev::L0[b]);
+    }
+
+    /// `drain_row(row)` when the previous tile had more than `row` rows.
+    fn guarded_drain_row(&mut self, row: u64) {
+        let (prev_r, t0) = (self.r.prev_r, self.r.t[0]);
+        let skip = self.a.new_label("no_row");
+        self.movi(t0, row);
+        self.ins(format_args!("bge       {t0}, {prev_r}, {skip}"));
+        self.drain_row(row);
+        self.a.place(&skip);
+    }
+
+    /// V: the finished tile (L0C half `parity`) out of L0C into the drain buffer (its largest
+    /// size: the rows are written from it later), the bias added and converted; then MTE3 may
+    /// write its rows.
+    fn drain_copy(&mut self, parity: usize) {
+        let (s, plan, p) = (self.s, self.plan, self.p);
+        let [t0, t1, t2, t3] = self.r.t;
+        let mbp = self.mbp();
+        let nb = plan.nb(&s, plan.rt);
+        let f32_work = p.bias != BiasKind::None || p.out == OutType::F32;
+        let (buf, ty) = if f32_work {
+            (self.ub.work, "f32")
+        } else {
+            (self.ub.out, "f16")
+        };
+        self.a.comment("drain: the tile out of L0C");
+        self.wait("MTE3", "V", ev::DRAIN);
+        self.wait("M", "V", ev::TILE);
+        self.movi(t0, buf);
+        self.movi(t3, self.l0.c[parity]);
+        self.ins(format_args!("copy_l0c_to_ub.{ty} {t0}, {t3}, {}", mbp * nb));
+        self.set("V", "M", ev::TILE);
+        if p.bias != BiasKind::None {
+            // Per output-channel block and 8 fractals: one repeat adds the same 8 values to
+            // the same block of each fractal.
+            for f0 in (0..nb).step_by(DRAIN_GROUP as usize) {
+                let cnt = DRAIN_GROUP.min(nb - f0);
+                let lo = if cnt >= 8 {
+                    u64::MAX
+                } else {
+                    (1u64 << (8 * cnt)) - 1
+                };
+                self.movi(t0, 0);
+                self.movi(t1, lo);
+                self.ins(format_args!("set_mask  {t0}, {t1}"));
+                for mb in 0..mbp {
+                    self.movi(t0, buf + (f0 * mbp + mb) * FRACTAL_C);
+                    self.movi(t1, self.ub.bias + mb * FRACTAL_C);
+                    self.ins(format_args!(
+                        "vadd.f32  {t0}, {t0}, {t1}, repeat=32, dst_blk={b}, src0_blk={b}, \
+                         src1_blk=0, dst_rep=1, src0_rep=1, src1_rep=1",
+                        b = mbp * 32
+                    ));
+                }
+            }
+        }
+        if p.bias != BiasKind::None && p.out == OutType::F16 {
+            self.a.mask_count(t2, mbp * nb * 256);
+            self.movi(t0, self.ub.out);
+            self.movi(t1, self.ub.work);
+            self.ins(format_args!("vconv.f16.f32 {t0}, {t1}"));
+        }
+        self.set("V", "MTE3", ev::DRAIN);
+    }
+
+    /// MTE3: output row `row` of the previous tile (at `pcout`), one burst per channel and
+    /// fractal. A segment that starts inside a fractal starts its burst at the 32-byte block
+    /// and writes the elements before it over the previous row (rows go out in descending
+    /// order, so that row is written after).
+    fn drain_row(&mut self, row: u64) {
+        let (s, plan, p) = (self.s, self.plan, self.p);
+        let pcout = self.r.pcout;
+        let [t0, t1, _, _] = self.r.t;
+        let es = p.out.bytes();
+        let mbp = self.mbp();
+        let channels = (p.mg - self.cb * 16 * plan.mb).min(16 * mbp);
+        let plane = s.ho * s.wo * es;
+        let q_row = row * plan.wq;
+        for f in q_row / 16..=(q_row + s.wo - 1) / 16 {
+            let q0 = (16 * f).max(q_row);
+            let q1 = (16 * f + 16).min(q_row + s.wo);
+            let k = q0 - 16 * f;
+            let ow = q0 - q_row;
+            let spill = k % (32 / es);
+            let len = (q1 - q0 + spill) * es;
+            let local = (16 * es).saturating_sub(len.next_multiple_of(32));
+            let src = self.ub.out + (f * mbp * 256 + k - spill) * es;
+            let dst = ((row * s.wo + ow - spill) * es) as i64;
+            self.movi(t0, src);
+            self.addi(t1, pcout, dst, t1);
+            self.ins(format_args!(
+                "copy_ub_to_gm_pad {t1}, {t0}, {channels}, {len}, src_gap={local}, dst_gap={}",
+                plane - len
+            ));
+        }
+    }
+}
+
+/// Bytes of every co block's packed weights.
+fn plan_weights_total(plan: &Plan, p: &Problem) -> u64 {
+    (0..plan.co_blocks)
+        .map(|cb| plan.mb_of(p, cb) * plan.c1 * plan.taps() * FRACTAL)
+        .sum()
+}

@@ -1,0 +1,1091 @@
+//! Conv on the cube over the fractal feature-map format NC1HWC0 (`[N][C/16][H][W][16]`, one
+//! 32-byte unit per pixel and 16 channels), the format the layout pass
+//! (`compiler::layout`) keeps between convolutions, as GE does with its 5HD format.
+//!
+//! In this format a pixel is a unit of its own, so the cube's `img2col_l0a` reads the windows
+//! straight from an L1 band of input rows (padding included, from `set_fmatrix`), and an L0C
+//! fractal (16 pixels × 16 output channels) is 16 output units: a tile leaves with one DMA.
+//!
+//! ```text
+//!   X (5HD) ─MTE2 (one DMA per band)─▶ L1 band ─img2col_l0a─▶ L0A ┐
+//!   packed W ─MTE2 (once)─▶ L1 (resident) ─load_l0b──────────▶ L0B ┴─mmad─▶ L0C
+//!   L0C ─V copy_l0c_to_ub (+ bias, f16)─▶ UB ─MTE3 (one DMA per tile)─▶ Y (5HD)
+//! ```
+//!
+//! **Schedule.** Blocks get contiguous runs of 16-pixel fractals (more to the blocks the
+//! scheduler starts first). A block's run becomes tiles of one image each; a tile is one
+//! product `[pixels] × [C1 · kh · kw · 16] × [co]` in L0 steps of `kf` K fractals, with L0A,
+//! L0B and L0C double-buffered, the next tile's band loading while this one multiplies and the
+//! previous tile draining. Tiles run largest first and a short one last. Every block's code is
+//! unrolled (its tiles are static), so every geometry is an immediate. The first tile's bands
+//! and the weights come in behind up to three notices, in K-fractal groups sized so each
+//! arrives before the cube needs it.
+//!
+//! An NCHW side is converted by a Transpose kernel (`[N][C1][16][HW]` ↔ `[N][C1][HW][16]`)
+//! into or out of the node's workspace.
+
+use super::super::writer::{Asm, Reg};
+use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
+use super::conv::{ConvShape, distribute_by};
+use super::{Build, Expand, const_values, cube_type, expand_kernel};
+use crate::CoreSpec;
+use crate::ir::{Attr, DataType, Format, Node, TensorDesc, fixed_shape};
+
+/// Bytes of a 16 × 16 f16 fractal.
+const FRACTAL: u64 = 512;
+/// Bytes of a 16 × 16 f32 fractal.
+const FRACTAL_C: u64 = 1024;
+/// Bytes of one pixel unit (16 channels of f16).
+const UNIT: u64 = 32;
+/// Planning only: cycles before a block's first product (argument loads, the first group's
+/// DMA latency and transfer, the first img2col), the cube's stall per L0 step (its notice
+/// waits out the `mmad` latency), and the last drain (V and MTE3 per fractal, plus the
+/// write latency).
+const START_CYCLES: f64 = 1300.0;
+const CUBE_NOTICE_CYCLES: u64 = 32;
+/// Pixel fractals of a block's last tile, at least (its drain is the block's tail).
+const LAST_TILE_FRACTALS: u64 = 7;
+const DRAIN_CYCLES_PER_FRACTAL: u64 = 12;
+const DRAIN_CYCLES: u64 = 250;
+/// Planning only: what a tile costs beyond its steps, in steps (see `split_run`).
+const TILE_STEPS: u64 = 1;
+
+/// Event ids, by pipe pair; each is set and waited in strict alternation.
+mod ev {
+    /// MTE2 → MTE1: the band of the tile with this parity is in L1 (for a block's first
+    /// tile: its first group of channel blocks, with their weights).
+    pub const BAND: [u8; 2] = [0, 1];
+    /// MTE2 → MTE1: a block's first tile's second and third groups of channel blocks (band
+    /// and weights) are in L1.
+    pub const GROUPS: [u8; 2] = [2, 3];
+    /// MTE1 → MTE2: the band buffer of this parity is free.
+    pub const BAND_FREE: [u8; 2] = [0, 1];
+    /// MTE1 ⇄ M: the two L0A/L0B step buffers.
+    pub const L0: [u8; 2] = [0, 1];
+    /// M → V: the L0C half holds a finished tile; V → M: the half was copied out.
+    pub const L0C: [u8; 2] = [0, 1];
+    /// V ⇄ MTE3: the UB output buffer (filled / written out).
+    pub const DRAIN: u8 = 0;
+    /// V → MTE3: the pieces of a block's last drain (the first is `DRAIN`'s id).
+    pub const PIECES: [u8; 4] = [0, 1, 2, 3];
+    /// MTE2 → V: the bias fractals are in UB.
+    pub const BIAS: u8 = 0;
+    /// The consumers' "buffer free" notices: set once before the blocks' code (every buffer
+    /// starts free) and waited once after it (so every flag ends clear).
+    pub const FREE: [(&str, &str, u8); 7] = [
+        ("MTE1", "MTE2", BAND_FREE[0]),
+        ("MTE1", "MTE2", BAND_FREE[1]),
+        ("M", "MTE1", L0[0]),
+        ("M", "MTE1", L0[1]),
+        ("V", "M", L0C[0]),
+        ("V", "M", L0C[1]),
+        ("MTE3", "V", DRAIN),
+    ];
+}
+
+/// One tile: output pixels `p0..p0 + pixels` of image `n` (`p0` a multiple of 16), and the
+/// input band of the output rows they touch. `img2col` numbers the band's output pixels from
+/// its first output row, so the tile starts at fractal `m_start` of them (the band may start a
+/// row early to make that offset a whole fractal).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Tile {
+    n: u64,
+    p0: u64,
+    pixels: u64,
+    m_start: u64,
+    /// First input row of the band and its rows (padding rows excluded).
+    in_row: u64,
+    band_h: u64,
+    pad_top: u64,
+    pad_bottom: u64,
+}
+
+impl Tile {
+    /// Pixel fractals.
+    fn mf(&self) -> u64 {
+        self.pixels.div_ceil(16)
+    }
+}
+
+/// The static tiling.
+#[derive(Debug, Clone)]
+struct Plan {
+    c1: u64,
+    m1: u64,
+    /// K fractals (`c1 · kh · kw`).
+    k: u64,
+    /// Output-channel fractals per co block, and co blocks.
+    nbk: u64,
+    cob: u64,
+    /// Pixel fractals per tile, at most.
+    mf_max: u64,
+    /// Each block's tiles.
+    blocks: Vec<Vec<Tile>>,
+    /// L1: weights at 0, two band buffers from `band_at`.
+    w_bytes: u64,
+    band_at: u64,
+    band_bytes: u64,
+    /// Bytes of one half of L0A, L0B and L0C (each double-buffered).
+    l0a_half: u64,
+    l0b_half: u64,
+    l0c_half: u64,
+}
+
+impl Plan {
+    fn new(s: &ConvShape, core: &CoreSpec) -> Result<Plan, String> {
+        let (c1, m1) = (s.c / 16, s.m / 16);
+        let k = c1 * s.kh * s.kw;
+        let nbk = m1.min(8);
+        let cob = m1.div_ceil(nbk);
+        let (l0a_half, l0b_half, l0c_half) =
+            (core.l0a_bytes / 2, core.l0b_bytes / 2, core.l0c_bytes / 2);
+        let mf_max = (l0c_half / FRACTAL_C / nbk)
+            .min(l0a_half / FRACTAL)
+            .min(255);
+        if mf_max == 0 || l0b_half / FRACTAL < nbk {
+            return Err("L0 is too small for one step".into());
+        }
+        if s.wo > mf_max * 16 {
+            return Err(format!(
+                "an output row of {} pixels does not fit the L0C tile of {} pixels",
+                s.wo,
+                mf_max * 16
+            ));
+        }
+        let w_bytes = k * m1 * FRACTAL;
+        if w_bytes > core.l1_bytes / 2 {
+            return Err(format!(
+                "the packed weights ({w_bytes} bytes) exceed half of L1 ({} bytes)",
+                core.l1_bytes / 2
+            ));
+        }
+        let band_at = w_bytes.next_multiple_of(512);
+        let limits = [
+            (s.h * s.w, "H·W", u64::from(u16::MAX)),
+            (s.ho * s.wo, "Ho·Wo", u64::from(u16::MAX)),
+            (s.kh.max(s.kw), "kernel size", 255),
+            (s.sh.max(s.sw).max(s.dh).max(s.dw), "stride/dilation", 63),
+            (s.pt.max(s.pb).max(s.pl).max(s.pr), "padding", 255),
+            (c1.max(m1), "channel blocks", 4095),
+            (k, "K fractals", u64::from(u16::MAX)),
+        ];
+        if let Some((v, what, most)) = limits.iter().find(|(v, _, most)| v > most) {
+            return Err(format!("{what} {v} is above the limit {most}"));
+        }
+        let mut plan = Plan {
+            c1,
+            m1,
+            k,
+            nbk,
+            cob,
+            mf_max,
+            blocks: Vec::new(),
+            w_bytes,
+            band_at,
+            band_bytes: 0,
+            l0a_half,
+            l0b_half,
+            l0c_half,
+        };
+        // Blocks get runs of pixel fractals (each image's last one may be partial); tiles
+        // shrink until two of their bands and the weights fit L1.
+        let per_image = (s.ho * s.wo).div_ceil(16);
+        let blocks = loop {
+            let splits = best_splits(per_image, plan.mf_max, &|mf| plan.steps(mf));
+            let ranges = distribute_by(
+                s.n * per_image,
+                u64::from(core.cores.min(core.max_block_dim)),
+                &|_, at, r| plan.block_cycles(&tiles(s, at, at + r, &splits)),
+            );
+            let blocks: Vec<Vec<Tile>> = ranges
+                .iter()
+                .map(|&(a, b)| tiles(s, a, b, &splits))
+                .collect();
+            plan.band_bytes = blocks
+                .iter()
+                .flatten()
+                .map(|t| c1 * t.band_h * s.w * UNIT)
+                .max()
+                .unwrap_or(0);
+            if band_at + 2 * plan.band_bytes <= core.l1_bytes {
+                break blocks;
+            }
+            if plan.mf_max == 1 {
+                return Err(format!(
+                    "two input bands ({} bytes each) and the weights do not fit L1",
+                    plan.band_bytes
+                ));
+            }
+            plan.mf_max -= 1;
+        };
+        if blocks.iter().flatten().any(|t| t.band_h == 0) {
+            return Err("a tile's windows read only padding".into());
+        }
+        plan.blocks = blocks;
+        Ok(plan)
+    }
+
+    /// A block's predicted cycles for `tiles` (planning only): the start (argument loads and
+    /// the first group), each L0 step's products plus the cube's notice, the last drain.
+    fn block_cycles(&self, tiles: &[Tile]) -> f64 {
+        let products = |t: &Tile| -> u64 {
+            (0..self.cob)
+                .map(|cb| {
+                    let nb = self.nbk.min(self.m1 - cb * self.nbk);
+                    let steps = self.k.div_ceil(self.kf(t.mf(), nb));
+                    t.mf() * nb * self.k + steps * CUBE_NOTICE_CYCLES
+                })
+                .sum()
+        };
+        let drain = |t: &Tile| t.mf() * self.m1 * DRAIN_CYCLES_PER_FRACTAL + DRAIN_CYCLES;
+        let Some(last) = tiles.last() else {
+            return 0.0;
+        };
+        // The tail: the last drain; and each drain the next tile's products do not hide.
+        let exposed: u64 = tiles
+            .windows(2)
+            .map(|w| drain(&w[0]).saturating_sub(products(&w[1])))
+            .sum();
+        START_CYCLES + (tiles.iter().map(products).sum::<u64>() + drain(last) + exposed) as f64
+    }
+
+    /// Pixel fractals of the largest tile any block runs.
+    fn largest_tile(&self) -> u64 {
+        self.blocks
+            .iter()
+            .flatten()
+            .map(Tile::mf)
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// [`first_groups`] for a block whose first tile is `first`.
+    fn first_groups(&self, s: &ConvShape, first: &Tile) -> Vec<(u64, u64)> {
+        let nb0 = self.nbk.min(self.m1);
+        // Cube cycles per K fractal: the products, and a notice per step of about 64 / mf
+        // K fractals.
+        let per_k = first.mf() * nb0 + CUBE_NOTICE_CYCLES * first.mf() / 64;
+        first_groups(
+            self.k,
+            s.kh * s.kw,
+            per_k,
+            first.band_h * s.w * UNIT,
+            nb0 * FRACTAL,
+            (self.m1 - nb0) * self.k * FRACTAL,
+        )
+    }
+
+    /// L0 steps of a tile of `mf` pixel fractals over every co block.
+    fn steps(&self, mf: u64) -> u64 {
+        (0..self.cob)
+            .map(|cb| {
+                self.k
+                    .div_ceil(self.kf(mf, self.nbk.min(self.m1 - cb * self.nbk)))
+            })
+            .sum()
+    }
+
+    /// K fractals per L0 step for a tile of `mf` pixel fractals and `nb` co fractals.
+    fn kf(&self, mf: u64, nb: u64) -> u64 {
+        (self.l0a_half / FRACTAL / mf)
+            .min(self.l0b_half / FRACTAL / nb)
+            .clamp(1, self.k)
+    }
+}
+
+/// Splits pixel fractals `a..b` (images of `ceil(Ho·Wo / 16)` fractals back to back) into
+/// tiles of one image, each image's run as `splits` (from [`best_splits`]) says. Tiles are
+/// independent, so they run largest first: the first tile's products hide the weights still
+/// streaming into L1, and each drain hides under the next tile. The smallest is cut to leave a
+/// short last tile, since the block's final drain is the one nothing hides.
+fn tiles(s: &ConvShape, a: u64, b: u64, splits: &[u64]) -> Vec<Tile> {
+    let per_image = (s.ho * s.wo).div_ceil(16);
+    let mut runs = Vec::new();
+    let mut at = a;
+    while at < b {
+        let n = at / per_image;
+        let len = b.min((n + 1) * per_image) - at;
+        let mut left = len;
+        while left > 0 {
+            let fr = splits[left as usize];
+            runs.push((n, at % per_image, fr));
+            at += fr;
+            left -= fr;
+        }
+    }
+    runs.sort_by_key(|r| std::cmp::Reverse(r.2));
+    // The smallest run ends the block in two tiles, the last about a third of it (at least
+    // `LAST_TILE_FRACTALS`): its products hide the drain of the one before, and its own drain
+    // is short.
+    if let Some(&(n, f0, fr)) = runs.last() {
+        let last = LAST_TILE_FRACTALS.max(fr.div_ceil(3));
+        if fr >= last + LAST_TILE_FRACTALS {
+            let at = runs.len() - 1;
+            runs[at] = (n, f0, fr - last);
+            runs.push((n, f0 + fr - last, last));
+        }
+    }
+    runs.into_iter()
+        .map(|(n, f0, fr)| tile(s, n, f0 * 16, (fr * 16).min(s.ho * s.wo - f0 * 16)))
+        .collect()
+}
+
+/// For every run length up to `len` fractals, the first tile of its best split into tiles of
+/// at most `mf_max`: the fewest L0 steps (`steps(mf)` each; every step costs the cube a notice,
+/// and a tile whose `mf` divides L0A badly takes more of them), a tile costing `TILE_STEPS`
+/// more (its band, its drain), none shorter than `LAST_TILE_FRACTALS` unless the run is.
+fn best_splits(len: u64, mf_max: u64, steps: &dyn Fn(u64) -> u64) -> Vec<u64> {
+    let cost = |p: u64| steps(p) + TILE_STEPS + if p < LAST_TILE_FRACTALS { 1000 } else { 0 };
+    let mut best: Vec<(u64, u64)> = vec![(0, 0); len as usize + 1];
+    for i in 1..=len {
+        best[i as usize] = (1..=i.min(mf_max))
+            .map(|p| (best[(i - p) as usize].0 + cost(p), p))
+            .min()
+            .unwrap_or((u64::MAX, i));
+    }
+    best.into_iter().map(|b| b.1).collect()
+}
+
+/// Output pixels `p0..p0 + pixels` of image `n` and the input band they read.
+fn tile(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Tile {
+    // The band's first output row: the tile's, or an earlier one that puts the tile's start a
+    // whole number of fractals after the band's.
+    let mut oh_b = p0 / s.wo;
+    while (p0 - oh_b * s.wo) % 16 != 0 {
+        oh_b -= 1;
+    }
+    let oh_last = (p0 + pixels - 1) / s.wo;
+    let top = (oh_b * s.sh) as i64 - s.pt as i64;
+    let bottom = (oh_last * s.sh + s.dh * (s.kh - 1) + 1) as i64 - s.pt as i64;
+    let in_row = top.max(0) as u64;
+    let in_end = (bottom.max(0) as u64).min(s.h);
+    Tile {
+        n,
+        p0,
+        pixels,
+        m_start: (p0 - oh_b * s.wo) / 16,
+        in_row,
+        band_h: in_end.saturating_sub(in_row),
+        pad_top: (-top).max(0) as u64,
+        pad_bottom: (bottom - s.h as i64).max(0) as u64,
+    }
+}
+
+/// Planning only: the DDR read latency and a core's read rate (the presets' values), which
+/// size a block's first loads.
+const READ_LATENCY_CYCLES: u64 = 350;
+const READ_BYTES_PER_CYCLE: u64 = 67;
+
+/// The K-fractal ranges a block's first tile loads behind one notice each (up to three: the
+/// band slices and weights they first need). Chosen so the first products start as early as
+/// possible while each later group arrives before the cube needs it; each notice waits out a
+/// DMA latency, so groups grow.
+fn first_groups(
+    k: u64,
+    taps: u64,
+    step_cycles_per_k: u64,
+    slice_bytes: u64,
+    weight_bytes_per_k: u64,
+    rest_bytes: u64,
+) -> Vec<(u64, u64)> {
+    let load = |a: u64, b: u64, last: bool| -> u64 {
+        let slices = b.div_ceil(taps) - a.div_ceil(taps);
+        let bytes =
+            slices * slice_bytes + (b - a) * weight_bytes_per_k + if last { rest_bytes } else { 0 };
+        READ_LATENCY_CYCLES + bytes / READ_BYTES_PER_CYCLE
+    };
+    let cube = |a: u64, b: u64| (b - a) * step_cycles_per_k;
+    // The cube's delay: the first group's load plus each later group's wait.
+    let delay = |cuts: &[u64]| -> u64 {
+        let mut bounds = vec![0];
+        bounds.extend_from_slice(cuts);
+        bounds.push(k);
+        let n = bounds.len() - 1;
+        let first = load(bounds[0], bounds[1], n == 1);
+        let (mut arrived, mut done, mut delay) = (first, first, first);
+        for g in 0..n {
+            if g > 0 {
+                arrived += load(bounds[g], bounds[g + 1], g + 1 == n);
+                if arrived > done {
+                    delay += arrived - done;
+                    done = arrived;
+                }
+            }
+            done += cube(bounds[g], bounds[g + 1]);
+        }
+        delay
+    };
+    let mut best = (delay(&[]), Vec::new());
+    for a in 1..k {
+        best = best.min((delay(&[a]), vec![a]));
+        for b in a + 1..k {
+            best = best.min((delay(&[a, b]), vec![a, b]));
+        }
+    }
+    let mut bounds = vec![0];
+    bounds.extend(best.1);
+    bounds.push(k);
+    bounds.windows(2).map(|w| (w[0], w[1])).collect()
+}
+
+/// Whether the fractal-format kernel runs this convolution (`Err` says why not).
+pub(crate) fn supports(s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
+    if s.group != 1 {
+        return Err(format!(
+            "group {} (the fractal kernel is ungrouped)",
+            s.group
+        ));
+    }
+    if s.c % 16 != 0 || s.m % 16 != 0 {
+        return Err(format!(
+            "{} input / {} output channels are not multiples of 16",
+            s.c, s.m
+        ));
+    }
+    if s.n == 0 || s.ho == 0 || s.wo == 0 {
+        return Err("the output is empty".into());
+    }
+    Plan::new(s, core).map(|_| ())
+}
+
+/// Packs the weights for L0B: per co block, per co fractal, the K fractals in `img2col` order
+/// (`c1 · kh · kw + i · kw + j`), each 16 input channels (rows) × 16 output channels.
+fn pack_weights(values: &[f32], s: &ConvShape, plan: &Plan) -> Vec<u8> {
+    let mut out = Vec::with_capacity(plan.w_bytes as usize);
+    let taps = s.kh * s.kw;
+    for co_f in 0..plan.m1 {
+        for kb in 0..plan.k {
+            let (cb, tap) = (kb / taps, kb % taps);
+            let (i, j) = (tap / s.kw, tap % s.kw);
+            for r in 0..16 {
+                let ci = cb * 16 + r;
+                for col in 0..16 {
+                    let co = co_f * 16 + col;
+                    let at = ((co * s.c + ci) * s.kh + i) * s.kw + j;
+                    let v = values.get(at as usize).copied().unwrap_or(0.0);
+                    out.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `[m/16][16][16]` f32 fractals whose every row holds the bias of 16 output channels.
+fn bias_fractals(values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for b in 0..values.len().div_ceil(16) {
+        for _ in 0..16 {
+            for c in 0..16 {
+                let v = values.get(b * 16 + c).copied().unwrap_or(0.0);
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// Argument indices of the kernel.
+mod arg {
+    pub const X: usize = 0;
+    pub const WEIGHTS: usize = 1;
+    pub const OUT: usize = 2;
+    pub const BIAS: usize = 3;
+}
+
+/// Conv with a fractal-format input or output (`ctx`'s descriptors say which); the other side
+/// NCHW is converted in the node's workspace.
+pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerError> {
+    supports(s, &ctx.target.core).map_err(|e| ctx.error(e))?;
+    let x_desc = ctx.input(0)?;
+    let y_desc = &ctx.outputs[0];
+    for d in [x_desc, y_desc] {
+        if d.dtype != DataType::F16 {
+            return Err(ctx.error(format!(
+                "the fractal-format conv runs f16 tensors; got {}",
+                d.dtype.name()
+            )));
+        }
+    }
+    let weights = const_values(ctx, 1).ok_or_else(|| {
+        ctx.error("Conv weights must be a constant (the cube kernel packs them when compiling)")
+    })?;
+    let plan = Plan::new(s, &ctx.target.core).map_err(|e| ctx.error(e))?;
+    let mut b = Build::default();
+    let hw_in = s.h * s.w;
+    // With one pixel per plane both formats are the same bytes.
+    let x = if x_desc.format == Format::Nc1hwc0 || hw_in == 1 {
+        Operand::Input(0)
+    } else {
+        let ws = b.scratch(s.n * s.c * hw_in * 2);
+        transdata(
+            ctx,
+            &mut b,
+            [s.n, s.c / 16, 16, hw_in],
+            Operand::Input(0),
+            ws,
+        )?;
+        ws
+    };
+    let y_native = y_desc.format == Format::Nc1hwc0 || s.ho * s.wo == 1;
+    let y = if y_native {
+        Operand::Output(0)
+    } else {
+        b.scratch(s.n * s.m * s.ho * s.wo * 2)
+    };
+    let w = b.derive(DataType::F16, pack_weights(&weights, s, &plan));
+    let bias = match (const_values(ctx, 2), ctx.inputs.get(2).copied().flatten()) {
+        (Some(v), _) => Some(b.derive(DataType::F32, bias_fractals(&v))),
+        (None, Some(d)) => {
+            let ws = b.scratch(plan.m1 * FRACTAL_C);
+            let ty = cube_type(ctx, d)?;
+            let name = kernel_name(ctx, "expand_bias");
+            b.kernels.push(expand_kernel(
+                ctx,
+                &name,
+                Expand::Cols,
+                s.m,
+                ty,
+                1.0,
+                [Operand::Input(2), ws],
+            )?);
+            Some(ws)
+        }
+        (None, None) => None,
+    };
+    let mut a = Asm::new(&kernel_name(ctx, "5hd"));
+    let gen_ = Gen::new(&mut a, s, &plan, bias.is_some());
+    if gen_.ub_end() > ctx.target.core.ub_bytes {
+        return Err(ctx.error(format!(
+            "the output tile needs {} bytes of unified buffer; it has {}",
+            gen_.ub_end(),
+            ctx.target.core.ub_bytes
+        )));
+    }
+    gen_.emit();
+    let args = vec![x, w, y, bias.unwrap_or(w)];
+    b.kernels
+        .push(ctx.kernel(a, plan.blocks.len() as u32, args)?);
+    if !y_native {
+        transdata(
+            ctx,
+            &mut b,
+            [s.n, s.m / 16, s.ho * s.wo, 16],
+            y,
+            Operand::Output(0),
+        )?;
+    }
+    Ok(b.finish())
+}
+
+/// The kernels of a TransData between NCHW and NC1HWC0 (`C % 16 == 0`): the Transpose of
+/// `dims` (`[N, C1, 16, HW]` to 5HD, `[N, C1, HW, 16]` back) by its perm `[0, 1, 3, 2]`, from
+/// `src` to `dst`.
+fn transdata(
+    ctx: &LowerCtx<'_>,
+    b: &mut Build,
+    dims: [u64; 4],
+    src: Operand,
+    dst: Operand,
+) -> Result<(), LowerError> {
+    let desc = |d: [u64; 4]| {
+        TensorDesc::new(
+            DataType::F16,
+            fixed_shape(&d.iter().map(|v| *v as i64).collect::<Vec<_>>()),
+        )
+    };
+    let out_dims = [dims[0], dims[1], dims[3], dims[2]];
+    let (din, dout) = (desc(dims), desc(out_dims));
+    let mut node = Node::new(
+        format!("{}/transdata", ctx.node.name),
+        "Transpose",
+        vec![],
+        vec![dout],
+    );
+    node.attrs
+        .insert("perm".into(), Attr::Ints(vec![0, 1, 3, 2]));
+    let sub = LowerCtx {
+        node: &node,
+        inputs: vec![Some(&din)],
+        values: vec![None],
+        outputs: &node.outputs,
+        target: ctx.target,
+    };
+    let lower = super::super::lowering("Transpose")
+        .ok_or_else(|| ctx.error("internal error: no Transpose lowering"))?;
+    match lower(&sub).map_err(|e| ctx.error(e.message))? {
+        Lowered::Alias { .. } => {
+            return Err(
+                ctx.error("internal error: a TransData of one pixel per plane needs no kernel")
+            );
+        }
+        Lowered::Kernels {
+            kernels,
+            derived,
+            workspace_bytes,
+        } => {
+            let d0 = b.derived.len();
+            b.derived.extend(derived);
+            let ws = if workspace_bytes > 0 {
+                match b.scratch(workspace_bytes) {
+                    Operand::Workspace(at) => at,
+                    _ => 0,
+                }
+            } else {
+                0
+            };
+            for mut k in kernels {
+                // Named for what it does in this node (GE's TransData), not the Transpose it is.
+                k.name = k.name.replacen("Transpose", "TransData", 1);
+                for op in &mut k.args {
+                    *op = match *op {
+                        Operand::Input(_) => src,
+                        Operand::Output(_) => dst,
+                        Operand::Derived(i) => Operand::Derived(d0 + i),
+                        Operand::Workspace(at) => Operand::Workspace(ws + at),
+                    };
+                }
+                b.kernels.push(k);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// UB addresses: the bias fractals, the f32 work tile, the f16 output tile.
+#[derive(Debug, Clone, Copy)]
+struct Ub {
+    bias: u64,
+    work: u64,
+    out: u64,
+}
+
+/// Registers: the argument bases and temporaries.
+struct Regs {
+    args: Reg,
+    x: Reg,
+    w: Reg,
+    out: Reg,
+    bias: Reg,
+    t: [Reg; 4],
+}
+
+/// Writes the kernel: a shared prologue, each block's unrolled tiles, a shared epilogue.
+struct Gen<'a> {
+    a: &'a mut Asm,
+    s: &'a ConvShape,
+    plan: &'a Plan,
+    bias: bool,
+    ub: Ub,
+    r: Regs,
+    /// L0 step buffers used so far (the next one's parity), L0C tiles so far.
+    steps: u64,
+    l0c_tiles: u64,
+    /// Groups of the block's first tile waited for so far (the first with its band notice);
+    /// whether the block's code has waited for the bias.
+    groups_waited: usize,
+    bias_waited: bool,
+    /// The K-fractal groups of this block's first tile.
+    groups: Vec<(u64, u64)>,
+}
+
+impl<'a> Gen<'a> {
+    fn new(a: &'a mut Asm, s: &'a ConvShape, plan: &'a Plan, bias: bool) -> Self {
+        let tile_fracs = plan.largest_tile() * plan.nbk;
+        let work = if bias { plan.m1 * FRACTAL_C } else { 0 };
+        let out = work + if bias { tile_fracs * FRACTAL_C } else { 0 };
+        let ub = Ub { bias: 0, work, out };
+        let r = Regs {
+            args: a.reg(),
+            x: a.reg(),
+            w: a.reg(),
+            out: a.reg(),
+            bias: a.reg(),
+            t: [a.reg(), a.reg(), a.reg(), a.reg()],
+        };
+        Gen {
+            a,
+            s,
+            plan,
+            bias,
+            ub,
+            r,
+            steps: 0,
+            l0c_tiles: 0,
+            groups_waited: 0,
+            bias_waited: false,
+            groups: Vec::new(),
+        }
+    }
+
+    /// UB bytes the kernel uses.
+    fn ub_end(&self) -> u64 {
+        self.ub.out + self.plan.largest_tile() * self.plan.nbk * FRACTAL
+    }
+
+    fn set(&mut self, src: &str, dst: &str, id: u8) {
+        self.a.ins(format_args!("set_flag  {src}, {dst}, {id}"));
+    }
+
+    fn wait(&mut self, src: &str, dst: &str, id: u8) {
+        self.a.ins(format_args!("wait_flag {src}, {dst}, {id}"));
+    }
+
+    /// `dst = base + off` for a GM address.
+    fn gm(&mut self, dst: Reg, base: Reg, off: u64) {
+        self.a.movi(dst, off as i64);
+        self.a.ins(format_args!("add       {dst}, {base}, {dst}"));
+    }
+
+    fn emit(mut self) {
+        let plan = self.plan;
+        for (name, v) in [
+            ("channel_blocks_in", plan.c1),
+            ("channel_blocks_out", plan.m1),
+            ("k_fractals", plan.k),
+            ("co_fractals_per_block", plan.nbk),
+            ("co_blocks", plan.cob),
+            ("pixel_fractals_per_tile", plan.mf_max),
+            ("band_bytes", plan.band_bytes),
+            ("weight_bytes", plan.w_bytes),
+            ("block_dim", plan.blocks.len() as u64),
+        ] {
+            self.a.tiling(name, v as i64);
+        }
+        let [t0, t1, _, _] = self.r.t;
+        let (x, args) = (self.r.x, self.r.args);
+        // Each argument load stalls the scalar unit for a GM latency: the input's address
+        // first, the others where first needed (behind the first DMAs).
+        self.a.ins(format_args!("sreg      {args}, args"));
+        self.a
+            .ins(format_args!("ld.gm.u64 {x}, {args}, off={}", arg::X * 8));
+        self.a.comment("every buffer starts free");
+        for (src, dst, id) in ev::FREE {
+            self.set(src, dst, id);
+        }
+        let blocks = plan.blocks.len();
+        let labels: Vec<String> = (0..blocks).map(|_| self.a.new_label("block")).collect();
+        let done = self.a.new_label("blocks_done");
+        self.a.ins(format_args!("sreg      {t1}, block_idx"));
+        self.tree(&labels, 0, blocks, t0, t1);
+        for (b, label) in labels.iter().enumerate() {
+            self.a.place(label);
+            self.a.comment(format_args!("block {b}"));
+            self.block(&plan.blocks[b]);
+            self.a.ins(format_args!("jmp       {done}"));
+        }
+        self.a.place(&done);
+        self.a.comment("every buffer is free again");
+        for (src, dst, id) in ev::FREE {
+            self.wait(src, dst, id);
+        }
+        self.a.ins("end");
+    }
+
+    /// A branch tree over `block_idx` (in `bi`) to the blocks' labels.
+    fn tree(&mut self, labels: &[String], lo: usize, hi: usize, t: Reg, bi: Reg) {
+        if hi - lo == 1 {
+            self.a.ins(format_args!("jmp       {}", labels[lo]));
+            return;
+        }
+        let mid = (lo + hi) / 2;
+        let left = self.a.new_label("tree");
+        self.a.movi(t, mid as i64);
+        self.a.ins(format_args!("blt       {bi}, {t}, {left}"));
+        self.tree(labels, mid, hi, t, bi);
+        self.a.place(&left);
+        self.tree(labels, lo, mid, t, bi);
+    }
+
+    /// The L1 address of band buffer `parity`.
+    fn band_l1(&self, parity: u64) -> u64 {
+        self.plan.band_at + parity * self.plan.band_bytes
+    }
+
+    /// MTE2: tile `t`'s input band into band buffer `parity` (one burst per channel block).
+    fn load_band(&mut self, t: &Tile, parity: u64) {
+        self.load_band_slices(t, parity, 0, self.plan.c1);
+    }
+
+    /// MTE2: channel blocks `q0..q1` of tile `t`'s band.
+    fn load_band_slices(&mut self, t: &Tile, parity: u64, q0: u64, q1: u64) {
+        let s = self.s;
+        let [t0, t1, _, _] = self.r.t;
+        let x = self.r.x;
+        if t.band_h == 0 {
+            return;
+        }
+        let slice = t.band_h * s.w * UNIT;
+        self.a.movi(t0, (self.band_l1(parity) + q0 * slice) as i64);
+        self.gm(
+            t1,
+            x,
+            ((t.n * self.plan.c1 + q0) * s.h + t.in_row) * s.w * UNIT,
+        );
+        self.a.ins(format_args!(
+            "copy_gm_to_l1 {t0}, {t1}, {}, {}, src_gap={}, dst_gap=0",
+            q1 - q0,
+            t.band_h * s.w,
+            (s.h - t.band_h) * s.w
+        ));
+    }
+
+    /// MTE2: the weights of co fractals `f0..f1`, K fractals `k0..k1` (L1 mirrors the packed
+    /// layout).
+    fn load_weights(&mut self, f0: u64, f1: u64, k0: u64, k1: u64) {
+        if f1 <= f0 || k1 <= k0 {
+            return;
+        }
+        let [t0, t1, _, _] = self.r.t;
+        let w = self.r.w;
+        let k = self.plan.k;
+        let at = (f0 * k + k0) * FRACTAL;
+        self.a.movi(t0, at as i64);
+        self.gm(t1, w, at);
+        let units = FRACTAL / UNIT;
+        if k0 == 0 && k1 == k {
+            self.a.ins(format_args!(
+                "copy_gm_to_l1 {t0}, {t1}, 1, {}",
+                (f1 - f0) * k * units
+            ));
+        } else {
+            let gap = (k - (k1 - k0)) * units;
+            self.a.ins(format_args!(
+                "copy_gm_to_l1 {t0}, {t1}, {}, {}, src_gap={gap}, dst_gap={gap}",
+                f1 - f0,
+                (k1 - k0) * units
+            ));
+        }
+    }
+
+    fn block(&mut self, tiles: &[Tile]) {
+        let plan = self.plan;
+        self.bias_waited = false;
+        let Some(first) = tiles.first() else {
+            return;
+        };
+        self.a.comment(
+            "the first tile's band and weights, in groups of channel blocks (one notice each)",
+        );
+        self.wait("MTE1", "MTE2", ev::BAND_FREE[0]);
+        let taps = self.s.kh * self.s.kw;
+        let groups = plan.first_groups(self.s, first);
+        self.a
+            .comment(format_args!("first-tile groups (K fractals): {groups:?}"));
+        self.groups = groups.clone();
+        let (args, w) = (self.r.args, self.r.w);
+        for (gi, &(k0, k1)) in groups.iter().enumerate() {
+            self.load_band_slices(first, 0, k0.div_ceil(taps), k1.div_ceil(taps));
+            if gi == 0 {
+                self.a.ins(format_args!(
+                    "ld.gm.u64 {w}, {args}, off={}",
+                    arg::WEIGHTS * 8
+                ));
+            }
+            self.load_weights(0, plan.nbk, k0, k1);
+            let last = gi + 1 == groups.len();
+            if last {
+                self.load_weights(plan.nbk, plan.m1, 0, plan.k);
+                if self.bias {
+                    let t0 = self.r.t[0];
+                    let bias = self.r.bias;
+                    self.a.ins(format_args!(
+                        "ld.gm.u64 {bias}, {args}, off={}",
+                        arg::BIAS * 8
+                    ));
+                    self.a.movi(t0, self.ub.bias as i64);
+                    self.a.ins(format_args!(
+                        "copy_gm_to_ub {t0}, {bias}, 1, {}",
+                        plan.m1 * FRACTAL_C / UNIT
+                    ));
+                }
+            }
+            match gi {
+                0 => self.set("MTE2", "MTE1", ev::BAND[0]),
+                _ => self.set("MTE2", "MTE1", ev::GROUPS[gi - 1]),
+            }
+            if last && self.bias {
+                self.set("MTE2", "V", ev::BIAS);
+            }
+        }
+        let out = self.r.out;
+        self.a.ins(format_args!(
+            "ld.gm.u64 {out}, {args}, off={}",
+            arg::OUT * 8
+        ));
+        self.groups_waited = 1;
+        for (i, t) in tiles.iter().enumerate() {
+            let parity = (i % 2) as u64;
+            if i > 0 {
+                self.groups_waited = self.groups.len();
+            }
+            if let Some(next) = tiles.get(i + 1) {
+                let np = 1 - parity;
+                self.wait("MTE1", "MTE2", ev::BAND_FREE[np as usize]);
+                self.load_band(next, np);
+                self.set("MTE2", "MTE1", ev::BAND[np as usize]);
+            }
+            self.tile(t, parity, i + 1 == tiles.len());
+        }
+        // The block's steps leave the step-buffer parity where they leave it; the next block
+        // (another core) starts from the same flags, so every block's code starts at parity
+        // 0.
+        self.steps = 0;
+        self.l0c_tiles = 0;
+    }
+
+    fn tile(&mut self, t: &Tile, parity: u64, last: bool) {
+        let (s, plan) = (self.s, self.plan);
+        let [t0, t1, t2, _] = self.r.t;
+        let (pixels, mf) = (t.pixels, t.mf());
+        self.a.comment(format_args!(
+            "tile: image {}, pixels {}..{}, band rows {}..{}",
+            t.n,
+            t.p0,
+            t.p0 + pixels,
+            t.in_row,
+            t.in_row + t.band_h
+        ));
+        self.a.ins(format_args!(
+            "set_fmatrix {}, {}, pad_top={}, pad_bottom={}, pad_left={}, pad_right={}",
+            t.band_h.max(1),
+            s.w,
+            t.pad_top,
+            t.pad_bottom,
+            s.pl,
+            s.pr
+        ));
+        for cb in 0..plan.cob {
+            let f0 = cb * plan.nbk;
+            let nb = plan.nbk.min(plan.m1 - f0);
+            let kf = plan.kf(mf, nb);
+            let nsteps = plan.k.div_ceil(kf);
+            let half = self.l0c_tiles % 2;
+            let l0c = half * plan.l0c_half;
+            for st in 0..nsteps {
+                let b = (self.steps % 2) as usize;
+                let k0 = st * kf;
+                let kfs = kf.min(plan.k - k0);
+                self.wait("M", "MTE1", ev::L0[b]);
+                if st == 0 && cb == 0 {
+                    self.wait("MTE2", "MTE1", ev::BAND[parity as usize]);
+                }
+                // A first tile's later groups: each before the first step that reads it (the
+                // other co blocks' weights come with the last group).
+                while self.groups_waited < self.groups.len()
+                    && (cb > 0 || self.groups[self.groups_waited].0 < k0 + kfs)
+                {
+                    self.wait("MTE2", "MTE1", ev::GROUPS[self.groups_waited - 1]);
+                    self.groups_waited += 1;
+                }
+                self.a.movi(t0, (b as u64 * plan.l0a_half) as i64);
+                self.a.movi(t1, self.band_l1(parity) as i64);
+                self.a.ins(format_args!(
+                    "img2col_l0a {t0}, {t1}, {}, {}, {}, {}, {k0}, {mf}, {kfs}, stride_h={}, \
+                     stride_w={}, dil_h={}, dil_w={}",
+                    plan.c1, s.kh, s.kw, t.m_start, s.sh, s.sw, s.dh, s.dw
+                ));
+                for j in 0..nb {
+                    self.a
+                        .movi(t0, (b as u64 * plan.l0b_half + j * kfs * FRACTAL) as i64);
+                    self.a.movi(t1, (((f0 + j) * plan.k + k0) * FRACTAL) as i64);
+                    self.a.ins(format_args!("load_l0b  {t0}, {t1}, {kfs}"));
+                }
+                if st + 1 == nsteps && cb + 1 == plan.cob {
+                    self.set("MTE1", "MTE2", ev::BAND_FREE[parity as usize]);
+                }
+                self.set("MTE1", "M", ev::L0[b]);
+                self.wait("MTE1", "M", ev::L0[b]);
+                if st == 0 {
+                    self.wait("V", "M", ev::L0C[half as usize]);
+                }
+                self.a.movi(t0, (b as u64 * plan.l0a_half) as i64);
+                self.a.movi(t1, (b as u64 * plan.l0b_half) as i64);
+                self.a.movi(t2, l0c as i64);
+                self.a.ins(format_args!(
+                    "mmad      {t2}, {t0}, {t1}, {pixels}, {}, {}, init={}",
+                    16 * kfs,
+                    16 * nb,
+                    st == 0
+                ));
+                self.set("M", "MTE1", ev::L0[b]);
+                if st + 1 == nsteps {
+                    self.set("M", "V", ev::L0C[half as usize]);
+                }
+                self.steps += 1;
+            }
+            self.drain(t, f0, nb, half, l0c, last && cb + 1 == plan.cob);
+            self.l0c_tiles += 1;
+        }
+    }
+
+    /// V copies the tile out of L0C (adding the bias, converting to f16); MTE3 writes its
+    /// `nb` co fractals, one burst each.
+    fn drain(&mut self, t: &Tile, f0: u64, nb: u64, half: u64, l0c: u64, last: bool) {
+        let (s, plan) = (self.s, self.plan);
+        let [t0, t1, t2, _] = self.r.t;
+        let out = self.r.out;
+        let mf = t.mf();
+        // The block's last drain is its tail, so V and MTE3 overlap there: up to four pieces
+        // of co fractals, each written while V copies the next.
+        let count = if last {
+            nb.min(ev::PIECES.len() as u64)
+        } else {
+            1
+        };
+        let pieces: Vec<(u64, u64)> = (0..count)
+            .map(|p| (p * nb / count, (p + 1) * nb / count))
+            .collect();
+        self.wait("M", "V", ev::L0C[half as usize]);
+        self.wait("MTE3", "V", ev::DRAIN);
+        for (p, &(j0, j1)) in pieces.iter().enumerate() {
+            let n = j1 - j0;
+            let out_at = self.ub.out + j0 * mf * FRACTAL;
+            self.a.movi(t1, (l0c + j0 * mf * FRACTAL_C) as i64);
+            if self.bias {
+                let work = self.ub.work + j0 * mf * FRACTAL_C;
+                self.a.movi(t0, work as i64);
+                self.a
+                    .ins(format_args!("copy_l0c_to_ub.f32 {t0}, {t1}, {}", mf * n));
+                if p + 1 == pieces.len() {
+                    self.set("V", "M", ev::L0C[half as usize]);
+                }
+                if !self.bias_waited {
+                    self.wait("MTE2", "V", ev::BIAS);
+                    self.bias_waited = true;
+                }
+                self.a.mask_count(t2, mf * 256);
+                for j in j0..j1 {
+                    self.a.movi(t0, (self.ub.work + j * mf * FRACTAL_C) as i64);
+                    self.a
+                        .movi(t1, (self.ub.bias + (f0 + j) * FRACTAL_C) as i64);
+                    self.a
+                        .ins(format_args!("vadd.f32  {t0}, {t0}, {t1}, src1_rep=0"));
+                }
+                self.a.mask_count(t2, mf * n * 256);
+                self.a.movi(t0, out_at as i64);
+                self.a.movi(t1, work as i64);
+                self.a.ins(format_args!("vconv.f16.f32 {t0}, {t1}"));
+            } else {
+                self.a.movi(t0, out_at as i64);
+                self.a
+                    .ins(format_args!("copy_l0c_to_ub.f16 {t0}, {t1}, {}", mf * n));
+                if p + 1 == pieces.len() {
+                    self.set("V", "M", ev::L0C[half as usize]);
+                }
+            }
+            self.set("V", "MTE3", ev::PIECES[p]);
+            self.wait("V", "MTE3", ev::PIECES[p]);
+            let plane = s.ho * s.wo;
+            let pixels = t.pixels;
+            self.a.movi(t0, out_at as i64);
+            self.gm(t1, out, ((t.n * plan.m1 + f0 + j0) * plane + t.p0) * UNIT);
+            self.a.ins(format_args!(
+                "copy_ub_to_gm {t1}, {t0}, {n}, {pixels}, src_gap={}, dst_gap={}",
+                mf * 16 - pixels,
+                plane - pixels
+            ));
+        }
+        self.set("MTE3", "V", ev::DRAIN);
+    }
+}

@@ -1,0 +1,934 @@
+//! Element-wise ops on the vector unit: Add, Sub, Mul, Div, Pow, Equal and Where with full numpy
+//! broadcasting; Relu, Sqrt, Sigmoid, Tanh, Erf, Gelu, Clip and Cast.
+//!
+//! ```text
+//!   same shapes, plain types ─▶ stream.rs (one contiguous double-buffered pass)
+//!   anything else            ─▶ bcast.rs: canonical broadcast form, chunk or row tiles
+//!        one canonical axis  ─▶ one kernel; bool/uint8/int8/int64 tensors load and store
+//!                               through the spread DMA of bcast.rs
+//!        more axes           ─▶ such tensors first go to i32 GM workspace (one-axis kernels),
+//!                               the broadcast kernel works on i32, and a last one-axis
+//!                               kernel narrows its i32 result into the output
+//! ```
+//!
+//! Types: arithmetic in f32, f16 and i32 (Div in floats only: the unit has no integer divide);
+//! transcendental functions compute in f32 and widen / narrow f16 around it. Tensors of one
+//! byte are seen as i32 (bool loads as 0 or 1), int64 as its two i32 words. float64 and int16
+//! have no kernel and are refused with a [`LowerError`] naming the node.
+
+use super::activation::{self, Act, Exponent, POW_CONSTS, POW_SCRATCH};
+use super::bcast::{self, Body, BodyFn, ByteKind, Const, Fmt, Job};
+use super::stream::{Io, Stream, Tile};
+use super::vec::{View, Vx};
+use super::writer::{Asm, Reg};
+use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
+use crate::ir::{Attr, DataType, Tensor, TensorDesc, shape_values};
+
+/// The lowering of an element-wise op type.
+pub fn lowering(op: &str) -> Option<LowerFn> {
+    let f: LowerFn = match op {
+        "Add" | "Sub" | "Mul" | "Div" => arith,
+        "Pow" => pow,
+        "Equal" => equal,
+        "Where" => where_op,
+        "Relu" | "Sqrt" | "Sigmoid" | "Tanh" | "Erf" | "Gelu" => unary,
+        "Clip" => clip,
+        "Cast" => cast,
+        _ => return None,
+    };
+    Some(f)
+}
+
+/// The vector type suffix of a tensor type, when the vector unit computes in it.
+pub fn vector_type(t: DataType) -> Option<&'static str> {
+    match t {
+        DataType::F32 => Some("f32"),
+        DataType::F16 => Some("f16"),
+        DataType::I32 => Some("i32"),
+        _ => None,
+    }
+}
+
+/// How a tensor type is stored for the broadcast kernels, if it can be.
+fn fmt_of(t: DataType) -> Option<Fmt> {
+    match t {
+        DataType::F32 | DataType::I32 => Some(Fmt::Plain(4)),
+        DataType::F16 => Some(Fmt::Plain(2)),
+        DataType::Bool => Some(Fmt::Byte(ByteKind::Bool)),
+        DataType::U8 => Some(Fmt::Byte(ByteKind::U8)),
+        DataType::I8 => Some(Fmt::Byte(ByteKind::I8)),
+        DataType::I64 => Some(Fmt::I64),
+        DataType::F64 | DataType::I16 => None,
+    }
+}
+
+/// The vector type the body sees a tensor type as (bytes and int64 words as i32).
+fn body_type(t: DataType) -> &'static str {
+    match t {
+        DataType::F32 => "f32",
+        DataType::F16 => "f16",
+        _ => "i32",
+    }
+}
+
+fn dims(ctx: &LowerCtx<'_>, d: &TensorDesc) -> Result<Vec<u64>, LowerError> {
+    shape_values(&d.shape)
+        .map(|v| v.iter().map(|x| (*x).max(0) as u64).collect())
+        .ok_or_else(|| ctx.error(format!("shape {d} is not static")))
+}
+
+fn output<'a>(ctx: &'a LowerCtx<'a>) -> Result<&'a TensorDesc, LowerError> {
+    ctx.outputs
+        .first()
+        .ok_or_else(|| ctx.error("the node has no output"))
+}
+
+fn check_type(
+    ctx: &LowerCtx<'_>,
+    what: &str,
+    t: DataType,
+    allowed: &[DataType],
+) -> Result<(), LowerError> {
+    if allowed.contains(&t) {
+        return Ok(());
+    }
+    let names: Vec<&str> = allowed.iter().map(|t| t.name()).collect();
+    Err(ctx.error(format!(
+        "{what} has type {}; the vector kernel supports {}",
+        t.name(),
+        names.join(", ")
+    )))
+}
+
+fn fmt_or_error(ctx: &LowerCtx<'_>, what: &str, t: DataType) -> Result<Fmt, LowerError> {
+    fmt_of(t).ok_or_else(|| {
+        ctx.error(format!(
+            "{what} has type {}, which has no vector kernel (float64 and int16 are not \
+             supported; cast to float32 or int32 first)",
+            t.name()
+        ))
+    })
+}
+
+const FLOATS: [DataType; 2] = [DataType::F32, DataType::F16];
+const NUMERIC: [DataType; 3] = [DataType::F32, DataType::F16, DataType::I32];
+
+fn no_kernels() -> Lowered {
+    Lowered::Kernels {
+        kernels: Vec::new(),
+        derived: Vec::new(),
+        workspace_bytes: 0,
+    }
+}
+
+/// A contiguous streaming kernel (`stream.rs`) over `n` elements of equally shaped tensors.
+fn stream_lowering(
+    ctx: &LowerCtx<'_>,
+    name: String,
+    n: u64,
+    ins: &[(Operand, u64)],
+    out: u64,
+    scratch: Vec<u64>,
+    body: BodyFn<'_>,
+) -> Result<Lowered, LowerError> {
+    if n == 0 {
+        return Ok(no_kernels());
+    }
+    let setup = |a: &mut Asm, _: Reg| vec![a.reg()];
+    let adapt = |a: &mut Asm, t: &Tile| {
+        let b = Body {
+            ins: t.ins.iter().map(|&r| View::flat(r)).collect(),
+            outs: t.outs.iter().map(|&r| View::flat(r)).collect(),
+            scratch: t.scratch.iter().map(|&r| View::flat(r)).collect(),
+            consts: Vec::new(),
+            tmp: t.consts[0],
+            count: t.len,
+        };
+        body(a, &b);
+    };
+    let s = Stream {
+        n,
+        inputs: ins
+            .iter()
+            .enumerate()
+            .map(|(i, (_, elem))| Io {
+                arg: i,
+                elem: *elem,
+            })
+            .collect(),
+        outputs: vec![Io {
+            arg: ins.len(),
+            elem: out,
+        }],
+        scratch,
+        setup: &setup,
+        body: &adapt,
+    };
+    let plan = s.plan(&ctx.target.core).ok_or_else(|| {
+        ctx.error(format!(
+            "one tile of the streamed tensors does not fit in the {}-byte unified buffer",
+            ctx.target.core.ub_bytes
+        ))
+    })?;
+    let mut a = Asm::new(&name);
+    s.emit(&mut a, plan);
+    let mut args: Vec<Operand> = ins.iter().map(|(o, _)| *o).collect();
+    args.push(Operand::Output(0));
+    Ok(Lowered::Kernels {
+        kernels: vec![ctx.kernel(a, plan.block_dim, args)?],
+        derived: Vec::new(),
+        workspace_bytes: 0,
+    })
+}
+
+/// A tensor a broadcast kernel reads.
+struct Src {
+    op: Operand,
+    fmt: Fmt,
+    shape: Vec<u64>,
+}
+
+/// A kernel from a broadcast job.
+fn job_kernel(
+    ctx: &LowerCtx<'_>,
+    name: String,
+    job: &Job<'_>,
+    args: Vec<Operand>,
+) -> Result<Kernel, LowerError> {
+    let plan = job.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
+    let mut a = Asm::new(&name);
+    bcast::emit(job, &plan, &mut a);
+    ctx.kernel(a, plan.block_dim, args)
+}
+
+/// Copies every word (one-axis conversion passes).
+fn copy_words(a: &mut Asm, b: &Body) {
+    let mut vx = Vx { a, tmp: b.tmp };
+    for (o, i) in b.outs.iter().zip(&b.ins) {
+        vx.un("vmov", "i32", *o, *i);
+    }
+}
+
+fn round32(x: u64) -> u64 {
+    x.div_ceil(32) * 32
+}
+
+/// Lowers an element-wise computation over broadcast inputs: one chunk-mode kernel when the
+/// broadcast has one canonical axis, else the broadcast kernel on plain tensors with one-axis
+/// passes converting bytes and int64 through GM workspace before and after.
+#[allow(clippy::too_many_arguments)]
+fn broadcast_lowering(
+    ctx: &LowerCtx<'_>,
+    suffix: &str,
+    ins: &[Src],
+    out_fmt: Fmt,
+    out_shape: &[u64],
+    scratch: Vec<u64>,
+    consts: Vec<Const>,
+    body: BodyFn<'_>,
+) -> Result<Lowered, LowerError> {
+    let n: u64 = out_shape.iter().product();
+    if n == 0 {
+        return Ok(no_kernels());
+    }
+    let shapes: Vec<&[u64]> = ins.iter().map(|s| s.shape.as_slice()).collect();
+    let canon = bcast::canonical(out_shape, &shapes);
+    let name = kernel_name(ctx, suffix);
+    if canon.dims.len() == 1 {
+        let mut args: Vec<Operand> = ins.iter().map(|s| s.op).collect();
+        args.push(Operand::Output(0));
+        let job = Job {
+            dims: canon.dims.clone(),
+            inputs: ins
+                .iter()
+                .zip(&canon.strides)
+                .enumerate()
+                .map(|(i, (s, st))| bcast::Input {
+                    arg: i,
+                    fmt: s.fmt,
+                    strides: st.clone(),
+                })
+                .collect(),
+            outputs: vec![bcast::Output {
+                arg: ins.len(),
+                fmt: out_fmt,
+            }],
+            scratch,
+            consts,
+            body,
+        };
+        return Ok(Lowered::Kernels {
+            kernels: vec![job_kernel(ctx, name, &job, args)?],
+            derived: Vec::new(),
+            workspace_bytes: 0,
+        });
+    }
+    let mut ws = 0u64;
+    let mut ws_alloc = |bytes: u64| {
+        let o = ws;
+        ws += round32(bytes.max(1));
+        o
+    };
+    let mut kernels = Vec::new();
+    let mut args = Vec::new();
+    let mut inputs = Vec::new();
+    for (i, (s, st)) in ins.iter().zip(&canon.strides).enumerate() {
+        if let Fmt::Plain(_) = s.fmt {
+            inputs.push(bcast::Input {
+                arg: args.len(),
+                fmt: s.fmt,
+                strides: st.clone(),
+            });
+            args.push(s.op);
+            continue;
+        }
+        let ni: u64 = s.shape.iter().product();
+        let words: Vec<u64> = (0..s.fmt.words()).map(|_| ws_alloc(4 * ni)).collect();
+        let mut pre_args = vec![s.op];
+        pre_args.extend(words.iter().map(|&o| Operand::Workspace(o)));
+        let pre = Job {
+            dims: vec![ni],
+            inputs: vec![bcast::Input {
+                arg: 0,
+                fmt: s.fmt,
+                strides: vec![1],
+            }],
+            outputs: (0..words.len())
+                .map(|w| bcast::Output {
+                    arg: 1 + w,
+                    fmt: Fmt::Plain(4),
+                })
+                .collect(),
+            scratch: Vec::new(),
+            consts: Vec::new(),
+            body: &copy_words,
+        };
+        kernels.push(job_kernel(ctx, format!("{name}_in{i}"), &pre, pre_args)?);
+        for &o in &words {
+            inputs.push(bcast::Input {
+                arg: args.len(),
+                fmt: Fmt::Plain(4),
+                strides: st.clone(),
+            });
+            args.push(Operand::Workspace(o));
+        }
+    }
+    let (outputs, post) = if let Fmt::Plain(_) = out_fmt {
+        let o = bcast::Output {
+            arg: args.len(),
+            fmt: out_fmt,
+        };
+        args.push(Operand::Output(0));
+        (vec![o], None)
+    } else {
+        let words: Vec<u64> = (0..out_fmt.words()).map(|_| ws_alloc(4 * n)).collect();
+        let outs = words
+            .iter()
+            .map(|&o| {
+                args.push(Operand::Workspace(o));
+                bcast::Output {
+                    arg: args.len() - 1,
+                    fmt: Fmt::Plain(4),
+                }
+            })
+            .collect();
+        (outs, Some(words))
+    };
+    let main = Job {
+        dims: canon.dims.clone(),
+        inputs,
+        outputs,
+        scratch,
+        consts,
+        body,
+    };
+    kernels.push(job_kernel(ctx, name.clone(), &main, args)?);
+    if let Some(words) = post {
+        let mut post_args: Vec<Operand> = words.iter().map(|&o| Operand::Workspace(o)).collect();
+        post_args.push(Operand::Output(0));
+        let job = Job {
+            dims: vec![n],
+            inputs: (0..words.len())
+                .map(|w| bcast::Input {
+                    arg: w,
+                    fmt: Fmt::Plain(4),
+                    strides: vec![1],
+                })
+                .collect(),
+            outputs: vec![bcast::Output {
+                arg: words.len(),
+                fmt: out_fmt,
+            }],
+            scratch: Vec::new(),
+            consts: Vec::new(),
+            body: &copy_words,
+        };
+        kernels.push(job_kernel(ctx, format!("{name}_out"), &job, post_args)?);
+    }
+    Ok(Lowered::Kernels {
+        kernels,
+        derived: Vec::new(),
+        workspace_bytes: ws,
+    })
+}
+
+fn src(ctx: &LowerCtx<'_>, i: usize, fmt: Fmt) -> Result<Src, LowerError> {
+    Ok(Src {
+        op: Operand::Input(i),
+        fmt,
+        shape: dims(ctx, ctx.input(i)?)?,
+    })
+}
+
+/// Add, Sub, Mul, Div with numpy broadcasting.
+pub fn arith(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+    let out = output(ctx)?;
+    let op = ctx.node.op.as_str();
+    let (mnemonic, types): (&str, &[DataType]) = match op {
+        "Add" => ("vadd", &NUMERIC),
+        "Sub" => ("vsub", &NUMERIC),
+        "Mul" => ("vmul", &NUMERIC),
+        "Div" => ("vdiv", &FLOATS),
+        _ => return Err(ctx.error(format!("{op} is not a binary vector op"))),
+    };
+    check_type(ctx, "the output", out.dtype, types)?;
+    let ty = body_type(out.dtype);
+    let e = out.dtype.size() as u64;
+    let body = |a: &mut Asm, t: &Body| {
+        let mut vx = Vx { a, tmp: t.tmp };
+        vx.bin(mnemonic, ty, t.outs[0], t.ins[0], t.ins[1]);
+    };
+    let (da, db) = (dims(ctx, a)?, dims(ctx, b)?);
+    if da == db {
+        let n = da.iter().product();
+        let ins = [(Operand::Input(0), e), (Operand::Input(1), e)];
+        return stream_lowering(ctx, kernel_name(ctx, ""), n, &ins, e, Vec::new(), &body);
+    }
+    let ins = [src(ctx, 0, Fmt::Plain(e))?, src(ctx, 1, Fmt::Plain(e))?];
+    broadcast_lowering(
+        ctx,
+        "bcast",
+        &ins,
+        Fmt::Plain(e),
+        &dims(ctx, out)?,
+        Vec::new(),
+        Vec::new(),
+        &body,
+    )
+}
+
+/// Relu, Sqrt, Sigmoid, Tanh, Erf, Gelu.
+pub fn unary(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let x = ctx.input(0)?;
+    let op = ctx.node.op.as_str();
+    let act = match op {
+        "Relu" | "Sqrt" => None,
+        "Sigmoid" => Some(Act::Sigmoid),
+        "Tanh" => Some(Act::Tanh),
+        "Erf" => Some(Act::Erf),
+        "Gelu" => match ctx.node.attr("approximate") {
+            Some(Attr::Str(s)) if s == "tanh" => Some(Act::GeluTanh),
+            None | Some(Attr::Str(_)) => Some(Act::Gelu),
+            Some(other) => {
+                return Err(ctx.error(format!("approximate = {other} is not a mode of Gelu")));
+            }
+        },
+        _ => return Err(ctx.error(format!("{op} is not a unary vector op"))),
+    };
+    let types: &[DataType] = if op == "Relu" { &NUMERIC } else { &FLOATS };
+    check_type(ctx, "the input", x.dtype, types)?;
+    let ty = body_type(x.dtype);
+    let e = x.dtype.size() as u64;
+    let n = dims(ctx, x)?.iter().product();
+    let ins = [(Operand::Input(0), e)];
+    let name = kernel_name(ctx, "");
+    let Some(act) = act else {
+        let m = if op == "Relu" { "vrelu" } else { "vsqrt" };
+        let body = |a: &mut Asm, t: &Body| {
+            Vx { a, tmp: t.tmp }.un(m, ty, t.outs[0], t.ins[0]);
+        };
+        return stream_lowering(ctx, name, n, &ins, e, Vec::new(), &body);
+    };
+    let f16 = x.dtype == DataType::F16;
+    let k = act.scratch();
+    // Scratch: [x and result in f32 when f16], the function's tiles, the bit mask.
+    let mut scratch = vec![4; k + if f16 { 2 } else { 0 }];
+    scratch.push(1);
+    let body = |a: &mut Asm, t: &Body| {
+        let mut vx = Vx { a, tmp: t.tmp };
+        let bits = t.scratch[t.scratch.len() - 1].reg;
+        if f16 {
+            let (x32, o32) = (t.scratch[0], t.scratch[1]);
+            vx.conv("f32", "f16", x32, t.ins[0], "rint");
+            activation::emit(&mut vx, act, o32, x32, &t.scratch[2..2 + k], bits);
+            vx.conv("f16", "f32", t.outs[0], o32, "rint");
+        } else {
+            activation::emit(&mut vx, act, t.outs[0], t.ins[0], &t.scratch[..k], bits);
+        }
+    };
+    stream_lowering(ctx, name, n, &ins, e, scratch, &body)
+}
+
+/// A Clip bound.
+#[derive(Debug, Clone, Copy)]
+enum Bound {
+    /// Input absent: no bound.
+    None,
+    /// A constant: its raw bits.
+    Imm(i64),
+    /// A runtime one-element tensor: its index among the kernel's inputs.
+    Input(usize),
+}
+
+/// Clip with optional min and max (constants become immediates, runtime tensors splats).
+pub fn clip(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let x = ctx.input(0)?;
+    check_type(ctx, "the input", x.dtype, &NUMERIC)?;
+    let ty = body_type(x.dtype);
+    let e = x.dtype.size() as u64;
+    let mut ins = vec![src(ctx, 0, Fmt::Plain(e))?];
+    let mut bounds = [Bound::None; 2];
+    for (slot, i) in [1usize, 2].into_iter().enumerate() {
+        let Some(d) = ctx.inputs.get(i).copied().flatten() else {
+            continue;
+        };
+        if d.dtype != x.dtype {
+            return Err(ctx.error(format!(
+                "bound {i} has type {}, the input {}",
+                d.dtype.name(),
+                x.dtype.name()
+            )));
+        }
+        let n: u64 = dims(ctx, d)?.iter().product();
+        if n != 1 {
+            return Err(ctx.error(format!("bound {i} has {n} elements; Clip takes one")));
+        }
+        bounds[slot] = match ctx.values.get(i).copied().flatten() {
+            Some(t) => Bound::Imm(raw_bits(t)),
+            None => {
+                ins.push(src(ctx, i, Fmt::Plain(e))?);
+                Bound::Input(ins.len() - 1)
+            }
+        };
+    }
+    let float = ty != "i32";
+    let body = |a: &mut Asm, t: &Body| {
+        let mut vx = Vx { a, tmp: t.tmp };
+        let (o, xv) = (t.outs[0], t.ins[0]);
+        let mut cur = xv;
+        for (b, (m, ms)) in bounds.iter().zip([("vmax", "vmaxs"), ("vmin", "vmins")]) {
+            match *b {
+                Bound::None => {}
+                Bound::Imm(bits) => vx.scalar(ms, ty, o, cur, bits),
+                Bound::Input(k) => vx.bin(m, ty, o, cur, t.ins[k]),
+            }
+            if !matches!(b, Bound::None) {
+                cur = o;
+            }
+        }
+        if cur == xv {
+            vx.un("vmov", ty, o, xv);
+        } else if float {
+            // vmax / vmin return the other operand for NaN; Clip keeps NaN.
+            let bits = t.scratch[0].reg;
+            vx.cmp("eq", ty, bits, xv, xv);
+            vx.sel(ty, o, o, xv, bits);
+        }
+    };
+    let scratch = if float { vec![1] } else { Vec::new() };
+    if ins.len() == 1 {
+        let n = dims(ctx, x)?.iter().product();
+        return stream_lowering(
+            ctx,
+            kernel_name(ctx, ""),
+            n,
+            &[(Operand::Input(0), e)],
+            e,
+            scratch,
+            &body,
+        );
+    }
+    broadcast_lowering(
+        ctx,
+        "bounds",
+        &ins,
+        Fmt::Plain(e),
+        &dims(ctx, x)?,
+        scratch,
+        Vec::new(),
+        &body,
+    )
+}
+
+/// The raw little-endian bits of a tensor's first element (up to 8 bytes).
+fn raw_bits(t: &Tensor) -> i64 {
+    let mut b = [0u8; 8];
+    let n = t.dtype.size().min(8).min(t.data.len());
+    b[..n].copy_from_slice(&t.data[..n]);
+    let v = u64::from_le_bytes(b);
+    // Sign-extend 4-byte values so i32 immediates read back as themselves.
+    if n == 4 {
+        i64::from(v as u32 as i32)
+    } else {
+        v as i64
+    }
+}
+
+/// Pow: cheap exact forms for the common constant exponents, exp(b ln a) with C's special
+/// cases otherwise (any broadcast, float or int32 exponent).
+pub fn pow(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+    let out = output(ctx)?;
+    check_type(ctx, "the base", a.dtype, &FLOATS)?;
+    check_type(ctx, "the exponent", b.dtype, &NUMERIC)?;
+    let ty = body_type(a.dtype);
+    let ea = a.dtype.size() as u64;
+    let eb = b.dtype.size() as u64;
+    let out_dims = dims(ctx, out)?;
+    let n: u64 = out_dims.iter().product();
+    let constant = ctx
+        .values
+        .get(1)
+        .copied()
+        .flatten()
+        .filter(|t| t.len() == 1)
+        .map(|t| t.to_f64s()[0]);
+    if let Some(c) = constant.filter(|c| activation::pow_special(*c)) {
+        if dims(ctx, a)? == out_dims {
+            let body = |a: &mut Asm, t: &Body| {
+                let mut vx = Vx { a, tmp: t.tmp };
+                let (s, bits) = (t.scratch[0], t.scratch[1].reg);
+                activation::pow_special_emit(&mut vx, ty, c, t.outs[0], t.ins[0], s, bits);
+            };
+            let ins = [(Operand::Input(0), ea)];
+            return stream_lowering(ctx, kernel_name(ctx, ""), n, &ins, ea, vec![ea, 1], &body);
+        }
+    }
+    let f16 = a.dtype == DataType::F16;
+    let b_f16 = b.dtype == DataType::F16;
+    let b_int = b.dtype == DataType::I32;
+    // Scratch: POW_SCRATCH tiles, the exponent in f32 (int or f16), a and the result in f32
+    // (f16), the bit mask.
+    let mut scratch = vec![4; POW_SCRATCH + 3];
+    scratch.push(1);
+    let consts = POW_CONSTS
+        .iter()
+        .map(|(t, bits)| Const {
+            ty: t,
+            bits: u64::from(*bits),
+        })
+        .collect();
+    let body = |a: &mut Asm, t: &Body| {
+        let mut vx = Vx { a, tmp: t.tmp };
+        let s = &t.scratch;
+        let bits = s[s.len() - 1].reg;
+        let (bf, a32, o32) = (s[POW_SCRATCH], s[POW_SCRATCH + 1], s[POW_SCRATCH + 2]);
+        let av = if f16 {
+            vx.conv("f32", "f16", a32, t.ins[0], "rint");
+            a32
+        } else {
+            t.ins[0]
+        };
+        let exp = if b_int {
+            Exponent::Int {
+                int: t.ins[1],
+                float: bf,
+            }
+        } else if b_f16 {
+            vx.conv("f32", "f16", bf, t.ins[1], "rint");
+            Exponent::Float(bf)
+        } else {
+            Exponent::Float(t.ins[1])
+        };
+        let o = if f16 { o32 } else { t.outs[0] };
+        activation::pow_general(&mut vx, o, av, exp, &s[..POW_SCRATCH], &t.consts, bits);
+        if f16 {
+            vx.conv("f16", "f32", t.outs[0], o32, "rint");
+        }
+    };
+    let ins = [src(ctx, 0, Fmt::Plain(ea))?, src(ctx, 1, Fmt::Plain(eb))?];
+    broadcast_lowering(
+        ctx,
+        "pow",
+        &ins,
+        Fmt::Plain(ea),
+        &out_dims,
+        scratch,
+        consts,
+        &body,
+    )
+}
+
+/// The i32 splats 1 and 0 the comparisons select between.
+fn bool_consts() -> Vec<Const> {
+    vec![Const::i32(1), Const::i32(0)]
+}
+
+/// Equal, with a bool output (any broadcast; every type but float64 and int16).
+pub fn equal(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+    let out = output(ctx)?;
+    if a.dtype != b.dtype {
+        return Err(ctx.error(format!(
+            "the inputs have types {} and {}",
+            a.dtype.name(),
+            b.dtype.name()
+        )));
+    }
+    let fmt = fmt_or_error(ctx, "the input", a.dtype)?;
+    let ty = body_type(a.dtype);
+    let body = |asm: &mut Asm, t: &Body| {
+        let mut vx = Vx { a: asm, tmp: t.tmp };
+        let bits = t.scratch[0].reg;
+        vx.cmp("eq", ty, bits, t.ins[0], t.ins[1]);
+        vx.sel("i32", t.outs[0], t.consts[0], t.consts[1], bits);
+    };
+    let f: BodyFn<'_> = if fmt == Fmt::I64 { &equal_i64 } else { &body };
+    let ins = [src(ctx, 0, fmt)?, src(ctx, 1, fmt)?];
+    broadcast_lowering(
+        ctx,
+        "eq",
+        &ins,
+        Fmt::Byte(ByteKind::Bool),
+        &dims(ctx, out)?,
+        vec![1],
+        bool_consts(),
+        f,
+    )
+}
+
+/// Equal on int64 words: `o = lo_a == lo_b ? 1 : 0`, then `o = hi_a == hi_b ? o : 0`.
+fn equal_i64(asm: &mut Asm, t: &Body) {
+    let mut vx = Vx { a: asm, tmp: t.tmp };
+    let (one, zero) = (t.consts[0], t.consts[1]);
+    let bits = t.scratch[0].reg;
+    let o = t.outs[0];
+    vx.cmp("eq", "i32", bits, t.ins[0], t.ins[2]);
+    vx.sel("i32", o, one, zero, bits);
+    vx.cmp("eq", "i32", bits, t.ins[1], t.ins[3]);
+    vx.sel("i32", o, o, zero, bits);
+}
+
+/// Where(cond, x, y) with three-way broadcasting.
+pub fn where_op(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let (c, x, y) = (ctx.input(0)?, ctx.input(1)?, ctx.input(2)?);
+    let out = output(ctx)?;
+    check_type(ctx, "the condition", c.dtype, &[DataType::Bool])?;
+    if x.dtype != y.dtype {
+        return Err(ctx.error(format!(
+            "the branches have types {} and {}",
+            x.dtype.name(),
+            y.dtype.name()
+        )));
+    }
+    let fmt = fmt_or_error(ctx, "the branches", x.dtype)?;
+    let ty = body_type(x.dtype);
+    let words = fmt.words();
+    let body = |asm: &mut Asm, t: &Body| {
+        let mut vx = Vx { a: asm, tmp: t.tmp };
+        let bits = t.scratch[0].reg;
+        vx.cmps("ne", "i32", bits, t.ins[0], 0);
+        for w in 0..words {
+            vx.sel(ty, t.outs[w], t.ins[1 + w], t.ins[1 + words + w], bits);
+        }
+    };
+    let ins = [
+        src(ctx, 0, Fmt::Byte(ByteKind::Bool))?,
+        src(ctx, 1, fmt)?,
+        src(ctx, 2, fmt)?,
+    ];
+    broadcast_lowering(
+        ctx,
+        "where",
+        &ins,
+        fmt,
+        &dims(ctx, out)?,
+        vec![1],
+        Vec::new(),
+        &body,
+    )
+}
+
+/// What a Cast converts between, as the body sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Repr {
+    F32,
+    F16,
+    I32,
+    /// One byte, seen as i32.
+    Byte(ByteKind),
+    /// Two i32 words.
+    I64,
+}
+
+fn repr(t: DataType) -> Option<Repr> {
+    Some(match t {
+        DataType::F32 => Repr::F32,
+        DataType::F16 => Repr::F16,
+        DataType::I32 => Repr::I32,
+        DataType::Bool => Repr::Byte(ByteKind::Bool),
+        DataType::U8 => Repr::Byte(ByteKind::U8),
+        DataType::I8 => Repr::Byte(ByteKind::I8),
+        DataType::I64 => Repr::I64,
+        DataType::F64 | DataType::I16 => return None,
+    })
+}
+
+/// Cast constants: i32 1, 0, -1.
+fn cast_consts() -> Vec<Const> {
+    vec![Const::i32(1), Const::i32(0), Const::i32(-1)]
+}
+
+/// Cast between float32, float16, int32, int64, bool, uint8 and int8 with ONNX semantics:
+/// float to integer truncates toward zero, narrowing floats round to nearest even, integers
+/// wrap to narrower integers, anything non-zero is true. int64 from floats is exact for
+/// |x| < 2^63; int64 to float32 is exact below 2^31 in magnitude and within one f32 ulp
+/// above (the high and low words round separately before their sum does).
+pub fn cast(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let x = ctx.input(0)?;
+    let out = output(ctx)?;
+    if x.dtype == out.dtype {
+        return Ok(Lowered::Alias { input: 0 });
+    }
+    let (from, to) = match (repr(x.dtype), repr(out.dtype)) {
+        (Some(f), Some(t)) => (f, t),
+        _ => {
+            return Err(ctx.error(format!(
+                "Cast from {} to {} has no vector kernel (float64 and int16 are not \
+                 supported)",
+                x.dtype.name(),
+                out.dtype.name()
+            )));
+        }
+    };
+    let (fin, fout) = (
+        fmt_or_error(ctx, "the input", x.dtype)?,
+        fmt_or_error(ctx, "the output", out.dtype)?,
+    );
+    let body = move |asm: &mut Asm, t: &Body| cast_body(asm, t, from, to);
+    let shape = dims(ctx, x)?;
+    let ins = [Src {
+        op: Operand::Input(0),
+        fmt: fin,
+        shape: shape.clone(),
+    }];
+    if let (Fmt::Plain(ei), Fmt::Plain(eo)) = (fin, fout) {
+        let n = shape.iter().product();
+        let consts_free = !matches!(to, Repr::Byte(_) | Repr::I64);
+        if consts_free {
+            return stream_lowering(
+                ctx,
+                kernel_name(ctx, ""),
+                n,
+                &[(Operand::Input(0), ei)],
+                eo,
+                Vec::new(),
+                &body,
+            );
+        }
+    }
+    let scratch = vec![4, 4, 4, 1];
+    broadcast_lowering(ctx, "", &ins, fout, &shape, scratch, cast_consts(), &body)
+}
+
+/// Cast's conversions. Scratch: three 4-byte tiles and a bit mask; constants [`cast_consts`].
+fn cast_body(asm: &mut Asm, t: &Body, from: Repr, to: Repr) {
+    let mut vx = Vx { a: asm, tmp: t.tmp };
+    // Conversions between f32, f16 and i32 need no scratch (the stream kernel gives none).
+    let sc = |i: usize| t.scratch[i];
+    let x = t.ins[0];
+    let o = t.outs[0];
+    // The input as f32 or i32 (f16 is widened first where the code below needs f32).
+    let float = matches!(from, Repr::F32 | Repr::F16);
+    let xf = match from {
+        Repr::F16 if matches!(to, Repr::Byte(ByteKind::Bool) | Repr::I64) => {
+            vx.conv("f32", "f16", sc(2), x, "rint");
+            sc(2)
+        }
+        _ => x,
+    };
+    match to {
+        Repr::F32 => match from {
+            Repr::F16 => vx.conv("f32", "f16", o, x, "rint"),
+            Repr::I32 | Repr::Byte(_) => vx.conv("f32", "i32", o, x, "rint"),
+            Repr::I64 => i64_to_f32(&mut vx, t, o, sc(3).reg),
+            Repr::F32 => vx.un("vmov", "f32", o, x),
+        },
+        Repr::F16 => match from {
+            Repr::F32 => vx.conv("f16", "f32", o, x, "rint"),
+            Repr::I32 | Repr::Byte(_) => vx.conv("f16", "i32", o, x, "rint"),
+            Repr::I64 => {
+                // Through f32: exact below 2^24, and above that f16 overflows either way.
+                i64_to_f32(&mut vx, t, sc(2), sc(3).reg);
+                vx.conv("f16", "f32", o, sc(2), "rint");
+            }
+            Repr::F16 => vx.un("vmov", "f16", o, x),
+        },
+        Repr::I32 | Repr::Byte(ByteKind::U8) | Repr::Byte(ByteKind::I8) => match from {
+            Repr::F32 => vx.conv("i32", "f32", o, x, "trunc"),
+            Repr::F16 => vx.conv("i32", "f16", o, x, "trunc"),
+            Repr::I32 | Repr::Byte(_) | Repr::I64 => vx.un("vmov", "i32", o, x),
+        },
+        Repr::Byte(ByteKind::Bool) => {
+            let (one, zero) = (t.consts[0], t.consts[1]);
+            let (s1, bits) = (sc(0), sc(3).reg);
+            match from {
+                Repr::I64 => {
+                    vx.bin("vor", "i32", s1, t.ins[0], t.ins[1]);
+                    vx.cmps("ne", "i32", bits, s1, 0);
+                }
+                _ if float => vx.cmps_f32("ne", bits, xf, 0.0),
+                _ => vx.cmps("ne", "i32", bits, x, 0),
+            }
+            vx.sel("i32", o, one, zero, bits);
+        }
+        Repr::I64 => {
+            let (zero, m1) = (t.consts[1], t.consts[2]);
+            let (lo, hi) = (t.outs[0], t.outs[1]);
+            let (s1, s2, s3, bits) = (sc(0), sc(1), sc(2), sc(3).reg);
+            if float {
+                // Below 2^31: truncate to i32 and sign-extend.
+                vx.conv("i32", "f32", lo, xf, "trunc");
+                vx.cmps("lt", "i32", bits, lo, 0);
+                vx.sel("i32", hi, m1, zero, bits);
+                // From 2^31 on x is a multiple of 2^8: hi = floor(x / 2^32) and
+                // lo = x - hi 2^32 in [0, 2^32) are exact in f32; lo goes to i32 shifted
+                // by -2^31 and back.
+                vx.muls(s1, xf, 2.0f32.powi(-32));
+                vx.conv("i32", "f32", s2, s1, "floor");
+                vx.conv("f32", "i32", s1, s2, "rint");
+                vx.muls(s1, s1, 2.0f32.powi(32));
+                vx.bin("vsub", "f32", s1, xf, s1);
+                vx.adds(s1, s1, -(2.0f32.powi(31)));
+                vx.conv("i32", "f32", s1, s1, "trunc");
+                vx.scalar("vadds", "i32", s1, s1, i64::from(i32::MIN));
+                vx.un("vabs", "f32", s3, xf);
+                vx.cmps_f32("lt", bits, s3, 2.0f32.powi(31));
+                vx.sel("i32", lo, lo, s1, bits);
+                vx.sel("i32", hi, hi, s2, bits);
+            } else {
+                vx.un("vmov", "i32", lo, x);
+                vx.cmps("lt", "i32", bits, x, 0);
+                vx.sel("i32", hi, m1, zero, bits);
+            }
+        }
+    }
+}
+
+/// int64 (words `t.ins[0]`, `t.ins[1]`) to f32: `v = (hi + (lo < 0)) 2^32 + lo` with `lo`
+/// signed, so below 2^31 in magnitude the high part is 0 and the result one rounding of `lo`.
+fn i64_to_f32(vx: &mut Vx<'_>, t: &Body, o: View, bits: Reg) {
+    let (one, zero) = (t.consts[0], t.consts[1]);
+    let (s1, s2) = (t.scratch[0], t.scratch[1]);
+    let (lo, hi) = (t.ins[0], t.ins[1]);
+    vx.cmps("lt", "i32", bits, lo, 0);
+    vx.sel("i32", s1, one, zero, bits);
+    // hi + 1 in f32: in i32 it would overflow for i64::MAX.
+    vx.conv("f32", "i32", s1, s1, "rint");
+    vx.conv("f32", "i32", s2, hi, "rint");
+    vx.bin("vadd", "f32", s2, s2, s1);
+    vx.muls(s2, s2, 2.0f32.powi(32));
+    vx.conv("f32", "i32", s1, lo, "rint");
+    vx.bin("vadd", "f32", o, s1, s2);
+}

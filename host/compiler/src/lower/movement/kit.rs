@@ -1,0 +1,513 @@
+//! What every movement kernel is built from: the split of tasks over blocks, the task loop that
+//! rotates buffers, flag chains between the pipes a buffer passes through, the decomposition of
+//! a task index into addresses, and DMA emission that picks 32-byte bursts or byte-granular
+//! copies.
+//!
+//! A kernel is a list of jobs. A job is a static loop body over a range of task indices (one
+//! tile each); different tile shapes (a full tile, the remainder along an axis) are different
+//! jobs, so no body branches on its shape. Tasks are numbered across the jobs and each block
+//! takes a contiguous range, so a block runs part of one job and then part of the next.
+//!
+//! ```text
+//!   block b: tasks [b*per, min((b+1)*per, total))
+//!     job 0 tasks ──┬── buffer 0: MTE2 ─▶ (V) ─▶ MTE3 ─▶ free
+//!                   ├── buffer 1: ...
+//!                   └── buffer 2: ...      (a chain of set/wait flags per buffer)
+//!     job 1 tasks ── ...
+//! ```
+
+use std::fmt::Display;
+
+use super::super::writer::{Asm, Reg};
+use crate::CoreSpec;
+
+/// Bytes in a DMA block (the UB alignment and the unit of burst lengths and gaps).
+pub const BLOCK: u64 = 32;
+/// Largest burst count of one DMA instruction (12-bit field).
+pub const MAX_BURSTS: u64 = 4095;
+/// Largest burst length or gap of a burst copy, in 32-byte blocks (16-bit fields).
+const MAX_BURST_UNITS: u64 = 0xffff;
+/// Largest burst length of a byte-granular copy (21-bit field).
+pub const MAX_PAD_LEN: u64 = (1 << 21) - 1;
+/// Largest gap of a byte-granular copy (32-bit fields).
+const MAX_PAD_GAP: u64 = u32::MAX as u64;
+/// Largest tile a buffer holds: big enough that a DMA's latency is small beside its transfer,
+/// small enough that three buffers and the scratch fit in the unified buffer.
+pub const MAX_TILE: u64 = 64 * 1024;
+/// Smallest tile worth splitting work into (shorter ones spend more time synchronising).
+pub const MIN_TILE: u64 = 4 * 1024;
+
+/// `x` rounded up to whole 32-byte blocks.
+pub fn round32(x: u64) -> u64 {
+    x.div_ceil(BLOCK) * BLOCK
+}
+
+/// `x` rounded up to a multiple of `q`.
+pub fn ceil_to(x: u64, q: u64) -> u64 {
+    x.div_ceil(q) * q
+}
+
+/// `x` rounded down to a multiple of `q`.
+pub fn floor_to(x: u64, q: u64) -> u64 {
+    x / q * q
+}
+
+/// Buffers a kernel rotates through: three hide a DMA's latency behind the two other tiles'
+/// transfers; the chip's event ids per pipe pair bound it.
+pub fn buffers(core: &CoreSpec) -> usize {
+    usize::from(core.event_ids).clamp(1, 3)
+}
+
+/// Blocks available to one launch.
+pub fn cores(core: &CoreSpec) -> u64 {
+    u64::from(core.cores.min(core.max_block_dim)).max(1)
+}
+
+/// The tile size for `total` bytes of work: about four tiles per core when there is enough
+/// work, never below [`MIN_TILE`] or above `max`.
+pub fn tile_bytes(total: u64, core: &CoreSpec, max: u64) -> u64 {
+    let want = total / (cores(core) * 4);
+    floor_to(want.max(MIN_TILE).min(max), BLOCK).max(BLOCK)
+}
+
+/// A pipe as the flag instructions spell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pipe {
+    /// The scalar unit.
+    S,
+    /// The vector unit.
+    V,
+    /// GM → local DMA.
+    Mte2,
+    /// Local → GM DMA.
+    Mte3,
+}
+
+impl Display for Pipe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Pipe::S => "S",
+            Pipe::V => "V",
+            Pipe::Mte2 => "MTE2",
+            Pipe::Mte3 => "MTE3",
+        })
+    }
+}
+
+/// The pipes a buffer passes through in order; the last one hands it back to the first. Each
+/// consecutive pair uses flag id `k` for buffer `k`, so a stage starts on buffer `k` only when
+/// the previous stage finished with it (Ascend C's TQue pattern, one queue per buffer).
+#[derive(Debug, Clone, Copy)]
+pub struct Chain {
+    /// Stages in order.
+    pub stages: &'static [Pipe],
+    /// Buffers rotated.
+    pub nbuf: usize,
+}
+
+impl Chain {
+    fn last(&self) -> Pipe {
+        self.stages[self.stages.len() - 1]
+    }
+
+    /// Every buffer starts free.
+    pub fn prologue(&self, a: &mut Asm) {
+        for k in 0..self.nbuf {
+            a.ins(format_args!(
+                "set_flag  {}, {}, {k}",
+                self.last(),
+                self.stages[0]
+            ));
+        }
+    }
+
+    /// Consumes the "free" flags the last tasks set.
+    pub fn epilogue(&self, a: &mut Asm) {
+        for k in 0..self.nbuf {
+            a.ins(format_args!(
+                "wait_flag {}, {}, {k}",
+                self.last(),
+                self.stages[0]
+            ));
+        }
+    }
+
+    /// Stage `i` waits for buffer `k`.
+    pub fn begin(&self, a: &mut Asm, i: usize, k: usize) {
+        let prev = if i == 0 {
+            self.last()
+        } else {
+            self.stages[i - 1]
+        };
+        a.ins(format_args!("wait_flag {prev}, {}, {k}", self.stages[i]));
+    }
+
+    /// Stage `i` is done with buffer `k`.
+    pub fn end(&self, a: &mut Asm, i: usize, k: usize) {
+        let next = self.stages[(i + 1) % self.stages.len()];
+        a.ins(format_args!("set_flag  {}, {next}, {k}", self.stages[i]));
+    }
+}
+
+/// One digit of a task index: its radix and what one step of it adds to each address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Digit {
+    /// Radix.
+    pub n: u64,
+    /// Bytes added to each accumulator per step.
+    pub strides: Vec<i64>,
+}
+
+/// Scratch registers a kernel reserves for address arithmetic and small loops.
+#[derive(Debug, Clone, Copy)]
+pub struct Scratch {
+    /// Registers no value lives in across the helpers that use them.
+    pub r: [Reg; 4],
+}
+
+impl Scratch {
+    /// Reserves them.
+    pub fn new(a: &mut Asm) -> Scratch {
+        Scratch {
+            r: [a.reg(), a.reg(), a.reg(), a.reg()],
+        }
+    }
+}
+
+/// `dst = src * imm` (`dst` must differ from `src` when `imm` does not fit 32 bits).
+pub fn mul_imm(a: &mut Asm, dst: Reg, src: Reg, imm: i64) {
+    if imm == 1 {
+        if dst != src {
+            a.ins(format_args!("mov       {dst}, {src}"));
+        }
+    } else if i32::try_from(imm).is_ok() {
+        a.ins(format_args!("muli      {dst}, {src}, {imm}"));
+    } else {
+        a.movi(dst, imm);
+        a.ins(format_args!("mul       {dst}, {src}, {dst}"));
+    }
+}
+
+/// `dst += imm`, through `tmp` when `imm` does not fit 32 bits.
+pub fn add_imm(a: &mut Asm, dst: Reg, imm: i64, tmp: Reg) {
+    if imm == 0 {
+        return;
+    }
+    if i32::try_from(imm).is_ok() {
+        a.ins(format_args!("addi      {dst}, {dst}, {imm}"));
+    } else {
+        a.movi(tmp, imm);
+        a.ins(format_args!("add       {dst}, {dst}, {tmp}"));
+    }
+}
+
+/// `dst = src + imm` (`dst` may equal `src`), through `tmp` for wide values.
+pub fn set_add(a: &mut Asm, dst: Reg, src: Reg, imm: i64, tmp: Reg) {
+    if dst != src {
+        a.ins(format_args!("mov       {dst}, {src}"));
+    }
+    add_imm(a, dst, imm, tmp);
+}
+
+/// Adds to each accumulator the offsets of task `t`'s digits, the last digit varying fastest
+/// (accumulator `i` takes stride `i` of each digit; `None` skips it). Uses the first three
+/// scratch registers; `t` is left unchanged.
+pub fn decompose(a: &mut Asm, t: Reg, digits: &[Digit], accs: &[Option<Reg>], s: &Scratch) {
+    let [q, nq, d, _] = s.r;
+    let relevant = |g: &Digit| {
+        g.n > 1
+            && accs
+                .iter()
+                .zip(&g.strides)
+                .any(|(r, st)| r.is_some() && *st != 0)
+    };
+    let Some(last) = digits.iter().rposition(relevant) else {
+        return;
+    };
+    a.ins(format_args!("mov       {q}, {t}"));
+    // Digits inside the innermost one that matters only divide the index.
+    let inner: u64 = digits[last + 1..].iter().map(|g| g.n).product();
+    if inner > 1 {
+        a.movi(d, inner as i64);
+        a.ins(format_args!("divu      {q}, {q}, {d}"));
+    }
+    let used: Vec<&Digit> = digits[..=last].iter().filter(|g| g.n > 1).collect();
+    for (pos, g) in used.iter().enumerate().rev() {
+        let digit = if pos == 0 {
+            // The outermost digit is what is left (t is below the task count).
+            q
+        } else {
+            a.movi(d, g.n as i64);
+            a.ins(format_args!("divu      {nq}, {q}, {d}"));
+            a.ins(format_args!("mul       {d}, {nq}, {d}"));
+            a.ins(format_args!("sub       {d}, {q}, {d}"));
+            a.ins(format_args!("mov       {q}, {nq}"));
+            d
+        };
+        for (acc, stride) in accs.iter().zip(&g.strides) {
+            if let Some(acc) = acc
+                && *stride != 0
+            {
+                mul_imm(a, nq, digit, *stride);
+                a.ins(format_args!("add       {acc}, {acc}, {nq}"));
+            }
+        }
+    }
+}
+
+/// The shape of one DMA: `n` bursts of `len` bytes, `gm_stride` bytes apart in GM and
+/// `ub_pitch` bytes apart in UB (a multiple of 32 at least `len` rounded up to 32).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Xfer {
+    /// Bursts.
+    pub n: u64,
+    /// Bytes per burst.
+    pub len: u64,
+    /// GM distance between burst starts.
+    pub gm_stride: u64,
+    /// UB distance between burst starts.
+    pub ub_pitch: u64,
+}
+
+impl Xfer {
+    /// A single contiguous burst.
+    pub fn contiguous(len: u64) -> Xfer {
+        Xfer {
+            n: 1,
+            len,
+            gm_stride: len,
+            ub_pitch: round32(len),
+        }
+    }
+}
+
+/// Whether [`dma`] can emit `x` as one instruction.
+pub fn fits(x: &Xfer) -> bool {
+    x.n <= MAX_BURSTS
+        && (x.len <= MAX_PAD_LEN
+            || (x.len % BLOCK == 0 && x.len / BLOCK <= MAX_BURST_UNITS && x.n == 1))
+        && (x.n <= 1
+            || (x.gm_stride >= x.len
+                && x.gm_stride - x.len <= MAX_PAD_GAP
+                && x.ub_pitch >= round32(x.len)
+                && x.ub_pitch - round32(x.len) <= MAX_PAD_GAP))
+}
+
+/// One DMA between GM and UB: `to_ub` copies GM → UB (MTE2), otherwise UB → GM (MTE3).
+/// Burst copies (32-byte units) when every length and gap allows, byte-granular otherwise.
+pub fn dma(a: &mut Asm, to_ub: bool, ub: Reg, gm: Reg, x: &Xfer) {
+    if x.n == 0 || x.len == 0 {
+        return;
+    }
+    let mut x = *x;
+    // Bursts that abut on both sides are one burst.
+    if x.n > 1 && x.gm_stride == x.len && x.ub_pitch == x.len && x.len % BLOCK == 0 {
+        let total = x.n * x.len;
+        if total / BLOCK <= MAX_BURST_UNITS {
+            x = Xfer::contiguous(total);
+        }
+    }
+    let (gm_gap, ub_gap) = if x.n > 1 {
+        (x.gm_stride - x.len, x.ub_pitch - round32(x.len))
+    } else {
+        (0, 0)
+    };
+    let (op, dst, src) = if to_ub {
+        ("copy_gm_to_ub", ub, gm)
+    } else {
+        ("copy_ub_to_gm", gm, ub)
+    };
+    let (src_gap, dst_gap) = if to_ub {
+        (gm_gap, ub_gap)
+    } else {
+        (ub_gap, gm_gap)
+    };
+    let burst = x.len % BLOCK == 0
+        && gm_gap % BLOCK == 0
+        && x.len / BLOCK <= MAX_BURST_UNITS
+        && gm_gap / BLOCK <= MAX_BURST_UNITS
+        && ub_gap / BLOCK <= MAX_BURST_UNITS;
+    if burst {
+        a.ins(format_args!(
+            "{op} {dst}, {src}, {}, {}, src_gap={}, dst_gap={}",
+            x.n,
+            x.len / BLOCK,
+            src_gap / BLOCK,
+            dst_gap / BLOCK
+        ));
+    } else {
+        a.ins(format_args!(
+            "{op}_pad {dst}, {src}, {}, {}, src_gap={src_gap}, dst_gap={dst_gap}",
+            x.n, x.len
+        ));
+    }
+}
+
+/// How the tasks of a kernel are spread over blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Split {
+    /// Blocks launched.
+    pub blocks: u32,
+    /// Tasks per block (the last block may get fewer).
+    pub per: u64,
+    /// Tasks in all.
+    pub total: u64,
+}
+
+impl Split {
+    /// `total` tasks over at most every core.
+    pub fn new(total: u64, core: &CoreSpec) -> Split {
+        let blocks = total.clamp(1, cores(core));
+        let per = total.div_ceil(blocks).max(1);
+        Split {
+            blocks: total.div_ceil(per).max(1) as u32,
+            per,
+            total,
+        }
+    }
+}
+
+/// The registers of the task loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Frame {
+    /// The argument array.
+    pub args: Reg,
+    /// This block's first task.
+    lo: Reg,
+    /// One past this block's last task.
+    hi: Reg,
+    /// The current task, local to its job.
+    t: Reg,
+    /// One past the job's last task this block runs, local to the job.
+    end: Reg,
+    /// Scratch for starting a job.
+    tmp: Reg,
+}
+
+impl Frame {
+    /// Reads the argument array and computes this block's task range.
+    pub fn new(a: &mut Asm, split: Split) -> Frame {
+        let args = a.reg();
+        let lo = a.reg();
+        let hi = a.reg();
+        let t = a.reg();
+        let end = a.reg();
+        let tmp = a.reg();
+        a.tiling("tasks", split.total as i64);
+        a.tiling("block_dim", i64::from(split.blocks));
+        a.tiling("tasks_per_block", split.per as i64);
+        a.ins(format_args!("sreg      {args}, args"));
+        a.ins(format_args!("sreg      {lo}, block_idx"));
+        a.movi(t, split.per as i64);
+        a.ins(format_args!("mul       {lo}, {lo}, {t}"));
+        a.ins(format_args!("add       {t}, {lo}, {t}"));
+        a.movi(hi, split.total as i64);
+        a.ins(format_args!("minu      {hi}, {hi}, {t}"));
+        Frame {
+            args,
+            lo,
+            hi,
+            t,
+            end,
+            tmp,
+        }
+    }
+
+    /// Loads argument `index` into `dst`.
+    pub fn arg(&self, a: &mut Asm, dst: Reg, index: usize) {
+        a.ins(format_args!(
+            "ld.gm.u64 {dst}, {}, off={}",
+            self.args,
+            index * 8
+        ));
+    }
+}
+
+/// A job: how many tasks, what runs once before its loop, and the two halves of one task on
+/// buffer `k` (given the task register, local to the job): `load` issues its loads, `rest`
+/// everything after them.
+pub struct Job<'a> {
+    /// Tasks.
+    pub tasks: u64,
+    /// Emitted once before the job's loop (e.g. loads its base addresses).
+    pub setup: Box<dyn Fn(&mut Asm) + 'a>,
+    /// A task's loads on buffer `k`.
+    pub load: TaskEmit<'a>,
+    /// The rest of a task on buffer `k`.
+    pub rest: TaskEmit<'a>,
+}
+
+/// Emits part of one task on buffer `k`, given the task-index register.
+pub type TaskEmit<'a> = Box<dyn Fn(&mut Asm, usize, Reg) + 'a>;
+
+/// Emits every job's loop over this block's share of its tasks, rotating `nbuf` buffers.
+///
+/// Each task's loads are issued before the previous task's vector work and stores: the
+/// scalar unit stalls once a pipe's queue is full, so issuing loads late would leave MTE2 idle
+/// while the vector unit drains, and the next tile would wait for its DMA latency.
+pub fn run_jobs(a: &mut Asm, f: &Frame, nbuf: usize, jobs: &[Job<'_>]) {
+    let mut offset = 0u64;
+    for (ji, job) in jobs.iter().enumerate() {
+        if job.tasks == 0 {
+            continue;
+        }
+        let skip = a.new_label(&format!("job{ji}_done"));
+        let top = a.new_label(&format!("job{ji}_loop"));
+        a.comment(format_args!(
+            "job {ji}: tasks [{offset}, {}) of the kernel",
+            offset + job.tasks
+        ));
+        // t = max(lo, offset) - offset; end = min(hi, offset + tasks) - offset.
+        a.movi(f.t, offset as i64);
+        a.ins(format_args!("maxu      {}, {}, {}", f.t, f.lo, f.t));
+        a.movi(f.end, (offset + job.tasks) as i64);
+        a.ins(format_args!("minu      {}, {}, {}", f.end, f.hi, f.end));
+        a.ins(format_args!("bgeu      {}, {}, {skip}", f.t, f.end));
+        if offset > 0 {
+            a.movi(f.tmp, offset as i64);
+            a.ins(format_args!("sub       {}, {}, {}", f.t, f.t, f.tmp));
+            a.ins(format_args!("sub       {}, {}, {}", f.end, f.end, f.tmp));
+        }
+        (job.setup)(a);
+        a.comment("the first task's loads");
+        (job.load)(a, 0, f.t);
+        a.place(&top);
+        for k in 0..nbuf {
+            let no_next = a.new_label("no_next");
+            a.comment(format_args!(
+                "task on buffer {k}: the next task's loads first"
+            ));
+            a.ins(format_args!("addi      {}, {}, 1", f.tmp, f.t));
+            a.ins(format_args!("bgeu      {}, {}, {no_next}", f.tmp, f.end));
+            (job.load)(a, (k + 1) % nbuf, f.tmp);
+            a.place(&no_next);
+            (job.rest)(a, k, f.t);
+            a.ins(format_args!("addi      {}, {}, 1", f.t, f.t));
+            a.ins(format_args!("bgeu      {}, {}, {skip}", f.t, f.end));
+        }
+        a.ins(format_args!("jmp       {top}"));
+        a.place(&skip);
+        offset += job.tasks;
+    }
+}
+
+/// The normal-mode vector mask with lane `lane` of each of the 8 blocks of a repeat of 32-bit
+/// elements enabled (bits `lane + 8 j`).
+pub fn lane_mask(lane: u64) -> i64 {
+    (0x0101_0101_0101_0101u64 << lane) as i64
+}
+
+/// The normal-mode mask of the first `n` (≤ 64) 32-bit elements of a repeat.
+pub fn first_mask(n: u64) -> i64 {
+    if n >= 64 {
+        -1
+    } else {
+        ((1u64 << n) - 1) as i64
+    }
+}
+
+/// `set_mask zero, lo` with `lo` loaded into `reg`.
+pub fn set_mask(a: &mut Asm, zero: Reg, reg: Reg, lo: i64) {
+    a.movi(reg, lo);
+    a.ins(format_args!("set_mask  {zero}, {reg}"));
+}

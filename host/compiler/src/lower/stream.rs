@@ -1,0 +1,283 @@
+//! The streaming pipeline element-wise kernels share: each block takes a contiguous slice of
+//! the tensors, and tiles of it flow GM →MTE2→ UB →V→ UB →MTE3→ GM through two buffers, so
+//! MTE2 loads tile i+1 while V computes tile i and MTE3 stores tile i−1 (Ascend C's double
+//! buffer with the TQue flag pattern: MTE2→V "data ready", V→MTE2 "input buffer free",
+//! V→MTE3 "result ready", MTE3→V "output buffer free").
+//!
+//! Every length is static: the blocks get `per_block` elements except the last, which gets the
+//! rest; within a block full tiles run in pairs (buffer 0, buffer 1), then an odd full tile and
+//! a tail tile. The vector unit runs in counter mode, so a tile of any length is one
+//! instruction per operation and tails need no special code; a tail whose bytes are not a
+//! multiple of 32 moves with the byte-granular DMA.
+
+use super::writer::{Asm, Reg};
+use crate::CoreSpec;
+
+/// Smallest slice worth a block of its own.
+const MIN_ELEMS_PER_BLOCK: u64 = 2048;
+/// Slices and full tiles are multiples of this many elements (so every buffer is 32-byte
+/// aligned for any element size and a tile fills whole vector repeats).
+const QUANTUM: u64 = 64;
+/// Tiles at least this long (shorter ones spend more time synchronising than moving).
+const MIN_TILE: u64 = 256;
+
+/// A streamed tensor: its argument index and element size in bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Io {
+    /// Index in the kernel's argument array.
+    pub arg: usize,
+    /// Bytes per element.
+    pub elem: u64,
+}
+
+/// What the body of one tile works with: UB addresses of this tile's buffers, its length,
+/// and the registers `setup` prepared.
+#[derive(Debug, Clone)]
+pub struct Tile {
+    /// Input buffers.
+    pub ins: Vec<Reg>,
+    /// Output buffers.
+    pub outs: Vec<Reg>,
+    /// Scratch buffers (one element of the declared size per tile element).
+    pub scratch: Vec<Reg>,
+    /// Elements in this tile (the vector mask is in counter mode for exactly these).
+    pub len: u64,
+    /// Registers `setup` returned.
+    pub consts: Vec<Reg>,
+}
+
+/// A streaming element-wise kernel.
+pub struct Stream<'a> {
+    /// Elements of every streamed tensor.
+    pub n: u64,
+    /// Streamed inputs.
+    pub inputs: Vec<Io>,
+    /// Streamed outputs.
+    pub outputs: Vec<Io>,
+    /// Bytes per element of each scratch buffer.
+    pub scratch: Vec<u64>,
+    /// Runs once per block before the tiles (e.g. loads a scalar operand); gets the argument
+    /// array register and returns registers the body reads.
+    pub setup: &'a dyn Fn(&mut Asm, Reg) -> Vec<Reg>,
+    /// Emits the vector instructions of one tile.
+    pub body: &'a dyn Fn(&mut Asm, &Tile),
+}
+
+/// The static shape of a streaming kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Blocks.
+    pub block_dim: u32,
+    /// Elements per block (the last block gets the rest).
+    pub per_block: u64,
+    /// Elements per full tile.
+    pub tile: u64,
+}
+
+impl Stream<'_> {
+    /// Bytes of UB one tile element needs: two buffers per streamed tensor, one scratch.
+    fn bytes_per_elem(&self) -> u64 {
+        let io: u64 = self
+            .inputs
+            .iter()
+            .chain(&self.outputs)
+            .map(|i| i.elem)
+            .sum();
+        2 * io + self.scratch.iter().sum::<u64>()
+    }
+
+    /// Chooses blocks and tiles for `core`. `None` when one tile does not fit in UB.
+    pub fn plan(&self, core: &CoreSpec) -> Option<Plan> {
+        let n = self.n.max(1);
+        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+        let mut blocks = n.div_ceil(MIN_ELEMS_PER_BLOCK).clamp(1, cores);
+        let per_block = n.div_ceil(blocks).div_ceil(QUANTUM) * QUANTUM;
+        blocks = n.div_ceil(per_block);
+        let max_tile = core.ub_bytes / self.bytes_per_elem().max(1) / QUANTUM * QUANTUM;
+        if max_tile < QUANTUM {
+            return None;
+        }
+        // At least four tiles per block when the slice allows, so the pipeline fills.
+        let want = per_block.div_ceil(4).div_ceil(QUANTUM) * QUANTUM;
+        let tile = want.max(MIN_TILE).min(max_tile);
+        Some(Plan {
+            block_dim: blocks as u32,
+            per_block,
+            tile,
+        })
+    }
+
+    /// Writes the kernel into `a` following `plan`.
+    pub fn emit(&self, a: &mut Asm, plan: Plan) {
+        a.tiling("elements", self.n as i64);
+        a.tiling("block_dim", i64::from(plan.block_dim));
+        a.tiling("per_block", plan.per_block as i64);
+        a.tiling("tile", plan.tile as i64);
+        let args = a.reg();
+        a.ins(format_args!("sreg      {args}, args"));
+        let io: Vec<Io> = self.inputs.iter().chain(&self.outputs).copied().collect();
+        let ptrs: Vec<Reg> = io.iter().map(|i| a.arg(args, i.arg)).collect();
+        let bi = a.reg();
+        let t = a.reg();
+        a.ins(format_args!("sreg      {bi}, block_idx"));
+        for (p, i) in ptrs.iter().zip(&io) {
+            a.movi(t, (plan.per_block * i.elem) as i64);
+            a.ins(format_args!("mul       {t}, {t}, {bi}"));
+            a.ins(format_args!("add       {p}, {p}, {t}"));
+        }
+        let consts = (self.setup)(a, args);
+        // UB layout: buffer 0 of every streamed tensor, buffer 1 of every one, then scratch.
+        let mut offset = 0u64;
+        let mut bufs = [Vec::new(), Vec::new()];
+        for b in &mut bufs {
+            for i in &io {
+                b.push(offset);
+                offset += plan.tile * i.elem;
+            }
+        }
+        let mut scratch = Vec::new();
+        for s in &self.scratch {
+            scratch.push(offset);
+            offset += plan.tile * s;
+        }
+        a.tiling("ub_bytes", offset as i64);
+        let ub: Vec<Reg> = io.iter().map(|_| a.reg()).collect();
+        let scratch_regs: Vec<Reg> = scratch
+            .iter()
+            .map(|off| {
+                let r = a.reg();
+                a.movi(r, *off as i64);
+                r
+            })
+            .collect();
+        let mask = a.reg();
+        let count = a.reg();
+        let ctx = Emit {
+            s: self,
+            plan,
+            io: &io,
+            ptrs: &ptrs,
+            ub: &ub,
+            bufs: &bufs,
+            scratch: &scratch_regs,
+            consts: &consts,
+            mask,
+            count,
+        };
+        a.comment("both input buffers and both output buffers start free");
+        for k in 0..2 {
+            a.ins(format_args!("set_flag  V, MTE2, {k}"));
+            a.ins(format_args!("set_flag  MTE3, V, {k}"));
+        }
+        let last = self.n - (u64::from(plan.block_dim) - 1) * plan.per_block;
+        if last == plan.per_block {
+            ctx.slice(a, plan.per_block);
+        } else {
+            let last_label = a.new_label("last_block");
+            let done = a.new_label("drain");
+            a.movi(t, i64::from(plan.block_dim) - 1);
+            a.ins(format_args!("beq       {bi}, {t}, {last_label}"));
+            ctx.slice(a, plan.per_block);
+            a.ins(format_args!("jmp       {done}"));
+            a.place(&last_label);
+            ctx.slice(a, last);
+            a.place(&done);
+        }
+        a.comment("consume the flags the last tiles set");
+        for k in 0..2 {
+            a.ins(format_args!("wait_flag V, MTE2, {k}"));
+            a.ins(format_args!("wait_flag MTE3, V, {k}"));
+        }
+    }
+}
+
+struct Emit<'a> {
+    s: &'a Stream<'a>,
+    plan: Plan,
+    io: &'a [Io],
+    ptrs: &'a [Reg],
+    ub: &'a [Reg],
+    bufs: &'a [Vec<u64>; 2],
+    scratch: &'a [Reg],
+    consts: &'a [Reg],
+    mask: Reg,
+    count: Reg,
+}
+
+impl Emit<'_> {
+    /// The tiles of one block's slice of `m` elements.
+    fn slice(&self, a: &mut Asm, m: u64) {
+        let tile = self.plan.tile;
+        let (full, rest) = (m / tile, m % tile);
+        if full >= 2 {
+            let top = a.new_label("tile_pair");
+            a.movi(self.count, (full / 2) as i64);
+            a.place(&top);
+            self.tile(a, 0, tile);
+            self.tile(a, 1, tile);
+            a.ins(format_args!("loop      {}, {top}", self.count));
+        }
+        let mut next = 0;
+        if full % 2 == 1 {
+            self.tile(a, 0, tile);
+            next = 1;
+        }
+        if rest > 0 {
+            self.tile(a, next, rest);
+        }
+    }
+
+    /// One tile of `len` elements in buffer `k`.
+    fn tile(&self, a: &mut Asm, k: usize, len: u64) {
+        let n_in = self.s.inputs.len();
+        for (r, off) in self.ub.iter().zip(&self.bufs[k]) {
+            a.movi(*r, *off as i64);
+        }
+        a.ins(format_args!("wait_flag V, MTE2, {k}"));
+        for i in 0..n_in {
+            copy(
+                a,
+                "copy_gm_to_ub",
+                self.ub[i],
+                self.ptrs[i],
+                len * self.io[i].elem,
+            );
+            a.add_imm(self.ptrs[i], (len * self.io[i].elem) as i64);
+        }
+        a.ins(format_args!("set_flag  MTE2, V, {k}"));
+        a.ins(format_args!("wait_flag MTE2, V, {k}"));
+        a.ins(format_args!("wait_flag MTE3, V, {k}"));
+        a.mask_count(self.mask, len);
+        let tile = Tile {
+            ins: self.ub[..n_in].to_vec(),
+            outs: self.ub[n_in..].to_vec(),
+            scratch: self.scratch.to_vec(),
+            len,
+            consts: self.consts.to_vec(),
+        };
+        (self.s.body)(a, &tile);
+        a.ins(format_args!("set_flag  V, MTE2, {k}"));
+        a.ins(format_args!("set_flag  V, MTE3, {k}"));
+        a.ins(format_args!("wait_flag V, MTE3, {k}"));
+        for i in n_in..self.io.len() {
+            copy(
+                a,
+                "copy_ub_to_gm",
+                self.ptrs[i],
+                self.ub[i],
+                len * self.io[i].elem,
+            );
+            a.add_imm(self.ptrs[i], (len * self.io[i].elem) as i64);
+        }
+        a.ins(format_args!("set_flag  MTE3, V, {k}"));
+    }
+}
+
+/// One contiguous copy of `bytes`: 32-byte bursts when they divide it, else byte-granular.
+pub fn copy(a: &mut Asm, op: &str, dst: Reg, src: Reg, bytes: u64) {
+    if bytes % 32 == 0 && bytes / 32 <= 0xffff {
+        a.ins(format_args!("{op} {dst}, {src}, 1, {}", bytes / 32));
+    } else {
+        a.ins(format_args!("{op}_pad {dst}, {src}, 1, {bytes}"));
+    }
+}
