@@ -30,7 +30,6 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MODELS = os.path.join(ROOT, "tests", "models")
-KERNELS = os.path.join(ROOT, "host", "examples", "kernels")
 
 
 class Lcg:
@@ -138,7 +137,7 @@ KERNEL_CASES = [
 def run(cmd, log):
     log.write("$ " + " ".join(cmd) + "\n")
     log.flush()
-    done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
+    done = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
     if done.returncode != 0:
         sys.exit(f"refset: command failed (exit {done.returncode}): {' '.join(cmd)}")
 
@@ -187,7 +186,9 @@ def build(gearsim, work):
     kfolder = os.path.join(work, "kernels")
     os.makedirs(kfolder)
     for kname, block_dim, args in KERNEL_CASES:
-        source = os.path.join(KERNELS, kname + ".s")
+        # Relative to the workspace root (the commands run there): a kernel trace records
+        # its source's path, which must not depend on where the checkout is.
+        source = os.path.join("host", "examples", "kernels", kname + ".s")
         run([gearsim, "kernel", "asm", source, "-o", os.path.join(kfolder, kname + ".bin")], log)
         run([
             gearsim, "kernel", "run", source, "--block_dim", str(block_dim), "--args", args,

@@ -20,18 +20,37 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gearsim_firmware::{DevicePtr, HostPtr, KernelHandle};
+use gearsim_firmware::{Device, DevicePtr, HostPtr, KernelHandle, StreamId};
 use gearsim_isa::om::ModelDesc;
 use gearsim_isa::task::{AiCoreKernel, Task};
 use gearsim_traces::TraceSink;
 
+use super::copy::{self, Transfers};
 use super::error::RuntimeError;
-use super::session::{Runtime, Transfers};
 use crate::atc;
-use gearsim_compiler::infer::{fold_constants, infer_graph};
+use gearsim_compiler::infer::{InferError, fold_constants, infer_graph};
 use gearsim_compiler::ir::{Format, Graph, Model, NodeId, Tensor, Value, fixed_shape};
-use gearsim_compiler::lower::{LowerCtx, Lowered, Operand, lower_node};
-use gearsim_compiler::{onnx, ops};
+use gearsim_compiler::lower::{LowerCtx, LowerError, Lowered, Operand, lower_node};
+use gearsim_compiler::onnx::{self, OnnxError};
+use gearsim_compiler::ops;
+
+/// Why the dynamic-shape path failed: the compiler's own errors, kept typed (a caller can ask
+/// which node and stage failed), or the path's checks of the graph it runs.
+#[derive(Debug, thiserror::Error)]
+pub enum DynamicError {
+    /// The source graph the `.om` carries could not be imported.
+    #[error("{0}")]
+    Import(#[from] OnnxError),
+    /// Shape inference for the actual input shapes failed.
+    #[error("shape inference: {0}")]
+    Infer(#[from] InferError),
+    /// A node could not be lowered for its shapes.
+    #[error("{0}")]
+    Lower(#[from] LowerError),
+    /// The graph does not fit the model's description or a value the path needs is missing.
+    #[error("{0}")]
+    Graph(String),
+}
 
 /// Kernels lowered for one op configuration, loaded on the device.
 struct CachedOp {
@@ -87,7 +106,7 @@ impl DynamicModel {
     /// Reads the source graph a hybrid `.om` carries.
     pub fn new(graph: &[u8], desc: &ModelDesc) -> Result<DynamicModel, RuntimeError> {
         let imported = onnx::import(graph, &format!("{} (hybrid source graph)", desc.name))
-            .map_err(|e| RuntimeError::Dynamic(e.to_string()))?;
+            .map_err(DynamicError::from)?;
         Ok(DynamicModel {
             model: imported.model,
             formats: desc
@@ -115,7 +134,7 @@ impl DynamicModel {
         let mut g = self.model.graph.clone();
         for (x, name) in inputs.iter().zip(names) {
             let id = g.find(name).ok_or_else(|| {
-                RuntimeError::Dynamic(format!("the source graph has no input `{name}`"))
+                DynamicError::Graph(format!("the source graph has no input `{name}`"))
             })?;
             let d = &mut g.node_mut(id).outputs[0];
             d.shape = fixed_shape(&x.dims);
@@ -127,8 +146,8 @@ impl DynamicModel {
                     .unwrap_or(Format::Nchw);
             }
         }
-        let known = infer_graph(&mut g, &ops::standard(), self.model.opset)
-            .map_err(|e| RuntimeError::Dynamic(format!("shape inference: {e}")))?;
+        let known =
+            infer_graph(&mut g, &ops::standard(), self.model.opset).map_err(DynamicError::from)?;
         fold_constants(&mut g, &known);
         Ok(g)
     }
@@ -136,13 +155,14 @@ impl DynamicModel {
     /// Runs the graph on `inputs` (the data inputs in model order).
     pub(crate) fn run<S: TraceSink>(
         &mut self,
-        rt: &mut Runtime<S>,
+        dev: &mut Device<S>,
+        stream: StreamId,
         inputs: &[Tensor],
         names: &[String],
     ) -> Result<(Vec<Tensor>, Transfers), RuntimeError> {
         self.stats.runs += 1;
         let g = self.shaped_graph(inputs, names)?;
-        let target = atc::target(rt.dev.chip().config());
+        let target = atc::target(dev.chip().config());
         let mut t = Transfers::default();
         // Where each value lives.
         let mut at: BTreeMap<Value, DevicePtr> = BTreeMap::new();
@@ -155,11 +175,13 @@ impl DynamicModel {
             match n.op.as_str() {
                 "Data" => {
                     let k = names.iter().position(|x| *x == n.name).ok_or_else(|| {
-                        RuntimeError::Dynamic(format!("graph input `{}` is no model input", n.name))
+                        DynamicError::Graph(format!("graph input `{}` is no model input", n.name))
                     })?;
-                    let b = self.buffer(rt, &n.name, inputs[k].data.len() as u64)?;
-                    let host = self.stage(rt, &n.name, inputs[k].data.len() as u64)?;
-                    rt.h2d(
+                    let b = self.buffer(dev, &n.name, inputs[k].data.len() as u64)?;
+                    let host = self.stage(dev, &n.name, inputs[k].data.len() as u64)?;
+                    copy::h2d(
+                        dev,
+                        stream,
                         &format!("memcpy_h2d input {k}"),
                         host,
                         b.ptr.0,
@@ -170,41 +192,43 @@ impl DynamicModel {
                 }
                 "Const" => {
                     let value = n.tensor("value").ok_or_else(|| {
-                        RuntimeError::Dynamic(format!("constant `{}` has no value", n.name))
+                        DynamicError::Graph(format!("constant `{}` has no value", n.name))
                     })?;
-                    let p = self.constant(rt, &n.name, value)?;
+                    let p = self.constant(dev, &n.name, value)?;
                     at.insert(v0, p);
                 }
                 "NetOutput" => {}
-                _ => self.node(rt, &g, id, &target, &mut at)?,
+                _ => self.node(dev, stream, &g, id, &target, &mut at)?,
             }
         }
         // Outputs.
-        rt.dev.synchronize(rt.stream)?;
+        dev.synchronize(stream)?;
         let net = g
             .nodes
             .iter()
             .find(|n| n.op == "NetOutput")
-            .ok_or_else(|| RuntimeError::Dynamic("the graph has no outputs".into()))?;
+            .ok_or_else(|| DynamicError::Graph("the graph has no outputs".into()))?;
         let mut outputs = Vec::new();
         for (o, v) in net.inputs.iter().enumerate() {
-            let v = v.ok_or_else(|| RuntimeError::Dynamic(format!("output {o} is absent")))?;
+            let v = v.ok_or_else(|| DynamicError::Graph(format!("output {o} is absent")))?;
             let d = g.desc(v);
             let dims: Vec<i64> = d.shape.iter().map(|x| x.fixed().unwrap_or(0)).collect();
             let bytes = d.bytes().unwrap_or(0);
             let src = at
                 .get(&v)
                 .copied()
-                .ok_or_else(|| RuntimeError::Dynamic(format!("output {o} was never computed")))?;
-            let host = self.stage(rt, &format!("output {o}"), bytes)?;
-            let data = rt.d2h(
+                .ok_or_else(|| DynamicError::Graph(format!("output {o} was never computed")))?;
+            let host = self.stage(dev, &format!("output {o}"), bytes)?;
+            let data = copy::d2h(
+                dev,
+                stream,
                 &format!("memcpy_d2h output {o}"),
                 src.0,
                 host,
                 bytes,
                 &mut t,
             )?;
-            outputs.push(Tensor::new(d.dtype, dims, data).map_err(RuntimeError::Dynamic)?);
+            outputs.push(Tensor::new(d.dtype, dims, data).map_err(DynamicError::Graph)?);
         }
         Ok((outputs, t))
     }
@@ -212,7 +236,8 @@ impl DynamicModel {
     /// update_impl + realloc_if_needed + launch for one node.
     fn node<S: TraceSink>(
         &mut self,
-        rt: &mut Runtime<S>,
+        dev: &mut Device<S>,
+        stream: StreamId,
         g: &Graph,
         id: NodeId,
         target: &gearsim_compiler::Target,
@@ -241,7 +266,7 @@ impl DynamicModel {
                 outputs: &n.outputs,
                 target,
             };
-            let lowered = lower_node(&ctx).map_err(|e| RuntimeError::Dynamic(e.to_string()))?;
+            let lowered = lower_node(&ctx).map_err(DynamicError::from)?;
             let op = match lowered {
                 Lowered::Alias { input } => CachedOp {
                     alias: Some(input),
@@ -256,14 +281,14 @@ impl DynamicModel {
                 } => {
                     let mut loaded = Vec::new();
                     for k in kernels {
-                        let h = rt.dev.load_kernel(k.program)?;
+                        let h = dev.load_kernel(k.program)?;
                         loaded.push((h, k.block_dim, k.args));
                     }
                     let derived = derived
                         .iter()
                         .map(|d| {
-                            let p = rt.dev.alloc(d.data.len().max(1) as u64)?;
-                            rt.dev.write(p, &d.data)?;
+                            let p = dev.alloc(d.data.len().max(1) as u64)?;
+                            dev.write(p, &d.data)?;
                             Ok(p)
                         })
                         .collect::<Result<_, RuntimeError>>()?;
@@ -281,7 +306,7 @@ impl DynamicModel {
         let op = &self.cache[&key];
         if let Some(input) = op.alias {
             let v = n.inputs[input].ok_or_else(|| {
-                RuntimeError::Dynamic(format!("`{}`: aliased input absent", n.name))
+                DynamicError::Graph(format!("`{}`: aliased input absent", n.name))
             })?;
             let p = at[&v];
             at.insert(
@@ -298,7 +323,7 @@ impl DynamicModel {
         let ws_bytes = op.workspace_bytes;
         let mut outs = Vec::new();
         for (k, d) in n.outputs.iter().enumerate() {
-            let b = self.buffer(rt, &format!("{}:{k}", n.name), d.bytes().unwrap_or(0))?;
+            let b = self.buffer(dev, &format!("{}:{k}", n.name), d.bytes().unwrap_or(0))?;
             at.insert(
                 Value {
                     node: id,
@@ -309,7 +334,7 @@ impl DynamicModel {
             outs.push(b.ptr);
         }
         let ws = if ws_bytes > 0 {
-            Some(self.workspace(rt, ws_bytes)?)
+            Some(self.workspace(dev, ws_bytes)?)
         } else {
             None
         };
@@ -329,21 +354,21 @@ impl DynamicModel {
                 })
                 .collect::<Result<Vec<u64>, String>>()
                 .map_err(|what| {
-                    RuntimeError::Dynamic(format!("`{}`: no buffer for {what}", n.name))
+                    DynamicError::Graph(format!("`{}`: no buffer for {what}", n.name))
                 })?;
             let bytes: Vec<u8> = addrs.iter().flat_map(|a| a.to_le_bytes()).collect();
             let slot = (key.clone(), ki);
             let args_ptr = match self.args.get(&slot) {
                 Some(p) => *p,
                 None => {
-                    let p = rt.dev.alloc(bytes.len().max(8) as u64)?;
+                    let p = dev.alloc(bytes.len().max(8) as u64)?;
                     self.args.insert(slot, p);
                     p
                 }
             };
-            rt.dev.write(args_ptr, &bytes)?;
-            rt.dev.submit(
-                rt.stream,
+            dev.write(args_ptr, &bytes)?;
+            dev.submit(
+                stream,
                 Task::AiCoreKernel(AiCoreKernel {
                     kernel: handle.addr.0,
                     args: args_ptr.0,
@@ -353,7 +378,7 @@ impl DynamicModel {
             )?;
             // The argument array is rewritten by the next launch of the same kernel: wait
             // for this one first (the runtime's stream runs in order anyway).
-            rt.dev.synchronize(rt.stream)?;
+            dev.synchronize(stream)?;
         }
         Ok(())
     }
@@ -361,7 +386,7 @@ impl DynamicModel {
     /// realloc_if_needed: the buffer named `name`, at least `bytes` long.
     fn buffer<S: TraceSink>(
         &mut self,
-        rt: &mut Runtime<S>,
+        dev: &mut Device<S>,
         name: &str,
         bytes: u64,
     ) -> Result<Buffer, RuntimeError> {
@@ -371,10 +396,10 @@ impl DynamicModel {
                 self.stats.reused += 1;
                 return Ok(*b);
             }
-            rt.dev.free(b.ptr)?;
+            dev.free(b.ptr)?;
         }
         let b = Buffer {
-            ptr: rt.dev.alloc(bytes)?,
+            ptr: dev.alloc(bytes)?,
             capacity: bytes,
         };
         self.stats.reallocs += 1;
@@ -384,17 +409,17 @@ impl DynamicModel {
 
     fn workspace<S: TraceSink>(
         &mut self,
-        rt: &mut Runtime<S>,
+        dev: &mut Device<S>,
         bytes: u64,
     ) -> Result<DevicePtr, RuntimeError> {
         match self.workspace {
             Some(w) if w.capacity >= bytes => Ok(w.ptr),
             old => {
                 if let Some(w) = old {
-                    rt.dev.free(w.ptr)?;
+                    dev.free(w.ptr)?;
                 }
                 let w = Buffer {
-                    ptr: rt.dev.alloc(bytes)?,
+                    ptr: dev.alloc(bytes)?,
                     capacity: bytes,
                 };
                 self.stats.reallocs += 1;
@@ -407,7 +432,7 @@ impl DynamicModel {
     /// A constant on the device, uploaded again only when folding gave it a new value.
     fn constant<S: TraceSink>(
         &mut self,
-        rt: &mut Runtime<S>,
+        dev: &mut Device<S>,
         name: &str,
         value: &Tensor,
     ) -> Result<DevicePtr, RuntimeError> {
@@ -421,15 +446,15 @@ impl DynamicModel {
             Some((_, b)) if b.capacity >= bytes.max(1) => *b,
             old => {
                 if let Some((_, b)) = old {
-                    rt.dev.free(b.ptr)?;
+                    dev.free(b.ptr)?;
                 }
                 Buffer {
-                    ptr: rt.dev.alloc(bytes.max(1))?,
+                    ptr: dev.alloc(bytes.max(1))?,
                     capacity: bytes.max(1),
                 }
             }
         };
-        rt.dev.write(b.ptr, &value.data)?;
+        dev.write(b.ptr, &value.data)?;
         self.constants
             .insert(name.to_string(), (value.data.clone(), b));
         Ok(b.ptr)
@@ -438,7 +463,7 @@ impl DynamicModel {
     /// A pinned host buffer of at least `bytes` for transfer `name`.
     fn stage<S: TraceSink>(
         &mut self,
-        rt: &mut Runtime<S>,
+        dev: &mut Device<S>,
         name: &str,
         bytes: u64,
     ) -> Result<HostPtr, RuntimeError> {
@@ -447,9 +472,9 @@ impl DynamicModel {
             if *cap >= bytes {
                 return Ok(*p);
             }
-            rt.dev.host_free(*p)?;
+            dev.host_free(*p)?;
         }
-        let p = rt.dev.host_alloc(bytes)?;
+        let p = dev.host_alloc(bytes)?;
         self.staging.insert(name.to_string(), (p, bytes));
         Ok(p)
     }

@@ -4,6 +4,7 @@
 use gearsim_firmware::DeviceError;
 use gearsim_isa::om::OmError;
 
+use super::dynamic::DynamicError;
 use super::load::LoadError;
 
 /// An error code as ACL / GE report it.
@@ -74,7 +75,14 @@ pub enum RuntimeError {
     Device(#[from] DeviceError),
     /// The dynamic-shape path failed (hybrid mode).
     #[error("dynamic-shape path: {0}")]
-    Dynamic(String),
+    Dynamic(Box<DynamicError>),
+}
+
+// Boxed: the compiler's errors are rich diagnostics, too large to carry in every `Result`.
+impl From<DynamicError> for RuntimeError {
+    fn from(e: DynamicError) -> RuntimeError {
+        RuntimeError::Dynamic(Box::new(e))
+    }
 }
 
 impl RuntimeError {

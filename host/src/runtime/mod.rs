@@ -10,13 +10,21 @@
 //! firmware for the model's table layout), writes the AI CPU argument blocks, and hands the
 //! streams to `firmware::Device::load_model`. Running a model is a `ModelExecute` task on a
 //! user stream.
+//!
+//! ```text
+//!   session.rs ─ Runtime: the ACL-shaped API, the gear path (non-sink / sink)
+//!      │  └──────────────▶ dynamic.rs ─ hybrid mode's op-by-op path
+//!      ▼                        │
+//!   copy.rs ◀───────────────────┘  host<->device copies as Memcpy tasks, counted
+//! ```
 
+mod copy;
 pub mod dynamic;
 pub mod error;
 pub mod load;
 pub mod session;
 
-pub use dynamic::{DynamicModel, DynamicStats};
+pub use dynamic::{DynamicError, DynamicModel, DynamicStats};
 pub use error::{ErrorCode, RuntimeError};
 pub use load::{LoadError, LoadedModel};
 pub use session::{ModelId, RunPath, RunReport, Runtime, RuntimeOptions};

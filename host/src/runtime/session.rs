@@ -21,10 +21,10 @@ use std::collections::VecDeque;
 
 use gearsim_firmware::{Device, DevicePtr, HostPtr, HostTensor, StreamId};
 use gearsim_isa::om::{DynamicDesc, IoDesc, ModelDesc, OmFile, SectionKind};
-use gearsim_isa::task::{Memcpy, MemcpyKind, Task};
 use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::{Lane, LaneId, LaneKind, Record, TraceSink};
 
+use super::copy::{self, Transfers};
 use super::dynamic::DynamicModel;
 use super::error::RuntimeError;
 use super::load::LoadedModel;
@@ -107,15 +107,6 @@ pub struct RunReport {
     pub d2h_transfers: u64,
     /// Things the user should know (a sink run whose dims matched no gear).
     pub warnings: Vec<String>,
-}
-
-/// Transfer counts of a run.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct Transfers {
-    pub h2d_bytes: u64,
-    pub h2d: u64,
-    pub d2h_bytes: u64,
-    pub d2h: u64,
 }
 
 /// The merged-copy span of a non-sink model (spec §8.3).
@@ -520,7 +511,15 @@ impl<S: TraceSink> Runtime<S> {
             .collect();
         let host = self.model(m)?.input_host[self.model(m)?.loaded.inputs.len() - 1];
         let mut t = Transfers::default();
-        self.h2d("memcpy_h2d gear dims", host, ptr.0, &data, &mut t)?;
+        copy::h2d(
+            &mut self.dev,
+            self.stream,
+            "memcpy_h2d gear dims",
+            host,
+            ptr.0,
+            &data,
+            &mut t,
+        )?;
         self.dev.synchronize(self.stream)?;
         Ok(())
     }
@@ -677,7 +676,9 @@ impl<S: TraceSink> Runtime<S> {
         }
         let host = model.input_host[index];
         let mut t = Transfers::default();
-        self.h2d(
+        copy::h2d(
+            &mut self.dev,
+            self.stream,
             &format!("memcpy_h2d input {index}"),
             host,
             ptr.0,
@@ -734,7 +735,9 @@ impl<S: TraceSink> Runtime<S> {
         let dtype = io_type(io)?;
         let (ptr, host) = (model.loaded.outputs[index], model.output_host[index]);
         let mut t = Transfers::default();
-        let data = self.d2h(
+        let data = copy::d2h(
+            &mut self.dev,
+            self.stream,
             &format!("memcpy_d2h output {index}"),
             ptr.0,
             host,
@@ -743,66 +746,6 @@ impl<S: TraceSink> Runtime<S> {
         )?;
         self.host_span("aclrtMemcpy", start, "device to host");
         Tensor::new(dtype, dims, data).map_err(RuntimeError::Failure)
-    }
-
-    // ---- copies ---------------------------------------------------------------------------------
-
-    /// Queues one host-to-device copy of `data` through the pinned buffer `host`.
-    pub(crate) fn h2d(
-        &mut self,
-        name: &str,
-        host: HostPtr,
-        dst: u64,
-        data: &[u8],
-        t: &mut Transfers,
-    ) -> Result<(), RuntimeError> {
-        if data.is_empty() {
-            return Ok(());
-        }
-        self.dev.host_write(host, data)?;
-        self.dev.submit(
-            self.stream,
-            Task::Memcpy(Memcpy {
-                kind: MemcpyKind::HostToDevice,
-                dst,
-                src: host.0,
-                size: data.len() as u64,
-            }),
-            Some(name),
-        )?;
-        t.h2d += 1;
-        t.h2d_bytes += data.len() as u64;
-        Ok(())
-    }
-
-    /// Copies `bytes` from device address `src` to the host through `host` and returns them.
-    pub(crate) fn d2h(
-        &mut self,
-        name: &str,
-        src: u64,
-        host: HostPtr,
-        bytes: u64,
-        t: &mut Transfers,
-    ) -> Result<Vec<u8>, RuntimeError> {
-        let mut out = vec![0u8; bytes as usize];
-        if bytes == 0 {
-            return Ok(out);
-        }
-        self.dev.submit(
-            self.stream,
-            Task::Memcpy(Memcpy {
-                kind: MemcpyKind::DeviceToHost,
-                dst: host.0,
-                src,
-                size: bytes,
-            }),
-            Some(name),
-        )?;
-        self.dev.synchronize(self.stream)?;
-        self.dev.host_read(host, &mut out)?;
-        t.d2h += 1;
-        t.d2h_bytes += bytes;
-        Ok(out)
     }
 
     // ---- non-sink and sink runs -----------------------------------------------------------------
@@ -899,7 +842,9 @@ impl<S: TraceSink> Runtime<S> {
                 span[at..at + inputs[i].data.len()].copy_from_slice(&inputs[i].data);
                 merged[i] = true;
             }
-            self.h2d(
+            copy::h2d(
+                &mut self.dev,
+                self.stream,
                 &format!("memcpy_h2d merged inputs {:?}", mg.members),
                 mg.host,
                 mg.first,
@@ -909,7 +854,9 @@ impl<S: TraceSink> Runtime<S> {
         }
         for (i, x) in inputs.iter().enumerate() {
             if !merged[i] {
-                self.h2d(
+                copy::h2d(
+                    &mut self.dev,
+                    self.stream,
                     &format!("memcpy_h2d input {i}"),
                     hosts[i],
                     ptrs[i].0,
@@ -924,7 +871,15 @@ impl<S: TraceSink> Runtime<S> {
                 .flat_map(|&v| (v as i32).to_le_bytes())
                 .collect();
             let last = ptrs.len() - 1;
-            self.h2d("memcpy_h2d gear dims", hosts[last], ptrs[last].0, &blob, t)?;
+            copy::h2d(
+                &mut self.dev,
+                self.stream,
+                "memcpy_h2d gear dims",
+                hosts[last],
+                ptrs[last].0,
+                &blob,
+                t,
+            )?;
         }
         Ok(())
     }
@@ -947,7 +902,9 @@ impl<S: TraceSink> Runtime<S> {
                 (Some(g), Some(d)) => d.output_dims[g][o].clone(),
                 _ => io.max_dims.clone(),
             };
-            let data = self.d2h(
+            let data = copy::d2h(
+                &mut self.dev,
+                self.stream,
                 &format!("memcpy_d2h output {o}"),
                 ptrs[o].0,
                 hosts[o],
@@ -1041,7 +998,9 @@ impl<S: TraceSink> Runtime<S> {
         };
         model.loaded.execute(&mut self.dev, self.stream)?;
         let n = d.gears.first().map_or(0, Vec::len);
-        let raw = self.d2h(
+        let raw = copy::d2h(
+            &mut self.dev,
+            self.stream,
             "memcpy_d2h cur_dynamic_dims",
             dims_ptr.0,
             dims_host,
@@ -1137,7 +1096,7 @@ impl<S: TraceSink> Runtime<S> {
                 .map(|i| i.name.clone())
                 .collect()
         };
-        let result = dynamic.run(self, inputs, &names);
+        let result = dynamic.run(&mut self.dev, self.stream, inputs, &names);
         self.models[m.0 as usize].dynamic = Some(dynamic);
         let (outputs, t) = result?;
         let report = RunReport {
