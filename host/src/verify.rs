@@ -6,7 +6,7 @@
 //!   a label set in the same stream; kernel, stream and label numbers exist; the head stream
 //!   ends with EndGraph.
 //! - **Kernels**, per launch and block: the scalar program is followed with the simulator's own
-//!   scalar semantics (`sim::scalar`) on concrete values, with each argument buffer at a
+//!   scalar semantics (`sim::scalar::step`) on concrete values, with each argument buffer at a
 //!   synthetic address so every GM access can be traced back to the argument it came from.
 //!   Every pipe instruction's ranges come from the simulator's planning (`sim::touches`) and are
 //!   checked: local buffers against their sizes and alignment, GM against the argument's buffer.
@@ -19,8 +19,9 @@ use std::fmt;
 use gearsim_isa::gear::SHAPE_TENSOR_BYTES;
 use gearsim_isa::om::ModelDesc;
 use gearsim_isa::omtask::{Addr, ModelTasks, OmTask, Region};
-use gearsim_isa::{FMatrix, Instruction, Pipe, Program, SReg, Space};
-use gearsim_sim::{Buffer, ChipConfig, MaskState, scalar, touches};
+use gearsim_isa::{FMatrix, Instruction, Opcode, Pipe, Program, SReg, Space};
+use gearsim_sim::scalar::{self, Step};
+use gearsim_sim::{Buffer, ChipConfig, MaskState, touches};
 
 /// One violation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -335,7 +336,11 @@ fn check_streams(m: &ModelView<'_>, regions: &RegionSizes, r: &mut Report) {
                     region(*dst, *size, "the destination");
                     region(*src, *size, "the source");
                 }
-                _ => {}
+                OmTask::LabelSet { .. }
+                | OmTask::StreamActive { .. }
+                | OmTask::EventRecord { .. }
+                | OmTask::StreamWaitEvent { .. }
+                | OmTask::EndGraph => {}
             }
         }
     }
@@ -528,8 +533,8 @@ impl Run<'_> {
                 return (steps, None);
             };
             let mut next = pc + 1;
-            match &instr {
-                Instruction::End(_) => {
+            match scalar::step(&instr, &self.regs) {
+                Step::End => {
                     let left: Vec<String> = self
                         .flags
                         .iter()
@@ -541,7 +546,7 @@ impl Run<'_> {
                     }
                     return (steps, None);
                 }
-                Instruction::Sreg(f) => {
+                Step::ReadSpecial(f) => {
                     let (v, known) = match f.which {
                         SReg::BlockIdx => (u64::from(self.block), true),
                         SReg::BlockNum => (u64::from(self.block_dim), true),
@@ -551,10 +556,34 @@ impl Run<'_> {
                     };
                     self.set(f.dst.index(), v, known);
                 }
-                Instruction::Jmp(f) => next = f.target.0,
-                Instruction::LoopNz(f) => {
-                    let c = f.counter.index();
-                    if !self.is_known(c) {
+                Step::Write { dst, value, srcs } => {
+                    let known = srcs.as_slice().iter().all(|s| self.is_known(*s));
+                    self.set(dst, value, known);
+                }
+                Step::Branch {
+                    taken,
+                    target,
+                    srcs,
+                } => {
+                    if !srcs.as_slice().iter().all(|s| self.is_known(*s)) {
+                        return (
+                            steps,
+                            Some(format!(
+                                "pc {pc}: branch depends on data; path not followed further"
+                            )),
+                        );
+                    }
+                    if taken {
+                        next = target;
+                    }
+                }
+                Step::Loop {
+                    counter,
+                    value,
+                    taken,
+                    target,
+                } => {
+                    if !self.is_known(counter) {
                         return (
                             steps,
                             Some(format!(
@@ -562,14 +591,12 @@ impl Run<'_> {
                             )),
                         );
                     }
-                    let v = self.regs[c].wrapping_sub(1);
-                    self.regs[c] = v;
-                    if v != 0 {
-                        next = f.target.0;
+                    self.regs[counter] = value;
+                    if taken {
+                        next = target;
                     }
                 }
-                Instruction::Ld(f) | Instruction::St(f) => {
-                    let load = matches!(instr, Instruction::Ld(_));
+                Step::Memory(f, load) => {
                     if !self.is_known(f.base.index()) {
                         return (
                             steps,
@@ -633,20 +660,13 @@ impl Run<'_> {
                         self.set(f.reg.index(), value, known);
                     }
                 }
-                Instruction::SetMask(f) => {
-                    self.mask_known = self.is_known(f.hi.index()) && self.is_known(f.lo.index());
-                    self.mask = MaskState::Normal(
-                        (u128::from(self.regs[f.hi.index()]) << 64)
-                            | u128::from(self.regs[f.lo.index()]),
-                    );
+                Step::SetMask { mask, srcs } => {
+                    self.mask_known = srcs.as_slice().iter().all(|s| self.is_known(*s));
+                    self.mask = mask;
                 }
-                Instruction::SetMaskCount(f) => {
-                    self.mask_known = self.is_known(f.count.index());
-                    self.mask = MaskState::Counter(self.regs[f.count.index()]);
-                }
-                Instruction::SetFmatrix(f) => self.fmatrix = *f,
-                Instruction::SetFlag(f) | Instruction::WaitFlag(f) => {
-                    let set = matches!(instr, Instruction::SetFlag(_));
+                Step::SetFmatrix(f) => self.fmatrix = *f,
+                Step::SetFlag(f) | Step::WaitFlag(f) => {
+                    let set = instr.opcode() == Opcode::SetFlag;
                     if u32::from(f.id) >= u32::from(self.cfg.core.event_ids) {
                         self.report(
                             pc,
@@ -674,29 +694,10 @@ impl Run<'_> {
                         *n = 0;
                     }
                 }
-                _ => {
-                    if let Some((dst, v)) = scalar::alu(&instr, &self.regs) {
-                        let known = scalar::alu_sources(&instr)
-                            .unwrap_or_default()
-                            .iter()
-                            .all(|s| self.is_known(*s));
-                        self.set(dst, v, known);
-                    } else if let Some((taken, target, srcs)) = scalar::branch(&instr, &self.regs) {
-                        if !srcs.iter().all(|s| self.is_known(*s)) {
-                            return (
-                                steps,
-                                Some(format!(
-                                    "pc {pc}: branch depends on data; path not followed further"
-                                )),
-                            );
-                        }
-                        if taken {
-                            next = target;
-                        }
-                    } else {
-                        self.pipe_instruction(pc, &instr);
-                    }
-                }
+                // A barrier touches nothing but goes through the same check as a pipe
+                // instruction.
+                Step::Barrier(_) | Step::Dispatched => self.pipe_instruction(pc, &instr),
+                Step::Nop => {}
             }
             pc = next;
         }

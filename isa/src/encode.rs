@@ -121,19 +121,24 @@ impl Instruction {
                 }
             }
         }
-        match self {
-            Instruction::Vconv(c) => {
-                if conversion_supported(c.dst_ty, c.src_ty) {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "conversion {} -> {} is not supported (f16<->f32, f32<->i32, f16<->i32)",
-                        c.src_ty, c.dst_ty
-                    ))
+        // An instruction with a destination and a source type converts between them.
+        if let (Some(d), Some(s)) = (spec.field_index("dst_ty"), spec.field_index("src_ty")) {
+            let mut raw = [0u64; MAX_FIELDS];
+            self.raw_fields(&mut raw);
+            let ty = |i: usize| {
+                usize::try_from(raw[i])
+                    .ok()
+                    .and_then(|i| DType::ALL.get(i).copied())
+            };
+            if let (Some(dst), Some(src)) = (ty(d), ty(s)) {
+                if !conversion_supported(dst, src) {
+                    return Err(format!(
+                        "conversion {src} -> {dst} is not supported (f16<->f32, f32<->i32, f16<->i32)"
+                    ));
                 }
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 }
 

@@ -545,7 +545,17 @@ impl ModelTasks {
                     OmTask::StreamActive { stream: Some(st) } if *st >= streams => {
                         return Err(bad("stream", *st, streams));
                     }
-                    _ => {}
+                    OmTask::AiCore { .. }
+                    | OmTask::MapIndex { .. }
+                    | OmTask::GetNext { .. }
+                    | OmTask::GetDynamicDims { .. }
+                    | OmTask::LabelSet { .. }
+                    | OmTask::LabelGoto { .. }
+                    | OmTask::StreamActive { .. }
+                    | OmTask::EventRecord { .. }
+                    | OmTask::StreamWaitEvent { .. }
+                    | OmTask::Memcpy { .. }
+                    | OmTask::EndGraph => {}
                 }
             }
         }

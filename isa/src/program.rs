@@ -4,6 +4,8 @@ use std::fmt::Write as _;
 
 use crate::disasm::disasm_with;
 use crate::encode::{DecodeError, EncodeError, decode_all, encode_all};
+use crate::operand::FieldKind;
+use crate::spec::MAX_FIELDS;
 use crate::table::Instruction;
 
 /// A kernel: a sequence of instructions that one AI core block runs from index 0.
@@ -105,17 +107,15 @@ impl Program {
     }
 }
 
-/// The branch target of a control-flow instruction.
+/// The branch target of a control-flow instruction: its operand of kind
+/// [`FieldKind::Target`] in the table, so every branch form has one.
 pub fn branch_target(instr: &Instruction) -> Option<u32> {
-    match instr {
-        Instruction::Beq(b)
-        | Instruction::Bne(b)
-        | Instruction::Blt(b)
-        | Instruction::Bge(b)
-        | Instruction::Bltu(b)
-        | Instruction::Bgeu(b) => Some(b.target.0),
-        Instruction::Jmp(j) => Some(j.target.0),
-        Instruction::LoopNz(l) => Some(l.target.0),
-        _ => None,
-    }
+    let i = instr
+        .spec()
+        .fields
+        .iter()
+        .position(|f| f.kind == FieldKind::Target)?;
+    let mut raw = [0u64; MAX_FIELDS];
+    instr.raw_fields(&mut raw);
+    u32::try_from(raw[i]).ok()
 }

@@ -510,6 +510,39 @@ impl ChipConfig {
         Clock::from_mhz(self.core.clock_mhz)
     }
 
+    /// Cycles the scalar unit spends executing an instruction of a timing class (the class
+    /// comes from the ISA table). A branch costs `branch_cycles`, plus `branch_taken_penalty`
+    /// when taken; a scalar access costs `local_access_cycles` here and its GM latency where
+    /// the space is known (`gm_load_cycles`, `gm_store_cycles`); a `set_flag` or one-pipe
+    /// `pipe_barrier` the scalar unit executes costs an ALU operation; `end` costs nothing
+    /// itself (it waits for the pipes to drain). The pipe classes cost the scalar unit only
+    /// their dispatch, `dispatch_cycles`.
+    #[inline]
+    pub fn scalar_cycles(&self, class: TimingClass) -> u64 {
+        let s = &self.scalar;
+        match class {
+            TimingClass::Alu | TimingClass::Sync => s.alu_cycles,
+            TimingClass::Mul => s.mul_cycles,
+            TimingClass::Div => s.div_cycles,
+            TimingClass::Branch => s.branch_cycles,
+            TimingClass::ScalarMem => s.local_access_cycles,
+            TimingClass::Spr => s.spr_cycles,
+            TimingClass::End => 0,
+            TimingClass::VecSimple
+            | TimingClass::VecMul
+            | TimingClass::VecDiv
+            | TimingClass::VecTranscend
+            | TimingClass::VecReduce
+            | TimingClass::VecConv
+            | TimingClass::L0cMove
+            | TimingClass::DmaRead
+            | TimingClass::DmaWrite
+            | TimingClass::Load2d
+            | TimingClass::Img2col
+            | TimingClass::Cube => s.dispatch_cycles,
+        }
+    }
+
     /// Cycles per repeat of a vector timing class.
     pub fn vector_cycles_per_repeat(&self, class: TimingClass) -> u64 {
         let v = &self.vector;

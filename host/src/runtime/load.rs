@@ -646,7 +646,16 @@ fn check_control_flow(tasks: &ModelTasks) -> Result<(), LoadError> {
                         t.name
                     )));
                 }
-                _ => continue,
+                OmTask::AiCore { .. }
+                | OmTask::MapIndex { .. }
+                | OmTask::GetNext { .. }
+                | OmTask::GetDynamicDims { .. }
+                | OmTask::LabelSet { .. }
+                | OmTask::StreamActive { .. }
+                | OmTask::EventRecord { .. }
+                | OmTask::StreamWaitEvent { .. }
+                | OmTask::Memcpy { .. }
+                | OmTask::EndGraph => continue,
             };
             for &label in targets {
                 match set_at.get(&label).copied() {

@@ -15,14 +15,13 @@ pub(crate) mod buffers;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use gearsim_isa::{
-    FMatrix, Flag, Instruction, Pipe, Rr, Rri, Rrr, SReg, SType, Space, TimingClass,
-};
+use gearsim_isa::{FMatrix, Flag, Instruction, Pipe, SReg, SType, Space, TimingClass};
 use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
 
 use crate::chip::{ExecMode, Kernel};
 use crate::config::ChipConfig;
 use crate::event::{Event, EventQueue, PRIO_CORE};
+use crate::exec::scalar::{self, Step};
 use crate::exec::{self, Access, Fault, Mask, Operands, PipeOp, Plan};
 use crate::memory::DeviceMemory;
 use crate::stop::{Blocked, Buffer, FlagId, StopReason};
@@ -873,73 +872,40 @@ impl AiCore {
         let pc = b.pc;
         let r = &mut b.regs;
         let mut next = pc + 1;
-        // Register-register and register-immediate ALU forms: apply `op` and return its cost.
-        let rrr = |r: &mut [u64; 32], f: &Rrr, cost: u64, op: fn(u64, u64) -> u64| {
-            r[f.dst.index()] = op(r[f.a.index()], r[f.b.index()]);
-            cost
-        };
-        let rri = |r: &mut [u64; 32], f: &Rri, cost: u64, op: fn(u64, u64) -> u64| {
-            r[f.dst.index()] = op(r[f.a.index()], i64::from(f.imm) as u64);
-            cost
-        };
-        let rr = |r: &mut [u64; 32], f: &Rr, op: fn(u64) -> u64| {
-            r[f.dst.index()] = op(r[f.src.index()]);
-            sc.alu_cycles
-        };
-        let cost = match instr {
-            Instruction::Add(f) => rrr(r, &f, sc.alu_cycles, u64::wrapping_add),
-            Instruction::Sub(f) => rrr(r, &f, sc.alu_cycles, u64::wrapping_sub),
-            Instruction::Mul(f) => rrr(r, &f, sc.mul_cycles, u64::wrapping_mul),
-            Instruction::Div(f) => rrr(r, &f, sc.div_cycles, div_signed),
-            Instruction::Divu(f) => rrr(r, &f, sc.div_cycles, |a, d| {
-                a.checked_div(d).unwrap_or(u64::MAX)
-            }),
-            Instruction::Rem(f) => rrr(r, &f, sc.div_cycles, rem_signed),
-            Instruction::Remu(f) => rrr(r, &f, sc.div_cycles, |a, d| a.checked_rem(d).unwrap_or(a)),
-            Instruction::And(f) => rrr(r, &f, sc.alu_cycles, |a, b| a & b),
-            Instruction::Or(f) => rrr(r, &f, sc.alu_cycles, |a, b| a | b),
-            Instruction::Xor(f) => rrr(r, &f, sc.alu_cycles, |a, b| a ^ b),
-            Instruction::Shl(f) => rrr(r, &f, sc.alu_cycles, |a, b| a << (b & 63)),
-            Instruction::Shr(f) => rrr(r, &f, sc.alu_cycles, |a, b| a >> (b & 63)),
-            Instruction::Sra(f) => {
-                rrr(r, &f, sc.alu_cycles, |a, b| ((a as i64) >> (b & 63)) as u64)
+        // The semantics are `exec::scalar`'s; the cost is the table's timing class.
+        let class_cycles = cfg.scalar_cycles(instr.spec().timing);
+        let cost = match scalar::step(&instr, r) {
+            Step::Write { dst, value, .. } => {
+                r[dst] = value;
+                class_cycles
             }
-            Instruction::Min(f) => {
-                rrr(r, &f, sc.alu_cycles, |a, b| (a as i64).min(b as i64) as u64)
+            Step::Branch { taken, target, .. } => {
+                if taken {
+                    next = target;
+                    class_cycles + sc.branch_taken_penalty
+                } else {
+                    class_cycles
+                }
             }
-            Instruction::Max(f) => {
-                rrr(r, &f, sc.alu_cycles, |a, b| (a as i64).max(b as i64) as u64)
+            Step::Loop {
+                counter,
+                value,
+                taken,
+                target,
+            } => {
+                r[counter] = value;
+                if taken {
+                    next = target;
+                    class_cycles + sc.branch_taken_penalty
+                } else {
+                    class_cycles
+                }
             }
-            Instruction::Minu(f) => rrr(r, &f, sc.alu_cycles, u64::min),
-            Instruction::Maxu(f) => rrr(r, &f, sc.alu_cycles, u64::max),
-            Instruction::Slt(f) => rrr(r, &f, sc.alu_cycles, |a, b| {
-                u64::from((a as i64) < (b as i64))
-            }),
-            Instruction::Sltu(f) => rrr(r, &f, sc.alu_cycles, |a, b| u64::from(a < b)),
-            Instruction::Seq(f) => rrr(r, &f, sc.alu_cycles, |a, b| u64::from(a == b)),
-            Instruction::Addi(f) => rri(r, &f, sc.alu_cycles, u64::wrapping_add),
-            Instruction::Muli(f) => rri(r, &f, sc.mul_cycles, u64::wrapping_mul),
-            Instruction::Andi(f) => rri(r, &f, sc.alu_cycles, |a, b| a & b),
-            Instruction::Ori(f) => rri(r, &f, sc.alu_cycles, |a, b| a | b),
-            Instruction::Xori(f) => rri(r, &f, sc.alu_cycles, |a, b| a ^ b),
-            Instruction::Shli(f) => rri(r, &f, sc.alu_cycles, |a, b| a << (b & 63)),
-            Instruction::Shri(f) => rri(r, &f, sc.alu_cycles, |a, b| a >> (b & 63)),
-            Instruction::Srai(f) => {
-                rri(r, &f, sc.alu_cycles, |a, b| ((a as i64) >> (b & 63)) as u64)
+            Step::SetMask { mask, .. } => {
+                b.mask = Mask::from(mask);
+                class_cycles
             }
-            Instruction::Slti(f) => rri(r, &f, sc.alu_cycles, |a, b| {
-                u64::from((a as i64) < (b as i64))
-            }),
-            Instruction::Movi(f) => {
-                r[f.dst.index()] = f.imm as u64;
-                sc.alu_cycles
-            }
-            Instruction::Mov(f) => rr(r, &f, |a| a),
-            Instruction::Ctz(f) => rr(r, &f, |a| u64::from(a.trailing_zeros())),
-            Instruction::Clz(f) => rr(r, &f, |a| u64::from(a.leading_zeros())),
-            Instruction::Popc(f) => rr(r, &f, |a| u64::from(a.count_ones())),
-            Instruction::Nop(_) => sc.alu_cycles,
-            Instruction::Sreg(f) => {
+            Step::ReadSpecial(f) => {
                 let v = match f.which {
                     SReg::BlockIdx => u64::from(b.block_idx),
                     SReg::BlockNum => u64::from(b.block_dim),
@@ -948,112 +914,41 @@ impl AiCore {
                     SReg::Cycle => b.s_time,
                 };
                 b.regs[f.dst.index()] = v;
-                sc.spr_cycles
+                class_cycles
             }
-            Instruction::Beq(f) => branch(r, &f, &mut next, sc, |x, y| x == y),
-            Instruction::Bne(f) => branch(r, &f, &mut next, sc, |x, y| x != y),
-            Instruction::Blt(f) => branch(r, &f, &mut next, sc, |x, y| (x as i64) < (y as i64)),
-            Instruction::Bge(f) => branch(r, &f, &mut next, sc, |x, y| (x as i64) >= (y as i64)),
-            Instruction::Bltu(f) => branch(r, &f, &mut next, sc, |x, y| x < y),
-            Instruction::Bgeu(f) => branch(r, &f, &mut next, sc, |x, y| x >= y),
-            Instruction::Jmp(f) => {
-                next = f.target.0;
-                sc.branch_cycles + sc.branch_taken_penalty
+            Step::Memory(f, load) => self.scalar_mem(f, load, ctx)?,
+            Step::SetFmatrix(f) => {
+                b.fmatrix = *f;
+                class_cycles
             }
-            Instruction::LoopNz(f) => {
-                let c = r[f.counter.index()].wrapping_sub(1);
-                r[f.counter.index()] = c;
-                if c != 0 {
-                    next = f.target.0;
-                    sc.branch_cycles + sc.branch_taken_penalty
-                } else {
-                    sc.branch_cycles
-                }
-            }
-            Instruction::Ld(f) | Instruction::St(f) => {
-                let load = matches!(instr, Instruction::Ld(_));
-                self.scalar_mem(&f, load, ctx)?
-            }
-            Instruction::SetMask(f) => {
-                b.mask =
-                    Mask::Normal((u128::from(r[f.hi.index()]) << 64) | u128::from(r[f.lo.index()]));
-                sc.spr_cycles
-            }
-            Instruction::SetMaskCount(f) => {
-                b.mask = Mask::Counter(r[f.count.index()]);
-                sc.spr_cycles
-            }
-            Instruction::SetFmatrix(f) => {
-                b.fmatrix = f;
-                sc.spr_cycles
-            }
-            Instruction::SetFlag(f) => {
-                let id = flag_of(&f);
+            Step::SetFlag(f) => {
+                let id = flag_of(f);
                 if b.flags.is_set(id) {
                     b.s_state = ScalarState::WaitFlagFree(id, b.s_time);
                     return Ok(None);
                 }
                 b.flags.set(id, b.s_time);
                 b.wake |= 1 << lane_index(id.dst);
-                sc.alu_cycles
+                class_cycles
             }
-            Instruction::WaitFlag(f) => {
-                let id = flag_of(&f);
+            Step::WaitFlag(f) => {
+                let id = flag_of(f);
                 b.s_state = ScalarState::WaitFlag(id, b.s_time);
                 return Ok(None);
             }
-            Instruction::PipeBarrier(f) => {
+            Step::Barrier(f) => {
                 if f.pipe == Pipe::All {
                     b.s_state = ScalarState::BarrierAll;
                     return Ok(None);
                 }
-                sc.alu_cycles
+                class_cycles
             }
-            Instruction::End(_) => {
+            Step::Nop => class_cycles,
+            Step::End => {
                 b.s_state = ScalarState::Ending;
                 return Ok(None);
             }
-            Instruction::Vadd(_)
-            | Instruction::Vsub(_)
-            | Instruction::Vmul(_)
-            | Instruction::Vdiv(_)
-            | Instruction::Vmax(_)
-            | Instruction::Vmin(_)
-            | Instruction::Vand(_)
-            | Instruction::Vor(_)
-            | Instruction::Vmla(_)
-            | Instruction::Vabs(_)
-            | Instruction::Vrelu(_)
-            | Instruction::Vexp(_)
-            | Instruction::Vln(_)
-            | Instruction::Vsqrt(_)
-            | Instruction::Vrsqrt(_)
-            | Instruction::Vrec(_)
-            | Instruction::Vnot(_)
-            | Instruction::Vmov(_)
-            | Instruction::Vadds(_)
-            | Instruction::Vmuls(_)
-            | Instruction::Vmaxs(_)
-            | Instruction::Vmins(_)
-            | Instruction::Vdup(_)
-            | Instruction::Vconv(_)
-            | Instruction::Vcmp(_)
-            | Instruction::Vcmps(_)
-            | Instruction::Vsel(_)
-            | Instruction::Vreduce(_)
-            | Instruction::Vbreduce(_)
-            | Instruction::CopyL0cToUb(_)
-            | Instruction::CopyGmToUb(_)
-            | Instruction::CopyUbToGm(_)
-            | Instruction::CopyGmToUbPad(_)
-            | Instruction::CopyUbToGmPad(_)
-            | Instruction::CopyGmToL1(_)
-            | Instruction::CopyGmToL1Nd2nz(_)
-            | Instruction::LoadL0a(_)
-            | Instruction::LoadL0b(_)
-            | Instruction::Img2colL0a(_)
-            | Instruction::CopyL0cToGm(_)
-            | Instruction::Mmad(_) => {
+            Step::Dispatched => {
                 return Err(StopReason::IllegalInstruction {
                     core,
                     pipe: Pipe::S,
@@ -1394,41 +1289,6 @@ impl AiCore {
         st.busy_cycles += end_c - start;
         self.span(ctx, pipe, head.pc, start, end_c);
         Ok(())
-    }
-}
-
-/// Signed division as RISC-V defines it: x/0 = -1, MIN/-1 = MIN.
-fn div_signed(a: u64, d: u64) -> u64 {
-    let (a, d) = (a as i64, d as i64);
-    if d == 0 {
-        u64::MAX
-    } else {
-        a.wrapping_div(d) as u64
-    }
-}
-
-/// Signed remainder as RISC-V defines it: x%0 = x, MIN%-1 = 0.
-fn rem_signed(a: u64, d: u64) -> u64 {
-    let (a, d) = (a as i64, d as i64);
-    if d == 0 {
-        a as u64
-    } else {
-        a.wrapping_rem(d) as u64
-    }
-}
-
-fn branch(
-    r: &[u64; 32],
-    f: &gearsim_isa::Branch,
-    next: &mut u32,
-    sc: &crate::config::ScalarConfig,
-    cond: impl Fn(u64, u64) -> bool,
-) -> u64 {
-    if cond(r[f.a.index()], r[f.b.index()]) {
-        *next = f.target.0;
-        sc.branch_cycles + sc.branch_taken_penalty
-    } else {
-        sc.branch_cycles
     }
 }
 

@@ -54,6 +54,16 @@ impl Mask {
     pub(crate) const FULL: Mask = Mask::Normal(u128::MAX);
 }
 
+impl From<MaskState> for Mask {
+    #[inline]
+    fn from(m: MaskState) -> Mask {
+        match m {
+            MaskState::Normal(bits) => Mask::Normal(bits),
+            MaskState::Counter(n) => Mask::Counter(n),
+        }
+    }
+}
+
 /// The operands of a dispatched instruction: register values read at dispatch.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Operands {
@@ -413,9 +423,15 @@ pub(crate) fn local_cost(instr: &Instruction, plan: &Plan, cfg: &ChipConfig) -> 
             cfg.cube.latency,
         ),
         TimingClass::Load2d => {
-            let rate = match instr {
-                Instruction::LoadL0b(_) => cfg.mte.l1_to_l0b_bytes_per_cycle,
-                _ => cfg.mte.l1_to_l0a_bytes_per_cycle,
+            // The rate is the destination's: the plan writes L0A or L0B.
+            let to_l0b = plan
+                .accesses()
+                .iter()
+                .any(|a| a.write && a.buffer == Buffer::L0b);
+            let rate = if to_l0b {
+                cfg.mte.l1_to_l0b_bytes_per_cycle
+            } else {
+                cfg.mte.l1_to_l0a_bytes_per_cycle
             };
             (plan.work.div_ceil(rate).max(1), cfg.mte.local_latency)
         }
@@ -493,10 +509,7 @@ pub fn touches(
     let op = PipeOp::of(instr)?;
     let ops = Operands {
         regs: op.capture(regs),
-        mask: match mask {
-            MaskState::Normal(m) => Mask::Normal(m),
-            MaskState::Counter(n) => Mask::Counter(n),
-        },
+        mask: Mask::from(mask),
         fmatrix,
     };
     Some(match op.plan(&ops, cfg) {

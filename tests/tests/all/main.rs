@@ -12,4 +12,5 @@ mod l2;
 mod layering;
 mod regression;
 mod semantics;
+mod tidy;
 mod torch_models;
