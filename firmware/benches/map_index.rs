@@ -57,7 +57,10 @@ fn measure(aicore: bool, layout: TableLayout, gears: u32, n: u32) -> (Option<u64
     let s = dev.create_stream().unwrap();
     let (task, kernel) = if aicore {
         let k = dev
-            .load_kernel_flags(map_index::aicore_program(&shape), KERNEL_NEEDS_VALUES)
+            .load_kernel_flags(
+                map_index::aicore_program(&shape).unwrap(),
+                KERNEL_NEEDS_VALUES,
+            )
             .unwrap();
         let args = upload(
             &mut dev,

@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use crate::build::Comments;
 use crate::disasm::disasm_with;
 use crate::encode::{DecodeError, EncodeError, decode_all, encode_all};
 use crate::operand::FieldKind;
@@ -17,7 +18,9 @@ pub struct Program {
     pub instrs: Vec<Instruction>,
     /// Label names and the instruction index they mark, sorted by name.
     pub labels: Vec<(String, u32)>,
-    /// Source line of each instruction, when assembled from text (empty otherwise).
+    /// Source line of each instruction: of the text it was assembled from, or of its
+    /// [`Program::listing`] when it was built with [`crate::ProgramBuilder`] (empty for a
+    /// program made with [`Program::new`] or decoded).
     pub source_lines: Vec<u32>,
 }
 
@@ -104,6 +107,75 @@ impl Program {
             let _ = writeln!(out, "    {}", self.disasm_at(pc));
         }
         out
+    }
+}
+
+/// One line of a [`Program::listing`].
+enum ListingLine<'a> {
+    Kernel(&'a str),
+    Comment(&'a str),
+    Label(&'a str),
+    Anonymous(u32),
+    Instr(usize),
+}
+
+impl Program {
+    /// The program as assembly text with `comments` interleaved (each line above the
+    /// instruction it was attached to, above that instruction's labels) and every label shown,
+    /// including one placed after the last instruction. It assembles back to this program,
+    /// `source_lines` included, when the program came from [`crate::ProgramBuilder`] with these
+    /// comments. Branch targets without a label print as `L<pc>` as in [`Program::disassemble`].
+    pub fn listing(&self, comments: &Comments) -> String {
+        let mut out = String::new();
+        self.walk_listing(comments, |line| {
+            let _ = match line {
+                ListingLine::Kernel(name) => writeln!(out, ".kernel {name}"),
+                ListingLine::Comment("") => writeln!(out, "    #"),
+                ListingLine::Comment(text) => writeln!(out, "    # {text}"),
+                ListingLine::Label(name) => writeln!(out, "{name}:"),
+                ListingLine::Anonymous(pc) => writeln!(out, "L{pc}:"),
+                ListingLine::Instr(pc) => writeln!(out, "    {}", self.disasm_at(pc)),
+            };
+        });
+        out
+    }
+
+    /// The 1-based line of every instruction in [`Program::listing`].
+    pub(crate) fn listing_lines(&self, comments: &Comments) -> Vec<u32> {
+        let mut lines = Vec::with_capacity(self.instrs.len());
+        let mut n = 0u32;
+        self.walk_listing(comments, |line| {
+            n = n.saturating_add(1);
+            if let ListingLine::Instr(_) = line {
+                lines.push(n);
+            }
+        });
+        lines
+    }
+
+    fn walk_listing<'a>(&'a self, comments: &'a Comments, mut each: impl FnMut(ListingLine<'a>)) {
+        let targets: std::collections::BTreeSet<u32> =
+            self.instrs.iter().filter_map(branch_target).collect();
+        if let Some(n) = &self.name {
+            each(ListingLine::Kernel(n));
+        }
+        for pc in 0..=self.instrs.len() {
+            let pc32 = u32::try_from(pc).unwrap_or(u32::MAX);
+            for text in comments.at(pc32) {
+                each(ListingLine::Comment(text));
+            }
+            let mut labelled = false;
+            for (name, _) in self.labels.iter().filter(|(_, p)| *p == pc32) {
+                each(ListingLine::Label(name));
+                labelled = true;
+            }
+            if !labelled && targets.contains(&pc32) {
+                each(ListingLine::Anonymous(pc32));
+            }
+            if pc < self.instrs.len() {
+                each(ListingLine::Instr(pc));
+            }
+        }
     }
 }
 

@@ -14,7 +14,12 @@ pub fn markdown() -> String {
         out,
         "Generated from `isa/src/table.rs` by `gearsim isa reference`; do not edit by hand.\n\
          Every instruction is one 16-byte word: byte 0 the opcode, then the operand fields \
-         packed least-significant bit first. The assembler grammar is in `isa/src/asm.rs`.\n"
+         packed least-significant bit first. The assembler grammar is in `isa/src/asm.rs`.\n\n\
+         Every instruction is also a method of the typed builder `ProgramBuilder` \
+         (`isa/src/build.rs`) named after its mnemonic (`loop` is `r#loop`): the suffix and \
+         positional operands are its arguments in the order shown, each bracketed keyed \
+         operand a chained setter on the result (`b.vadd(F16, X2, X3, X4).repeat(2)`), and \
+         numeric operands are range-checked against the bit widths below.\n"
     );
     let _ = writeln!(out, "| opcode | syntax | pipe | timing | description |");
     let _ = writeln!(out, "| --- | --- | --- | --- | --- |");

@@ -6,7 +6,8 @@
 //! declares each instruction once: opcode, mnemonic, pipe, timing class, format, allowed element
 //! types and doc. From those two declarations come the [`crate::Opcode`] and
 //! [`crate::Instruction`] enums and the [`InstrSpec`] table that the generic encoder, decoder,
-//! assembler, disassembler and the simulator's cost lookup all read.
+//! assembler, disassembler and the simulator's cost lookup all read, and the typed builder
+//! methods of [`crate::ProgramBuilder`] (one per instruction, one setter per keyed field).
 
 use crate::operand::{DType, FieldKind, Pipe};
 
@@ -160,7 +161,63 @@ impl InstrSpec {
     }
 }
 
+/// The text of a mnemonic written as an identifier in the table: `add` is `"add"` and the raw
+/// identifier `r#loop` (a Rust keyword) is `"loop"`.
+pub const fn mnemonic_text(ident: &'static str) -> &'static str {
+    match ident.as_bytes() {
+        [b'r', b'#', rest @ ..] => match core::str::from_utf8(rest) {
+            Ok(text) => text,
+            Err(_) => panic!("a mnemonic is ASCII"),
+        },
+        _ => ident,
+    }
+}
+
+/// The position of the field called `name` in `fields`; a compile-time error when there is none
+/// (the builders and the unit constants look fields up by name in constant context).
+pub const fn field_position(fields: &[FieldSpec], name: &str) -> usize {
+    let mut i = 0;
+    while i < fields.len() {
+        if str_eq(fields[i].name, name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("no field of that name in the format")
+}
+
+/// The largest value the field called `name` of `fields` holds, from its declared width (signed
+/// fields: the largest positive value).
+pub const fn field_max(fields: &[FieldSpec], name: &str) -> u64 {
+    let f = &fields[field_position(fields, name)];
+    match f.kind {
+        FieldKind::Signed => (1u64 << (f.bits - 1)) - 1,
+        _ if f.bits >= 64 => u64::MAX,
+        _ => (1u64 << f.bits) - 1,
+    }
+}
+
+const fn str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
 /// Declares operand layouts. See the module docs.
+///
+/// Besides the struct and its [`Format`] impl, each layout gets two pieces of the typed program
+/// builder (`crate::build`): a chained setter on `Emitted<'_, Layout>` for every keyed field,
+/// and a macro named after the layout that `instructions!` expands into one builder method per
+/// instruction, taking the suffix and positional fields as arguments in declaration order.
 macro_rules! formats {
     ( $(
         $(#[doc = $fdoc:literal])*
@@ -208,6 +265,8 @@ macro_rules! formats {
             formats!(@bits $fty $(, $bits)?) <= <$fty as $crate::operand::FieldType>::BITS,
             concat!("field ", stringify!($fmt), ".", stringify!($field), " is declared wider than its type"),
         ); )*
+
+        formats!(@builder ($) $fmt [] [] $( { $($place)? } $field $fty { $($def)? } )*);
     )* };
     (@bits $fty:ident) => { <$fty as $crate::operand::FieldType>::BITS };
     (@bits $fty:ident, $bits:literal) => { $bits };
@@ -216,13 +275,87 @@ macro_rules! formats {
         $crate::spec::Placement::Keyed(|| <$fty as $crate::operand::FieldType>::to_raw(&$def))
     };
     (@place ; $fty:ident ; ) => { $crate::spec::Placement::Positional };
+
+    // The builder pieces: sort the fields into arguments (suffix and positional) and setters
+    // (keyed), then emit the setters and the per-layout method macro.
+    (@builder ($d:tt) $fmt:ident [$($arg:tt)*] [$($set:tt)*]
+        { $($place:ident)? } $field:ident $fty:ident { } $($rest:tt)*) => {
+        formats!(@builder ($d) $fmt [$($arg)* $field : $fty,] [$($set)*] $($rest)*);
+    };
+    (@builder ($d:tt) $fmt:ident [$($arg:tt)*] [$($set:tt)*]
+        { } $field:ident $fty:ident { $def:expr } $($rest:tt)*) => {
+        formats!(@builder ($d) $fmt [$($arg)*] [$($set)* $field : $fty = $def,] $($rest)*);
+    };
+    (@builder ($d:tt) $fmt:ident [$($arg:ident : $aty:ident,)*] [$($set:ident : $sty:ident = $sdef:expr,)*]) => {
+        impl $crate::build::Emitted<'_, $fmt> {
+            $(
+                #[doc = concat!(
+                    "Sets the keyed operand `", stringify!($set), "` (default `",
+                    stringify!($sdef), "`); an out-of-range value is a sticky ",
+                    "[`BuildError::FieldRange`](crate::BuildError::FieldRange)."
+                )]
+                pub fn $set(mut self, value: impl $crate::build::Operand<$sty>) -> Self {
+                    self.set_operand::<$sty>(
+                        const {
+                            $crate::spec::field_position(
+                                <$fmt as $crate::spec::Format>::FIELDS,
+                                stringify!($set),
+                            )
+                        },
+                        value,
+                    );
+                    self
+                }
+            )*
+        }
+
+        #[allow(unused_macros)]
+        macro_rules! $fmt {
+            (@rebuild $d b:expr, $d f:ident, $d mn:ident) => {{
+                let _ = $d b.$d mn($( $d f.$arg ),*) $( .$set($d f.$set) )*;
+            }};
+            ($d(#[doc = $d doc:literal])* $d mn:ident $d var:ident) => {
+                $d(#[doc = $d doc])*
+                #[doc = ""]
+                #[doc = concat!(
+                    "Operand layout [`", stringify!($fmt), "`](crate::", stringify!($fmt),
+                    "); keyed operands are set on the returned [`Emitted`](crate::Emitted)."
+                )]
+                // The arguments are the instruction's operands, as many as its text has.
+                #[allow(clippy::too_many_arguments)]
+                pub fn $d mn(
+                    &mut self,
+                    $( $arg: impl $crate::build::Operand<$aty>, )*
+                ) -> $crate::build::Emitted<'_, $fmt> {
+                    #[allow(unused_mut)]
+                    let mut pending = self.start($crate::table::Opcode::$d var);
+                    $(
+                        pending.operand::<$aty>(
+                            const {
+                                $crate::spec::field_position(
+                                    <$fmt as $crate::spec::Format>::FIELDS,
+                                    stringify!($arg),
+                                )
+                            },
+                            $arg,
+                        );
+                    )*
+                    pending.emit()
+                }
+            };
+        }
+    };
 }
 
 /// Declares the instructions. See the module docs.
+///
+/// The mnemonic is written as an identifier (`vadd`, `copy_gm_to_ub`; the keyword `loop` as
+/// `r#loop`): it is both the assembly spelling and the name of the instruction's builder method
+/// on [`crate::ProgramBuilder`].
 macro_rules! instructions {
     ( $(
         $(#[doc = $doc:literal])*
-        $var:ident = $op:literal, $mn:literal, $pipe:ident, $timing:ident, $fmt:ident $(, [$($ty:ident),*])? ;
+        $var:ident = $op:literal, $mn:ident, $pipe:ident, $timing:ident, $fmt:ident $(, [$($ty:ident),*])? ;
     )* ) => {
         /// Opcode byte of every instruction.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -256,7 +389,7 @@ macro_rules! instructions {
         pub static SPECS: &[$crate::spec::InstrSpec] = &[ $(
             $crate::spec::InstrSpec {
                 opcode: $op,
-                mnemonic: $mn,
+                mnemonic: $crate::spec::mnemonic_text(stringify!($mn)),
                 pipe: instructions!(@pipe $pipe),
                 timing: $crate::spec::TimingClass::$timing,
                 format: <$fmt as $crate::spec::Format>::NAME,
@@ -305,6 +438,22 @@ macro_rules! instructions {
             pub fn from_raw_fields(opcode: Opcode, raw: &[u64]) -> Option<Instruction> {
                 match opcode { $(
                     Opcode::$var => <$fmt as $crate::spec::Format>::from_raw(raw).map(Instruction::$var),
+                )* }
+            }
+        }
+
+        /// One typed builder method per instruction, named after its mnemonic.
+        impl $crate::build::ProgramBuilder {
+            $( $fmt! { $(#[doc = $doc])* $mn $var } )*
+
+            /// Appends an instruction given whole, through its typed method and setters, so
+            /// the same checks apply (a field wider than its declared width is a
+            /// [`BuildError::FieldRange`](crate::BuildError::FieldRange)); branch targets are
+            /// taken as absolute instruction indices.
+            #[allow(unused_variables)] // the operand-less layout reads no field
+            pub fn instruction(&mut self, instr: Instruction) {
+                match instr { $(
+                    Instruction::$var(f) => $fmt!(@rebuild self, f, $mn),
                 )* }
             }
         }

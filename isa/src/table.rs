@@ -4,8 +4,10 @@
 //! type's, optionally `= default` to make the operand keyed and optional in assembly text
 //! (`repeat=8`), and `#[suffix]` to spell it after the mnemonic (`vadd.f16`).
 //!
-//! Instruction syntax: `Variant = opcode, "mnemonic", pipe, timing class, Format, [types];`
-//! where the optional type list restricts the format's `ty` field.
+//! Instruction syntax: `Variant = opcode, mnemonic, pipe, timing class, Format, [types];`
+//! where the optional type list restricts the format's `ty` field. The mnemonic is written as
+//! an identifier because it is also the name of the instruction's typed builder method
+//! (`ProgramBuilder::vadd`); the keyword `loop` is written `r#loop` and spelled `loop` in text.
 //!
 //! Conventions shared by all vector formats: one *repeat* processes 256 bytes of the widest
 //! operand type in 8 *blocks*; `*_blk` is the distance between the blocks of one repeat and
@@ -134,199 +136,199 @@ impl FMatrix {
 instructions! {
     // ---- scalar ALU -------------------------------------------------------------------------
     /// `dst = a + b` (wrapping).
-    Add = 0x01, "add", S, Alu, Rrr;
+    Add = 0x01, add, S, Alu, Rrr;
     /// `dst = a - b` (wrapping).
-    Sub = 0x02, "sub", S, Alu, Rrr;
+    Sub = 0x02, sub, S, Alu, Rrr;
     /// `dst = a * b` (wrapping, low 64 bits).
-    Mul = 0x03, "mul", S, Mul, Rrr;
+    Mul = 0x03, mul, S, Mul, Rrr;
     /// Signed division; x/0 = -1 and MIN/-1 = MIN, as RISC-V.
-    Div = 0x04, "div", S, Div, Rrr;
+    Div = 0x04, div, S, Div, Rrr;
     /// Unsigned division; x/0 = all ones.
-    Divu = 0x05, "divu", S, Div, Rrr;
+    Divu = 0x05, divu, S, Div, Rrr;
     /// Signed remainder; x%0 = x.
-    Rem = 0x06, "rem", S, Div, Rrr;
+    Rem = 0x06, rem, S, Div, Rrr;
     /// Unsigned remainder; x%0 = x.
-    Remu = 0x07, "remu", S, Div, Rrr;
+    Remu = 0x07, remu, S, Div, Rrr;
     /// Bitwise and.
-    And = 0x08, "and", S, Alu, Rrr;
+    And = 0x08, and, S, Alu, Rrr;
     /// Bitwise or.
-    Or = 0x09, "or", S, Alu, Rrr;
+    Or = 0x09, or, S, Alu, Rrr;
     /// Bitwise exclusive or.
-    Xor = 0x0a, "xor", S, Alu, Rrr;
+    Xor = 0x0a, xor, S, Alu, Rrr;
     /// Shift left by `b & 63`.
-    Shl = 0x0b, "shl", S, Alu, Rrr;
+    Shl = 0x0b, shl, S, Alu, Rrr;
     /// Logical shift right by `b & 63`.
-    Shr = 0x0c, "shr", S, Alu, Rrr;
+    Shr = 0x0c, shr, S, Alu, Rrr;
     /// Arithmetic shift right by `b & 63`.
-    Sra = 0x0d, "sra", S, Alu, Rrr;
+    Sra = 0x0d, sra, S, Alu, Rrr;
     /// Signed minimum.
-    Min = 0x0e, "min", S, Alu, Rrr;
+    Min = 0x0e, min, S, Alu, Rrr;
     /// Signed maximum.
-    Max = 0x0f, "max", S, Alu, Rrr;
+    Max = 0x0f, max, S, Alu, Rrr;
     /// Unsigned minimum.
-    Minu = 0x10, "minu", S, Alu, Rrr;
+    Minu = 0x10, minu, S, Alu, Rrr;
     /// Unsigned maximum.
-    Maxu = 0x11, "maxu", S, Alu, Rrr;
+    Maxu = 0x11, maxu, S, Alu, Rrr;
     /// `dst = (a < b) as signed ? 1 : 0`.
-    Slt = 0x12, "slt", S, Alu, Rrr;
+    Slt = 0x12, slt, S, Alu, Rrr;
     /// `dst = (a < b) as unsigned ? 1 : 0`.
-    Sltu = 0x13, "sltu", S, Alu, Rrr;
+    Sltu = 0x13, sltu, S, Alu, Rrr;
     /// `dst = (a == b) ? 1 : 0`.
-    Seq = 0x14, "seq", S, Alu, Rrr;
+    Seq = 0x14, seq, S, Alu, Rrr;
     /// `dst = a + imm`.
-    Addi = 0x18, "addi", S, Alu, Rri;
+    Addi = 0x18, addi, S, Alu, Rri;
     /// `dst = a * imm`.
-    Muli = 0x19, "muli", S, Mul, Rri;
+    Muli = 0x19, muli, S, Mul, Rri;
     /// `dst = a & imm`.
-    Andi = 0x1a, "andi", S, Alu, Rri;
+    Andi = 0x1a, andi, S, Alu, Rri;
     /// `dst = a | imm`.
-    Ori = 0x1b, "ori", S, Alu, Rri;
+    Ori = 0x1b, ori, S, Alu, Rri;
     /// `dst = a ^ imm`.
-    Xori = 0x1c, "xori", S, Alu, Rri;
+    Xori = 0x1c, xori, S, Alu, Rri;
     /// `dst = a << (imm & 63)`.
-    Shli = 0x1d, "shli", S, Alu, Rri;
+    Shli = 0x1d, shli, S, Alu, Rri;
     /// `dst = a >> (imm & 63)` (logical).
-    Shri = 0x1e, "shri", S, Alu, Rri;
+    Shri = 0x1e, shri, S, Alu, Rri;
     /// `dst = a >> (imm & 63)` (arithmetic).
-    Srai = 0x1f, "srai", S, Alu, Rri;
+    Srai = 0x1f, srai, S, Alu, Rri;
     /// `dst = (a < imm) as signed ? 1 : 0`.
-    Slti = 0x20, "slti", S, Alu, Rri;
+    Slti = 0x20, slti, S, Alu, Rri;
     /// `dst = imm`.
-    Movi = 0x24, "movi", S, Alu, Ri;
+    Movi = 0x24, movi, S, Alu, Ri;
     /// `dst = src`.
-    Mov = 0x25, "mov", S, Alu, Rr;
+    Mov = 0x25, mov, S, Alu, Rr;
     /// Count trailing zero bits (64 for zero).
-    Ctz = 0x26, "ctz", S, Alu, Rr;
+    Ctz = 0x26, ctz, S, Alu, Rr;
     /// Count leading zero bits (64 for zero).
-    Clz = 0x27, "clz", S, Alu, Rr;
+    Clz = 0x27, clz, S, Alu, Rr;
     /// Count one bits.
-    Popc = 0x28, "popc", S, Alu, Rr;
+    Popc = 0x28, popc, S, Alu, Rr;
     /// Read a special register.
-    Sreg = 0x29, "sreg", S, Spr, ReadSReg;
+    Sreg = 0x29, sreg, S, Spr, ReadSReg;
     // ---- scalar control flow ---------------------------------------------------------------
     /// Branch if equal.
-    Beq = 0x30, "beq", S, Branch, Branch;
+    Beq = 0x30, beq, S, Branch, Branch;
     /// Branch if not equal.
-    Bne = 0x31, "bne", S, Branch, Branch;
+    Bne = 0x31, bne, S, Branch, Branch;
     /// Branch if less than (signed).
-    Blt = 0x32, "blt", S, Branch, Branch;
+    Blt = 0x32, blt, S, Branch, Branch;
     /// Branch if greater or equal (signed).
-    Bge = 0x33, "bge", S, Branch, Branch;
+    Bge = 0x33, bge, S, Branch, Branch;
     /// Branch if less than (unsigned).
-    Bltu = 0x34, "bltu", S, Branch, Branch;
+    Bltu = 0x34, bltu, S, Branch, Branch;
     /// Branch if greater or equal (unsigned).
-    Bgeu = 0x35, "bgeu", S, Branch, Branch;
+    Bgeu = 0x35, bgeu, S, Branch, Branch;
     /// Jump.
-    Jmp = 0x36, "jmp", S, Branch, Jump;
+    Jmp = 0x36, jmp, S, Branch, Jump;
     /// Decrement the counter register and branch while it is not zero.
-    LoopNz = 0x37, "loop", S, Branch, Loop;
+    LoopNz = 0x37, r#loop, S, Branch, Loop;
     // ---- scalar memory and special registers -----------------------------------------------
     /// Load `reg` from `base + off`; narrow loads zero- or sign-extend.
-    Ld = 0x38, "ld", S, ScalarMem, Mem;
+    Ld = 0x38, ld, S, ScalarMem, Mem;
     /// Store the low bytes of `reg` to `base + off`.
-    St = 0x39, "st", S, ScalarMem, Mem;
+    St = 0x39, st, S, ScalarMem, Mem;
     /// Set the vector mask (normal mode).
-    SetMask = 0x3a, "set_mask", S, Spr, MaskNorm;
+    SetMask = 0x3a, set_mask, S, Spr, MaskNorm;
     /// Set the vector mask (counter mode).
-    SetMaskCount = 0x3b, "set_mask_count", S, Spr, MaskCount;
+    SetMaskCount = 0x3b, set_mask_count, S, Spr, MaskCount;
     /// Set the img2col feature-map geometry.
-    SetFmatrix = 0x3c, "set_fmatrix", S, Spr, FMatrix;
+    SetFmatrix = 0x3c, set_fmatrix, S, Spr, FMatrix;
     // ---- vector -------------------------------------------------------------------------------
     /// Element-wise add.
-    Vadd = 0x40, "vadd", V, VecSimple, VBin, [F16, F32, I32];
+    Vadd = 0x40, vadd, V, VecSimple, VBin, [F16, F32, I32];
     /// Element-wise subtract.
-    Vsub = 0x41, "vsub", V, VecSimple, VBin, [F16, F32, I32];
+    Vsub = 0x41, vsub, V, VecSimple, VBin, [F16, F32, I32];
     /// Element-wise multiply.
-    Vmul = 0x42, "vmul", V, VecMul, VBin, [F16, F32, I32];
+    Vmul = 0x42, vmul, V, VecMul, VBin, [F16, F32, I32];
     /// Element-wise divide.
-    Vdiv = 0x43, "vdiv", V, VecDiv, VBin, [F16, F32];
+    Vdiv = 0x43, vdiv, V, VecDiv, VBin, [F16, F32];
     /// Element-wise maximum.
-    Vmax = 0x44, "vmax", V, VecSimple, VBin, [F16, F32, I32];
+    Vmax = 0x44, vmax, V, VecSimple, VBin, [F16, F32, I32];
     /// Element-wise minimum.
-    Vmin = 0x45, "vmin", V, VecSimple, VBin, [F16, F32, I32];
+    Vmin = 0x45, vmin, V, VecSimple, VBin, [F16, F32, I32];
     /// Bitwise and.
-    Vand = 0x46, "vand", V, VecSimple, VBin, [I16, I32];
+    Vand = 0x46, vand, V, VecSimple, VBin, [I16, I32];
     /// Bitwise or.
-    Vor = 0x47, "vor", V, VecSimple, VBin, [I16, I32];
+    Vor = 0x47, vor, V, VecSimple, VBin, [I16, I32];
     /// Multiply-accumulate: `dst = src0 * src1 + dst`.
-    Vmla = 0x48, "vmla", V, VecMul, VBin, [F16, F32];
+    Vmla = 0x48, vmla, V, VecMul, VBin, [F16, F32];
     /// Absolute value.
-    Vabs = 0x50, "vabs", V, VecSimple, VUn, [F16, F32, I32];
+    Vabs = 0x50, vabs, V, VecSimple, VUn, [F16, F32, I32];
     /// `max(x, 0)`.
-    Vrelu = 0x51, "vrelu", V, VecSimple, VUn, [F16, F32, I32];
+    Vrelu = 0x51, vrelu, V, VecSimple, VUn, [F16, F32, I32];
     /// Natural exponential.
-    Vexp = 0x52, "vexp", V, VecTranscend, VUn, [F16, F32];
+    Vexp = 0x52, vexp, V, VecTranscend, VUn, [F16, F32];
     /// Natural logarithm.
-    Vln = 0x53, "vln", V, VecTranscend, VUn, [F16, F32];
+    Vln = 0x53, vln, V, VecTranscend, VUn, [F16, F32];
     /// Square root.
-    Vsqrt = 0x54, "vsqrt", V, VecTranscend, VUn, [F16, F32];
+    Vsqrt = 0x54, vsqrt, V, VecTranscend, VUn, [F16, F32];
     /// Reciprocal square root.
-    Vrsqrt = 0x55, "vrsqrt", V, VecTranscend, VUn, [F16, F32];
+    Vrsqrt = 0x55, vrsqrt, V, VecTranscend, VUn, [F16, F32];
     /// Reciprocal.
-    Vrec = 0x56, "vrec", V, VecDiv, VUn, [F16, F32];
+    Vrec = 0x56, vrec, V, VecDiv, VUn, [F16, F32];
     /// Bitwise not.
-    Vnot = 0x57, "vnot", V, VecSimple, VUn, [I16, I32];
+    Vnot = 0x57, vnot, V, VecSimple, VUn, [I16, I32];
     /// Copy.
-    Vmov = 0x58, "vmov", V, VecSimple, VUn, [F16, F32, I32, I16];
+    Vmov = 0x58, vmov, V, VecSimple, VUn, [F16, F32, I32, I16];
     /// Add a scalar.
-    Vadds = 0x60, "vadds", V, VecSimple, VScalar, [F16, F32, I32];
+    Vadds = 0x60, vadds, V, VecSimple, VScalar, [F16, F32, I32];
     /// Multiply by a scalar.
-    Vmuls = 0x61, "vmuls", V, VecMul, VScalar, [F16, F32, I32];
+    Vmuls = 0x61, vmuls, V, VecMul, VScalar, [F16, F32, I32];
     /// Maximum with a scalar.
-    Vmaxs = 0x62, "vmaxs", V, VecSimple, VScalar, [F16, F32, I32];
+    Vmaxs = 0x62, vmaxs, V, VecSimple, VScalar, [F16, F32, I32];
     /// Minimum with a scalar.
-    Vmins = 0x63, "vmins", V, VecSimple, VScalar, [F16, F32, I32];
+    Vmins = 0x63, vmins, V, VecSimple, VScalar, [F16, F32, I32];
     /// Fill with a scalar.
-    Vdup = 0x64, "vdup", V, VecSimple, VDup, [F16, F32, I32, I16];
+    Vdup = 0x64, vdup, V, VecSimple, VDup, [F16, F32, I32, I16];
     /// Convert between f16, f32 and i32 (spelled `vconv.<dst>.<src>`).
-    Vconv = 0x68, "vconv", V, VecConv, VConv;
+    Vconv = 0x68, vconv, V, VecConv, VConv;
     /// Compare two vectors into a bit mask.
-    Vcmp = 0x6a, "vcmp", V, VecSimple, VCmp, [F16, F32, I32];
+    Vcmp = 0x6a, vcmp, V, VecSimple, VCmp, [F16, F32, I32];
     /// Compare a vector with a scalar into a bit mask.
-    Vcmps = 0x6b, "vcmps", V, VecSimple, VCmpS, [F16, F32, I32];
+    Vcmps = 0x6b, vcmps, V, VecSimple, VCmpS, [F16, F32, I32];
     /// Select element-wise by a bit mask.
-    Vsel = 0x6c, "vsel", V, VecSimple, VSel, [F16, F32, I32, I16];
+    Vsel = 0x6c, vsel, V, VecSimple, VSel, [F16, F32, I32, I16];
     /// Reduce each repeat (all its elements) to one value.
-    Vreduce = 0x70, "vreduce", V, VecReduce, VReduce, [F16, F32, I32];
+    Vreduce = 0x70, vreduce, V, VecReduce, VReduce, [F16, F32, I32];
     /// Reduce each 32-byte block to one value (8 results per repeat).
-    Vbreduce = 0x71, "vbreduce", V, VecReduce, VReduce, [F16, F32, I32];
+    Vbreduce = 0x71, vbreduce, V, VecReduce, VReduce, [F16, F32, I32];
     /// Move L0C fractals to UB (the coupled architecture's path out of the cube).
-    CopyL0cToUb = 0x74, "copy_l0c_to_ub", V, L0cMove, L0cToUb, [F16, F32];
+    CopyL0cToUb = 0x74, copy_l0c_to_ub, V, L0cMove, L0cToUb, [F16, F32];
     // ---- DMA ----------------------------------------------------------------------------------
     /// GM -> UB burst copy.
-    CopyGmToUb = 0x80, "copy_gm_to_ub", Mte2, DmaRead, Dma;
+    CopyGmToUb = 0x80, copy_gm_to_ub, Mte2, DmaRead, Dma;
     /// UB -> GM burst copy.
-    CopyUbToGm = 0x81, "copy_ub_to_gm", Mte3, DmaWrite, Dma;
+    CopyUbToGm = 0x81, copy_ub_to_gm, Mte3, DmaWrite, Dma;
     /// GM -> UB byte-granular copy (DataCopyPad).
-    CopyGmToUbPad = 0x82, "copy_gm_to_ub_pad", Mte2, DmaRead, DmaPad;
+    CopyGmToUbPad = 0x82, copy_gm_to_ub_pad, Mte2, DmaRead, DmaPad;
     /// UB -> GM byte-granular copy (DataCopyPad).
-    CopyUbToGmPad = 0x83, "copy_ub_to_gm_pad", Mte3, DmaWrite, DmaPad;
+    CopyUbToGmPad = 0x83, copy_ub_to_gm_pad, Mte3, DmaWrite, DmaPad;
     /// GM -> L1 burst copy.
-    CopyGmToL1 = 0x84, "copy_gm_to_l1", Mte2, DmaRead, Dma;
+    CopyGmToL1 = 0x84, copy_gm_to_l1, Mte2, DmaRead, Dma;
     /// GM row-major f16 matrix -> L1 NZ fractals.
-    CopyGmToL1Nd2nz = 0x85, "copy_gm_to_l1_nd2nz", Mte2, DmaRead, Nd2Nz;
+    CopyGmToL1Nd2nz = 0x85, copy_gm_to_l1_nd2nz, Mte2, DmaRead, Nd2Nz;
     /// L1 -> L0A fractals (load2d).
-    LoadL0a = 0x88, "load_l0a", Mte1, Load2d, Load2d;
+    LoadL0a = 0x88, load_l0a, Mte1, Load2d, Load2d;
     /// L1 -> L0B fractals (load2d).
-    LoadL0b = 0x89, "load_l0b", Mte1, Load2d, Load2d;
+    LoadL0b = 0x89, load_l0b, Mte1, Load2d, Load2d;
     /// L1 feature map -> L0A im2col fractals (load3d).
-    Img2colL0a = 0x8a, "img2col_l0a", Mte1, Img2col, Img2col;
+    Img2colL0a = 0x8a, img2col_l0a, Mte1, Img2col, Img2col;
     /// L0C -> GM with NZ to row-major conversion (FIXPIPE).
-    CopyL0cToGm = 0x8c, "copy_l0c_to_gm", Fix, DmaWrite, L0cToGm, [F16, F32];
+    CopyL0cToGm = 0x8c, copy_l0c_to_gm, Fix, DmaWrite, L0cToGm, [F16, F32];
     // ---- cube ---------------------------------------------------------------------------------
     /// Matrix multiply-accumulate, f16 inputs, f32 accumulation.
-    Mmad = 0xa0, "mmad", M, Cube, Mmad;
+    Mmad = 0xa0, mmad, M, Cube, Mmad;
     // ---- synchronisation ----------------------------------------------------------------------
     /// Set the flag (src, dst, id) once every earlier instruction of `src` has completed.
-    SetFlag = 0xc0, "set_flag", Routed, Sync, Flag;
+    SetFlag = 0xc0, set_flag, Routed, Sync, Flag;
     /// Block pipe `dst` until the flag (src, dst, id) is set, then clear it.
-    WaitFlag = 0xc1, "wait_flag", Routed, Sync, Flag;
+    WaitFlag = 0xc1, wait_flag, Routed, Sync, Flag;
     /// Later instructions of `pipe` wait for every earlier one to complete; `ALL` drains every pipe.
-    PipeBarrier = 0xc2, "pipe_barrier", Routed, Sync, Barrier;
+    PipeBarrier = 0xc2, pipe_barrier, Routed, Sync, Barrier;
     /// Do nothing for one cycle.
-    Nop = 0xc3, "nop", S, Alu, NoOperands;
+    Nop = 0xc3, nop, S, Alu, NoOperands;
     /// Wait for every pipe to drain, then end the block.
-    End = 0xff, "end", S, End, NoOperands;
+    End = 0xff, end, S, End, NoOperands;
 }
 
 impl Instruction {

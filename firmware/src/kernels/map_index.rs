@@ -11,9 +11,9 @@
 //! ([`run_aicpu`]) whose cost is a launch overhead, its memory reads through the shared memory
 //! model and a per-element compare loop.
 
-use std::fmt::Write as _;
-
-use gearsim_isa::Program;
+use gearsim_isa::{
+    BuildError, Cmp, DType, Label, Pipe, Program, ProgramBuilder, Reg, SReg, SType, Space,
+};
 
 pub use gearsim_isa::gear::{TableLayout, layout_table, padded_gears};
 
@@ -220,54 +220,53 @@ fn round32(x: u64) -> u64 {
 /// brought in by two DMAs issued back to back (their latencies overlap), then the scalar unit
 /// runs the lower-bound search of [`sorted_search`]; a table larger than UB is not brought in
 /// whole, each probed row is fetched by its own DMA instead.
-pub fn aicore_program(shape: &MapIndexShape) -> Program {
-    let text = match shape.layout {
-        TableLayout::GearMajor => gear_major_asm(shape),
-        TableLayout::DimMajor8 => dim_major_asm(shape),
-        TableLayout::SortedBinary => sorted_asm(shape),
+///
+/// The kernel is built with the ISA's typed builders; a shape past what its fields can express
+/// (larger than [`MapIndexShape::check`] admits with any preset) is the builder's error.
+pub fn aicore_program(shape: &MapIndexShape) -> Result<Program, BuildError> {
+    let b = match shape.layout {
+        TableLayout::GearMajor => gear_major(shape),
+        TableLayout::DimMajor8 => dim_major(shape),
+        TableLayout::SortedBinary => sorted(shape),
     };
-    match gearsim_isa::assemble(&text, "map_index.s") {
-        Ok(p) => p,
-        // The generator's output is fixed by its parameters, which `check` bounds; a failure is
-        // a bug in this file, reported with the text that failed.
-        Err(e) => unreachable!("generated MapIndex kernel does not assemble: {e}\n{text}"),
-    }
+    b.finish().map(|(program, _comments)| program)
 }
 
-fn prologue(out: &mut String, name: &str) {
-    let _ = writeln!(out, ".kernel {name}");
-    let _ = writeln!(out, "    sreg      x1, args");
-    let _ = writeln!(out, "    ld.gm.u64 x2, x1            # x (query, i32[n])");
-    let _ = writeln!(out, "    ld.gm.u64 x3, x1, off=8     # table");
-    let _ = writeln!(
-        out,
-        "    ld.gm.u64 x4, x1, off=16    # level_index (0 = none)"
-    );
-    let _ = writeln!(out, "    ld.gm.u64 x5, x1, off=24    # y (i32)");
-    let _ = writeln!(
-        out,
-        "    movi      x30, -1           # result until a gear matches"
-    );
+/// The argument loads; returns the builder and the `found` label the epilogue places.
+fn prologue(name: &str) -> (ProgramBuilder, Label) {
+    let mut b = ProgramBuilder::new(name);
+    let found = b.new_label("found");
+    b.sreg(Reg::X1, SReg::Args);
+    b.comment("arguments: x (query, i32[n]), table, level_index (0 = none), y (i32)");
+    b.ld(Space::Gm, SType::U64, Reg::X2, Reg::X1);
+    b.ld(Space::Gm, SType::U64, Reg::X3, Reg::X1).off(8);
+    b.ld(Space::Gm, SType::U64, Reg::X4, Reg::X1).off(16);
+    b.ld(Space::Gm, SType::U64, Reg::X5, Reg::X1).off(24);
+    b.comment("result until a gear matches");
+    b.movi(Reg::X30, -1);
+    (b, found)
 }
 
 /// Epilogue: `found` expects the raw gear index in x29.
-fn epilogue(out: &mut String, level: bool) {
-    let _ = writeln!(out, "    jmp       store");
-    let _ = writeln!(out, "found:");
-    let _ = writeln!(out, "    mov       x30, x29");
+fn epilogue(b: &mut ProgramBuilder, found: Label, level: bool) {
+    let store = b.new_label("store");
+    b.jmp(store);
+    b.place(found);
+    b.mov(Reg::X30, Reg::X29);
     if level {
-        let _ = writeln!(out, "    movi      x6, 0");
-        let _ = writeln!(out, "    beq       x4, x6, store");
-        let _ = writeln!(out, "    shli      x7, x29, 2");
-        let _ = writeln!(out, "    add       x7, x4, x7");
-        let _ = writeln!(out, "    ld.gm.i32 x30, x7           # level_index[k]");
+        b.movi(Reg::X6, 0);
+        b.beq(Reg::X4, Reg::X6, store);
+        b.shli(Reg::X7, Reg::X29, 2);
+        b.add(Reg::X7, Reg::X4, Reg::X7);
+        b.comment("level_index[k]");
+        b.ld(Space::Gm, SType::I32, Reg::X30, Reg::X7);
     }
-    let _ = writeln!(out, "store:");
-    let _ = writeln!(out, "    st.gm.u32 x30, x5");
-    let _ = writeln!(out, "    end");
+    b.place(store);
+    b.st(Space::Gm, SType::U32, Reg::X30, Reg::X5);
+    b.end();
 }
 
-fn gear_major_asm(s: &MapIndexShape) -> String {
+fn gear_major(s: &MapIndexShape) -> ProgramBuilder {
     let n = u64::from(s.n);
     let g = u64::from(s.gears);
     let row = round32(4 * n); // UB row stride: each gear's n values padded to 32 bytes
@@ -280,82 +279,85 @@ fn gear_major_asm(s: &MapIndexShape) -> String {
     let tbl_ub = xrep_ub + gc * row;
     let bits_ub = tbl_ub + gc * row;
     let bits_stride = round32(gc * 8); // each dim chunk's bit words start 32-byte aligned
-    let mut o = String::new();
-    prologue(&mut o, &format!("map_index_gm_g{g}_n{n}"));
-    let _ = writeln!(o, "    movi      x6, {x_ub}");
-    let _ = writeln!(o, "    copy_gm_to_ub_pad x6, x2, 1, {}", 4 * n);
-    let _ = writeln!(o, "    set_flag  MTE2, V, 0");
-    let _ = writeln!(o, "    wait_flag MTE2, V, 0");
-    let _ = writeln!(o, "    movi      x7, 0");
-    // Replicate the query into gc rows, 64 dims at a time.
+    let (mut b, found) = prologue(&format!("map_index_gm_g{g}_n{n}"));
+    b.movi(Reg::X6, x_ub);
+    b.copy_gm_to_ub_pad(Reg::X6, Reg::X2, 1, 4 * n);
+    b.set_flag(Pipe::Mte2, Pipe::V, 0);
+    b.wait_flag(Pipe::Mte2, Pipe::V, 0);
+    b.movi(Reg::X7, 0);
+    b.comment("replicate the query into the gears' rows, 64 dims at a time");
     for c in 0..chunks {
-        let m = mask_for(n - 64 * c);
-        let _ = writeln!(o, "    movi      x8, {m:#x}");
-        let _ = writeln!(o, "    set_mask  x7, x8");
-        let _ = writeln!(o, "    movi      x9, {}", xrep_ub + 256 * c);
-        let _ = writeln!(o, "    movi      x10, {}", x_ub + 256 * c);
-        let _ = writeln!(
-            o,
-            "    vmov.i32  x9, x10, repeat={gc}, dst_rep={}, src_rep=0",
-            row / 32
-        );
+        b.movi(Reg::X8, mask_for(n - 64 * c));
+        b.set_mask(Reg::X7, Reg::X8);
+        b.movi(Reg::X9, xrep_ub + 256 * c);
+        b.movi(Reg::X10, x_ub + 256 * c);
+        b.vmov(DType::I32, Reg::X9, Reg::X10)
+            .repeat(gc)
+            .dst_rep(row / 32)
+            .src_rep(0);
     }
     let mut g0 = 0u64;
     let mut pass = 0;
     while g0 < g {
         let gn = gc.min(g - g0);
-        let _ = writeln!(o, "# ---- gears {g0}..{}", g0 + gn);
-        let _ = writeln!(o, "    movi      x11, {tbl_ub}");
-        let _ = writeln!(o, "    addi      x12, x3, {}", g0 * n * 4);
-        let _ = writeln!(o, "    copy_gm_to_ub_pad x11, x12, {gn}, {}", 4 * n);
-        let _ = writeln!(o, "    set_flag  MTE2, V, 1");
-        let _ = writeln!(o, "    wait_flag MTE2, V, 1");
+        let scan = b.new_label(format!("scan{pass}"));
+        let next = b.new_label(format!("next{pass}"));
+        b.comment(format!("---- gears {g0}..{}", g0 + gn));
+        b.movi(Reg::X11, tbl_ub);
+        b.addi(Reg::X12, Reg::X3, g0 * n * 4);
+        b.copy_gm_to_ub_pad(Reg::X11, Reg::X12, gn, 4 * n);
+        b.set_flag(Pipe::Mte2, Pipe::V, 1);
+        b.wait_flag(Pipe::Mte2, Pipe::V, 1);
         for c in 0..chunks {
-            let m = mask_for(n - 64 * c);
-            let _ = writeln!(o, "    movi      x8, {m:#x}");
-            let _ = writeln!(o, "    set_mask  x7, x8");
-            let _ = writeln!(o, "    movi      x13, {}", bits_ub + c * bits_stride);
-            let _ = writeln!(o, "    movi      x14, {}", tbl_ub + 256 * c);
-            let _ = writeln!(o, "    movi      x15, {}", xrep_ub + 256 * c);
-            let _ = writeln!(
-                o,
-                "    vcmp.eq.i32 x13, x14, x15, repeat={gn}, src0_rep={r}, src1_rep={r}",
-                r = row / 32
-            );
+            b.movi(Reg::X8, mask_for(n - 64 * c));
+            b.set_mask(Reg::X7, Reg::X8);
+            b.movi(Reg::X13, bits_ub + c * bits_stride);
+            b.movi(Reg::X14, tbl_ub + 256 * c);
+            b.movi(Reg::X15, xrep_ub + 256 * c);
+            b.vcmp(Cmp::Eq, DType::I32, Reg::X13, Reg::X14, Reg::X15)
+                .repeat(gn)
+                .src0_rep(row / 32)
+                .src1_rep(row / 32);
         }
-        let _ = writeln!(o, "    set_flag  V, S, 0");
-        let _ = writeln!(o, "    wait_flag V, S, 0");
-        // Scalar scan: gear k matches when every dim chunk's bit word has all its dims set.
-        let _ = writeln!(o, "    movi      x16, 0              # k within the pass");
-        let _ = writeln!(o, "    movi      x17, {gn}");
-        let _ = writeln!(o, "scan{pass}:");
-        let _ = writeln!(o, "    shli      x18, x16, 3");
+        b.set_flag(Pipe::V, Pipe::S, 0);
+        b.wait_flag(Pipe::V, Pipe::S, 0);
+        b.comment(
+            "scalar scan: gear k matches when every dim chunk's bit word has all its dims set",
+        );
+        b.movi(Reg::X16, 0);
+        b.movi(Reg::X17, gn);
+        b.place(scan);
+        b.shli(Reg::X18, Reg::X16, 3);
         for c in 0..chunks {
-            let m = mask_for(n - 64 * c);
-            let _ = writeln!(o, "    movi      x8, {m:#x}");
-            let _ = writeln!(o, "    addi      x19, x18, {}", bits_ub + c * bits_stride);
-            let _ = writeln!(o, "    ld.ub.u64 x20, x19");
-            let _ = writeln!(o, "    and       x20, x20, x8");
-            let _ = writeln!(o, "    bne       x20, x8, next{pass}");
+            b.movi(Reg::X8, mask_for(n - 64 * c));
+            b.addi(Reg::X19, Reg::X18, bits_ub + c * bits_stride);
+            b.ld(Space::Ub, SType::U64, Reg::X20, Reg::X19);
+            b.and(Reg::X20, Reg::X20, Reg::X8);
+            b.bne(Reg::X20, Reg::X8, next);
         }
-        let _ = writeln!(o, "    addi      x29, x16, {g0}");
-        let _ = writeln!(o, "    jmp       found");
-        let _ = writeln!(o, "next{pass}:");
-        let _ = writeln!(o, "    addi      x16, x16, 1");
-        let _ = writeln!(o, "    blt       x16, x17, scan{pass}");
+        b.addi(Reg::X29, Reg::X16, g0);
+        b.jmp(found);
+        b.place(next);
+        b.addi(Reg::X16, Reg::X16, 1);
+        b.blt(Reg::X16, Reg::X17, scan);
         g0 += gn;
         pass += 1;
     }
-    epilogue(&mut o, s.level_index);
-    o
+    epilogue(&mut b, found, s.level_index);
+    b
 }
 
-/// The normal-mode mask enabling the first `min(k, 64)` elements.
-fn mask_for(k: u64) -> u64 {
-    if k >= 64 { u64::MAX } else { (1u64 << k) - 1 }
+/// The normal-mode mask enabling the first `min(k, 64)` elements, as the bit pattern `movi`
+/// loads (all 64 bits set is -1).
+fn mask_for(k: u64) -> i64 {
+    if k >= 64 {
+        -1
+    } else {
+        (1i64 << k).wrapping_sub(1)
+    }
 }
 
-fn dim_major_asm(s: &MapIndexShape) -> String {
+fn dim_major(s: &MapIndexShape) -> ProgramBuilder {
     let n = u64::from(s.n);
     let g = u64::from(s.gears);
     let gp = u64::from(padded_gears(s.gears));
@@ -368,76 +370,73 @@ fn dim_major_asm(s: &MapIndexShape) -> String {
     let dc = ((UB_BUDGET - rows_ub) / row).clamp(1, n);
     // The AND covers the whole bit area, so bits past G (zero in tmp) are cleared in acc too.
     let halfwords = bits / 2;
-    let mut o = String::new();
-    prologue(&mut o, &format!("map_index_dm8_g{g}_n{n}"));
-    let _ = writeln!(o, "    movi      x6, {x_ub}");
-    let _ = writeln!(o, "    copy_gm_to_ub_pad x6, x2, 1, {}", 4 * n);
-    // acc = all ones, tmp = zeros over the bit area (bits past G stay zero in tmp, so the AND
-    // clears them in acc: padding columns can never match).
-    let _ = writeln!(o, "    movi      x7, {}", bits / 2);
-    let _ = writeln!(o, "    set_mask_count x7");
-    let _ = writeln!(o, "    movi      x8, {acc_ub}");
-    let _ = writeln!(o, "    movi      x9, -1");
-    let _ = writeln!(o, "    vdup.i16  x8, x9");
-    let _ = writeln!(o, "    movi      x10, {tmp_ub}");
-    let _ = writeln!(o, "    movi      x9, 0");
-    let _ = writeln!(o, "    vdup.i16  x10, x9");
-    let _ = writeln!(o, "    set_flag  MTE2, S, 0");
-    let _ = writeln!(
-        o,
-        "    wait_flag MTE2, S, 0            # the scalar unit reads query values from UB"
-    );
+    let (mut b, found) = prologue(&format!("map_index_dm8_g{g}_n{n}"));
+    b.movi(Reg::X6, x_ub);
+    b.copy_gm_to_ub_pad(Reg::X6, Reg::X2, 1, 4 * n);
+    b.comment("acc = all ones, tmp = zeros over the bit area (bits past G stay zero in tmp, so");
+    b.comment("the AND clears them in acc: padding columns can never match)");
+    b.movi(Reg::X7, bits / 2);
+    b.set_mask_count(Reg::X7);
+    b.movi(Reg::X8, acc_ub);
+    b.movi(Reg::X9, -1);
+    b.vdup(DType::I16, Reg::X8, Reg::X9);
+    b.movi(Reg::X10, tmp_ub);
+    b.movi(Reg::X9, 0);
+    b.vdup(DType::I16, Reg::X10, Reg::X9);
+    b.set_flag(Pipe::Mte2, Pipe::S, 0);
+    b.comment("the scalar unit reads query values from UB");
+    b.wait_flag(Pipe::Mte2, Pipe::S, 0);
     let mut d0 = 0u64;
     let mut pass = 0;
     while d0 < n {
         let dn = dc.min(n - d0);
-        let _ = writeln!(o, "# ---- dims {d0}..{}", d0 + dn);
+        let dim = b.new_label(format!("dim{pass}"));
+        b.comment(format!("---- dims {d0}..{}", d0 + dn));
         if pass > 0 {
-            // The previous rows must be consumed before they are overwritten.
-            let _ = writeln!(o, "    set_flag  V, MTE2, 0");
-            let _ = writeln!(o, "    wait_flag V, MTE2, 0");
+            b.comment("the previous rows must be consumed before they are overwritten");
+            b.set_flag(Pipe::V, Pipe::Mte2, 0);
+            b.wait_flag(Pipe::V, Pipe::Mte2, 0);
         }
-        let _ = writeln!(o, "    movi      x11, {rows_ub}");
-        let _ = writeln!(o, "    addi      x12, x3, {}", d0 * row);
-        let _ = writeln!(o, "    copy_gm_to_ub x11, x12, 1, {}", dn * row / 32);
-        let _ = writeln!(o, "    set_flag  MTE2, V, 1");
-        let _ = writeln!(o, "    wait_flag MTE2, V, 1");
-        let _ = writeln!(o, "    movi      x13, {}", x_ub + 4 * d0);
-        let _ = writeln!(o, "    movi      x14, {dn}");
-        let _ = writeln!(o, "    movi      x15, {g}");
-        let _ = writeln!(o, "    movi      x16, {halfwords}");
-        let _ = writeln!(o, "dim{pass}:");
-        let _ = writeln!(
-            o,
-            "    ld.ub.i32 x17, x13              # query value of this dim"
-        );
-        let _ = writeln!(o, "    set_mask_count x15");
-        let _ = writeln!(o, "    vcmps.eq.i32 x10, x11, x17");
-        let _ = writeln!(o, "    pipe_barrier V");
-        let _ = writeln!(o, "    set_mask_count x16");
-        let _ = writeln!(o, "    vand.i16  x8, x8, x10");
-        let _ = writeln!(o, "    pipe_barrier V");
-        let _ = writeln!(o, "    addi      x13, x13, 4");
-        let _ = writeln!(o, "    addi      x11, x11, {row}");
-        let _ = writeln!(o, "    loop      x14, dim{pass}");
+        b.movi(Reg::X11, rows_ub);
+        b.addi(Reg::X12, Reg::X3, d0 * row);
+        b.copy_gm_to_ub(Reg::X11, Reg::X12, 1, dn * row / 32);
+        b.set_flag(Pipe::Mte2, Pipe::V, 1);
+        b.wait_flag(Pipe::Mte2, Pipe::V, 1);
+        b.movi(Reg::X13, x_ub + 4 * d0);
+        b.movi(Reg::X14, dn);
+        b.movi(Reg::X15, g);
+        b.movi(Reg::X16, halfwords);
+        b.place(dim);
+        b.comment("query value of this dim");
+        b.ld(Space::Ub, SType::I32, Reg::X17, Reg::X13);
+        b.set_mask_count(Reg::X15);
+        b.vcmps(Cmp::Eq, DType::I32, Reg::X10, Reg::X11, Reg::X17);
+        b.pipe_barrier(Pipe::V);
+        b.set_mask_count(Reg::X16);
+        b.vand(DType::I16, Reg::X8, Reg::X8, Reg::X10);
+        b.pipe_barrier(Pipe::V);
+        b.addi(Reg::X13, Reg::X13, 4);
+        b.addi(Reg::X11, Reg::X11, row);
+        b.r#loop(Reg::X14, dim);
         d0 += dn;
         pass += 1;
     }
-    let _ = writeln!(o, "    set_flag  V, S, 1");
-    let _ = writeln!(o, "    wait_flag V, S, 1");
-    // First set bit of acc: scan 64-bit words.
+    b.set_flag(Pipe::V, Pipe::S, 1);
+    b.wait_flag(Pipe::V, Pipe::S, 1);
+    b.comment("first set bit of acc: scan 64-bit words");
     for w in 0..gp.div_ceil(64) {
-        let _ = writeln!(o, "    movi      x18, {}", acc_ub + 8 * w);
-        let _ = writeln!(o, "    ld.ub.u64 x19, x18");
-        let _ = writeln!(o, "    movi      x20, 0");
-        let _ = writeln!(o, "    beq       x19, x20, word{w}");
-        let _ = writeln!(o, "    ctz       x29, x19");
-        let _ = writeln!(o, "    addi      x29, x29, {}", 64 * w);
-        let _ = writeln!(o, "    jmp       found");
-        let _ = writeln!(o, "word{w}:");
+        let word = b.new_label(format!("word{w}"));
+        b.movi(Reg::X18, acc_ub + 8 * w);
+        b.ld(Space::Ub, SType::U64, Reg::X19, Reg::X18);
+        b.movi(Reg::X20, 0);
+        b.beq(Reg::X19, Reg::X20, word);
+        b.ctz(Reg::X29, Reg::X19);
+        b.addi(Reg::X29, Reg::X29, 64 * w);
+        b.jmp(found);
+        b.place(word);
     }
-    epilogue(&mut o, s.level_index);
-    o
+    epilogue(&mut b, found, s.level_index);
+    b
 }
 
 /// Whether a sorted table of `shape` fits in UB next to the query (else rows are streamed).
@@ -447,69 +446,69 @@ pub fn sorted_table_fits_ub(shape: &MapIndexShape) -> bool {
     x_bytes + table_bytes <= UB_BUDGET
 }
 
-fn sorted_asm(s: &MapIndexShape) -> String {
+fn sorted(s: &MapIndexShape) -> ProgramBuilder {
     let n = u64::from(s.n);
     let g = u64::from(s.gears);
     let row = 4 * (n + 1); // n values then the gear index
     let x_ub = 0u64;
     let tbl_ub = round32(4 * n); // the table, or the one row being probed
     let resident = sorted_table_fits_ub(s);
-    let mut o = String::new();
-    prologue(&mut o, &format!("map_index_sorted_g{g}_n{n}"));
-    let _ = writeln!(o, "    movi      x6, {x_ub}");
-    let _ = writeln!(o, "    copy_gm_to_ub_pad x6, x2, 1, {}", 4 * n);
+    let (mut b, found) = prologue(&format!("map_index_sorted_g{g}_n{n}"));
+    let [search, searched, compare, less, not_less] =
+        ["search", "searched", "compare", "less", "not_less"].map(|name| b.new_label(name));
+    b.movi(Reg::X6, x_ub);
+    b.copy_gm_to_ub_pad(Reg::X6, Reg::X2, 1, 4 * n);
     if resident {
-        // Issued right behind the query's DMA, so the two memory latencies overlap.
-        let _ = writeln!(o, "    movi      x7, {tbl_ub}");
-        let _ = writeln!(o, "    copy_gm_to_ub_pad x7, x3, 1, {}", g * row);
+        b.comment("issued right behind the query's DMA, so the two memory latencies overlap");
+        b.movi(Reg::X7, tbl_ub);
+        b.copy_gm_to_ub_pad(Reg::X7, Reg::X3, 1, g * row);
     }
-    let _ = writeln!(o, "    set_flag  MTE2, S, 0");
-    let _ = writeln!(
-        o,
-        "    wait_flag MTE2, S, 0            # the scalar unit reads UB from here on"
-    );
-    let _ = writeln!(o, "    movi      x8, 0                 # lo");
-    let _ = writeln!(o, "    movi      x9, {g}               # hi");
-    let _ = writeln!(
-        o,
-        "    movi      x28, 0                # 1 once a probed row equalled the query"
-    );
-    let _ = writeln!(o, "search:");
-    let _ = writeln!(o, "    bge       x8, x9, searched");
-    let _ = writeln!(o, "    add       x10, x8, x9");
-    let _ = writeln!(o, "    shri      x10, x10, 1           # mid");
-    let _ = writeln!(o, "    muli      x11, x10, {row}");
+    b.set_flag(Pipe::Mte2, Pipe::S, 0);
+    b.comment("the scalar unit reads UB from here on");
+    b.wait_flag(Pipe::Mte2, Pipe::S, 0);
+    b.comment("lo, hi, and 1 once a probed row equalled the query");
+    b.movi(Reg::X8, 0);
+    b.movi(Reg::X9, g);
+    b.movi(Reg::X28, 0);
+    b.place(search);
+    b.bge(Reg::X8, Reg::X9, searched);
+    b.add(Reg::X10, Reg::X8, Reg::X9);
+    b.comment("mid");
+    b.shri(Reg::X10, Reg::X10, 1);
+    b.muli(Reg::X11, Reg::X10, row);
     if resident {
-        let _ = writeln!(o, "    addi      x11, x11, {tbl_ub}");
+        b.addi(Reg::X11, Reg::X11, tbl_ub);
     } else {
-        let _ = writeln!(o, "    add       x12, x3, x11");
-        let _ = writeln!(o, "    movi      x11, {tbl_ub}");
-        let _ = writeln!(o, "    copy_gm_to_ub_pad x11, x12, 1, {row}");
-        let _ = writeln!(o, "    set_flag  MTE2, S, 1");
-        let _ = writeln!(o, "    wait_flag MTE2, S, 1");
+        b.add(Reg::X12, Reg::X3, Reg::X11);
+        b.movi(Reg::X11, tbl_ub);
+        b.copy_gm_to_ub_pad(Reg::X11, Reg::X12, 1, row);
+        b.set_flag(Pipe::Mte2, Pipe::S, 1);
+        b.wait_flag(Pipe::Mte2, Pipe::S, 1);
     }
-    let _ = writeln!(o, "    movi      x12, {x_ub}");
-    let _ = writeln!(o, "    movi      x13, {n}");
-    let _ = writeln!(o, "compare:");
-    let _ = writeln!(o, "    ld.ub.i32 x14, x11");
-    let _ = writeln!(o, "    ld.ub.i32 x15, x12");
-    let _ = writeln!(o, "    blt       x14, x15, less");
-    let _ = writeln!(o, "    bne       x14, x15, not_less");
-    let _ = writeln!(o, "    addi      x11, x11, 4");
-    let _ = writeln!(o, "    addi      x12, x12, 4");
-    let _ = writeln!(o, "    loop      x13, compare");
-    // Equal: x11 now points at the row's gear index. The first equal row is at or left of mid.
-    let _ = writeln!(o, "    movi      x28, 1");
-    let _ = writeln!(o, "    ld.ub.i32 x29, x11");
-    let _ = writeln!(o, "not_less:");
-    let _ = writeln!(o, "    mov       x9, x10");
-    let _ = writeln!(o, "    jmp       search");
-    let _ = writeln!(o, "less:");
-    let _ = writeln!(o, "    addi      x8, x10, 1");
-    let _ = writeln!(o, "    jmp       search");
-    let _ = writeln!(o, "searched:");
-    let _ = writeln!(o, "    movi      x6, 0");
-    let _ = writeln!(o, "    bne       x28, x6, found");
-    epilogue(&mut o, s.level_index);
-    o
+    b.movi(Reg::X12, x_ub);
+    b.movi(Reg::X13, n);
+    b.place(compare);
+    b.ld(Space::Ub, SType::I32, Reg::X14, Reg::X11);
+    b.ld(Space::Ub, SType::I32, Reg::X15, Reg::X12);
+    b.blt(Reg::X14, Reg::X15, less);
+    b.bne(Reg::X14, Reg::X15, not_less);
+    b.addi(Reg::X11, Reg::X11, 4);
+    b.addi(Reg::X12, Reg::X12, 4);
+    b.r#loop(Reg::X13, compare);
+    b.comment(
+        "equal: x11 now points at the row's gear index; the first equal row is at or left of mid",
+    );
+    b.movi(Reg::X28, 1);
+    b.ld(Space::Ub, SType::I32, Reg::X29, Reg::X11);
+    b.place(not_less);
+    b.mov(Reg::X9, Reg::X10);
+    b.jmp(search);
+    b.place(less);
+    b.addi(Reg::X8, Reg::X10, 1);
+    b.jmp(search);
+    b.place(searched);
+    b.movi(Reg::X6, 0);
+    b.bne(Reg::X28, Reg::X6, found);
+    epilogue(&mut b, found, s.level_index);
+    b
 }

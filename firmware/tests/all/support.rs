@@ -68,7 +68,10 @@ pub fn map_index_task<S: TraceSink>(
     match engine {
         Engine::AiCore => {
             let k = dev
-                .load_kernel_flags(map_index::aicore_program(shape), KERNEL_NEEDS_VALUES)
+                .load_kernel_flags(
+                    map_index::aicore_program(shape).unwrap(),
+                    KERNEL_NEEDS_VALUES,
+                )
                 .unwrap();
             let args = upload(
                 dev,

@@ -282,10 +282,10 @@ impl LoadedModel {
                         branch_index = Some(DevicePtr(y));
                         match engine {
                             MapIndexEngine::AiCore => {
-                                let k = dev.load_kernel_flags(
-                                    map_index::aicore_program(&shape),
-                                    KERNEL_NEEDS_VALUES,
-                                )?;
+                                let program = map_index::aicore_program(&shape).map_err(|e| {
+                                    LoadError::Model(format!("task {} (MapIndex): {e}", t.name))
+                                })?;
+                                let k = dev.load_kernel_flags(program, KERNEL_NEEDS_VALUES)?;
                                 let args: Vec<u8> = [x, table, 0, y]
                                     .iter()
                                     .flat_map(|a| a.to_le_bytes())

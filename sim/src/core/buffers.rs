@@ -4,7 +4,8 @@
 use crate::config::ChipConfig;
 use crate::stop::Buffer;
 
-const GRAIN: u64 = 32;
+/// Unknown values are tracked per block.
+const GRAIN: u64 = gearsim_isa::units::BLOCK_BYTES;
 
 /// The local memories of one core.
 #[derive(Debug)]

@@ -11,6 +11,7 @@
 //! padding inside partial fractals takes part in the product, as on the hardware). Products of
 //! two f16 values are exact in f32; accumulation is in f32 in ascending k order.
 
+use gearsim_isa::units::{FRACTAL_BYTES as FRACTAL, FRACTAL_BYTES_F32 as FRACTAL_C};
 use gearsim_isa::{DType, Img2col, L0cToGm, L0cToUb, Load2d, Mmad};
 use half::f16;
 
@@ -18,9 +19,6 @@ use super::{Access, Fault, Operands, Plan};
 use crate::core::buffers::Buffers;
 use crate::memory::DeviceMemory;
 use crate::stop::Buffer;
-
-const FRACTAL: u64 = 512;
-const FRACTAL_C: u64 = 1024;
 
 fn blocks(x: u16) -> u64 {
     u64::from(x).div_ceil(16)

@@ -8,7 +8,8 @@ use crate::core::buffers::Buffers;
 use crate::memory::DeviceMemory;
 use crate::stop::Buffer;
 
-const BLOCK: u64 = 32;
+/// DMA lengths and gaps count 32-byte blocks.
+const BLOCK: u64 = gearsim_isa::units::BLOCK_BYTES;
 
 fn gm_fault(mem: &DeviceMemory, addr: u64, len: u64) -> Fault {
     Fault::Range {

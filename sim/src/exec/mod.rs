@@ -163,7 +163,7 @@ pub(crate) fn f16_to_f32(bits: u16) -> f32 {
 
 /// Elements per vector repeat for an element size.
 pub(crate) fn elems_per_repeat(widest: DType) -> u64 {
-    256 / widest.size() as u64
+    gearsim_isa::units::REPEAT_BYTES / widest.size() as u64
 }
 
 fn align(buffer: Buffer, addr: u64, cfg: &ChipConfig) -> Result<(), Fault> {
