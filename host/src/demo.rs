@@ -13,13 +13,13 @@ use gearsim_traces::TraceSink;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::atc;
 use crate::compiler::eval::eval_model;
 use crate::compiler::ir::{DataType, Tensor};
 use crate::compiler::onnx;
 use crate::compiler::options::GearOptions;
 use crate::compiler::pipeline::{CompileOptions, compile};
 use crate::runtime::{ModelId, RunReport, Runtime, RuntimeOptions};
+use crate::target;
 
 /// The CNN of the demo (conv, batch norm, residual, depthwise, pooling, Gemm).
 pub const CNN: &[u8] = include_bytes!("../../tests/models/cnn.onnx");
@@ -116,7 +116,7 @@ fn compile_case(c: &Case, cfg: &ChipConfig, sink: bool) -> Result<Vec<u8>> {
         getnext_sink: sink,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
-        target: atc::target(cfg),
+        target: target::for_chip(cfg),
     };
     let compiled = compile(c.onnx, &format!("{}.onnx", c.name), &opts)?;
     let bytes = if sink {

@@ -28,4 +28,5 @@ pub mod oprun;
 pub mod runner;
 pub mod runtime;
 pub mod study;
+pub mod target;
 pub mod verify;

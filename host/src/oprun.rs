@@ -7,11 +7,11 @@ use gearsim_firmware::{Device, DevicePtr, LaunchReport};
 use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::{NullSink, TraceSink};
 
-use crate::atc;
 use crate::compiler::infer::infer_graph;
 use crate::compiler::ir::{Attr, DataType, Graph, Node, Tensor, TensorDesc, Value};
 use crate::compiler::lower::{Kernel, LowerCtx, Lowered, Operand, lower_node};
 use crate::compiler::ops;
+use crate::target;
 use crate::verify::verify_launch;
 
 /// An input of the node under test.
@@ -169,7 +169,7 @@ pub fn run_op_traced<S: TraceSink>(
             })
         })
         .collect();
-    let target = atc::target(cfg);
+    let target = target::for_chip(cfg);
     let ctx = LowerCtx {
         node: &node,
         inputs: in_descs.iter().map(Option::as_ref).collect(),

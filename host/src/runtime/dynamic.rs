@@ -27,11 +27,11 @@ use gearsim_traces::TraceSink;
 
 use super::error::RuntimeError;
 use super::session::{Runtime, Transfers};
-use crate::atc;
 use crate::compiler::infer::{fold_constants, infer_graph};
 use crate::compiler::ir::{Format, Graph, Model, NodeId, Tensor, Value, fixed_shape};
 use crate::compiler::lower::{LowerCtx, Lowered, Operand, lower_node};
 use crate::compiler::{onnx, ops};
+use crate::target;
 
 /// Kernels lowered for one op configuration, loaded on the device.
 struct CachedOp {
@@ -142,7 +142,7 @@ impl DynamicModel {
     ) -> Result<(Vec<Tensor>, Transfers), RuntimeError> {
         self.stats.runs += 1;
         let g = self.shaped_graph(inputs, names)?;
-        let target = atc::target(rt.dev.chip().config());
+        let target = target::for_chip(rt.dev.chip().config());
         let mut t = Transfers::default();
         // Where each value lives.
         let mut at: BTreeMap<Value, DevicePtr> = BTreeMap::new();
