@@ -1,6 +1,6 @@
-//! What `gearsim compile` and `gearsim info` do around the compiler: the target from the chip
-//! preset, reading the model, writing `NAME.om` (whole or not at all) and the graph dumps, and
-//! the JSON description of a `.om`.
+//! What `gearsim compile`, `gearsim verify` and `gearsim info` do around the compiler: reading
+//! the model, writing `NAME.om` (whole or not at all) and the graph dumps, verifying a `.om`
+//! for a chip, and the JSON description of a `.om`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -10,35 +10,20 @@ use gearsim_isa::om::ModelDesc;
 use gearsim_sim::ChipConfig;
 use serde_json::{Value as Json, json};
 
-use crate::files::{OmMap, write_atomic};
+use crate::files::OmMap;
 use crate::verify::{ModelView, Report, verify};
 use gearsim_compiler::ir::DataType;
 use gearsim_compiler::options::DynamicMode;
 use gearsim_compiler::pipeline::{CompileOptions, Compiled, MapIndexEngine, TableLayout, compile};
-use gearsim_compiler::{CoreSpec, Target};
+
 use gearsim_isa::Program;
 use gearsim_isa::om::SectionKind;
 use gearsim_isa::omtask::{ModelTasks, OmTask, decode_kernels};
+use gearsim_traces::atomic::write_atomic;
 
-/// The compiler's view of a chip configuration.
-pub fn target(cfg: &ChipConfig) -> Target {
-    Target {
-        soc_version: cfg.name.clone(),
-        map_index_max_gears: cfg.kernels.map_index_max_gears,
-        map_index_max_dims: cfg.kernels.map_index_max_dims,
-        core: CoreSpec {
-            cores: cfg.core.count,
-            max_block_dim: cfg.scheduler.max_block_dim,
-            fixpipe: cfg.core.fixpipe,
-            ub_bytes: cfg.core.ub_bytes,
-            l1_bytes: cfg.core.l1_bytes,
-            l0a_bytes: cfg.core.l0a_bytes,
-            l0b_bytes: cfg.core.l0b_bytes,
-            l0c_bytes: cfg.core.l0c_bytes,
-            event_ids: cfg.core.event_ids,
-        },
-    }
-}
+/// The compiler's view of a chip configuration (defined in [`crate::target`]; re-exported
+/// here for callers that build compile options).
+pub use crate::target::for_chip as target;
 
 /// The `.om` path atc writes for `--output=NAME`: `NAME.om` (an `.om` already there is kept).
 pub fn om_path(output: &Path) -> PathBuf {
@@ -200,12 +185,13 @@ fn dump_kernels(c: &Compiled, dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Verifies a `.om` file for its chip (or `soc_version` when given).
-pub fn verify_file(path: &Path, soc_version: Option<&str>) -> Result<Report> {
+/// Verifies a `.om` file for the chip `chip` returns given the preset the model was compiled
+/// for.
+pub fn verify_file(path: &Path, chip: impl FnOnce(&str) -> Result<ChipConfig>) -> Result<Report> {
     let om = OmMap::open(path)?;
     let file = om.file()?;
     let desc = file.desc()?;
-    let cfg = ChipConfig::preset(soc_version.unwrap_or(&desc.soc_version))?;
+    let cfg = chip(&desc.soc_version)?;
     let images = decode_kernels(file.section(SectionKind::Kernels).unwrap_or(&[]))
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
     let tasks = ModelTasks::decode(

@@ -238,7 +238,7 @@ pub fn runtime_figures(cfg: &ChipConfig) -> Result<Vec<RuntimeFigure>, String> {
             getnext_sink: sink,
             table_layout: Default::default(),
             mapindex_engine: Default::default(),
-            target: crate::atc::target(cfg),
+            target: crate::target::for_chip(cfg),
         };
         let c = compile(crate::demo::CNN, "cnn.onnx", &opts).map_err(|e| e.to_string())?;
         if sink {
@@ -410,7 +410,7 @@ pub mod speed {
                 getnext_sink: false,
                 table_layout: Default::default(),
                 mapindex_engine: Default::default(),
-                target: crate::atc::target(cfg),
+                target: crate::target::for_chip(cfg),
             };
             compile(self.onnx(), &format!("{}.onnx", self.name()), &opts)
                 .map_err(|e| format!("{}: {e}", self.name()))?

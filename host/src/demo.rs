@@ -13,8 +13,8 @@ use gearsim_traces::TraceSink;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::atc;
 use crate::runtime::{ModelId, RunReport, Runtime, RuntimeOptions};
+use crate::target;
 use gearsim_compiler::eval::eval_model;
 use gearsim_compiler::ir::{DataType, Tensor};
 use gearsim_compiler::onnx;
@@ -116,7 +116,7 @@ fn compile_case(c: &Case, cfg: &ChipConfig, sink: bool) -> Result<Vec<u8>> {
         getnext_sink: sink,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
-        target: atc::target(cfg),
+        target: target::for_chip(cfg),
     };
     let compiled = compile(c.onnx, &format!("{}.onnx", c.name), &opts)?;
     let bytes = if sink {

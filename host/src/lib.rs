@@ -1,8 +1,9 @@
-//! gearsim host side: what runs on the user's machine — the compiler (ONNX → .om, atc's
-//! options), the ACL-shaped runtime, and the `gearsim` command line.
+//! gearsim host side: what runs on the user's machine — the ACL-shaped runtime, what the
+//! `gearsim` command line does around `gearsim-compiler` (ONNX → .om, atc's options), studies,
+//! benches and conformance. The command line itself (`src/cli/`) is in the binary.
 //!
 //! ```text
-//!   gearsim compile ──▶ atc ──▶ compiler (import, gear passes, lower, emit) ──▶ verify ──▶ .om
+//!   gearsim compile ──▶ atc ──▶ gearsim-compiler (import, gear passes, lower, emit) ──▶ verify ──▶ .om
 //!   gearsim run     ──▶ runner ──▶ runtime (load, non-sink / sink / hybrid) ──▶ firmware::Device
 //!   gearsim kernel run FILE.s ──▶ isa::assemble ──▶ kernel::run_kernel ──▶ firmware::Device
 //!   gearsim trace export/summary/diff ──▶ traces::TraceFile
@@ -27,4 +28,5 @@ pub mod oprun;
 pub mod runner;
 pub mod runtime;
 pub mod study;
+pub mod target;
 pub mod verify;

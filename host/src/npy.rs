@@ -20,8 +20,9 @@
 //! Writing produces exactly what `numpy.save` (NumPy 1.23 and later) writes for the same
 //! array: version 1.0, the keys in sorted order, the spare spaces NumPy leaves so the first
 //! axis can grow in place, and padding so the data starts on a 64-byte boundary. The file is
-//! written under a temporary name in the destination's directory and renamed over it, so a
-//! failed write leaves no partial file and never clobbers an existing one.
+//! written through `gearsim_traces::atomic` (a synced temporary file in the destination's
+//! directory, renamed over it), so a failed write leaves no partial file and never clobbers an
+//! existing one.
 //!
 //! ```
 //! use gearsim_isa::tensor::Tensor;
@@ -35,11 +36,10 @@
 //! ```
 
 use std::fmt;
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write as _};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use gearsim_isa::tensor::{DataType, Tensor};
 
@@ -454,9 +454,9 @@ pub fn write(path: &Path, t: &Tensor) -> Result<(), NpyError> {
         path: path.to_path_buf(),
         problem,
     })?;
-    write_replacing(path, &encode(t)).map_err(|source| NpyError::Write {
+    gearsim_traces::atomic::write_atomic(path, &encode(t)).map_err(|e| NpyError::Write {
         path: path.to_path_buf(),
-        source,
+        source: e.into_io(),
     })
 }
 
@@ -496,44 +496,6 @@ fn byte_count(dims: &[i64], dtype: DataType) -> Option<u64> {
     } else {
         nonzero.unsigned_abs()
     })
-}
-
-/// Keeps two temporary files of one process apart (threads writing next to each other).
-static NEXT_TEMP: AtomicU64 = AtomicU64::new(0);
-
-/// Writes `bytes` to a new temporary file next to `dest` and renames it over `dest`; on any
-/// failure the temporary file is removed and `dest` is untouched. (`files::write_atomic` does
-/// the same for the CLI but reports through `anyhow`; this keeps the `io::Error` typed.)
-fn write_replacing(dest: &Path, bytes: &[u8]) -> io::Result<()> {
-    let Some(name) = dest.file_name() else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "expected a path ending in a file name",
-        ));
-    };
-    let mut temp_name = name.to_os_string();
-    temp_name.push(format!(
-        ".tmp-{}-{}",
-        std::process::id(),
-        NEXT_TEMP.fetch_add(1, Ordering::Relaxed)
-    ));
-    let temp = dest.with_file_name(temp_name);
-    // `create_new`: never truncate a file someone else owns under the temporary name.
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&temp)?;
-    let result = (|| {
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&temp, dest)
-    })();
-    if result.is_err() {
-        // Best effort: the error being returned matters more, and `dest` is intact either way.
-        let _ = fs::remove_file(&temp);
-    }
-    result
 }
 
 /// A shape in Python's tuple syntax: `()`, `(3,)`, `(2, 3)`.

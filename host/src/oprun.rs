@@ -7,7 +7,7 @@ use gearsim_firmware::{Device, DevicePtr, LaunchReport};
 use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::{NullSink, TraceSink};
 
-use crate::atc;
+use crate::target;
 use crate::verify::verify_launch;
 use gearsim_compiler::infer::infer_graph;
 use gearsim_compiler::ir::{Attr, DataType, Graph, Node, Tensor, TensorDesc, Value};
@@ -169,7 +169,7 @@ pub fn run_op_traced<S: TraceSink>(
             })
         })
         .collect();
-    let target = atc::target(cfg);
+    let target = target::for_chip(cfg);
     let ctx = LowerCtx {
         node: &node,
         inputs: in_descs.iter().map(Option::as_ref).collect(),

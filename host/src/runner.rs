@@ -1,20 +1,21 @@
 //! `gearsim run`: load a `.om`, bind `.npy` inputs in model-input order, run in the model's mode
 //! (non-sink, GetNext sink, or hybrid's fallback), and write the outputs at their real shapes.
 //!
+//! The `.om` is read and validated once ([`OmModel`]): its description picks the chip and the
+//! mode, and the runtime loads that same parse. The inputs are checked once, by the runtime.
 //! Nothing is written unless every run succeeded: outputs go to temporary files renamed into
 //! place at the end, so a failed run leaves an existing output directory as it was.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, anyhow, bail};
 use gearsim_isa::om::{ModelDesc, OmFile};
 use gearsim_sim::{ChipConfig, ExecMode};
-use gearsim_traces::TraceSink;
+use gearsim_traces::{TraceSink, atomic};
 use serde_json::json;
 
 use crate::npy;
-use crate::runtime::session::{data_inputs, io_type};
-use crate::runtime::{RunReport, Runtime, RuntimeOptions};
+use crate::runtime::{RunReport, Runtime, RuntimeError, RuntimeOptions};
 use gearsim_isa::tensor::Tensor;
 
 /// How to feed the model.
@@ -45,19 +46,43 @@ impl Mode {
     }
 }
 
+/// A `.om` read and validated once: its file (sections checked) and its description, which
+/// `gearsim run` reads to pick the chip and the mode before the runtime loads the same parse.
+#[derive(Debug, Clone)]
+pub struct OmModel<'a> {
+    /// Where it came from (for messages).
+    pub path: &'a Path,
+    /// The validated file.
+    pub file: OmFile<'a>,
+    /// Its description.
+    pub desc: ModelDesc,
+}
+
+impl<'a> OmModel<'a> {
+    /// Reads the bytes of the `.om` at `path`.
+    pub fn read(path: &Path) -> Result<Vec<u8>> {
+        std::fs::read(path).with_context(|| format!("cannot read the model {}", path.display()))
+    }
+
+    /// Validates `bytes` (read from `path`) and decodes the description, once.
+    pub fn parse(path: &'a Path, bytes: &'a [u8]) -> Result<OmModel<'a>> {
+        let file = OmFile::parse(bytes).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        let desc = file
+            .desc()
+            .map_err(|e| anyhow!("{}: {e}", path.display()))?;
+        Ok(OmModel { path, file, desc })
+    }
+}
+
 /// What `gearsim run` was asked.
 #[derive(Debug, Clone)]
 pub struct RunRequest {
-    /// The `.om`.
-    pub model: PathBuf,
     /// One `.npy` per data input, in model-input order.
     pub inputs: Vec<PathBuf>,
     /// Where `output_<i>.npy` go (created if missing); None writes nothing.
     pub output_dir: Option<PathBuf>,
     /// The mode asked for (None: the one the model was compiled for).
     pub mode: Option<Mode>,
-    /// The chip (None: the preset the model was compiled for).
-    pub soc_version: Option<String>,
     /// Time only: no values are computed and no outputs written.
     pub timing_only: bool,
     /// Runs.
@@ -83,35 +108,31 @@ pub struct RunOutcome {
     pub written: Vec<PathBuf>,
 }
 
-/// Loads, runs and writes; `progress` is called after each run with (done, total).
+/// Runs `model` on chip `cfg` (which must be the chip it was compiled for: its kernels are
+/// tiled for that chip's buffers) and writes the outputs; `progress` is called after each run
+/// with (done, total).
 pub fn run<S: TraceSink>(
     req: &RunRequest,
+    model: &OmModel<'_>,
+    cfg: ChipConfig,
     sink: S,
     progress: &mut dyn FnMut(u32, u32),
 ) -> Result<(RunOutcome, S)> {
+    let path = model.path.display();
     if req.repeat == 0 {
         bail!("--repeat: expected at least 1, got 0");
     }
-    let om = std::fs::read(&req.model)
-        .with_context(|| format!("cannot read the model {}", req.model.display()))?;
-    let desc = OmFile::parse(&om)
-        .and_then(|f| f.desc())
-        .map_err(|e| anyhow!("{}: {e}", req.model.display()))?;
-    let soc = match &req.soc_version {
-        Some(s) if !s.eq_ignore_ascii_case(&desc.soc_version) => bail!(
-            "{}: compiled for {}, not {s}: its kernels are tiled for that chip's buffers \
-             (recompile with --soc_version={s})",
-            req.model.display(),
-            desc.soc_version
-        ),
-        _ => desc.soc_version.clone(),
-    };
-    let cfg = ChipConfig::preset(&soc).with_context(|| {
-        format!(
-            "{}: the chip `{soc}` the model was compiled for is not available",
-            req.model.display()
-        )
-    })?;
+    let desc = &model.desc;
+    if !cfg.name.eq_ignore_ascii_case(&desc.soc_version) {
+        bail!(
+            "{path}: compiled for {}, not {}: its kernels are tiled for that chip's buffers \
+             (recompile with --soc_version={})",
+            desc.soc_version,
+            cfg.name,
+            cfg.name
+        );
+    }
+    let soc = desc.soc_version.clone();
     let compiled_sink = desc.dynamic.as_ref().is_some_and(|d| d.getnext_sink);
     let mode = req.mode.unwrap_or(if compiled_sink {
         Mode::Sink
@@ -120,8 +141,7 @@ pub fn run<S: TraceSink>(
     });
     if (mode == Mode::Sink) != compiled_sink {
         bail!(
-            "{}: --mode={} but the model was compiled for {} mode (compile {} --getnext_sink)",
-            req.model.display(),
+            "{path}: --mode={} but the model was compiled for {} mode (compile {} --getnext_sink)",
             mode.name(),
             if compiled_sink { "sink" } else { "non-sink" },
             if compiled_sink { "without" } else { "with" }
@@ -132,7 +152,6 @@ pub fn run<S: TraceSink>(
         .iter()
         .map(|p| npy::read(p).map_err(|e| anyhow!("{e}")))
         .collect::<Result<_>>()?;
-    check_input_files(req, &desc, &inputs)?;
     let exec_mode = if req.timing_only {
         ExecMode::TimingOnly
     } else {
@@ -147,16 +166,26 @@ pub fn run<S: TraceSink>(
         },
     )?;
     let m = rt
-        .load(&om)
-        .map_err(|e| anyhow!("{}: {e}", req.model.display()))?;
+        .load_parsed(&model.file, desc.clone())
+        .map_err(|e| anyhow!("{path}: {e}"))?;
     let mut times = Vec::new();
     let mut last = None;
     for i in 0..req.repeat {
+        // The runtime checks the inputs (once per run, as for any caller); a mismatch is
+        // reported against the file it came from.
         let r = match mode {
             Mode::NonSink => rt.run(m, &inputs),
             Mode::Sink => rt.run_sink(m, &inputs),
         }
-        .map_err(|e| anyhow!("{}: {e}", req.model.display()))?;
+        .map_err(|e| match &e {
+            RuntimeError::BadInput { index: Some(k), .. } if *k < req.inputs.len() => {
+                anyhow!("{}: does not fit {path}: {e}", req.inputs[*k].display())
+            }
+            RuntimeError::BadInput { index: None, .. } => {
+                anyhow!("{path}: {e} --input file(s)")
+            }
+            _ => anyhow!("{path}: {e}"),
+        })?;
         times.push(r.device_time_ps);
         last = Some(r);
         progress(i + 1, req.repeat);
@@ -166,26 +195,17 @@ pub fn run<S: TraceSink>(
     if let (Some(dir), false) = (&req.output_dir, req.timing_only) {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create the output directory {}", dir.display()))?;
-        // Every file first goes to a temporary name; only when all are written are they
-        // renamed into place.
-        let mut staged = Vec::new();
-        for (i, t) in last.outputs.iter().enumerate() {
-            let path = dir.join(format!("output_{i}.npy"));
-            let tmp = dir.join(format!(".output_{i}.npy.tmp"));
-            let result = std::fs::write(&tmp, npy::encode(t))
-                .with_context(|| format!("cannot write {}", tmp.display()));
-            if let Err(e) = result {
-                for (t, _) in &staged {
-                    let _ = std::fs::remove_file(t);
-                }
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e);
-            }
-            staged.push((tmp, path));
-        }
-        for (tmp, path) in staged {
-            std::fs::rename(&tmp, &path)
-                .with_context(|| format!("cannot write {}", path.display()))?;
+        // Every file is first written whole under a temporary name; only when all are are they
+        // renamed into place (a failure drops the staged files, which removes them).
+        let staged = last
+            .outputs
+            .iter()
+            .enumerate()
+            .map(|(i, t)| atomic::stage(&dir.join(format!("output_{i}.npy")), &npy::encode(t)))
+            .collect::<Result<Vec<_>, _>>()?;
+        for temp in staged {
+            let path = temp.dest().to_path_buf();
+            temp.persist()?;
             written.push(path);
         }
     }
@@ -202,44 +222,6 @@ pub fn run<S: TraceSink>(
         },
         sink,
     ))
-}
-
-/// Checks each `.npy` against the model input it is bound to (count, element type, rank and
-/// fixed dims), so a mismatch names the file; the runtime checks the rest (the gears).
-fn check_input_files(req: &RunRequest, desc: &ModelDesc, inputs: &[Tensor]) -> Result<()> {
-    let wanted = &desc.inputs[..data_inputs(desc)];
-    if inputs.len() != wanted.len() {
-        let names: Vec<&str> = wanted.iter().map(|io| io.name.as_str()).collect();
-        bail!(
-            "{}: the model takes {} input(s) ({}), got {} --input file(s)",
-            req.model.display(),
-            wanted.len(),
-            names.join(", "),
-            inputs.len()
-        );
-    }
-    for (i, ((path, t), io)) in req.inputs.iter().zip(inputs).zip(wanted).enumerate() {
-        let fits = io_type(io).is_ok_and(|d| d == t.dtype)
-            && t.dims.len() == io.dims.len()
-            && io
-                .dims
-                .iter()
-                .zip(&t.dims)
-                .all(|(&want, &got)| want < 0 || want == got);
-        if !fits {
-            bail!(
-                "{}: input {i} (`{}`) of {}: expected {} {}, got {} {}",
-                path.display(),
-                io.name,
-                req.model.display(),
-                io_type(io).map_or_else(|_| format!("onnx:{}", io.dtype), |d| d.name().to_string()),
-                dims_text(&io.dims),
-                t.dtype.name(),
-                dims_text(&t.dims)
-            );
-        }
-    }
-    Ok(())
 }
 
 fn dims_text(d: &[i64]) -> String {

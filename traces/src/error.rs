@@ -131,3 +131,23 @@ pub enum TraceError {
         what: String,
     },
 }
+
+impl From<crate::atomic::WriteError> for TraceError {
+    /// A failed rename stays a [`TraceError::Rename`]; every other step is an
+    /// [`TraceError::Io`] on the temporary file.
+    fn from(e: crate::atomic::WriteError) -> TraceError {
+        use crate::atomic::WriteStep;
+        match e.step {
+            WriteStep::Rename => TraceError::Rename {
+                from: e.temp,
+                to: e.dest,
+                source: e.source,
+            },
+            step => TraceError::Io {
+                path: e.temp,
+                action: step.verb(),
+                source: e.source,
+            },
+        }
+    }
+}

@@ -49,7 +49,7 @@
 //! ```
 
 mod analysis;
-mod atomic;
+pub mod atomic;
 mod error;
 pub mod format;
 mod perfetto;

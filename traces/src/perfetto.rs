@@ -11,7 +11,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 use crate::analysis::kind_name;
-use crate::atomic::{self, TempFile};
+use crate::atomic::TempFile;
 use crate::{Record, TraceError, TraceFile};
 
 /// Writes `trace` as Chrome / Perfetto JSON to `out`, streaming (the JSON is never held in
@@ -193,9 +193,8 @@ pub fn export_perfetto_file(trace: &TraceFile, dest: &Path) -> Result<(), TraceE
         action: "write",
         source,
     })?;
-    atomic::sync(&file, temp.path())?;
-    drop(file);
-    temp.persist(dest)
+    temp.sync(file)?;
+    Ok(temp.persist()?)
 }
 
 /// The event array being written: handles the separators between events.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use zerocopy::IntoBytes;
 
-use crate::atomic::{self, TempFile};
+use crate::atomic::TempFile;
 use crate::format::{
     Checksum, FLAG_COMPLETE, HEADER_SIZE, LANE_ENTRY_SIZE, MAX_LANES, META_ENTRY_SIZE, RECORD_SIZE,
     RawHeader, RawLane, RawMeta, RawRecord,
@@ -332,21 +332,19 @@ pub struct TraceFileWriter {
     // Field order matters: the file handle inside `writer` closes before `temp` removes the file.
     writer: TraceWriter<File>,
     temp: TempFile,
-    dest: PathBuf,
 }
 
 impl TraceFileWriter {
     /// Starts a trace that will end up at `dest`.
     pub fn create(dest: impl AsRef<Path>) -> Result<TraceFileWriter, TraceError> {
-        let dest = dest.as_ref().to_path_buf();
-        let (temp, file) = TempFile::create(&dest)?;
+        let (temp, file) = TempFile::create(dest.as_ref())?;
         let writer = TraceWriter::with_name(file, temp.path().to_path_buf())?;
-        Ok(TraceFileWriter { writer, temp, dest })
+        Ok(TraceFileWriter { writer, temp })
     }
 
     /// Where the trace will be once finished.
     pub fn dest(&self) -> &Path {
-        &self.dest
+        self.temp.dest()
     }
 
     /// The temporary file being written (it disappears on drop or after `finish`).
@@ -361,11 +359,10 @@ impl TraceFileWriter {
 
     /// Completes the trace, syncs it to disk and renames it over the destination.
     pub fn finish(self) -> Result<(), TraceError> {
-        let TraceFileWriter { writer, temp, dest } = self;
+        let TraceFileWriter { writer, temp } = self;
         let file = writer.finish()?;
-        atomic::sync(&file, temp.path())?;
-        drop(file);
-        temp.persist(&dest)
+        temp.sync(file)?;
+        Ok(temp.persist()?)
     }
 }
 

@@ -27,7 +27,7 @@ use gearsim_traces::TraceSink;
 
 use super::copy::{self, Transfers};
 use super::error::RuntimeError;
-use crate::atc;
+use crate::target;
 use gearsim_compiler::infer::{InferError, fold_constants, infer_graph};
 use gearsim_compiler::ir::{Format, Graph, Model, NodeId, Tensor, Value, fixed_shape};
 use gearsim_compiler::lower::{LowerCtx, LowerError, Lowered, Operand, lower_node};
@@ -162,7 +162,7 @@ impl DynamicModel {
     ) -> Result<(Vec<Tensor>, Transfers), RuntimeError> {
         self.stats.runs += 1;
         let g = self.shaped_graph(inputs, names)?;
-        let target = atc::target(dev.chip().config());
+        let target = target::for_chip(dev.chip().config());
         let mut t = Transfers::default();
         // Where each value lives.
         let mut at: BTreeMap<Value, DevicePtr> = BTreeMap::new();

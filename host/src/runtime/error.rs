@@ -45,6 +45,15 @@ pub enum RuntimeError {
     /// count, type or static dims.
     #[error("[{code}] {0}", code = ACL_ERROR_INVALID_PARAM)]
     InvalidParam(String),
+    /// A run's data inputs do not fit the model (`ACL_ERROR_INVALID_PARAM`): their count, or
+    /// input `index`'s element type, rank or static dims.
+    #[error("[{code}] {message}", code = ACL_ERROR_INVALID_PARAM)]
+    BadInput {
+        /// The data input at fault (None: the count is wrong).
+        index: Option<usize>,
+        /// What is wrong.
+        message: String,
+    },
     /// More entries than the caller's array holds (`ACL_ERROR_STORAGE_OVER_LIMIT`).
     #[error("[{code}] {0}", code = ACL_ERROR_STORAGE_OVER_LIMIT)]
     StorageOverLimit(String),
@@ -89,7 +98,9 @@ impl RuntimeError {
     /// The ACL / GE code.
     pub fn code(&self) -> ErrorCode {
         match self {
-            RuntimeError::InvalidParam(_) => ErrorCode::Acl(ACL_ERROR_INVALID_PARAM),
+            RuntimeError::InvalidParam(_) | RuntimeError::BadInput { .. } => {
+                ErrorCode::Acl(ACL_ERROR_INVALID_PARAM)
+            }
             RuntimeError::StorageOverLimit(_) => ErrorCode::Acl(ACL_ERROR_STORAGE_OVER_LIMIT),
             RuntimeError::DynamicInputAddr(_) => {
                 ErrorCode::Acl(ACL_ERROR_GE_DYNAMIC_INPUT_ADDR_INVALID)

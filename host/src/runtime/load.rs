@@ -153,7 +153,16 @@ impl LoadedModel {
         dev: &mut Device<S>,
         om: &OmFile<'_>,
     ) -> Result<LoadedModel, LoadError> {
-        let desc = om.desc()?;
+        Self::load_described(dev, om, om.desc()?)
+    }
+
+    /// Loads a validated `.om` whose description the caller has already decoded (`desc` is
+    /// `om.desc()`), so a caller that read the description first does not decode it twice.
+    pub fn load_described<S: TraceSink>(
+        dev: &mut Device<S>,
+        om: &OmFile<'_>,
+        desc: ModelDesc,
+    ) -> Result<LoadedModel, LoadError> {
         check_desc(&desc)?;
         let images = decode_kernels(om.section(SectionKind::Kernels).unwrap_or(&[]))?;
         let tasks = ModelTasks::decode(

@@ -261,9 +261,21 @@ impl<S: TraceSink> Runtime<S> {
 
     /// Loads a `.om` from memory (`aclmdlLoadFromMem`).
     pub fn load(&mut self, om: &[u8]) -> Result<ModelId, RuntimeError> {
-        let start = self.dev.now().0;
         let file = OmFile::parse(om)?;
-        let loaded = LoadedModel::load(&mut self.dev, &file)?;
+        let desc = file.desc()?;
+        self.load_parsed(&file, desc)
+    }
+
+    /// Loads a `.om` the caller has already parsed and validated, with its description
+    /// (`desc` is `file.desc()`): what [`Runtime::load`] does after parsing, for a caller that
+    /// looked at the description first (`gearsim run` picks the chip and mode from it).
+    pub fn load_parsed(
+        &mut self,
+        file: &OmFile<'_>,
+        desc: ModelDesc,
+    ) -> Result<ModelId, RuntimeError> {
+        let start = self.dev.now().0;
+        let loaded = LoadedModel::load_described(&mut self.dev, file, desc)?;
         let dynamic = match file.section(SectionKind::Graph) {
             Some(graph) => Some(DynamicModel::new(graph, &loaded.desc)?),
             None => None,
@@ -1169,7 +1181,8 @@ fn raw_dims(desc: &ModelDesc, d: &DynamicDesc) -> Result<Vec<i64>, RuntimeError>
     Ok(raw)
 }
 
-/// Checks the data inputs' count, types, ranks and static dims.
+/// Checks the data inputs' count, types, ranks and static dims: the one check of a run's
+/// inputs (`gearsim run` names the file from the error's index).
 fn check_inputs(desc: &ModelDesc, inputs: &[Tensor]) -> Result<(), RuntimeError> {
     let n = data_inputs(desc);
     let names = || {
@@ -1180,50 +1193,66 @@ fn check_inputs(desc: &ModelDesc, inputs: &[Tensor]) -> Result<(), RuntimeError>
             .join(", ")
     };
     if inputs.len() != n {
-        return Err(bad(format!(
-            "model `{}` takes {n} input(s) ({}), got {}",
-            desc.name,
-            names(),
-            inputs.len()
-        )));
+        return Err(bad_input(
+            None,
+            format!(
+                "model `{}` takes {n} input(s) ({}), got {}",
+                desc.name,
+                names(),
+                inputs.len()
+            ),
+        ));
     }
     for (i, (x, io)) in inputs.iter().zip(&desc.inputs).enumerate() {
         let want = io_type(io)?;
         if x.dtype != want {
-            return Err(bad(format!(
-                "input {i} (`{}`): expected element type {}, got {}",
-                io.name,
-                want.name(),
-                x.dtype.name()
-            )));
+            return Err(bad_input(
+                Some(i),
+                format!(
+                    "input {i} (`{}`): expected element type {}, got {}",
+                    io.name,
+                    want.name(),
+                    x.dtype.name()
+                ),
+            ));
         }
         if x.dims.len() != io.dims.len() {
-            return Err(bad(format!(
-                "input {i} (`{}`): expected rank {} (dims [{}]), got shape [{}]",
-                io.name,
-                io.dims.len(),
-                join(&io.dims),
-                join(&x.dims)
-            )));
+            return Err(bad_input(
+                Some(i),
+                format!(
+                    "input {i} (`{}`): expected rank {} (dims [{}]), got shape [{}]",
+                    io.name,
+                    io.dims.len(),
+                    join(&io.dims),
+                    join(&x.dims)
+                ),
+            ));
         }
         for (k, (&want, &got)) in io.dims.iter().zip(&x.dims).enumerate() {
             if want >= 0 && want != got {
-                return Err(bad(format!(
-                    "input {i} (`{}`) axis {k}: expected {want} (dims [{}]), got shape [{}]",
-                    io.name,
-                    join(&io.dims),
-                    join(&x.dims)
-                )));
+                return Err(bad_input(
+                    Some(i),
+                    format!(
+                        "input {i} (`{}`) axis {k}: expected {want} (dims [{}]), got shape [{}]",
+                        io.name,
+                        join(&io.dims),
+                        join(&x.dims)
+                    ),
+                ));
             }
             if got < 0 {
-                return Err(bad(format!(
-                    "input {i} (`{}`) axis {k}: negative size {got}",
-                    io.name
-                )));
+                return Err(bad_input(
+                    Some(i),
+                    format!("input {i} (`{}`) axis {k}: negative size {got}", io.name),
+                ));
             }
         }
     }
     Ok(())
+}
+
+fn bad_input(index: Option<usize>, message: String) -> RuntimeError {
+    RuntimeError::BadInput { index, message }
 }
 
 /// The gear vector of `inputs`: the runtime value of every -1 axis, inputs in `shape_order`.

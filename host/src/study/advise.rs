@@ -40,9 +40,9 @@ use gearsim_traces::NullSink;
 
 use super::svg::{Figure, Panel, Series, render};
 use super::{StudyError, parallel_map};
-use crate::atc;
 use crate::runtime::session::{data_inputs, io_type};
 use crate::runtime::{ModelId, RunPath, Runtime, RuntimeOptions};
+use crate::target;
 use gearsim_compiler::ir::{DataType, Tensor};
 use gearsim_compiler::options::{DynamicMode, GearOptions, InputShape, parse_input_shape};
 use gearsim_compiler::pipeline::{CompileOptions, compile};
@@ -647,7 +647,7 @@ fn compile_gears(
         getnext_sink: false,
         table_layout: layout(),
         mapindex_engine: MapIndexEngine::default(),
-        target: atc::target(&a.chip),
+        target: target::for_chip(&a.chip),
     };
     let fail = |message: String| StudyError::Compile {
         point,
@@ -1373,7 +1373,7 @@ pub fn summary(adv: &Advice) -> String {
 pub fn write_outputs(dir: &Path, adv: &Advice) -> Result<Vec<PathBuf>, StudyError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| StudyError::Io(format!("cannot create {}: {e}", dir.display())))?;
-    let io = |e: anyhow::Error| StudyError::Io(format!("{e:#}"));
+    let io = |e: gearsim_traces::atomic::WriteError| StudyError::Io(e.to_string());
     let files = [
         ("advise.csv", curve_csv(adv)),
         ("advise_candidates.csv", candidates_csv(adv)),
@@ -1382,7 +1382,7 @@ pub fn write_outputs(dir: &Path, adv: &Advice) -> Result<Vec<PathBuf>, StudyErro
     let mut out = Vec::new();
     for (name, text) in files {
         let path = dir.join(name);
-        crate::files::write_atomic(&path, text.as_bytes()).map_err(io)?;
+        gearsim_traces::atomic::write_atomic(&path, text.as_bytes()).map_err(io)?;
         out.push(path);
     }
     Ok(out)

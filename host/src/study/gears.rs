@@ -40,9 +40,9 @@ use prost::Message as _;
 use super::svg::{Figure, Panel, Series, render};
 use super::timeline::{TaskSpan, Timeline};
 use super::{Shard, StudyError, parallel_map};
-use crate::atc;
 use crate::runtime::session::{data_inputs, io_type};
 use crate::runtime::{Runtime, RuntimeOptions};
+use crate::target;
 use gearsim_compiler::gear::{CASE, MAPINDEX};
 use gearsim_compiler::ir::Tensor;
 use gearsim_compiler::onnx::proto::{
@@ -682,7 +682,7 @@ pub fn run_point(study: &GearStudy, p: &Point) -> Result<Vec<Row>, StudyError> {
         getnext_sink: false,
         table_layout: p.layout,
         mapindex_engine: p.engine,
-        target: atc::target(&study.chip),
+        target: target::for_chip(&study.chip),
     };
     let started = Instant::now();
     let compiled = compile(&inst.onnx, &inst.file, &opts);
@@ -1097,9 +1097,10 @@ pub fn write_outputs(
         .map_err(|e| StudyError::Io(format!("cannot create {}: {e}", dir.display())))?;
     let csv_path = dir.join("gears.csv");
     let svg_path = dir.join("gears.svg");
-    let io = |e: anyhow::Error| StudyError::Io(format!("{e:#}"));
-    crate::files::write_atomic(&csv_path, csv(rows).as_bytes()).map_err(io)?;
-    crate::files::write_atomic(&svg_path, render(&figure(rows, chip)).as_bytes()).map_err(io)?;
+    let io = |e: gearsim_traces::atomic::WriteError| StudyError::Io(e.to_string());
+    gearsim_traces::atomic::write_atomic(&csv_path, csv(rows).as_bytes()).map_err(io)?;
+    gearsim_traces::atomic::write_atomic(&svg_path, render(&figure(rows, chip)).as_bytes())
+        .map_err(io)?;
     Ok((csv_path, svg_path))
 }
 

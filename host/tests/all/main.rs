@@ -5,6 +5,7 @@
 
 mod advise;
 mod cli;
+mod cli_flags;
 mod compile;
 mod corpus;
 mod device_run;

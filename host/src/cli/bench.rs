@@ -1,0 +1,233 @@
+//! `gearsim bench kernels | runtime | speed`: kernel efficiency on the reference workloads,
+//! runtime figures of the built-in CNN, and the simulator's own speed.
+
+use anyhow::{Result, anyhow};
+use clap::{Args, Subcommand};
+use gearsim_sim::ExecMode;
+
+use super::Failure;
+use super::flags::ChipArgs;
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Kernel efficiency on the reference workloads (MatMul and Conv vs cube peak, Add vs
+    /// HBM bandwidth), timing-only.
+    Kernels(BenchKernelsArgs),
+    /// Runtime figures of the built-in CNN at each gear: non-sink vs sink time, H2D transfers
+    /// with and without the merged copy, and the hybrid dynamic path vs the gear path.
+    Runtime(BenchRuntimeArgs),
+    /// Simulator speed on one host thread: simulated chip cycles and instructions per host
+    /// second, full and timing-only, on the CNN (batch 1, 4, 8) and the transformer (sequence
+    /// 16, 64, 128); only the model's execution on the device is timed.
+    Speed(BenchSpeedArgs),
+}
+
+#[derive(Args)]
+pub struct BenchKernelsArgs {
+    #[command(flatten)]
+    chip: ChipArgs,
+    /// Only these workloads (matmul, conv, add), comma-separated.
+    #[arg(long = "only", value_delimiter = ',')]
+    only: Vec<String>,
+}
+
+#[derive(Args)]
+pub struct BenchRuntimeArgs {
+    #[command(flatten)]
+    chip: ChipArgs,
+}
+
+#[derive(Args)]
+pub struct BenchSpeedArgs {
+    #[command(flatten)]
+    chip: ChipArgs,
+    /// Only these models (cnn, transformer), comma-separated.
+    #[arg(long = "only", value_delimiter = ',')]
+    only: Vec<String>,
+    /// Only these modes (full, timing-only), comma-separated.
+    #[arg(long = "modes", value_delimiter = ',')]
+    modes: Vec<String>,
+    /// Only these gears (b1, b4, b8 of the CNN; s16, s64, s128 of the transformer),
+    /// comma-separated.
+    #[arg(long = "gears", value_delimiter = ',')]
+    gears: Vec<String>,
+    /// Repeat each figure's runs until at least this much host time has passed (the thread's
+    /// CPU time where the host has it, so other processes on the cores do not skew figures).
+    #[arg(long = "min_seconds", default_value_t = 1.0)]
+    min_seconds: f64,
+    /// Add each figure's simulated cycles and instructions per run (identical on every run
+    /// and every host), runs and host time.
+    #[arg(long = "verbose")]
+    verbose: bool,
+    /// Print one JSON object per figure instead of text.
+    #[arg(long = "json")]
+    json: bool,
+}
+
+/// Runs a `gearsim bench` subcommand.
+pub fn run(c: BenchCommand) -> Result<(), Failure> {
+    match c {
+        BenchCommand::Kernels(a) => kernels(&a),
+        BenchCommand::Runtime(a) => runtime(&a),
+        BenchCommand::Speed(a) => speed(&a),
+    }
+}
+
+fn kernels(a: &BenchKernelsArgs) -> Result<(), Failure> {
+    let cfg = a.chip.config()?;
+    say!("kernel efficiency on {} (timing-only):", cfg.name);
+    let workloads = &gearsim_host::bench::WORKLOADS;
+    for name in &a.only {
+        if !workloads.iter().any(|w| w.name == name) {
+            return Err(anyhow!(
+                "--only: unknown workload `{name}` (expected matmul, conv, conv-nchw or add)"
+            )
+            .into());
+        }
+    }
+    let mut failed = 0;
+    for w in workloads {
+        if !a.only.is_empty() && !a.only.iter().any(|o| o == w.name) {
+            continue;
+        }
+        match (w.run)(&cfg) {
+            Ok(f) => say!(
+                "  {:<44} {:>3} kernel(s) {:>12.0} cycles  {:>9.1} of {:>7.1} {:<9} = {:>5.1}% ({})",
+                f.name,
+                f.kernels,
+                f.cycles,
+                f.achieved,
+                f.peak,
+                f.unit,
+                f.efficiency() * 100.0,
+                if f.target > 0.0 {
+                    format!("target {:.0}%", f.target * 100.0)
+                } else {
+                    "no target".to_string()
+                }
+            ),
+            Err(e) => {
+                failed += 1;
+                eprintln!("  {}: {e}", w.name);
+            }
+        }
+    }
+    if failed > 0 {
+        return Err(anyhow!("{failed} workload(s) failed").into());
+    }
+    Ok(())
+}
+
+fn runtime(a: &BenchRuntimeArgs) -> Result<(), Failure> {
+    let cfg = a.chip.config()?;
+    say!(
+        "runtime figures of the built-in CNN (dynamic batch 1,4,8) on {}:",
+        cfg.name
+    );
+    say!(
+        "  {:>5}  {:<22} {:>12}  {:>18}  {:>18}",
+        "batch",
+        "path",
+        "device us",
+        "H2D n / bytes",
+        "D2H n / bytes"
+    );
+    for f in gearsim_host::bench::runtime_figures(&cfg).map_err(|e| anyhow!(e))? {
+        say!(
+            "  {:>5}  {:<22} {:>12.3}  {:>18}  {:>18}",
+            f.batch,
+            f.what,
+            f.device_us,
+            format!("{} / {}", f.h2d.0, f.h2d.1),
+            format!("{} / {}", f.d2h.0, f.d2h.1)
+        );
+    }
+    Ok(())
+}
+
+fn speed(a: &BenchSpeedArgs) -> Result<(), Failure> {
+    use gearsim_host::bench::speed::{Model, measure, mode_name};
+    let cfg = a.chip.config()?;
+    let models = if a.only.is_empty() {
+        Model::ALL.to_vec()
+    } else {
+        a.only
+            .iter()
+            .map(|n| {
+                Model::parse(n).ok_or_else(|| {
+                    anyhow!("--only: unknown model `{n}` (expected cnn or transformer)")
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    let all = [ExecMode::Full, ExecMode::TimingOnly];
+    let modes = if a.modes.is_empty() {
+        all.to_vec()
+    } else {
+        a.modes
+            .iter()
+            .map(|n| {
+                all.into_iter().find(|&m| mode_name(m) == n).ok_or_else(|| {
+                    anyhow!("--modes: unknown mode `{n}` (expected full or timing-only)")
+                })
+            })
+            .collect::<Result<Vec<_>>>()?
+    };
+    for g in &a.gears {
+        if !models
+            .iter()
+            .any(|m| m.gears().iter().any(|&v| &m.gear_label(v) == g))
+        {
+            return Err(anyhow!(
+                "--gears: unknown gear `{g}` (expected b1, b4, b8, s16, s64 or s128)"
+            )
+            .into());
+        }
+    }
+    if !(a.min_seconds.is_finite() && a.min_seconds >= 0.0) {
+        return Err(anyhow!(
+            "--min_seconds: expected a non-negative number, got {}",
+            a.min_seconds
+        )
+        .into());
+    }
+    if !a.json {
+        say!(
+            "simulator speed on {}, one host thread, each figure run for at least {} s of host time:",
+            cfg.name,
+            a.min_seconds
+        );
+    }
+    for model in models {
+        let wanted = |&g: &i64| a.gears.is_empty() || a.gears.contains(&model.gear_label(g));
+        if !model.gears().iter().any(wanted) {
+            continue;
+        }
+        let om = model.compile(&cfg).map_err(|e| anyhow!(e))?;
+        for &gear in model.gears() {
+            if !wanted(&gear) {
+                continue;
+            }
+            for &mode in &modes {
+                let f =
+                    measure(&cfg, model, &om, gear, mode, a.min_seconds).map_err(|e| anyhow!(e))?;
+                if a.json {
+                    say!("{}", f.json());
+                } else if a.verbose {
+                    say!(
+                        "{}  [{} cycles, {} instr per run; {} runs in {:.2} s {}]",
+                        f.line(),
+                        f.count.cycles,
+                        f.count.instructions,
+                        f.runs,
+                        f.host.as_secs_f64(),
+                        f.clock.name()
+                    );
+                } else {
+                    say!("{}", f.line());
+                }
+            }
+        }
+    }
+    Ok(())
+}

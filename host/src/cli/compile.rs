@@ -1,0 +1,129 @@
+//! `gearsim compile`: an ONNX model compiled into a `.om` for a chip, as atc does (gear
+//! options, GetNext sink, hybrid mode, graph and kernel dumps), verified before it is written.
+
+use std::path::PathBuf;
+
+use anyhow::anyhow;
+use clap::Args;
+use gearsim_compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
+use gearsim_host::atc;
+use gearsim_host::target;
+
+use super::Failure;
+use super::flags::{ChipArgs, GearArgs};
+
+#[derive(Args)]
+pub struct CompileArgs {
+    /// The ONNX model.
+    #[arg(long = "model", value_name = "FILE.onnx")]
+    model: PathBuf,
+    /// Output name: writes NAME.om.
+    #[arg(long = "output", value_name = "NAME")]
+    output: PathBuf,
+    /// Source framework: 5 (ONNX) is the only one gearsim reads.
+    #[arg(long = "framework", default_value_t = 5)]
+    framework: u32,
+    #[command(flatten)]
+    chip: ChipArgs,
+    #[command(flatten)]
+    gear: GearArgs,
+    /// GetNext sink mode: inputs come from a data queue and the gear vector from
+    /// GetDynamicDims on the device (instead of the ascend_mbatch_shape_data input).
+    #[arg(long = "getnext_sink")]
+    getnext_sink: bool,
+    /// Gear table layout in device memory: gear_major (GE's), dim_major8 (the TIK kernel's)
+    /// or sorted_binary (gearsim's: rows sorted for a binary search).
+    #[arg(long = "gear_table_layout", default_value = "gear_major")]
+    gear_table_layout: String,
+    /// Engine that runs MapIndex: aicore or aicpu.
+    #[arg(long = "mapindex_engine", default_value = "aicore")]
+    mapindex_engine: String,
+    /// Write the graph before and after the gear passes as text into DIR.
+    #[arg(long = "dump_graph", value_name = "DIR")]
+    dump_graph: Option<PathBuf>,
+    /// Write every kernel's tiling and disassembly into DIR (one .s file per kernel).
+    #[arg(long = "dump_kernels", value_name = "DIR")]
+    dump_kernels: Option<PathBuf>,
+    /// Hybrid mode: also store the source graph, so input shapes that match no gear run a
+    /// dynamic-shape path (op by op, kernels cached by shape) instead of failing with E13025.
+    #[arg(long = "hybrid")]
+    hybrid: bool,
+}
+
+/// Compiles, verifies and writes the model, then reports its sizes and timings.
+pub fn run(a: &CompileArgs) -> Result<(), Failure> {
+    if a.framework != 5 {
+        return Err(anyhow!(
+            "E10001: Value {} for parameter --framework is invalid. Reason: gearsim reads ONNX \
+             models only (--framework=5)",
+            a.framework
+        )
+        .into());
+    }
+    let table_layout = TableLayout::parse(&a.gear_table_layout).ok_or_else(|| {
+        anyhow!(
+            "--gear_table_layout: expected one of {}, got `{}`",
+            TableLayout::names(),
+            a.gear_table_layout
+        )
+    })?;
+    let mapindex_engine = MapIndexEngine::parse(&a.mapindex_engine).ok_or_else(|| {
+        anyhow!(
+            "--mapindex_engine: expected aicore or aicpu, got `{}`",
+            a.mapindex_engine
+        )
+    })?;
+    let chip = a.chip.config()?;
+    let opts = CompileOptions {
+        gear: a.gear.options(),
+        getnext_sink: a.getnext_sink,
+        table_layout,
+        mapindex_engine,
+        target: target::for_chip(&chip),
+    };
+    let om = atc::om_path(&a.output);
+    let dumps = atc::Dumps {
+        graph: a.dump_graph.as_deref(),
+        kernels: a.dump_kernels.as_deref(),
+    };
+    if a.hybrid && a.getnext_sink {
+        return Err(anyhow!(
+            "--hybrid and --getnext_sink exclude each other: in sink mode the device picks the \
+             branch, so there is no host-side fallback to take"
+        )
+        .into());
+    }
+    let r = atc::compile_file(&a.model, &om, &opts, &chip, dumps, a.hybrid)?;
+    for note in &r.compiled.notes {
+        eprintln!("note: {note}");
+    }
+    let m = &r.compiled.desc.memory;
+    let gears = r
+        .compiled
+        .desc
+        .dynamic
+        .as_ref()
+        .map_or(0, |d| d.gears.len());
+    say!(
+        "{}: {} bytes, {} gear(s), {} kernel(s), weights {} B, feature maps {} B (largest gear), \
+         inputs {} B, outputs {} B; compiled in {:.1} ms, verified in {:.1} ms ({} launches)",
+        r.om.display(),
+        r.om_bytes,
+        gears,
+        r.compiled.emitted.kernels.len(),
+        m.weight_bytes,
+        m.feature_map_bytes,
+        m.input_bytes,
+        m.output_bytes,
+        r.elapsed.as_secs_f64() * 1e3,
+        r.verify_elapsed.as_secs_f64() * 1e3,
+        r.verified.launches
+    );
+    for n in &r.verified.notes {
+        eprintln!("note: verifier: {n}");
+    }
+    for d in &r.dumps {
+        say!("dump: {}", d.display());
+    }
+    Ok(())
+}

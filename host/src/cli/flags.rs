@@ -1,0 +1,120 @@
+//! Flag groups several subcommands share, each flag defined once with its help: the chip
+//! (`--soc_version`, `--chip_config`, `--clock_mhz`, flattened into every subcommand that builds
+//! a chip), the trace file (`--trace`) and atc's gear options.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use gearsim_compiler::options::GearOptions;
+use gearsim_sim::{ChipConfig, ExecMode};
+use gearsim_traces::TraceFileWriter;
+
+use super::output::open_trace;
+
+/// The preset a command uses when neither `--soc_version` nor `--chip_config` is given and no
+/// compiled model names one.
+pub const DEFAULT_SOC: &str = "ascend910";
+
+/// The chip to simulate.
+#[derive(Args)]
+pub struct ChipArgs {
+    /// Chip preset, as atc's --soc_version (ascend910, ascend310p; case-insensitive). Default:
+    /// ascend910; for a command that reads a compiled model, the chip it was compiled for.
+    #[arg(long = "soc_version")]
+    soc_version: Option<String>,
+    /// A chip configuration TOML file to use instead of the preset (same schema as sim/presets).
+    #[arg(long = "chip_config", value_name = "FILE")]
+    chip_config: Option<PathBuf>,
+    /// Override the AI core clock in MHz (the clock is a per-run parameter on real chips).
+    #[arg(long = "clock_mhz")]
+    clock_mhz: Option<u64>,
+}
+
+impl ChipArgs {
+    /// The chip: `--chip_config`'s file, else the `--soc_version` preset, else ascend910; with
+    /// `--clock_mhz` applied.
+    pub fn config(&self) -> Result<ChipConfig> {
+        self.config_or(DEFAULT_SOC)
+    }
+
+    /// The chip, with `preset` (a compiled model's `soc_version`) as the default preset. The
+    /// one function that turns the flags into a `ChipConfig`.
+    pub fn config_or(&self, preset: &str) -> Result<ChipConfig> {
+        let mut cfg = match &self.chip_config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?;
+                ChipConfig::from_toml(&text, &path.display().to_string())?
+            }
+            None => ChipConfig::preset(self.soc_version.as_deref().unwrap_or(preset))?,
+        };
+        if let Some(mhz) = self.clock_mhz {
+            cfg.core.clock_mhz = mhz;
+            cfg.validate("--clock_mhz")?;
+        }
+        Ok(cfg)
+    }
+}
+
+/// Where to write a trace of the command's simulation.
+#[derive(Args)]
+pub struct TraceArgs {
+    /// Write a trace of the run (every core, pipe, DMA and task) to this .gtrace file.
+    #[arg(long = "trace", value_name = "FILE.gtrace")]
+    trace: Option<PathBuf>,
+}
+
+impl TraceArgs {
+    /// Starts the trace file, if one was asked for.
+    pub fn open(
+        &self,
+        cfg: &ChipConfig,
+        what: &str,
+        mode: ExecMode,
+    ) -> Result<Option<TraceFileWriter>> {
+        open_trace(self.trace.as_deref(), cfg, what, mode)
+    }
+}
+
+/// atc's gear options: input shapes with `-1` for the axes gears set, and one gear list.
+#[derive(Args)]
+pub struct GearArgs {
+    /// Input shapes: "name:d0,d1,...;name2:..." with -1 for gear axes.
+    #[arg(long = "input_shape", allow_hyphen_values = true)]
+    input_shape: Option<String>,
+    /// Batch gears: "1,2,4,8".
+    #[arg(long = "dynamic_batch_size", allow_hyphen_values = true)]
+    dynamic_batch_size: Option<String>,
+    /// Image size gears: "h1,w1;h2,w2".
+    #[arg(long = "dynamic_image_size", allow_hyphen_values = true)]
+    dynamic_image_size: Option<String>,
+    /// Dims gears: "d0,d1,...;d0,d1,..." (one value per -1 of --input_shape, in order).
+    #[arg(long = "dynamic_dims", allow_hyphen_values = true)]
+    dynamic_dims: Option<String>,
+    /// Layout of the inputs: NCHW (default), NHWC or ND.
+    #[arg(long = "input_format")]
+    input_format: Option<String>,
+}
+
+impl GearArgs {
+    /// The compiler's gear options.
+    pub fn options(&self) -> GearOptions {
+        GearOptions {
+            input_shape: self.input_shape.clone(),
+            dynamic_batch_size: self.dynamic_batch_size.clone(),
+            dynamic_image_size: self.dynamic_image_size.clone(),
+            dynamic_dims: self.dynamic_dims.clone(),
+            input_format: self.input_format.clone(),
+            ..GearOptions::default()
+        }
+    }
+
+    /// Whether any shape or gear option was given (`--input_format` alone is not).
+    pub fn any_shape(&self) -> bool {
+        self.input_shape.is_some()
+            || self.dynamic_batch_size.is_some()
+            || self.dynamic_image_size.is_some()
+            || self.dynamic_dims.is_some()
+    }
+}

@@ -1,0 +1,11 @@
+//! `gearsim ops`: the ONNX operators the compiler supports, one per line.
+
+use super::Failure;
+
+/// Lists the operators.
+pub fn run() -> Result<(), Failure> {
+    for op in gearsim_compiler::ops::standard().ops() {
+        say!("{op}");
+    }
+    Ok(())
+}

@@ -1,0 +1,28 @@
+//! The compiler's view of a chip: the `compiler::Target` (buffer sizes, cores, MapIndex limits)
+//! read off a simulator `ChipConfig`. Shared by the compile path, the runtime's dynamic-shape
+//! path, the studies and the benches; it sits here, below the CLI, so none of them reaches up
+//! into command-line code.
+
+use gearsim_sim::ChipConfig;
+
+use gearsim_compiler::{CoreSpec, Target};
+
+/// The compiler's view of a chip configuration.
+pub fn for_chip(cfg: &ChipConfig) -> Target {
+    Target {
+        soc_version: cfg.name.clone(),
+        map_index_max_gears: cfg.kernels.map_index_max_gears,
+        map_index_max_dims: cfg.kernels.map_index_max_dims,
+        core: CoreSpec {
+            cores: cfg.core.count,
+            max_block_dim: cfg.scheduler.max_block_dim,
+            fixpipe: cfg.core.fixpipe,
+            ub_bytes: cfg.core.ub_bytes,
+            l1_bytes: cfg.core.l1_bytes,
+            l0a_bytes: cfg.core.l0a_bytes,
+            l0b_bytes: cfg.core.l0b_bytes,
+            l0c_bytes: cfg.core.l0c_bytes,
+            event_ids: cfg.core.event_ids,
+        },
+    }
+}
