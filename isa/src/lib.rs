@@ -52,7 +52,9 @@ pub mod task;
 pub mod tensor;
 pub mod units;
 
-pub use asm::{AsmError, MAX_EXPR_DEPTH, assemble, parse_instruction};
+pub use asm::{
+    AsmError, MAX_EXPR_DEPTH, assemble, parse_instruction, parse_instruction_with_label,
+};
 pub use build::{BuildError, Comments, Emitted, Label, ProgramBuilder};
 pub use disasm::{disasm, disasm_with};
 pub use encode::{

@@ -1,35 +1,36 @@
-//! Writing kernels: assembly text built line by line (readable in `--dump_kernels`, with the
-//! tiling as comments), registers handed out by name, then assembled with the one ISA table.
+//! Writing kernels: an [`Asm`] is the ISA's typed [`ProgramBuilder`] (its generated method per
+//! instruction, reached through `Deref`) plus what a lowering needs around it: registers handed
+//! out by name, labels by name, the tiling recorded (shown as comments in `--dump_kernels`,
+//! whose text is the built program's listing from the disassembler).
+//!
+//! Lowerings not yet converted to the typed methods still hand [`Asm::ins`] one instruction of
+//! text, which is parsed on the spot into the same builder (its label, if any, resolved by name).
 
-use std::fmt::{self, Display, Write as _};
+use std::collections::BTreeMap;
+use std::fmt::Display;
+use std::ops::{Deref, DerefMut};
 
-use gearsim_isa::{Program, assemble};
+use gearsim_isa::build::{BuildError, Label, ProgramBuilder};
+use gearsim_isa::{Program, SType, Space, parse_instruction_with_label};
 
 /// A scalar register.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reg(pub u8);
-
-impl Display for Reg {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "x{}", self.0)
-    }
-}
+pub use gearsim_isa::Reg;
 
 /// The most instructions one kernel may have: hundreds of times what any lowering writes for
 /// real shapes (a few thousand), and small enough that a lowering unrolled over an absurd shape
-/// (a damaged model, a huge gear) stops with an error instead of filling memory with text.
+/// (a damaged model, a huge gear) stops with an error instead of filling memory.
 pub const MAX_KERNEL_INSTRUCTIONS: usize = 1 << 20;
 
 /// Registers a kernel may hand out (x0 is kept free for hand-written code and debugging).
 const FIRST_REG: u8 = 1;
-const REG_COUNT: u8 = 32;
+const REG_COUNT: u8 = gearsim_isa::operand::NUM_REGS as u8;
 
 /// A written kernel.
 #[derive(Debug, Clone)]
 pub struct Finished {
-    /// The assembly text.
+    /// The listing: the disassembly with the tiling and comments.
     pub source: String,
-    /// The assembled program.
+    /// The built program.
     pub program: Program,
     /// The tiling parameters recorded.
     pub tiling: Vec<(String, i64)>,
@@ -38,36 +39,43 @@ pub struct Finished {
 /// A kernel being written.
 #[derive(Debug)]
 pub struct Asm {
+    b: ProgramBuilder,
     name: String,
-    text: String,
     next_reg: u8,
-    labels: u32,
+    labels: BTreeMap<String, Label>,
+    label_count: u32,
     tiling: Vec<(String, i64)>,
     overflow: bool,
-    /// Instructions written so far; past [`MAX_KERNEL_INSTRUCTIONS`] nothing more is kept.
-    instructions: usize,
+    /// The first line of text that did not parse (a generator bug), with the parser's message.
+    bad_text: Option<String>,
+}
+
+impl Deref for Asm {
+    type Target = ProgramBuilder;
+    fn deref(&self) -> &ProgramBuilder {
+        &self.b
+    }
+}
+
+impl DerefMut for Asm {
+    fn deref_mut(&mut self) -> &mut ProgramBuilder {
+        &mut self.b
+    }
 }
 
 impl Asm {
     /// A new kernel called `name`.
     pub fn new(name: &str) -> Asm {
-        let mut text = String::new();
-        let _ = writeln!(text, ".kernel {name}");
         Asm {
+            b: ProgramBuilder::new(name).max_instructions(MAX_KERNEL_INSTRUCTIONS),
             name: name.to_string(),
-            text,
             next_reg: FIRST_REG,
-            labels: 0,
+            labels: BTreeMap::new(),
+            label_count: 0,
             tiling: Vec::new(),
             overflow: false,
-            instructions: 0,
+            bad_text: None,
         }
-    }
-
-    /// Whether the kernel has grown past [`MAX_KERNEL_INSTRUCTIONS`] (its text is no longer
-    /// kept, and `finish` fails).
-    fn too_long(&self) -> bool {
-        self.instructions > MAX_KERNEL_INSTRUCTIONS
     }
 
     /// The kernel's name.
@@ -79,56 +87,69 @@ impl Asm {
     pub fn reg(&mut self) -> Reg {
         if self.next_reg >= REG_COUNT {
             self.overflow = true;
-            return Reg(REG_COUNT - 1);
+            return Reg::X31;
         }
-        let r = Reg(self.next_reg);
+        let r = Reg::new(self.next_reg).unwrap_or(Reg::X31);
         self.next_reg += 1;
         r
     }
 
     /// Records a tiling parameter (shown in the dump's header and the kernel's description).
     pub fn tiling(&mut self, name: &str, value: i64) {
-        if self.too_long() {
-            return;
-        }
-        let _ = writeln!(self.text, "# tiling {name} = {value}");
+        self.b.comment(format!("tiling {name} = {value}"));
         self.tiling.push((name.to_string(), value));
     }
 
-    /// A comment line.
+    /// A comment line above the next instruction.
     pub fn comment(&mut self, text: impl Display) {
-        if self.too_long() {
-            return;
-        }
-        let _ = writeln!(self.text, "    # {text}");
+        self.b.comment(text.to_string());
     }
 
-    /// One instruction.
+    /// One instruction of assembly text (for lowerings not yet written with the typed
+    /// methods); a branch may name a label from [`Asm::new_label`].
     pub fn ins(&mut self, text: impl Display) {
-        self.instructions += 1;
-        if self.too_long() {
+        if self.bad_text.is_some() {
             return;
         }
-        let _ = writeln!(self.text, "    {text}");
+        let text = text.to_string();
+        match parse_instruction_with_label(&text) {
+            Ok((instr, None)) => self.b.instruction_to(instr, None),
+            Ok((instr, Some((field, name)))) => {
+                let label = self.label(&name);
+                self.b.instruction_to(instr, Some((field, label)));
+            }
+            Err(e) => self.bad_text = Some(format!("`{text}`: {e}")),
+        }
     }
 
-    /// A fresh label name (not yet placed).
+    /// A fresh label (not yet placed), by its name.
     pub fn new_label(&mut self, stem: &str) -> String {
-        self.labels += 1;
-        format!("{stem}_{}", self.labels)
+        self.label_count += 1;
+        let name = format!("{stem}_{}", self.label_count);
+        let label = self.b.new_label(name.clone());
+        self.labels.insert(name.clone(), label);
+        name
+    }
+
+    /// The builder's label of a name from [`Asm::new_label`], for the typed branch methods.
+    pub fn label(&mut self, name: &str) -> Label {
+        if let Some(l) = self.labels.get(name) {
+            return *l;
+        }
+        let l = self.b.new_label(name.to_string());
+        self.labels.insert(name.to_string(), l);
+        l
     }
 
     /// Places a label at the next instruction.
     pub fn place(&mut self, label: &str) {
-        if self.too_long() {
-            return;
-        }
-        let _ = writeln!(self.text, "{label}:");
+        let l = self.label(label);
+        self.b.place(l);
     }
 
     /// `dst = value`.
     pub fn movi(&mut self, dst: Reg, value: i64) {
-        self.ins(format_args!("movi      {dst}, {value}"));
+        self.b.movi(dst, value);
     }
 
     /// A register holding `value`.
@@ -148,7 +169,7 @@ impl Asm {
     /// Loads argument `index` (a u64 of the argument array) into a new register.
     pub fn arg(&mut self, args: Reg, index: usize) -> Reg {
         let r = self.reg();
-        self.ins(format_args!("ld.gm.u64 {r}, {args}, off={}", index * 8));
+        self.b.ld(Space::Gm, SType::U64, r, args).off(index * 8);
         r
     }
 
@@ -158,29 +179,29 @@ impl Asm {
             return;
         }
         if i32::try_from(value).is_ok() {
-            self.ins(format_args!("addi      {dst}, {dst}, {value}"));
+            self.b.addi(dst, dst, value);
         } else {
             let t = self.reg();
             self.movi(t, value);
-            self.ins(format_args!("add       {dst}, {dst}, {t}"));
+            self.b.add(dst, dst, t);
         }
     }
 
     /// Puts the vector mask in counter mode for `count` elements.
     pub fn mask_count(&mut self, scratch: Reg, count: u64) {
         self.movi(scratch, count as i64);
-        self.ins(format_args!("set_mask_count {scratch}"));
+        self.b.set_mask_count(scratch);
     }
 
-    /// The text and the assembled program. Errors are the generator's bugs (a bad line, too
-    /// many registers) or a shape too large for the kernel's unrolled code, reported with the
-    /// kernel's name.
-    pub fn finish(self) -> Result<Finished, String> {
-        if self.too_long() {
+    /// The built program and its listing. Errors are the generator's bugs (a bad operand or
+    /// line, too many registers) or a shape too large for the kernel's unrolled code, reported
+    /// with the kernel's name.
+    pub fn finish(mut self) -> Result<Finished, String> {
+        if let Some(BuildError::TooManyInstructions { .. }) = self.b.error() {
             return Err(format!(
-                "kernel {} would have {} instructions or more, past the {MAX_KERNEL_INSTRUCTIONS} \
+                "kernel {} would have more than {MAX_KERNEL_INSTRUCTIONS} instructions, the most \
                  a kernel may have; its shapes are too large for this lowering",
-                self.name, self.instructions
+                self.name
             ));
         }
         if self.overflow {
@@ -190,11 +211,16 @@ impl Asm {
                 REG_COUNT - FIRST_REG
             ));
         }
-        let mut text = self.text;
-        text.push_str("    end\n");
-        let program = assemble(&text, &self.name).map_err(|e| format!("{e}\n{text}"))?;
+        if let Some(bad) = self.bad_text {
+            return Err(format!("kernel {}: {bad}", self.name));
+        }
+        self.b.end();
+        let (program, comments) = self
+            .b
+            .finish()
+            .map_err(|e| format!("kernel {}: {e}", self.name))?;
         Ok(Finished {
-            source: text,
+            source: program.listing(&comments),
             program,
             tiling: self.tiling,
         })
