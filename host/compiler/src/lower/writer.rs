@@ -122,13 +122,12 @@ impl Asm {
         }
     }
 
-    /// A fresh label (not yet placed), by its name.
+    /// A fresh label name (not yet placed). The builder's label is made when the name is
+    /// first placed or branched to, so a name a lowering makes but ends up not using is no
+    /// error.
     pub fn new_label(&mut self, stem: &str) -> String {
         self.label_count += 1;
-        let name = format!("{stem}_{}", self.label_count);
-        let label = self.b.new_label(name.clone());
-        self.labels.insert(name.clone(), label);
-        name
+        format!("{stem}_{}", self.label_count)
     }
 
     /// The builder's label of a name from [`Asm::new_label`], for the typed branch methods.
@@ -199,9 +198,10 @@ impl Asm {
     pub fn finish(mut self) -> Result<Finished, String> {
         if let Some(BuildError::TooManyInstructions { .. }) = self.b.error() {
             return Err(format!(
-                "kernel {} would have more than {MAX_KERNEL_INSTRUCTIONS} instructions, the most \
+                "kernel {} would have {} instructions or more, past the {MAX_KERNEL_INSTRUCTIONS} \
                  a kernel may have; its shapes are too large for this lowering",
-                self.name
+                self.name,
+                MAX_KERNEL_INSTRUCTIONS + 1
             ));
         }
         if self.overflow {
