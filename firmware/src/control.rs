@@ -377,7 +377,7 @@ impl Control {
                 format!("stream {target} does not exist"),
             )
         })?;
-        if s.kind == StreamKind::User {
+        if s.kind() == StreamKind::User {
             return Err(bad(
                 at,
                 kind,

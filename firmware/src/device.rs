@@ -331,7 +331,7 @@ impl<S: TraceSink> Device<S> {
             what: "stream",
             id: u64::from(s.0),
         })?;
-        if st.kind != StreamKind::User {
+        if st.kind() != StreamKind::User {
             return Err(DeviceError::InvalidLaunch(format!(
                 "stream {} belongs to a model; submit to a user stream",
                 s.0
@@ -360,26 +360,13 @@ impl<S: TraceSink> Device<S> {
         name: Option<&str>,
     ) -> Result<u32, DeviceError> {
         self.check_running()?;
-        let cap = self.user_stream(s)?.capacity;
-        let in_flight = |st: &Stream| st.submitted - st.pos;
-        if in_flight(self.fw.sched.streams.stream(s.0)) >= cap {
-            self.run_until(|d| in_flight(d.stream(s.0)) < cap)?;
+        if self.user_stream(s)?.is_full() {
+            self.run_until(|d| !d.stream(s.0).is_full())?;
         }
-        let stream = self.fw.sched.streams.stream_mut(s.0);
-        let index = stream.submitted;
+        let (index, addr) = self.fw.sched.streams.stream(s.0).next_slot();
         desc.task_id.set(index);
-        let addr = stream.slot_addr(index);
         self.chip.write_mem(addr, desc.as_bytes())?;
-        let stream = self.fw.sched.streams.stream_mut(s.0);
-        stream.submitted += 1;
-        match name {
-            Some(n) => {
-                stream.names.insert(index, n.to_string());
-            }
-            None => {
-                stream.names.remove(&index);
-            }
-        }
+        self.fw.sched.streams.stream_mut(s.0).push_submitted(name);
         self.fw.submitted(&mut self.chip, s.0);
         Ok(index)
     }
@@ -420,10 +407,7 @@ impl<S: TraceSink> Device<S> {
                 }
                 let stream = self.fw.sched.streams.stream_mut(sid);
                 let addr = stream.slot_addr(index);
-                stream.len = index + 1;
-                if let Some(n) = name {
-                    stream.names.insert(index, n.clone());
-                }
+                stream.push_loaded(index, name.as_deref());
                 self.chip.write_mem(addr, task.encode(index).as_bytes())?;
             }
         }

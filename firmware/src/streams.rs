@@ -49,20 +49,21 @@ pub(crate) enum StreamState {
 }
 
 pub(crate) struct Stream {
-    pub kind: StreamKind,
+    kind: StreamKind,
     /// Device address of the descriptor array.
     sq: u64,
-    pub capacity: u32,
+    capacity: u32,
     /// User streams: tasks submitted so far (the ring holds `pos..submitted`).
-    pub submitted: u32,
+    submitted: u32,
     /// Next task index to run.
-    pub pos: u32,
+    pos: u32,
     /// Model streams: the number of tasks.
-    pub len: u32,
-    pub names: BTreeMap<u32, String>,
+    len: u32,
+    /// The names tasks were submitted or loaded with, for the trace.
+    names: BTreeMap<u32, String>,
     pub state: StreamState,
     /// Earliest time the next task may start (the end of the previous one).
-    pub ready_at: Tick,
+    ready_at: Tick,
 }
 
 impl Stream {
@@ -70,6 +71,42 @@ impl Stream {
         match self.kind {
             StreamKind::User => self.pos < self.submitted,
             StreamKind::Model(_) => self.pos < self.len,
+        }
+    }
+
+    pub(crate) fn kind(&self) -> StreamKind {
+        self.kind
+    }
+
+    /// Whether a user stream's submission queue is full.
+    pub(crate) fn is_full(&self) -> bool {
+        self.submitted - self.pos >= self.capacity
+    }
+
+    /// The index and descriptor address the next task submitted to a user stream gets.
+    pub(crate) fn next_slot(&self) -> (u32, u64) {
+        (self.submitted, self.slot_addr(self.submitted))
+    }
+
+    /// A task was written to the next slot (`name`: its name in the trace).
+    pub(crate) fn push_submitted(&mut self, name: Option<&str>) {
+        let index = self.submitted;
+        self.submitted += 1;
+        match name {
+            Some(n) => {
+                self.names.insert(index, n.to_string());
+            }
+            None => {
+                self.names.remove(&index);
+            }
+        }
+    }
+
+    /// Task `index` of a model stream being loaded was written to its slot.
+    pub(crate) fn push_loaded(&mut self, index: u32, name: Option<&str>) {
+        self.len = index + 1;
+        if let Some(n) = name {
+            self.names.insert(index, n.to_string());
         }
     }
 
