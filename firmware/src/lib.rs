@@ -24,16 +24,29 @@
 //! assert_eq!(report.blocks, 64);
 //! ```
 
+mod aicpu;
+mod context;
+mod control;
+mod copy;
 mod device;
+mod dispatch;
+mod effect;
 mod error;
+mod firmware;
 pub mod kernels;
+mod lanes;
 mod memory;
+mod queues;
 mod scheduler;
+mod streams;
+mod timers;
 
 pub use device::{
-    Device, DevicePtr, EventId, HostPtr, HostTensor, KERNEL_HEADER_BYTES, KERNEL_MAGIC,
-    KERNEL_NEEDS_VALUES, KernelHandle, LabelId, LaunchReport, MAX_KERNEL_INSTRUCTIONS, ModelId,
+    Device, DevicePtr, EventId, HostPtr, HostTensor, KernelHandle, LabelId, LaunchReport, ModelId,
     QueueId, StreamId,
+};
+pub use dispatch::{
+    KERNEL_HEADER_BYTES, KERNEL_MAGIC, KERNEL_NEEDS_VALUES, MAX_KERNEL_INSTRUCTIONS,
 };
 pub use error::{BlockedTask, DeviceError, TaskRef};
 pub use memory::{ALLOC_ALIGN, HOST_BASE, RESERVED_LOW};

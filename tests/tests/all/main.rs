@@ -10,6 +10,7 @@ mod faults;
 mod kernels;
 mod l2;
 mod layering;
+mod mutual_imports;
 mod regression;
 mod semantics;
 mod tidy;

@@ -1,0 +1,310 @@
+//! AI core kernel dispatch: the kernel images in device memory (their format, and the cache of
+//! images already decoded and loaded on the chip), the kernel runs in flight, and the dispatch
+//! of their blocks onto free cores — the lowest free core first, `block_dispatch_ns` apart,
+//! in waves when `block_dim` exceeds the cores. It knows which task a run is for and sets that
+//! task's done timer; it knows nothing else of streams.
+
+use std::collections::BTreeMap;
+
+use gearsim_isa::Program;
+use gearsim_isa::task::AiCoreKernel;
+use gearsim_sim::{BlockLaunch, Chip, ChipConfig, ExecMode, Kernel, Tick};
+use gearsim_traces::TraceSink;
+
+use crate::context::{Ctx, bad};
+use crate::error::{DeviceError, TaskRef};
+use crate::timers::{Fw, ns};
+
+/// Magic bytes at the start of a kernel image.
+pub const KERNEL_MAGIC: [u8; 8] = *b"GEARKRN\0";
+/// Size of a kernel image's header: magic, instruction count (u32), flags (u32).
+pub const KERNEL_HEADER_BYTES: u64 = 16;
+/// Kernel image flag: the kernel's control flow depends on computed values, so it always runs
+/// in full mode (MapIndex scans the bits its vector compare produced).
+pub const KERNEL_NEEDS_VALUES: u32 = 1;
+/// Longest kernel image the scheduler decodes.
+pub const MAX_KERNEL_INSTRUCTIONS: u32 = 1 << 20;
+
+/// The kernel image of `program` with image `flags`: header, then the encoded instructions.
+pub(crate) fn encode_image(program: &Program, flags: u32) -> Result<Vec<u8>, DeviceError> {
+    let words = program
+        .encode()
+        .map_err(|(pc, e)| DeviceError::InvalidLaunch(format!("kernel instruction {pc}: {e}")))?;
+    let count = u32::try_from(program.instrs.len()).unwrap_or(u32::MAX);
+    let mut image = Vec::with_capacity(KERNEL_HEADER_BYTES as usize + words.len());
+    image.extend_from_slice(&KERNEL_MAGIC);
+    image.extend_from_slice(&count.to_le_bytes());
+    image.extend_from_slice(&flags.to_le_bytes());
+    image.extend_from_slice(&words);
+    Ok(image)
+}
+
+struct KernelEntry {
+    chip_id: usize,
+    needs_values: bool,
+}
+
+struct KernelRun {
+    task: TaskRef,
+    chip_kernel: usize,
+    block_dim: u32,
+    args: u64,
+    mode: ExecMode,
+    next_block: u32,
+    done: u32,
+    ready_at: Tick,
+    first_start: Option<Tick>,
+    end: Tick,
+    cores: Vec<bool>,
+}
+
+/// Timing of the most recent AI core kernel run (for `Device::launch`'s report).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RunSummary {
+    pub first_start: Option<Tick>,
+    pub end: Tick,
+    pub cores_used: u32,
+}
+
+/// Kernel images, kernel runs and the cores they occupy.
+pub(crate) struct Dispatch {
+    /// Image address -> its kernel on the chip.
+    kernels: BTreeMap<u64, KernelEntry>,
+    names: BTreeMap<u64, String>,
+    runs: BTreeMap<u32, KernelRun>,
+    next_run: u32,
+    /// The run each core's block belongs to.
+    core_run: Vec<Option<u32>>,
+    /// When the (serial) block dispatch is next free.
+    block_slot: Tick,
+    /// Whether kernels compute values or only times (those needing values always compute).
+    pub mode: ExecMode,
+    /// The most recent finished run.
+    pub last_run: Option<RunSummary>,
+    launch_ns: u64,
+    dispatch_ns: u64,
+    max_block_dim: u32,
+}
+
+impl Dispatch {
+    pub(crate) fn new(cfg: &ChipConfig) -> Dispatch {
+        Dispatch {
+            kernels: BTreeMap::new(),
+            names: BTreeMap::new(),
+            runs: BTreeMap::new(),
+            next_run: 0,
+            core_run: vec![None; cfg.core.count as usize],
+            block_slot: Tick::ZERO,
+            mode: ExecMode::Full,
+            last_run: None,
+            launch_ns: cfg.scheduler.kernel_launch_ns,
+            dispatch_ns: cfg.scheduler.block_dispatch_ns,
+            max_block_dim: cfg.scheduler.max_block_dim,
+        }
+    }
+
+    /// Records the image at `addr`, already loaded on the chip as `chip_id`.
+    pub(crate) fn register(&mut self, addr: u64, chip_id: usize, flags: u32, name: String) {
+        self.kernels.insert(
+            addr,
+            KernelEntry {
+                chip_id,
+                needs_values: flags & KERNEL_NEEDS_VALUES != 0,
+            },
+        );
+        self.names.insert(addr, name);
+    }
+
+    /// The name of the kernel image at `addr`.
+    pub(crate) fn name(&self, addr: u64) -> Option<&str> {
+        self.names.get(&addr).map(String::as_str)
+    }
+
+    /// The chip kernel id and "needs values" flag of the image at `addr`, decoding it from device
+    /// memory the first time.
+    fn resolve<S: TraceSink>(
+        &mut self,
+        cx: &mut Ctx<'_, S>,
+        at: TaskRef,
+        addr: u64,
+    ) -> Result<(usize, bool), DeviceError> {
+        if let Some(e) = self.kernels.get(&addr) {
+            return Ok((e.chip_id, e.needs_values));
+        }
+        const K: &str = "AiCoreKernel";
+        let cap = cx.chip.memory().capacity();
+        if addr
+            .checked_add(KERNEL_HEADER_BYTES)
+            .is_none_or(|e| e > cap)
+        {
+            return Err(bad(
+                at,
+                K,
+                "kernel",
+                format!("kernel pointer {addr:#x} is outside device memory ({cap} bytes)"),
+            ));
+        }
+        let mut header = [0u8; KERNEL_HEADER_BYTES as usize];
+        cx.chip.read_mem(addr, &mut header)?;
+        if header[..8] != KERNEL_MAGIC {
+            return Err(bad(
+                at,
+                K,
+                "kernel",
+                format!("no kernel image at {addr:#x} (bad magic)"),
+            ));
+        }
+        let count = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
+        let flags = u32::from_le_bytes([header[12], header[13], header[14], header[15]]);
+        if count == 0 || count > MAX_KERNEL_INSTRUCTIONS {
+            return Err(bad(
+                at,
+                K,
+                "kernel",
+                format!(
+                    "kernel image at {addr:#x} claims {count} instructions (expected 1..={MAX_KERNEL_INSTRUCTIONS})"
+                ),
+            ));
+        }
+        let len = u64::from(count) * gearsim_isa::WORD_BYTES as u64;
+        let body = addr + KERNEL_HEADER_BYTES;
+        cx.check_range(at, K, "kernel", body, len)?;
+        let mut words = vec![0u8; len as usize];
+        cx.chip.read_mem(body, &mut words)?;
+        let name = self
+            .names
+            .get(&addr)
+            .cloned()
+            .unwrap_or_else(|| format!("kernel@{addr:#x}"));
+        let program = Program::decode(Some(name.clone()), &words)
+            .map_err(|e| bad(at, K, "kernel", format!("kernel image at {addr:#x}: {e}")))?;
+        let chip_id = cx
+            .chip
+            .load_kernel(Kernel::new(program))
+            .map_err(|e| bad(at, K, "kernel", e.to_string()))?;
+        self.register(addr, chip_id, flags, name);
+        Ok((chip_id, flags & KERNEL_NEEDS_VALUES != 0))
+    }
+
+    /// An `AiCoreKernel` task: its blocks queue for the cores after `kernel_launch_ns`.
+    pub(crate) fn start<S: TraceSink>(
+        &mut self,
+        cx: &mut Ctx<'_, S>,
+        at: TaskRef,
+        k: &AiCoreKernel,
+    ) -> Result<(), DeviceError> {
+        let (chip_kernel, needs_values) = self.resolve(cx, at, k.kernel)?;
+        let max = self.max_block_dim;
+        if k.block_dim == 0 || k.block_dim > max {
+            return Err(bad(
+                at,
+                "AiCoreKernel",
+                "block_dim",
+                format!("{} is outside [1, {max}]", k.block_dim),
+            ));
+        }
+        if k.args != 0 {
+            cx.check_range(at, "AiCoreKernel", "args", k.args, 8)?;
+        }
+        let mode = if needs_values {
+            ExecMode::Full
+        } else {
+            self.mode
+        };
+        let now = cx.now();
+        let cores = cx.chip.core_count() as usize;
+        let id = self.next_run;
+        self.next_run += 1;
+        self.runs.insert(
+            id,
+            KernelRun {
+                task: at,
+                chip_kernel,
+                block_dim: k.block_dim,
+                args: k.args,
+                mode,
+                next_block: 0,
+                done: 0,
+                ready_at: now + ns(self.launch_ns),
+                first_start: None,
+                end: now,
+                cores: vec![false; cores],
+            },
+        );
+        self.dispatch_blocks(cx.chip)
+    }
+
+    /// Hands pending blocks to free cores, one per dispatch slot, oldest kernel first.
+    fn dispatch_blocks<S: TraceSink>(&mut self, chip: &mut Chip<S>) -> Result<(), DeviceError> {
+        let now = chip.now();
+        let dispatch = ns(self.dispatch_ns);
+        let ids: Vec<u32> = self.runs.keys().copied().collect();
+        for id in ids {
+            while let Some(run) = self.runs.get(&id) {
+                if run.next_block >= run.block_dim {
+                    break;
+                }
+                let free = (0..self.core_run.len() as u32).find(|&c| {
+                    self.core_run[c as usize].is_none() && chip.core_free_at(c).is_some()
+                });
+                let Some(core) = free else { return Ok(()) };
+                let free_at = chip.core_free_at(core).unwrap_or(now);
+                let start = now.max(run.ready_at).max(free_at).max(self.block_slot);
+                let launch = BlockLaunch {
+                    kernel: run.chip_kernel,
+                    block_idx: run.next_block,
+                    block_dim: run.block_dim,
+                    args: run.args,
+                    mode: run.mode,
+                };
+                chip.start_block(core, launch, start)?;
+                self.block_slot = start + dispatch;
+                self.core_run[core as usize] = Some(id);
+                if let Some(run) = self.runs.get_mut(&id) {
+                    run.next_block += 1;
+                    run.first_start.get_or_insert(start);
+                    run.cores[core as usize] = true;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A block finished on `core` at `at`: when it was its run's last, the run's task is done
+    /// then; the core takes the next block.
+    pub(crate) fn block_finished<S: TraceSink>(
+        &mut self,
+        cx: &mut Ctx<'_, S>,
+        core: u32,
+        at: Tick,
+    ) -> Result<(), DeviceError> {
+        let Some(id) = self.core_run.get_mut(core as usize).and_then(Option::take) else {
+            return Ok(());
+        };
+        let finished = match self.runs.get_mut(&id) {
+            Some(run) => {
+                run.done += 1;
+                run.end = run.end.max(at);
+                run.done == run.block_dim
+            }
+            None => false,
+        };
+        if finished {
+            if let Some(run) = self.runs.remove(&id) {
+                self.last_run = Some(RunSummary {
+                    first_start: run.first_start,
+                    end: run.end,
+                    cores_used: run.cores.iter().filter(|c| **c).count() as u32,
+                });
+                cx.timer(
+                    run.end,
+                    Fw::Done {
+                        stream: run.task.stream,
+                        index: run.task.index,
+                    },
+                );
+            }
+        }
+        self.dispatch_blocks(cx.chip)
+    }
+}

@@ -1,0 +1,112 @@
+//! The firmware's state in one place — the scheduler's components, the firmware timers and
+//! transfer tokens, the trace lanes, device and host memory — and the event loop that takes the
+//! chip's events and routes them: a block completion to AI core dispatch, a timer or a transfer
+//! completion to the scheduler by what its token names. It does not own the chip (the device
+//! lends it for each call) and knows no task kind.
+
+use gearsim_sim::{Chip, ChipConfig, RunEvent};
+use gearsim_traces::TraceSink;
+
+use crate::context::Ctx;
+use crate::error::DeviceError;
+use crate::lanes::Lanes;
+use crate::memory::{Allocator, HostMemory, RESERVED_LOW};
+use crate::queues::Staged;
+use crate::scheduler::Scheduler;
+use crate::streams::{StreamState, Streams};
+use crate::timers::Timers;
+
+/// Everything the firmware keeps about the device.
+pub(crate) struct Firmware {
+    pub(crate) sched: Scheduler,
+    pub(crate) heap: Allocator,
+    pub(crate) host: HostMemory,
+    timers: Timers,
+    lanes: Lanes,
+}
+
+impl Firmware {
+    pub(crate) fn new(cfg: &ChipConfig) -> Firmware {
+        Firmware {
+            sched: Scheduler::new(cfg),
+            heap: Allocator::new(RESERVED_LOW, cfg.memory.hbm_bytes),
+            host: HostMemory::default(),
+            timers: Timers::default(),
+            lanes: Lanes::default(),
+        }
+    }
+
+    /// The scheduler, and the rest lent to it with `chip` for one call.
+    fn split<'a, S: TraceSink>(
+        &'a mut self,
+        chip: &'a mut Chip<S>,
+    ) -> (&'a mut Scheduler, Ctx<'a, S>) {
+        let cx = Ctx {
+            chip,
+            timers: &mut self.timers,
+            lanes: &mut self.lanes,
+            heap: &mut self.heap,
+            host: &mut self.host,
+        };
+        (&mut self.sched, cx)
+    }
+
+    /// Runs the event loop until `done` holds of the streams (or, for a condition that never
+    /// holds, until the chip is idle); an idle chip with tasks still waiting is a deadlock.
+    pub(crate) fn run<S: TraceSink>(
+        &mut self,
+        chip: &mut Chip<S>,
+        done: &dyn Fn(&Streams) -> bool,
+    ) -> Result<(), DeviceError> {
+        let (sched, mut cx) = self.split(chip);
+        loop {
+            if done(&sched.streams) {
+                return Ok(());
+            }
+            match cx.chip.run_until_event().map_err(DeviceError::Fault)? {
+                RunEvent::BlockFinished { core, at } => sched.block_finished(&mut cx, core, at)?,
+                RunEvent::Timer { token, .. } => {
+                    if let Some(fw) = cx.timers.fired(token) {
+                        sched.timer_fired(&mut cx, fw)?;
+                    }
+                }
+                RunEvent::TransferDone { token, .. } => {
+                    if let Some(x) = cx.timers.finished(token) {
+                        sched.transfer_done(&mut cx, x)?;
+                    }
+                }
+                RunEvent::Idle { .. } => {
+                    if done(&sched.streams) {
+                        return Ok(());
+                    }
+                    let blocked = sched.blocked();
+                    if blocked.is_empty() {
+                        return Ok(());
+                    }
+                    return Err(DeviceError::Deadlock { blocked });
+                }
+            }
+        }
+    }
+
+    /// A task was submitted to `stream`: an idle stream steps now.
+    pub(crate) fn submitted<S: TraceSink>(&mut self, chip: &mut Chip<S>, stream: u32) {
+        let (sched, mut cx) = self.split(chip);
+        if sched.streams.stream(stream).state == StreamState::Idle {
+            let now = cx.now();
+            sched.streams.step_later(&mut cx, stream, now);
+        }
+    }
+
+    /// Stages a data queue item (see [`Scheduler::enqueue`]).
+    pub(crate) fn enqueue<S: TraceSink>(
+        &mut self,
+        chip: &mut Chip<S>,
+        queue: u32,
+        data: Vec<Vec<u8>>,
+        staged: Vec<Staged>,
+    ) {
+        let (sched, mut cx) = self.split(chip);
+        sched.enqueue(&mut cx, queue, data, staged);
+    }
+}
