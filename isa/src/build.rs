@@ -80,7 +80,7 @@ use thiserror::Error;
 use crate::operand::{
     Cmp, DType, FieldKind, FieldType, Pipe, ReduceOp, Reg, Round, SReg, SType, Space, Target,
 };
-use crate::program::Program;
+use crate::program::{Comments, Program};
 use crate::spec::{FieldSpec, MAX_FIELDS};
 use crate::table::{Instruction, Opcode};
 
@@ -254,33 +254,6 @@ fn int_raw(value: i128, field: &FieldSpec) -> Result<Lowered, i128> {
         FieldKind::Signed => i64::try_from(value).map_or(0, |v| v as u64),
         _ => u64::try_from(value).unwrap_or(0),
     }))
-}
-
-/// Comment lines of a built program, each attached to the instruction it precedes.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Comments {
-    lines: Vec<(u32, String)>,
-}
-
-impl Comments {
-    /// The comment lines before instruction `pc` (at `pc == len`: after the last instruction).
-    pub fn at(&self, pc: u32) -> impl Iterator<Item = &str> {
-        let start = self.lines.partition_point(|(p, _)| *p < pc);
-        self.lines[start..]
-            .iter()
-            .take_while(move |(p, _)| *p == pc)
-            .map(|(_, text)| text.as_str())
-    }
-
-    /// Every comment line with the instruction index it precedes, in order.
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &str)> {
-        self.lines.iter().map(|(p, t)| (*p, t.as_str()))
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.lines.is_empty()
-    }
 }
 
 struct LabelSlot {

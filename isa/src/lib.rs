@@ -55,7 +55,7 @@ pub mod units;
 pub use asm::{
     AsmError, MAX_EXPR_DEPTH, assemble, parse_instruction, parse_instruction_with_label,
 };
-pub use build::{BuildError, Comments, Emitted, Label, ProgramBuilder};
+pub use build::{BuildError, Emitted, Label, ProgramBuilder};
 pub use disasm::{disasm, disasm_with};
 pub use encode::{
     DecodeError, EncodeError, Word, conversion_supported, decode, decode_all, encode, encode_all,
@@ -63,6 +63,6 @@ pub use encode::{
 pub use operand::{
     Cmp, DType, FieldKind, FieldType, Pipe, ReduceOp, Reg, Round, SReg, SType, Space, Target,
 };
-pub use program::{Program, branch_target};
+pub use program::{Comments, Program, branch_target};
 pub use spec::{FieldSpec, Format, InstrSpec, PipeClass, Placement, TimingClass, WORD_BYTES};
 pub use table::*;

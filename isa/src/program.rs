@@ -2,7 +2,6 @@
 
 use std::fmt::Write as _;
 
-use crate::build::Comments;
 use crate::disasm::disasm_with;
 use crate::encode::{DecodeError, EncodeError, decode_all, encode_all};
 use crate::operand::FieldKind;
@@ -190,4 +189,31 @@ pub fn branch_target(instr: &Instruction) -> Option<u32> {
     let mut raw = [0u64; MAX_FIELDS];
     instr.raw_fields(&mut raw);
     u32::try_from(raw[i]).ok()
+}
+
+/// Comment lines of a built program, each attached to the instruction it precedes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Comments {
+    pub(crate) lines: Vec<(u32, String)>,
+}
+
+impl Comments {
+    /// The comment lines before instruction `pc` (at `pc == len`: after the last instruction).
+    pub fn at(&self, pc: u32) -> impl Iterator<Item = &str> {
+        let start = self.lines.partition_point(|(p, _)| *p < pc);
+        self.lines[start..]
+            .iter()
+            .take_while(move |(p, _)| *p == pc)
+            .map(|(_, text)| text.as_str())
+    }
+
+    /// Every comment line with the instruction index it precedes, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &str)> {
+        self.lines.iter().map(|(p, t)| (*p, t.as_str()))
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
 }

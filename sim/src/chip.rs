@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use gearsim_isa::{Program, branch_target};
+use gearsim_isa::branch_target;
 use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
 use thiserror::Error;
 
@@ -17,48 +17,11 @@ use crate::config::ChipConfig;
 use crate::core::{AiCore, BlockLaunch, CoreStats, Ctx, Tracer};
 use crate::event::{Event, EventQueue, PRIO_CORE, PRIO_MEMORY, PRIO_TIMER};
 use crate::hbm::{Done, Hbm, Owner, Rates};
+use crate::kernel::Kernel;
 use crate::l2::L2;
 use crate::memory::{DeviceMemory, OutOfRange};
 use crate::stop::StopReason;
 use crate::time::{Clock, Cycles, Tick};
-
-/// Whether a block computes values or only times.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ExecMode {
-    /// Compute every value and every time.
-    Full,
-    /// Compute times only; vector, cube and DMA data are not moved or computed. The timeline is
-    /// identical to the full mode as long as the scalar unit never reads computed data (if it
-    /// does, the block stops with [`StopReason::ValueNeeded`]).
-    TimingOnly,
-}
-
-/// A kernel program ready to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Kernel {
-    /// Name used in traces and reports.
-    pub name: String,
-    /// The instructions.
-    pub program: Program,
-    /// The pipe each instruction runs on, looked up once here instead of per execution.
-    pub(crate) pipes: Vec<gearsim_isa::Pipe>,
-}
-
-impl Kernel {
-    /// A kernel named after its program.
-    pub fn new(program: Program) -> Kernel {
-        let pipes = program
-            .instrs
-            .iter()
-            .map(gearsim_isa::Instruction::pipe)
-            .collect();
-        Kernel {
-            name: program.display_name().to_string(),
-            program,
-            pipes,
-        }
-    }
-}
 
 /// Misuse of the chip's API by its caller (the firmware or a test), as opposed to a fault of
 /// the simulated hardware.

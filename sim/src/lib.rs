@@ -38,18 +38,20 @@ mod core;
 mod event;
 mod exec;
 mod hbm;
+mod kernel;
 mod l2;
 mod memory;
 mod stop;
 mod time;
 
-pub use chip::{Chip, ChipError, ExecMode, Kernel, RunEvent};
+pub use chip::{Chip, ChipError, RunEvent};
 pub use config::{
     AiCpuConfig, ChipConfig, ConfigError, CoreConfig, CubeConfig, KernelLimits, MemoryConfig,
     MteConfig, PRESETS, PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,
 };
 pub use core::{BlockLaunch, CoreStats, LANES, PipeStats};
 pub use exec::{MaskState, Touch, scalar, touches};
+pub use kernel::{ExecMode, Kernel};
 pub use memory::{DeviceMemory, OutOfRange};
 pub use stop::{Blocked, Buffer, FlagId, StopReason};
 pub use time::{Clock, Cycles, Tick};

@@ -26,31 +26,13 @@ use gearsim_isa::task::{AiCoreKernel, Task};
 use gearsim_traces::TraceSink;
 
 use super::copy::{self, Transfers};
-use super::error::RuntimeError;
+use super::error::{DynamicError, RuntimeError};
 use crate::target;
-use gearsim_compiler::infer::{InferError, fold_constants, infer_graph};
+use gearsim_compiler::infer::{fold_constants, infer_graph};
 use gearsim_compiler::ir::{Format, Graph, Model, NodeId, Tensor, Value, fixed_shape};
-use gearsim_compiler::lower::{LowerCtx, LowerError, Lowered, Operand, lower_node};
-use gearsim_compiler::onnx::{self, OnnxError};
+use gearsim_compiler::lower::{LowerCtx, Lowered, Operand, lower_node};
+use gearsim_compiler::onnx;
 use gearsim_compiler::ops;
-
-/// Why the dynamic-shape path failed: the compiler's own errors, kept typed (a caller can ask
-/// which node and stage failed), or the path's checks of the graph it runs.
-#[derive(Debug, thiserror::Error)]
-pub enum DynamicError {
-    /// The source graph the `.om` carries could not be imported.
-    #[error("{0}")]
-    Import(#[from] OnnxError),
-    /// Shape inference for the actual input shapes failed.
-    #[error("shape inference: {0}")]
-    Infer(#[from] InferError),
-    /// A node could not be lowered for its shapes.
-    #[error("{0}")]
-    Lower(#[from] LowerError),
-    /// The graph does not fit the model's description or a value the path needs is missing.
-    #[error("{0}")]
-    Graph(String),
-}
 
 /// Kernels lowered for one op configuration, loaded on the device.
 struct CachedOp {

@@ -4,7 +4,10 @@
 use gearsim_firmware::DeviceError;
 use gearsim_isa::om::OmError;
 
-use super::dynamic::DynamicError;
+use gearsim_compiler::infer::InferError;
+use gearsim_compiler::lower::LowerError;
+use gearsim_compiler::onnx::OnnxError;
+
 use super::load::LoadError;
 
 /// An error code as ACL / GE report it.
@@ -119,4 +122,22 @@ impl RuntimeError {
             | RuntimeError::Dynamic(_) => ErrorCode::Acl(ACL_ERROR_FAILURE),
         }
     }
+}
+
+/// Why the dynamic-shape path failed: the compiler's own errors, kept typed (a caller can ask
+/// which node and stage failed), or the path's checks of the graph it runs.
+#[derive(Debug, thiserror::Error)]
+pub enum DynamicError {
+    /// The source graph the `.om` carries could not be imported.
+    #[error("{0}")]
+    Import(#[from] OnnxError),
+    /// Shape inference for the actual input shapes failed.
+    #[error("shape inference: {0}")]
+    Infer(#[from] InferError),
+    /// A node could not be lowered for its shapes.
+    #[error("{0}")]
+    Lower(#[from] LowerError),
+    /// The graph does not fit the model's description or a value the path needs is missing.
+    #[error("{0}")]
+    Graph(String),
 }

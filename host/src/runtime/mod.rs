@@ -24,7 +24,7 @@ pub mod error;
 pub mod load;
 pub mod session;
 
-pub use dynamic::{DynamicError, DynamicModel, DynamicStats};
-pub use error::{ErrorCode, RuntimeError};
+pub use dynamic::{DynamicModel, DynamicStats};
+pub use error::{DynamicError, ErrorCode, RuntimeError};
 pub use load::{LoadError, LoadedModel};
 pub use session::{ModelId, RunPath, RunReport, Runtime, RuntimeOptions};

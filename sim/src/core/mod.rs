@@ -18,11 +18,11 @@ use std::sync::Arc;
 use gearsim_isa::{FMatrix, Flag, Instruction, Pipe, SReg, SType, Space, TimingClass};
 use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
 
-use crate::chip::{ExecMode, Kernel};
 use crate::config::ChipConfig;
 use crate::event::{Event, EventQueue, PRIO_CORE};
 use crate::exec::scalar::{self, Step};
 use crate::exec::{self, Access, Fault, Mask, Operands, PipeOp, Plan};
+use crate::kernel::{ExecMode, Kernel};
 use crate::memory::DeviceMemory;
 use crate::stop::{Blocked, Buffer, FlagId, StopReason};
 use crate::time::{Clock, Tick};
