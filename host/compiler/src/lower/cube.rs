@@ -22,6 +22,8 @@ pub mod depthwise;
 #[path = "cube_gemm.rs"]
 pub mod gemm;
 
+use gearsim_isa::units::{BLOCK_BYTES, FRACTAL_BYTES_F32};
+use gearsim_isa::{DType, Pipe, SReg, SType, Space};
 use gemm::{Addend, BatchDim, Gemm, OutType, Src};
 
 use super::stream::{Io, Stream, Tile};
@@ -115,9 +117,8 @@ pub(crate) fn cast_kernel(
     src: Operand,
     dst: Operand,
 ) -> Result<Kernel, LowerError> {
-    let (fs, ts) = (from.suffix(), to.suffix());
     let body = |a: &mut Asm, t: &Tile| {
-        a.ins(format_args!("vconv.{ts}.{fs} {}, {}", t.outs[0], t.ins[0]));
+        a.vconv(to.dtype(), from.dtype(), t.outs[0], t.ins[0]);
     };
     let no_setup = |_: &mut Asm, _: Reg| Vec::new();
     let s = Stream {
@@ -202,7 +203,7 @@ pub(crate) fn expand_kernel(
     let mut a = Asm::new(name);
     a.tiling("len", len as i64);
     let args = a.reg();
-    a.ins(format_args!("sreg      {args}, args"));
+    a.sreg(args, SReg::Args);
     let src = a.arg(args, 0);
     let dst = a.arg(args, 1);
     let (t0, t1, t2, v, count) = (a.reg(), a.reg(), a.reg(), a.reg(), a.reg());
@@ -215,104 +216,97 @@ pub(crate) fn expand_kernel(
     if (f16_buf + chunk * 32) > ctx.target.core.ub_bytes {
         return Err(ctx.error("the addend expansion needs 96 KiB of unified buffer"));
     }
-    a.ins("set_flag  MTE3, V, 0");
+    a.set_flag(Pipe::Mte3, Pipe::V, 0);
     let fracs = len.div_ceil(16);
     let mut at = 0;
     while at < fracs {
         let nf = (fracs - at).min(chunk / 16);
         let first = at * 16;
         let elems = (len - first).min(nf * 16);
-        a.ins("wait_flag MTE3, V, 0");
+        a.wait_flag(Pipe::Mte3, Pipe::V, 0);
         match mode {
             Expand::Cols => {
                 a.mask_count(t2, nf * 16);
                 a.movi(t0, f32_buf as i64);
                 a.movi(t1, 0);
-                a.ins(format_args!("vdup.f32  {t0}, {t1}"));
-                a.ins("set_flag  V, MTE2, 0");
-                a.ins("wait_flag V, MTE2, 0");
+                a.vdup(DType::F32, t0, t1);
+                a.set_flag(Pipe::V, Pipe::Mte2, 0);
+                a.wait_flag(Pipe::V, Pipe::Mte2, 0);
                 a.movi(
                     t0,
                     if ty == OutType::F16 { f16_buf } else { f32_buf } as i64,
                 );
-                a.ins(format_args!("addi      {t1}, {src}, {}", first * es));
-                a.ins(format_args!(
-                    "copy_gm_to_ub_pad {t0}, {t1}, 1, {}",
-                    elems * es
-                ));
-                a.ins("set_flag  MTE2, V, 0");
-                a.ins("wait_flag MTE2, V, 0");
+                a.addi(t1, src, first * es);
+                a.copy_gm_to_ub_pad(t0, t1, 1, elems * es);
+                a.set_flag(Pipe::Mte2, Pipe::V, 0);
+                a.wait_flag(Pipe::Mte2, Pipe::V, 0);
                 if ty == OutType::F16 {
                     a.mask_count(t2, elems);
                     a.movi(t0, f32_buf as i64);
                     a.movi(t1, f16_buf as i64);
-                    a.ins(format_args!("vconv.f32.f16 {t0}, {t1}"));
+                    a.vconv(DType::F32, DType::F16, t0, t1);
                 }
                 a.mask_count(t2, nf * 16);
                 a.movi(t0, f32_buf as i64);
-                a.ins(format_args!("vmuls.f32 {t0}, {t0}, {scale_reg}"));
-                a.ins("set_flag  V, MTE3, 0");
-                a.ins("wait_flag V, MTE3, 0");
+                a.vmuls(DType::F32, t0, t0, scale_reg);
+                a.set_flag(Pipe::V, Pipe::Mte3, 0);
+                a.wait_flag(Pipe::V, Pipe::Mte3, 0);
                 for r in 0..16 {
-                    a.ins(format_args!(
-                        "addi      {t1}, {dst}, {}",
-                        at * 1024 + r * 64
-                    ));
-                    a.ins(format_args!(
-                        "copy_ub_to_gm {t1}, {t0}, {nf}, 2, src_gap=0, dst_gap=30"
-                    ));
+                    a.addi(t1, dst, at * FRACTAL_BYTES_F32 + r * 64);
+                    a.copy_ub_to_gm(t1, t0, nf, 2).src_gap(0).dst_gap(30);
                 }
             }
             Expand::Rows | Expand::Fill => {
                 let (dup_ty, buf, row) = if ty == OutType::F16 {
-                    ("f16", f16_buf, 32)
+                    (DType::F16, f16_buf, 32)
                 } else {
-                    ("f32", f32_buf, 64)
+                    (DType::F32, f32_buf, 64)
                 };
                 a.mask_count(t2, nf * 256);
                 a.movi(t0, buf as i64);
                 a.movi(t1, 0);
-                a.ins(format_args!("vdup.{dup_ty} {t0}, {t1}"));
+                a.vdup(dup_ty, t0, t1);
                 let load = if ty == OutType::F16 {
-                    "ld.gm.u16"
+                    SType::U16
                 } else {
-                    "ld.gm.u32"
+                    SType::U32
                 };
                 if mode == Expand::Rows {
                     a.mask_count(t2, 16);
-                    a.ins(format_args!("addi      {t1}, {src}, {}", first * es));
+                    a.addi(t1, src, first * es);
                     a.movi(count, elems as i64);
                     let top = a.new_label("row");
                     a.place(&top);
-                    a.ins(format_args!("{load} {v}, {t1}"));
-                    a.ins(format_args!("vdup.{dup_ty} {t0}, {v}"));
+                    a.ld(Space::Gm, load, v, t1);
+                    a.vdup(dup_ty, t0, v);
                     a.add_imm(t1, es as i64);
                     a.add_imm(t0, row);
-                    a.ins(format_args!("loop      {count}, {top}"));
+                    let top = a.label(&top);
+                    a.r#loop(count, top);
                 } else {
-                    a.ins(format_args!("{load} {v}, {src}"));
+                    a.ld(Space::Gm, load, v, src);
                     a.mask_count(t2, elems.div_ceil(16) * 256);
-                    a.ins(format_args!("vdup.{dup_ty} {t0}, {v}"));
+                    a.vdup(dup_ty, t0, v);
                 }
                 if ty == OutType::F16 {
                     a.mask_count(t2, nf * 256);
                     a.movi(t0, f32_buf as i64);
                     a.movi(t1, f16_buf as i64);
-                    a.ins(format_args!("vconv.f32.f16 {t0}, {t1}"));
+                    a.vconv(DType::F32, DType::F16, t0, t1);
                 }
                 a.mask_count(t2, nf * 256);
                 a.movi(t0, f32_buf as i64);
-                a.ins(format_args!("vmuls.f32 {t0}, {t0}, {scale_reg}"));
-                a.ins("set_flag  V, MTE3, 0");
-                a.ins("wait_flag V, MTE3, 0");
-                a.ins(format_args!("addi      {t1}, {dst}, {}", at * 1024));
-                a.ins(format_args!("copy_ub_to_gm {t1}, {t0}, 1, {}", nf * 32));
+                a.vmuls(DType::F32, t0, t0, scale_reg);
+                a.set_flag(Pipe::V, Pipe::Mte3, 0);
+                a.wait_flag(Pipe::V, Pipe::Mte3, 0);
+                a.addi(t1, dst, at * FRACTAL_BYTES_F32);
+                a.copy_ub_to_gm(t1, t0, 1, nf * FRACTAL_BYTES_F32 / BLOCK_BYTES);
             }
         }
-        a.ins("set_flag  MTE3, V, 0");
+        a.set_flag(Pipe::Mte3, Pipe::V, 0);
         at += nf;
     }
-    a.ins("wait_flag MTE3, V, 0");
+    a.wait_flag(Pipe::Mte3, Pipe::V, 0);
     ctx.kernel(a, 1, operands.to_vec())
 }
 
@@ -628,7 +622,7 @@ fn gemm_addend(
             b.derive(DataType::F32, bytes)
         }
         None => {
-            let ws = b.scratch(len.div_ceil(16) * 1024);
+            let ws = b.scratch(len.div_ceil(16) * FRACTAL_BYTES_F32);
             let name = kernel_name(ctx, "expand_c");
             b.kernels.push(expand_kernel(
                 ctx,

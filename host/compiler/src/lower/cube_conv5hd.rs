@@ -24,6 +24,9 @@
 //! An NCHW side is converted by a Transpose kernel (`[N][C1][16][HW]` ↔ `[N][C1][HW][16]`)
 //! into or out of the node's workspace.
 
+use gearsim_isa::units;
+use gearsim_isa::{DType, Pipe, SReg, SType, Space};
+
 use super::super::writer::{Asm, Reg};
 use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::conv::{ConvShape, distribute_by};
@@ -32,11 +35,11 @@ use crate::CoreSpec;
 use crate::ir::{Attr, DataType, Format, Node, TensorDesc, fixed_shape};
 
 /// Bytes of a 16 × 16 f16 fractal.
-const FRACTAL: u64 = 512;
+const FRACTAL: u64 = units::FRACTAL_BYTES;
 /// Bytes of a 16 × 16 f32 fractal.
-const FRACTAL_C: u64 = 1024;
-/// Bytes of one pixel unit (16 channels of f16).
-const UNIT: u64 = 32;
+const FRACTAL_C: u64 = units::FRACTAL_BYTES_F32;
+/// Bytes of one pixel unit (16 channels of f16): one DMA block.
+const UNIT: u64 = units::BLOCK_BYTES;
 /// Planning only: cycles before a block's first product (argument loads, the first group's
 /// DMA latency and transfer, the first img2col), the cube's stall per L0 step (its notice
 /// waits out the `mmad` latency), and the last drain (V and MTE3 per fractal, plus the
@@ -52,6 +55,8 @@ const TILE_STEPS: u64 = 1;
 
 /// Event ids, by pipe pair; each is set and waited in strict alternation.
 mod ev {
+    use gearsim_isa::Pipe;
+
     /// MTE2 → MTE1: the band of the tile with this parity is in L1 (for a block's first
     /// tile: its first group of channel blocks, with their weights).
     pub const BAND: [u8; 2] = [0, 1];
@@ -72,14 +77,14 @@ mod ev {
     pub const BIAS: u8 = 0;
     /// The consumers' "buffer free" notices: set once before the blocks' code (every buffer
     /// starts free) and waited once after it (so every flag ends clear).
-    pub const FREE: [(&str, &str, u8); 7] = [
-        ("MTE1", "MTE2", BAND_FREE[0]),
-        ("MTE1", "MTE2", BAND_FREE[1]),
-        ("M", "MTE1", L0[0]),
-        ("M", "MTE1", L0[1]),
-        ("V", "M", L0C[0]),
-        ("V", "M", L0C[1]),
-        ("MTE3", "V", DRAIN),
+    pub const FREE: [(Pipe, Pipe, u8); 7] = [
+        (Pipe::Mte1, Pipe::Mte2, BAND_FREE[0]),
+        (Pipe::Mte1, Pipe::Mte2, BAND_FREE[1]),
+        (Pipe::M, Pipe::Mte1, L0[0]),
+        (Pipe::M, Pipe::Mte1, L0[1]),
+        (Pipe::V, Pipe::M, L0C[0]),
+        (Pipe::V, Pipe::M, L0C[1]),
+        (Pipe::Mte3, Pipe::V, DRAIN),
     ];
 }
 
@@ -159,14 +164,18 @@ impl Plan {
                 core.l1_bytes / 2
             ));
         }
-        let band_at = w_bytes.next_multiple_of(512);
+        let band_at = w_bytes.next_multiple_of(FRACTAL);
         let limits = [
             (s.h * s.w, "H·W", u64::from(u16::MAX)),
             (s.ho * s.wo, "Ho·Wo", u64::from(u16::MAX)),
             (s.kh.max(s.kw), "kernel size", 255),
-            (s.sh.max(s.sw).max(s.dh).max(s.dw), "stride/dilation", 63),
+            (
+                s.sh.max(s.sw).max(s.dh).max(s.dw),
+                "stride/dilation",
+                units::IMG2COL_STRIDE_MAX,
+            ),
             (s.pt.max(s.pb).max(s.pl).max(s.pr), "padding", 255),
-            (c1.max(m1), "channel blocks", 4095),
+            (c1.max(m1), "channel blocks", units::BURST_COUNT_MAX),
             (k, "K fractals", u64::from(u16::MAX)),
         ];
         if let Some((v, what, most)) = limits.iter().find(|(v, _, most)| v > most) {
@@ -723,18 +732,24 @@ impl<'a> Gen<'a> {
         self.ub.out + self.plan.largest_tile() * self.plan.nbk * FRACTAL
     }
 
-    fn set(&mut self, src: &str, dst: &str, id: u8) {
-        self.a.ins(format_args!("set_flag  {src}, {dst}, {id}"));
+    fn set(&mut self, src: Pipe, dst: Pipe, id: u8) {
+        self.a.set_flag(src, dst, id);
     }
 
-    fn wait(&mut self, src: &str, dst: &str, id: u8) {
-        self.a.ins(format_args!("wait_flag {src}, {dst}, {id}"));
+    fn wait(&mut self, src: Pipe, dst: Pipe, id: u8) {
+        self.a.wait_flag(src, dst, id);
+    }
+
+    /// `jmp` to the label called `label`.
+    fn jump(&mut self, label: &str) {
+        let l = self.a.label(label);
+        self.a.jmp(l);
     }
 
     /// `dst = base + off` for a GM address.
     fn gm(&mut self, dst: Reg, base: Reg, off: u64) {
         self.a.movi(dst, off as i64);
-        self.a.ins(format_args!("add       {dst}, {base}, {dst}"));
+        self.a.add(dst, base, dst);
     }
 
     fn emit(mut self) {
@@ -756,9 +771,8 @@ impl<'a> Gen<'a> {
         let (x, args) = (self.r.x, self.r.args);
         // Each argument load stalls the scalar unit for a GM latency: the input's address
         // first, the others where first needed (behind the first DMAs).
-        self.a.ins(format_args!("sreg      {args}, args"));
-        self.a
-            .ins(format_args!("ld.gm.u64 {x}, {args}, off={}", arg::X * 8));
+        self.a.sreg(args, SReg::Args);
+        self.a.ld(Space::Gm, SType::U64, x, args).off(arg::X * 8);
         self.a.comment("every buffer starts free");
         for (src, dst, id) in ev::FREE {
             self.set(src, dst, id);
@@ -766,32 +780,33 @@ impl<'a> Gen<'a> {
         let blocks = plan.blocks.len();
         let labels: Vec<String> = (0..blocks).map(|_| self.a.new_label("block")).collect();
         let done = self.a.new_label("blocks_done");
-        self.a.ins(format_args!("sreg      {t1}, block_idx"));
+        self.a.sreg(t1, SReg::BlockIdx);
         self.tree(&labels, 0, blocks, t0, t1);
         for (b, label) in labels.iter().enumerate() {
             self.a.place(label);
             self.a.comment(format_args!("block {b}"));
             self.block(&plan.blocks[b]);
-            self.a.ins(format_args!("jmp       {done}"));
+            self.jump(&done);
         }
         self.a.place(&done);
         self.a.comment("every buffer is free again");
         for (src, dst, id) in ev::FREE {
             self.wait(src, dst, id);
         }
-        self.a.ins("end");
+        self.a.end();
     }
 
     /// A branch tree over `block_idx` (in `bi`) to the blocks' labels.
     fn tree(&mut self, labels: &[String], lo: usize, hi: usize, t: Reg, bi: Reg) {
         if hi - lo == 1 {
-            self.a.ins(format_args!("jmp       {}", labels[lo]));
+            self.jump(&labels[lo]);
             return;
         }
         let mid = (lo + hi) / 2;
         let left = self.a.new_label("tree");
         self.a.movi(t, mid as i64);
-        self.a.ins(format_args!("blt       {bi}, {t}, {left}"));
+        let l = self.a.label(&left);
+        self.a.blt(bi, t, l);
         self.tree(labels, mid, hi, t, bi);
         self.a.place(&left);
         self.tree(labels, lo, mid, t, bi);
@@ -822,12 +837,10 @@ impl<'a> Gen<'a> {
             x,
             ((t.n * self.plan.c1 + q0) * s.h + t.in_row) * s.w * UNIT,
         );
-        self.a.ins(format_args!(
-            "copy_gm_to_l1 {t0}, {t1}, {}, {}, src_gap={}, dst_gap=0",
-            q1 - q0,
-            t.band_h * s.w,
-            (s.h - t.band_h) * s.w
-        ));
+        self.a
+            .copy_gm_to_l1(t0, t1, q1 - q0, t.band_h * s.w)
+            .src_gap((s.h - t.band_h) * s.w)
+            .dst_gap(0);
     }
 
     /// MTE2: the weights of co fractals `f0..f1`, K fractals `k0..k1` (L1 mirrors the packed
@@ -844,17 +857,13 @@ impl<'a> Gen<'a> {
         self.gm(t1, w, at);
         let units = FRACTAL / UNIT;
         if k0 == 0 && k1 == k {
-            self.a.ins(format_args!(
-                "copy_gm_to_l1 {t0}, {t1}, 1, {}",
-                (f1 - f0) * k * units
-            ));
+            self.a.copy_gm_to_l1(t0, t1, 1, (f1 - f0) * k * units);
         } else {
             let gap = (k - (k1 - k0)) * units;
-            self.a.ins(format_args!(
-                "copy_gm_to_l1 {t0}, {t1}, {}, {}, src_gap={gap}, dst_gap={gap}",
-                f1 - f0,
-                (k1 - k0) * units
-            ));
+            self.a
+                .copy_gm_to_l1(t0, t1, f1 - f0, (k1 - k0) * units)
+                .src_gap(gap)
+                .dst_gap(gap);
         }
     }
 
@@ -867,7 +876,7 @@ impl<'a> Gen<'a> {
         self.a.comment(
             "the first tile's band and weights, in groups of channel blocks (one notice each)",
         );
-        self.wait("MTE1", "MTE2", ev::BAND_FREE[0]);
+        self.wait(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[0]);
         let taps = self.s.kh * self.s.kw;
         let groups = plan.first_groups(self.s, first);
         self.a
@@ -877,10 +886,9 @@ impl<'a> Gen<'a> {
         for (gi, &(k0, k1)) in groups.iter().enumerate() {
             self.load_band_slices(first, 0, k0.div_ceil(taps), k1.div_ceil(taps));
             if gi == 0 {
-                self.a.ins(format_args!(
-                    "ld.gm.u64 {w}, {args}, off={}",
-                    arg::WEIGHTS * 8
-                ));
+                self.a
+                    .ld(Space::Gm, SType::U64, w, args)
+                    .off(arg::WEIGHTS * 8);
             }
             self.load_weights(0, plan.nbk, k0, k1);
             let last = gi + 1 == groups.len();
@@ -889,30 +897,26 @@ impl<'a> Gen<'a> {
                 if self.bias {
                     let t0 = self.r.t[0];
                     let bias = self.r.bias;
-                    self.a.ins(format_args!(
-                        "ld.gm.u64 {bias}, {args}, off={}",
-                        arg::BIAS * 8
-                    ));
+                    self.a
+                        .ld(Space::Gm, SType::U64, bias, args)
+                        .off(arg::BIAS * 8);
                     self.a.movi(t0, self.ub.bias as i64);
-                    self.a.ins(format_args!(
-                        "copy_gm_to_ub {t0}, {bias}, 1, {}",
-                        plan.m1 * FRACTAL_C / UNIT
-                    ));
+                    self.a
+                        .copy_gm_to_ub(t0, bias, 1, plan.m1 * FRACTAL_C / UNIT);
                 }
             }
             match gi {
-                0 => self.set("MTE2", "MTE1", ev::BAND[0]),
-                _ => self.set("MTE2", "MTE1", ev::GROUPS[gi - 1]),
+                0 => self.set(Pipe::Mte2, Pipe::Mte1, ev::BAND[0]),
+                _ => self.set(Pipe::Mte2, Pipe::Mte1, ev::GROUPS[gi - 1]),
             }
             if last && self.bias {
-                self.set("MTE2", "V", ev::BIAS);
+                self.set(Pipe::Mte2, Pipe::V, ev::BIAS);
             }
         }
         let out = self.r.out;
-        self.a.ins(format_args!(
-            "ld.gm.u64 {out}, {args}, off={}",
-            arg::OUT * 8
-        ));
+        self.a
+            .ld(Space::Gm, SType::U64, out, args)
+            .off(arg::OUT * 8);
         self.groups_waited = 1;
         for (i, t) in tiles.iter().enumerate() {
             let parity = (i % 2) as u64;
@@ -921,9 +925,9 @@ impl<'a> Gen<'a> {
             }
             if let Some(next) = tiles.get(i + 1) {
                 let np = 1 - parity;
-                self.wait("MTE1", "MTE2", ev::BAND_FREE[np as usize]);
+                self.wait(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[np as usize]);
                 self.load_band(next, np);
-                self.set("MTE2", "MTE1", ev::BAND[np as usize]);
+                self.set(Pipe::Mte2, Pipe::Mte1, ev::BAND[np as usize]);
             }
             self.tile(t, parity, i + 1 == tiles.len());
         }
@@ -946,15 +950,12 @@ impl<'a> Gen<'a> {
             t.in_row,
             t.in_row + t.band_h
         ));
-        self.a.ins(format_args!(
-            "set_fmatrix {}, {}, pad_top={}, pad_bottom={}, pad_left={}, pad_right={}",
-            t.band_h.max(1),
-            s.w,
-            t.pad_top,
-            t.pad_bottom,
-            s.pl,
-            s.pr
-        ));
+        self.a
+            .set_fmatrix(t.band_h.max(1), s.w)
+            .pad_top(t.pad_top)
+            .pad_bottom(t.pad_bottom)
+            .pad_left(s.pl)
+            .pad_right(s.pr);
         for cb in 0..plan.cob {
             let f0 = cb * plan.nbk;
             let nb = plan.nbk.min(plan.m1 - f0);
@@ -966,51 +967,49 @@ impl<'a> Gen<'a> {
                 let b = (self.steps % 2) as usize;
                 let k0 = st * kf;
                 let kfs = kf.min(plan.k - k0);
-                self.wait("M", "MTE1", ev::L0[b]);
+                self.wait(Pipe::M, Pipe::Mte1, ev::L0[b]);
                 if st == 0 && cb == 0 {
-                    self.wait("MTE2", "MTE1", ev::BAND[parity as usize]);
+                    self.wait(Pipe::Mte2, Pipe::Mte1, ev::BAND[parity as usize]);
                 }
                 // A first tile's later groups: each before the first step that reads it (the
                 // other co blocks' weights come with the last group).
                 while self.groups_waited < self.groups.len()
                     && (cb > 0 || self.groups[self.groups_waited].0 < k0 + kfs)
                 {
-                    self.wait("MTE2", "MTE1", ev::GROUPS[self.groups_waited - 1]);
+                    self.wait(Pipe::Mte2, Pipe::Mte1, ev::GROUPS[self.groups_waited - 1]);
                     self.groups_waited += 1;
                 }
                 self.a.movi(t0, (b as u64 * plan.l0a_half) as i64);
                 self.a.movi(t1, self.band_l1(parity) as i64);
-                self.a.ins(format_args!(
-                    "img2col_l0a {t0}, {t1}, {}, {}, {}, {}, {k0}, {mf}, {kfs}, stride_h={}, \
-                     stride_w={}, dil_h={}, dil_w={}",
-                    plan.c1, s.kh, s.kw, t.m_start, s.sh, s.sw, s.dh, s.dw
-                ));
+                self.a
+                    .img2col_l0a(t0, t1, plan.c1, s.kh, s.kw, t.m_start, k0, mf, kfs)
+                    .stride_h(s.sh)
+                    .stride_w(s.sw)
+                    .dil_h(s.dh)
+                    .dil_w(s.dw);
                 for j in 0..nb {
                     self.a
                         .movi(t0, (b as u64 * plan.l0b_half + j * kfs * FRACTAL) as i64);
                     self.a.movi(t1, (((f0 + j) * plan.k + k0) * FRACTAL) as i64);
-                    self.a.ins(format_args!("load_l0b  {t0}, {t1}, {kfs}"));
+                    self.a.load_l0b(t0, t1, kfs);
                 }
                 if st + 1 == nsteps && cb + 1 == plan.cob {
-                    self.set("MTE1", "MTE2", ev::BAND_FREE[parity as usize]);
+                    self.set(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[parity as usize]);
                 }
-                self.set("MTE1", "M", ev::L0[b]);
-                self.wait("MTE1", "M", ev::L0[b]);
+                self.set(Pipe::Mte1, Pipe::M, ev::L0[b]);
+                self.wait(Pipe::Mte1, Pipe::M, ev::L0[b]);
                 if st == 0 {
-                    self.wait("V", "M", ev::L0C[half as usize]);
+                    self.wait(Pipe::V, Pipe::M, ev::L0C[half as usize]);
                 }
                 self.a.movi(t0, (b as u64 * plan.l0a_half) as i64);
                 self.a.movi(t1, (b as u64 * plan.l0b_half) as i64);
                 self.a.movi(t2, l0c as i64);
-                self.a.ins(format_args!(
-                    "mmad      {t2}, {t0}, {t1}, {pixels}, {}, {}, init={}",
-                    16 * kfs,
-                    16 * nb,
-                    st == 0
-                ));
-                self.set("M", "MTE1", ev::L0[b]);
+                self.a
+                    .mmad(t2, t0, t1, pixels, 16 * kfs, 16 * nb)
+                    .init(st == 0);
+                self.set(Pipe::M, Pipe::Mte1, ev::L0[b]);
                 if st + 1 == nsteps {
-                    self.set("M", "V", ev::L0C[half as usize]);
+                    self.set(Pipe::M, Pipe::V, ev::L0C[half as usize]);
                 }
                 self.steps += 1;
             }
@@ -1036,8 +1035,8 @@ impl<'a> Gen<'a> {
         let pieces: Vec<(u64, u64)> = (0..count)
             .map(|p| (p * nb / count, (p + 1) * nb / count))
             .collect();
-        self.wait("M", "V", ev::L0C[half as usize]);
-        self.wait("MTE3", "V", ev::DRAIN);
+        self.wait(Pipe::M, Pipe::V, ev::L0C[half as usize]);
+        self.wait(Pipe::Mte3, Pipe::V, ev::DRAIN);
         for (p, &(j0, j1)) in pieces.iter().enumerate() {
             let n = j1 - j0;
             let out_at = self.ub.out + j0 * mf * FRACTAL;
@@ -1045,13 +1044,12 @@ impl<'a> Gen<'a> {
             if self.bias {
                 let work = self.ub.work + j0 * mf * FRACTAL_C;
                 self.a.movi(t0, work as i64);
-                self.a
-                    .ins(format_args!("copy_l0c_to_ub.f32 {t0}, {t1}, {}", mf * n));
+                self.a.copy_l0c_to_ub(DType::F32, t0, t1, mf * n);
                 if p + 1 == pieces.len() {
-                    self.set("V", "M", ev::L0C[half as usize]);
+                    self.set(Pipe::V, Pipe::M, ev::L0C[half as usize]);
                 }
                 if !self.bias_waited {
-                    self.wait("MTE2", "V", ev::BIAS);
+                    self.wait(Pipe::Mte2, Pipe::V, ev::BIAS);
                     self.bias_waited = true;
                 }
                 self.a.mask_count(t2, mf * 256);
@@ -1059,33 +1057,30 @@ impl<'a> Gen<'a> {
                     self.a.movi(t0, (self.ub.work + j * mf * FRACTAL_C) as i64);
                     self.a
                         .movi(t1, (self.ub.bias + (f0 + j) * FRACTAL_C) as i64);
-                    self.a
-                        .ins(format_args!("vadd.f32  {t0}, {t0}, {t1}, src1_rep=0"));
+                    self.a.vadd(DType::F32, t0, t0, t1).src1_rep(0);
                 }
                 self.a.mask_count(t2, mf * n * 256);
                 self.a.movi(t0, out_at as i64);
                 self.a.movi(t1, work as i64);
-                self.a.ins(format_args!("vconv.f16.f32 {t0}, {t1}"));
+                self.a.vconv(DType::F16, DType::F32, t0, t1);
             } else {
                 self.a.movi(t0, out_at as i64);
-                self.a
-                    .ins(format_args!("copy_l0c_to_ub.f16 {t0}, {t1}, {}", mf * n));
+                self.a.copy_l0c_to_ub(DType::F16, t0, t1, mf * n);
                 if p + 1 == pieces.len() {
-                    self.set("V", "M", ev::L0C[half as usize]);
+                    self.set(Pipe::V, Pipe::M, ev::L0C[half as usize]);
                 }
             }
-            self.set("V", "MTE3", ev::PIECES[p]);
-            self.wait("V", "MTE3", ev::PIECES[p]);
+            self.set(Pipe::V, Pipe::Mte3, ev::PIECES[p]);
+            self.wait(Pipe::V, Pipe::Mte3, ev::PIECES[p]);
             let plane = s.ho * s.wo;
             let pixels = t.pixels;
             self.a.movi(t0, out_at as i64);
             self.gm(t1, out, ((t.n * plan.m1 + f0 + j0) * plane + t.p0) * UNIT);
-            self.a.ins(format_args!(
-                "copy_ub_to_gm {t1}, {t0}, {n}, {pixels}, src_gap={}, dst_gap={}",
-                mf * 16 - pixels,
-                plane - pixels
-            ));
+            self.a
+                .copy_ub_to_gm(t1, t0, n, pixels)
+                .src_gap(mf * 16 - pixels)
+                .dst_gap(plane - pixels);
         }
-        self.set("MTE3", "V", ev::DRAIN);
+        self.set(Pipe::Mte3, Pipe::V, ev::DRAIN);
     }
 }

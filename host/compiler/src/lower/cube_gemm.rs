@@ -49,13 +49,16 @@
 //! Tails: nd2nz pads partial fractals with zeros (rows and the K tail), packed operands are
 //! zero-padded when packed, and the write-back DMA moves only the valid rows and columns.
 
+use gearsim_isa::units;
+use gearsim_isa::{DType, Pipe, SReg, SType, Space};
+
 use super::super::writer::{Asm, Reg};
 use crate::CoreSpec;
 
 /// Bytes of one 16 × 16 f16 fractal (L1, L0A, L0B).
-pub const FRACTAL: u64 = 512;
+pub const FRACTAL: u64 = units::FRACTAL_BYTES;
 /// Bytes of one 16 × 16 f32 fractal in L0C.
-pub const FRACTAL_C: u64 = 1024;
+pub const FRACTAL_C: u64 = units::FRACTAL_BYTES_F32;
 
 /// One batch dimension: its size and the byte stride it moves each operand by (0 where the
 /// operand is broadcast).
@@ -117,11 +120,11 @@ impl OutType {
         }
     }
 
-    /// The vector type suffix.
-    pub fn suffix(self) -> &'static str {
+    /// The vector element type.
+    pub fn dtype(self) -> DType {
         match self {
-            OutType::F16 => "f16",
-            OutType::F32 => "f32",
+            OutType::F16 => DType::F16,
+            OutType::F32 => DType::F32,
         }
     }
 }
@@ -319,13 +322,13 @@ impl Gemm {
         let frac = mb * per_group;
         let mut bytes = 0;
         if self.f32_work() {
-            bytes += frac * 1024;
+            bytes += frac * FRACTAL_C;
         }
         if self.out_type == OutType::F16 {
-            bytes += frac * 512;
+            bytes += frac * FRACTAL;
         }
         if let Some(Addend::Full { .. }) = self.addend {
-            bytes += frac * 1024;
+            bytes += frac * FRACTAL_C;
         }
         bytes
     }
@@ -333,8 +336,8 @@ impl Gemm {
     /// UB bytes of the per-tile bias area.
     fn ub_bias_bytes(&self, mb: u64, nb: u64) -> u64 {
         match self.addend {
-            Some(Addend::Cols { .. }) => nb * 1024,
-            Some(Addend::Rows { .. }) => mb * 1024,
+            Some(Addend::Cols { .. }) => nb * FRACTAL_C,
+            Some(Addend::Rows { .. }) => mb * FRACTAL_C,
             Some(Addend::Full { .. } | Addend::Scalar { .. }) | None => 0,
         }
     }
@@ -762,15 +765,19 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
     };
     let (mut work, mut out16, mut cbuf) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..nbuf {
-        let w = if g.f32_work() { take(frac * 1024) } else { 0 };
+        let w = if g.f32_work() {
+            take(frac * FRACTAL_C)
+        } else {
+            0
+        };
         work.push(w);
         out16.push(if g.out_type == OutType::F16 {
-            take(frac * 512)
+            take(frac * FRACTAL)
         } else {
             w
         });
         cbuf.push(if matches!(g.addend, Some(Addend::Full { .. })) {
-            take(frac * 1024)
+            take(frac * FRACTAL_C)
         } else {
             0
         });
@@ -892,25 +899,32 @@ impl Kern<'_> {
     }
 
     /// The flags every buffer starts with ("free") and ends with (consumed at the end).
-    fn buffer_flags(&self, a: &mut Asm, op: &str) {
+    fn buffer_flags(&self, a: &mut Asm, wait: bool) {
+        let op = |a: &mut Asm, src: Pipe, dst: Pipe, id: u64| {
+            if wait {
+                a.wait_flag(src, dst, id);
+            } else {
+                a.set_flag(src, dst, id);
+            }
+        };
         for j in 0..self.plan.stages {
-            a.ins(format_args!("{op} MTE1, MTE2, {j}"));
+            op(a, Pipe::Mte1, Pipe::Mte2, j);
         }
         for b in 0..2 {
-            a.ins(format_args!("{op} M, MTE1, {b}"));
+            op(a, Pipe::M, Pipe::Mte1, b);
         }
         for u in 0..self.nbuf {
-            a.ins(format_args!("{op} MTE3, V, {u}"));
+            op(a, Pipe::Mte3, Pipe::V, u);
         }
         for gi in 0..self.group_count() {
-            a.ins(format_args!("{op} V, M, {gi}"));
+            op(a, Pipe::V, Pipe::M, gi);
         }
         if self.bias_load() {
-            a.ins(format_args!("{op} V, MTE2, 0"));
+            op(a, Pipe::V, Pipe::Mte2, 0);
         }
         if self.full_c() {
             for u in 0..self.nbuf {
-                a.ins(format_args!("{op} V, MTE2, {u}"));
+                op(a, Pipe::V, Pipe::Mte2, u);
             }
         }
     }
@@ -918,18 +932,18 @@ impl Kern<'_> {
     fn emit(&self, a: &mut Asm) {
         let (g, r, s) = (self.g, &self.r, self.plan.stages);
         let load_arg = |a: &mut Asm, reg: Reg, arg: usize| {
-            a.ins(format_args!("ld.gm.u64 {reg}, {}, off={}", r.t0, arg * 8));
+            a.ld(Space::Gm, SType::U64, reg, r.t0).off(arg * 8);
         };
         a.comment("the operands first: MTE2 starts before the rest is set up");
-        a.ins(format_args!("sreg      {}, args", r.t0));
+        a.sreg(r.t0, SReg::Args);
         load_arg(a, r.a_base, g.a.arg());
         load_arg(a, r.b_base, g.b.arg());
         a.movi(r.zero, 0);
         a.comment("every L1 stage, L0 buffer, L0C group and UB buffer starts free");
-        self.buffer_flags(a, "set_flag ");
+        self.buffer_flags(a, false);
         a.comment("both cursors start at this block's first tile");
-        a.ins(format_args!("sreg      {}, block_idx", r.p_tile));
-        a.ins(format_args!("mov       {}, {}", r.c_tile, r.p_tile));
+        a.sreg(r.p_tile, SReg::BlockIdx);
+        a.mov(r.c_tile, r.p_tile);
         a.movi(r.p_k, 0);
         a.movi(r.c_k, 0);
         a.movi(r.c_par, 0);
@@ -942,7 +956,7 @@ impl Kern<'_> {
         for j in 0..self.lead {
             self.produce_call(a, j, &produce, &mut p_sites);
         }
-        a.ins(format_args!("sreg      {}, args", r.t0));
+        a.sreg(r.t0, SReg::Args);
         load_arg(a, r.c_base, g.out);
         if let (
             Some(e),
@@ -963,7 +977,7 @@ impl Kern<'_> {
             self.produce_call(a, (u + self.lead) % s, &produce, &mut p_sites);
             self.consume_call(a, u, &consume, &done, &mut c_sites);
         }
-        a.ins(format_args!("jmp       {top}"));
+        jump(a, &top);
         self.producer(a, &produce, &p_sites);
         self.consumer(a, &consume, &c_sites);
         a.place(&done);
@@ -982,11 +996,11 @@ impl Kern<'_> {
             a.place(&l);
             let sh = self.shape(cls);
             self.drain(a, sh, r.c_out, r.c_e);
-            a.ins(format_args!("jmp       {end}"));
+            jump(a, &end);
         }
         a.place(&end);
         a.comment("consume the flags the last stages and tiles set");
-        self.buffer_flags(a, "wait_flag");
+        self.buffer_flags(a, true);
     }
 
     /// Loads the producer's next stage into L1 stage `slot` (nothing once it is past the
@@ -996,13 +1010,14 @@ impl Kern<'_> {
         let skip = a.new_label("no_load");
         let back = a.new_label("loaded");
         a.movi(r.t0, self.tiles as i64);
-        a.ins(format_args!("bge       {}, {}, {skip}", r.p_tile, r.t0));
-        a.ins(format_args!("wait_flag MTE1, MTE2, {slot}"));
+        let l = a.label(&skip);
+        a.bge(r.p_tile, r.t0, l);
+        a.wait_flag(Pipe::Mte1, Pipe::Mte2, slot);
         a.movi(r.p_l1, (slot * self.lay.stage_bytes) as i64);
         a.movi(r.ret, sites.len() as i64);
-        a.ins(format_args!("jmp       {produce}"));
+        jump(a, produce);
         a.place(&back);
-        a.ins(format_args!("set_flag  MTE2, MTE1, {slot}"));
+        a.set_flag(Pipe::Mte2, Pipe::Mte1, slot);
         a.place(&skip);
         sites.push(back);
     }
@@ -1019,13 +1034,14 @@ impl Kern<'_> {
         let r = &self.r;
         let back = a.new_label("multiplied");
         a.movi(r.t0, self.tiles as i64);
-        a.ins(format_args!("bge       {}, {}, {done}", r.c_tile, r.t0));
-        a.ins(format_args!("wait_flag MTE2, MTE1, {slot}"));
+        let l = a.label(done);
+        a.bge(r.c_tile, r.t0, l);
+        a.wait_flag(Pipe::Mte2, Pipe::Mte1, slot);
         a.movi(r.c_l1, (slot * self.lay.stage_bytes) as i64);
         a.movi(r.ret, sites.len() as i64);
-        a.ins(format_args!("jmp       {consume}"));
+        jump(a, consume);
         a.place(&back);
-        a.ins(format_args!("set_flag  MTE1, MTE2, {slot}"));
+        a.set_flag(Pipe::Mte1, Pipe::Mte2, slot);
         sites.push(back);
     }
 
@@ -1034,13 +1050,14 @@ impl Kern<'_> {
     fn dispatch(&self, a: &mut Asm, index: Reg, targets: &[(u64, String)]) {
         let r = &self.r;
         if targets.len() == 1 {
-            a.ins(format_args!("jmp       {}", targets[0].1));
+            jump(a, &targets[0].1);
             return;
         }
         let mid = targets.len() / 2;
         let right = a.new_label("upper");
         a.movi(r.t1, targets[mid].0 as i64);
-        a.ins(format_args!("bge       {index}, {}, {right}", r.t1));
+        let l = a.label(&right);
+        a.bge(index, r.t1, l);
         self.dispatch(a, index, &targets[..mid]);
         a.place(&right);
         self.dispatch(a, index, &targets[mid..]);
@@ -1052,7 +1069,8 @@ impl Kern<'_> {
         let same = a.new_label("same_tile");
         a.add_imm(k, 1);
         a.movi(r.t0, self.sch.stages as i64);
-        a.ins(format_args!("bne       {k}, {}, {same}", r.t0));
+        let l = a.label(&same);
+        a.bne(k, r.t0, l);
         a.movi(k, 0);
         a.add_imm(tile, i64::from(self.plan.block_dim));
         a.place(&same);
@@ -1087,11 +1105,11 @@ impl Kern<'_> {
         let (mt, nt, gg) = (r.t2, r.t3, r.t4);
         let tile = if producer { r.p_tile } else { r.c_tile };
         a.movi(r.t0, self.nt_count as i64);
-        a.ins(format_args!("remu      {nt}, {tile}, {}", r.t0));
-        a.ins(format_args!("divu      {gg}, {tile}, {}", r.t0));
+        a.remu(nt, tile, r.t0);
+        a.divu(gg, tile, r.t0);
         a.movi(r.t0, self.mt_count as i64);
-        a.ins(format_args!("remu      {mt}, {gg}, {}", r.t0));
-        a.ins(format_args!("divu      {gg}, {gg}, {}", r.t0));
+        a.remu(mt, gg, r.t0);
+        a.divu(gg, gg, r.t0);
         let es = g.out_type.bytes();
         if producer {
             scaled_add(a, r.pa, r.a_base, mt, self.a_m_stride, r.t0);
@@ -1102,10 +1120,10 @@ impl Kern<'_> {
             if let Some(e_base) = r.e_base {
                 match g.addend {
                     Some(Addend::Cols { .. }) => {
-                        scaled_add(a, r.c_e, e_base, nt, plan.nb * 1024, r.t0);
+                        scaled_add(a, r.c_e, e_base, nt, plan.nb * FRACTAL_C, r.t0);
                     }
                     Some(Addend::Rows { .. }) => {
-                        scaled_add(a, r.c_e, e_base, mt, plan.mb * 1024, r.t0);
+                        scaled_add(a, r.c_e, e_base, mt, plan.mb * FRACTAL_C, r.t0);
                     }
                     Some(Addend::Full { .. }) => {
                         scaled_add(a, r.c_e, e_base, mt, 16 * plan.mb * g.n * 4, r.t0);
@@ -1117,8 +1135,8 @@ impl Kern<'_> {
         }
         for d in g.batch.iter().rev() {
             a.movi(r.t0, d.size as i64);
-            a.ins(format_args!("remu      {}, {gg}, {}", r.t1, r.t0));
-            a.ins(format_args!("divu      {gg}, {gg}, {}", r.t0));
+            a.remu(r.t1, gg, r.t0);
+            a.divu(gg, gg, r.t0);
             if producer {
                 scaled_add(a, r.pa, r.pa, r.t1, d.a, r.t0);
                 scaled_add(a, r.pb, r.pb, r.t1, d.b, r.t0);
@@ -1131,26 +1149,26 @@ impl Kern<'_> {
         let nl = self.n_shapes.len() as u64;
         if self.m_shapes.len() == 2 {
             a.movi(r.t0, self.mt_count as i64 - 1);
-            a.ins(format_args!("seq       {}, {mt}, {}", r.t1, r.t0));
-            a.ins(format_args!("muli      {}, {}, {nl}", r.t1, r.t1));
-            a.ins(format_args!("add       {cls}, {cls}, {}", r.t1));
+            a.seq(r.t1, mt, r.t0);
+            a.muli(r.t1, r.t1, nl);
+            a.add(cls, cls, r.t1);
         }
         if nl == 2 {
             a.movi(r.t0, self.nt_count as i64 - 1);
-            a.ins(format_args!("seq       {}, {nt}, {}", r.t1, r.t0));
-            a.ins(format_args!("add       {cls}, {cls}, {}", r.t1));
+            a.seq(r.t1, nt, r.t0);
+            a.add(cls, cls, r.t1);
         }
     }
 
     /// `t1` = 1 at a tile's first stage (stage register `k` is 0), `t2` = 1 at its last.
     fn stage_bits(&self, a: &mut Asm, k: Reg) {
         let r = &self.r;
-        a.ins(format_args!("seq       {}, {k}, {}", r.t1, r.zero));
+        a.seq(r.t1, k, r.zero);
         if self.sch.stages == 1 {
             a.movi(r.t2, 1);
         } else {
             a.movi(r.t3, self.sch.stages as i64 - 1);
-            a.ins(format_args!("seq       {}, {k}, {}", r.t2, r.t3));
+            a.seq(r.t2, k, r.t3);
         }
     }
 
@@ -1161,15 +1179,16 @@ impl Kern<'_> {
         let have = a.new_label("p_have");
         let tail = a.new_label("p_tail");
         a.place(label);
-        a.ins(format_args!("bne       {}, {}, {have}", r.p_k, r.zero));
+        let l = a.label(&have);
+        a.bne(r.p_k, r.zero, l);
         self.coords(a, true);
         a.place(&have);
         // index = (class * 2 + last) * 2 + first
         self.stage_bits(a, r.p_k);
-        a.ins(format_args!("shli      {}, {}, 1", r.t0, r.p_cls));
-        a.ins(format_args!("add       {}, {}, {}", r.t0, r.t0, r.t2));
-        a.ins(format_args!("shli      {}, {}, 1", r.t0, r.t0));
-        a.ins(format_args!("add       {}, {}, {}", r.t0, r.t0, r.t1));
+        a.shli(r.t0, r.p_cls, 1);
+        a.add(r.t0, r.t0, r.t2);
+        a.shli(r.t0, r.t0, 1);
+        a.add(r.t0, r.t0, r.t1);
         let mut targets = Vec::new();
         let mut bodies = Vec::new();
         for cls in 0..self.classes() {
@@ -1192,7 +1211,7 @@ impl Kern<'_> {
                 sh.cols
             ));
             self.load_stage(a, sh, kind);
-            a.ins(format_args!("jmp       {tail}"));
+            jump(a, &tail);
         }
         a.place(&tail);
         self.advance(a, r.p_tile, r.p_k, sites);
@@ -1206,58 +1225,33 @@ impl Kern<'_> {
         match g.a {
             Src::Rows {
                 trans: false, ld, ..
-            } => a.ins(format_args!(
-                "copy_gm_to_l1_nd2nz {}, {}, {}, {kv}, {ld}, {}",
-                r.p_l1,
-                r.pa,
-                sh.rows,
-                sh.mb * 16
-            )),
+            } => {
+                a.copy_gm_to_l1_nd2nz(r.p_l1, r.pa, sh.rows, kv, ld, sh.mb * 16);
+            }
             Src::Rows {
                 trans: true, ld, ..
-            } => a.ins(format_args!(
-                "copy_gm_to_l1_nd2nz {}, {}, {kv}, {}, {ld}, {}",
-                r.p_l1,
-                r.pa,
-                sh.rows,
-                ks * 16
-            )),
-            Src::Packed { .. } => a.ins(format_args!(
-                "copy_gm_to_l1 {}, {}, 1, {}",
-                r.p_l1,
-                r.pa,
-                sh.mb * kf * FRACTAL / 32
-            )),
+            } => {
+                a.copy_gm_to_l1_nd2nz(r.p_l1, r.pa, kv, sh.rows, ld, ks * 16);
+            }
+            Src::Packed { .. } => {
+                a.copy_gm_to_l1(r.p_l1, r.pa, 1, sh.mb * kf * FRACTAL / units::BLOCK_BYTES);
+            }
         }
-        a.ins(format_args!(
-            "addi      {}, {}, {}",
-            r.t0, r.p_l1, self.lay.stage_a_bytes
-        ));
+        a.addi(r.t0, r.p_l1, self.lay.stage_a_bytes);
         match g.b {
             Src::Rows {
                 trans: false, ld, ..
-            } => a.ins(format_args!(
-                "copy_gm_to_l1_nd2nz {}, {}, {kv}, {}, {ld}, {}",
-                r.t0,
-                r.pb,
-                sh.cols,
-                ks * 16
-            )),
+            } => {
+                a.copy_gm_to_l1_nd2nz(r.t0, r.pb, kv, sh.cols, ld, ks * 16);
+            }
             Src::Rows {
                 trans: true, ld, ..
-            } => a.ins(format_args!(
-                "copy_gm_to_l1_nd2nz {}, {}, {}, {kv}, {ld}, {}",
-                r.t0,
-                r.pb,
-                sh.cols,
-                sh.nb * 16
-            )),
-            Src::Packed { .. } => a.ins(format_args!(
-                "copy_gm_to_l1 {}, {}, 1, {}",
-                r.t0,
-                r.pb,
-                sh.nb * kf * FRACTAL / 32
-            )),
+            } => {
+                a.copy_gm_to_l1_nd2nz(r.t0, r.pb, sh.cols, kv, ld, sh.nb * 16);
+            }
+            Src::Packed { .. } => {
+                a.copy_gm_to_l1(r.t0, r.pb, 1, sh.nb * kf * FRACTAL / units::BLOCK_BYTES);
+            }
         }
         if !kind.last {
             // A stage that is not the last is whole steps: kv is a multiple of 16.
@@ -1290,35 +1284,33 @@ impl Kern<'_> {
         let tail = a.new_label("c_tail");
         let prevs = self.classes() as u64 + 1;
         a.place(label);
-        a.ins(format_args!("bne       {}, {}, {have}", r.c_k, r.zero));
-        a.ins(format_args!("mov       {}, {}", r.d_out, r.c_out));
-        a.ins(format_args!("mov       {}, {}", r.d_e, r.c_e));
-        a.ins(format_args!("mov       {}, {}", r.d_cls, r.c_cls));
+        let l = a.label(&have);
+        a.bne(r.c_k, r.zero, l);
+        a.mov(r.d_out, r.c_out);
+        a.mov(r.d_e, r.c_e);
+        a.mov(r.d_cls, r.c_cls);
         self.coords(a, false);
         a.place(&have);
         // index = ((((class * prevs + previous if first) * 2 + last) * 2 + first) * 2
         //          + final if last) * 2 + parity
         self.stage_bits(a, r.c_k);
-        a.ins(format_args!("muli      {}, {}, {prevs}", r.t0, r.c_cls));
-        a.ins(format_args!("mul       {}, {}, {}", r.t3, r.d_cls, r.t1));
-        a.ins(format_args!("add       {}, {}, {}", r.t0, r.t0, r.t3));
-        a.ins(format_args!("shli      {}, {}, 1", r.t0, r.t0));
-        a.ins(format_args!("add       {}, {}, {}", r.t0, r.t0, r.t2));
-        a.ins(format_args!("shli      {}, {}, 1", r.t0, r.t0));
-        a.ins(format_args!("add       {}, {}, {}", r.t0, r.t0, r.t1));
-        a.ins(format_args!("shli      {}, {}, 1", r.t0, r.t0));
+        a.muli(r.t0, r.c_cls, prevs);
+        a.mul(r.t3, r.d_cls, r.t1);
+        a.add(r.t0, r.t0, r.t3);
+        a.shli(r.t0, r.t0, 1);
+        a.add(r.t0, r.t0, r.t2);
+        a.shli(r.t0, r.t0, 1);
+        a.add(r.t0, r.t0, r.t1);
+        a.shli(r.t0, r.t0, 1);
         // final: the block's last tile (no tile after it) at its last stage
-        a.ins(format_args!(
-            "addi      {}, {}, {}",
-            r.t3, r.c_tile, self.plan.block_dim
-        ));
+        a.addi(r.t3, r.c_tile, self.plan.block_dim);
         a.movi(r.t4, self.tiles as i64);
-        a.ins(format_args!("slt       {}, {}, {}", r.t3, r.t3, r.t4));
-        a.ins(format_args!("xori      {}, {}, 1", r.t3, r.t3));
-        a.ins(format_args!("mul       {}, {}, {}", r.t3, r.t3, r.t2));
-        a.ins(format_args!("add       {}, {}, {}", r.t0, r.t0, r.t3));
-        a.ins(format_args!("shli      {}, {}, 1", r.t0, r.t0));
-        a.ins(format_args!("add       {}, {}, {}", r.t0, r.t0, r.c_par));
+        a.slt(r.t3, r.t3, r.t4);
+        a.xori(r.t3, r.t3, 1);
+        a.mul(r.t3, r.t3, r.t2);
+        a.add(r.t0, r.t0, r.t3);
+        a.shli(r.t0, r.t0, 1);
+        a.add(r.t0, r.t0, r.c_par);
         let mut targets = Vec::new();
         let mut bodies = Vec::new();
         for cls in 0..self.classes() {
@@ -1364,7 +1356,7 @@ impl Kern<'_> {
                 }
             ));
             self.multiply_stage(a, sh, kind, prev.map(|p| self.shape(p)), fin, par);
-            a.ins(format_args!("jmp       {tail}"));
+            jump(a, &tail);
         }
         a.place(&tail);
         self.advance(a, r.c_tile, r.c_k, sites);
@@ -1417,7 +1409,7 @@ impl Kern<'_> {
     fn load_step(
         &self,
         a: &mut Asm,
-        op: &str,
+        l0b: bool,
         l0: u64,
         part: u64,
         order: L1Order,
@@ -1427,35 +1419,34 @@ impl Kern<'_> {
         step: u64,
     ) {
         let r = &self.r;
-        let tr = if order.transpose {
-            ", transpose=true"
-        } else {
-            ""
+        let load = |a: &mut Asm, nfrac: u64, src_stride: u64, dst_stride: u64| {
+            let e = if l0b {
+                a.load_l0b(r.t0, r.t1, nfrac)
+            } else {
+                a.load_l0a(r.t0, r.t1, nfrac)
+            };
+            e.src_stride(src_stride)
+                .dst_stride(dst_stride)
+                .transpose(order.transpose);
         };
         if order.packed {
             a.movi(r.t0, l0 as i64);
             let at = part + step * ob * self.plan.kb * FRACTAL;
-            a.ins(format_args!("addi      {}, {}, {at}", r.t1, r.c_l1));
-            a.ins(format_args!("{op} {}, {}, {}", r.t0, r.t1, ob * kb));
+            a.addi(r.t1, r.c_l1, at);
+            load(a, ob * kb, 1, 1);
         } else if kb <= ob {
             for x in 0..kb {
                 a.movi(r.t0, (l0 + x * FRACTAL) as i64);
                 let at = part + (k0 + x) * order.sk * FRACTAL;
-                a.ins(format_args!("addi      {}, {}, {at}", r.t1, r.c_l1));
-                a.ins(format_args!(
-                    "{op} {}, {}, {ob}, src_stride={}, dst_stride={kb}{tr}",
-                    r.t0, r.t1, order.so
-                ));
+                a.addi(r.t1, r.c_l1, at);
+                load(a, ob, order.so, kb);
             }
         } else {
             for y in 0..ob {
                 a.movi(r.t0, (l0 + y * kb * FRACTAL) as i64);
                 let at = part + (y * order.so + k0 * order.sk) * FRACTAL;
-                a.ins(format_args!("addi      {}, {}, {at}", r.t1, r.c_l1));
-                a.ins(format_args!(
-                    "{op} {}, {}, {kb}, src_stride={}, dst_stride=1{tr}",
-                    r.t0, r.t1, order.sk
-                ));
+                a.addi(r.t1, r.c_l1, at);
+                load(a, kb, order.sk, 1);
             }
         }
     }
@@ -1499,7 +1490,7 @@ impl Kern<'_> {
                             }
                         }
                         if self.bias_load() {
-                            a.ins("set_flag  V, MTE2, 0");
+                            a.set_flag(Pipe::V, Pipe::Mte2, 0);
                         }
                     }
                     if self.bias_load() {
@@ -1521,14 +1512,14 @@ impl Kern<'_> {
                 }
                 if to == prev_groups && from < to {
                     for u in 0..prev_groups {
-                        a.ins(format_args!("set_flag  MTE3, V, {u}"));
+                        a.set_flag(Pipe::Mte3, Pipe::V, u);
                     }
                 }
             }
             s += count;
         }
         if nsub % 2 == 1 {
-            a.ins(format_args!("xori      {}, {}, 1", r.c_par, r.c_par));
+            a.xori(r.c_par, r.c_par, 1);
         }
     }
 
@@ -1542,20 +1533,10 @@ impl Kern<'_> {
         let kb = k.div_ceil(16);
         let (order_a, order_b) = self.l1_orders(sh);
         let (l0a, l0b) = (buf * lay.l0a_half, buf * lay.l0b_half);
-        a.ins(format_args!("wait_flag M, MTE1, {buf}"));
-        self.load_step(a, "load_l0a", l0a, 0, order_a, sh.mb, k0, kb, s);
-        self.load_step(
-            a,
-            "load_l0b",
-            l0b,
-            lay.stage_a_bytes,
-            order_b,
-            sh.nb,
-            k0,
-            kb,
-            s,
-        );
-        a.ins(format_args!("set_flag  MTE1, M, {buf}"));
+        a.wait_flag(Pipe::M, Pipe::Mte1, buf);
+        self.load_step(a, false, l0a, 0, order_a, sh.mb, k0, kb, s);
+        self.load_step(a, true, l0b, lay.stage_a_bytes, order_b, sh.nb, k0, kb, s);
+        a.set_flag(Pipe::Mte1, Pipe::M, buf);
         Step {
             buf,
             l0a,
@@ -1573,69 +1554,48 @@ impl Kern<'_> {
         if init || hand_over {
             for (gi, (n0, n)) in self.groups(sh).into_iter().enumerate() {
                 if init {
-                    a.ins(format_args!("wait_flag V, M, {gi}"));
+                    a.wait_flag(Pipe::V, Pipe::M, gi);
                 }
                 for (j, st) in steps.iter().enumerate() {
                     if gi == 0 {
                         // Each step's loads are waited for where they are first used.
-                        a.ins(format_args!("wait_flag MTE1, M, {}", st.buf));
+                        a.wait_flag(Pipe::Mte1, Pipe::M, st.buf);
                     }
                     a.movi(r.t0, (n0 * sh.mb * FRACTAL_C) as i64);
                     a.movi(r.t1, st.l0a as i64);
                     a.movi(r.t2, (st.l0b + n0 * st.kb * FRACTAL) as i64);
-                    a.ins(format_args!(
-                        "mmad      {}, {}, {}, {}, {}, {}, init={}",
-                        r.t0,
-                        r.t1,
-                        r.t2,
-                        sh.mb * 16,
-                        st.k,
-                        n * 16,
-                        init && j == 0
-                    ));
+                    a.mmad(r.t0, r.t1, r.t2, sh.mb * 16, st.k, n * 16)
+                        .init(init && j == 0);
                 }
                 if hand_over {
-                    a.ins(format_args!("set_flag  M, V, {gi}"));
+                    a.set_flag(Pipe::M, Pipe::V, gi);
                 }
             }
         } else {
             for st in steps {
-                a.ins(format_args!("wait_flag MTE1, M, {}", st.buf));
+                a.wait_flag(Pipe::Mte1, Pipe::M, st.buf);
                 a.movi(r.t0, 0);
                 a.movi(r.t1, st.l0a as i64);
                 a.movi(r.t2, st.l0b as i64);
-                a.ins(format_args!(
-                    "mmad      {}, {}, {}, {}, {}, {}",
-                    r.t0,
-                    r.t1,
-                    r.t2,
-                    sh.mb * 16,
-                    st.k,
-                    sh.nb * 16
-                ));
+                a.mmad(r.t0, r.t1, r.t2, sh.mb * 16, st.k, sh.nb * 16);
             }
         }
         for st in steps {
-            a.ins(format_args!("set_flag  M, MTE1, {}", st.buf));
+            a.set_flag(Pipe::M, Pipe::Mte1, st.buf);
         }
     }
 
     /// MTE2: a tile's bias fractals, needed by its drain.
     fn load_bias(&self, a: &mut Asm, sh: TileShape) {
         let (r, g) = (&self.r, self.g);
-        a.ins("wait_flag V, MTE2, 0");
+        a.wait_flag(Pipe::V, Pipe::Mte2, 0);
         a.movi(r.t0, self.lay.bias as i64);
         let frac = match g.addend {
             Some(Addend::Cols { .. }) => sh.nb,
             _ => sh.mb,
         };
-        a.ins(format_args!(
-            "copy_gm_to_ub {}, {}, 1, {}",
-            r.t0,
-            r.c_e,
-            frac * 1024 / 32
-        ));
-        a.ins("set_flag  MTE2, V, 0");
+        a.copy_gm_to_ub(r.t0, r.c_e, 1, frac * FRACTAL_C / units::BLOCK_BYTES);
+        a.set_flag(Pipe::Mte2, Pipe::V, 0);
     }
 
     /// Splits a tile's n-fractals into drain groups: (first n-fractal, count).
@@ -1663,11 +1623,11 @@ impl Kern<'_> {
         }
         if !each {
             for u in 0..groups {
-                a.ins(format_args!("set_flag  MTE3, V, {u}"));
+                a.set_flag(Pipe::Mte3, Pipe::V, u);
             }
         }
         if self.bias_load() {
-            a.ins("set_flag  V, MTE2, 0");
+            a.set_flag(Pipe::V, Pipe::Mte2, 0);
         }
     }
 
@@ -1683,81 +1643,67 @@ impl Kern<'_> {
         let f32_work = g.f32_work();
         if let Some(Addend::Full { .. }) = g.addend {
             // MTE2: this group's block of the f32 addend, in the same fractal-column layout.
-            a.ins(format_args!("wait_flag V, MTE2, {u}"));
+            a.wait_flag(Pipe::V, Pipe::Mte2, u);
             for x in 0..n {
                 let nb = n0 + x;
                 let valid = (sh.cols - nb * 16).min(16);
-                a.movi(r.t0, (lay.cbuf[ui] + x * sh.mb * 1024) as i64);
-                a.ins(format_args!("addi      {}, {e}, {}", r.t1, nb * 16 * 4));
+                a.movi(r.t0, (lay.cbuf[ui] + x * sh.mb * FRACTAL_C) as i64);
+                a.addi(r.t1, e, nb * 16 * 4);
                 let len = valid * 4;
-                a.ins(format_args!(
-                    "copy_gm_to_ub_pad {}, {}, {}, {len}, src_gap={}, dst_gap={}",
-                    r.t0,
-                    r.t1,
-                    sh.rows,
-                    g.n * 4 - len,
-                    64 - len.div_ceil(32) * 32
-                ));
+                a.copy_gm_to_ub_pad(r.t0, r.t1, sh.rows, len)
+                    .src_gap(g.n * 4 - len)
+                    .dst_gap(64 - len.div_ceil(units::BLOCK_BYTES) * units::BLOCK_BYTES);
             }
-            a.ins(format_args!("set_flag  MTE2, V, {u}"));
+            a.set_flag(Pipe::Mte2, Pipe::V, u);
         }
-        a.ins(format_args!("wait_flag M, V, {gi}"));
-        a.ins(format_args!("wait_flag MTE3, V, {u}"));
+        a.wait_flag(Pipe::M, Pipe::V, gi);
+        a.wait_flag(Pipe::Mte3, Pipe::V, u);
         a.movi(r.t0, (n0 * sh.mb * FRACTAL_C) as i64);
         let out_buf = lay.out16[ui];
         let work = lay.work[ui];
         if f32_work {
             a.movi(r.t1, work as i64);
-            a.ins(format_args!(
-                "copy_l0c_to_ub.f32 {}, {}, {frac}",
-                r.t1, r.t0
-            ));
+            a.copy_l0c_to_ub(DType::F32, r.t1, r.t0, frac);
         } else {
             a.movi(r.t1, out_buf as i64);
-            a.ins(format_args!(
-                "copy_l0c_to_ub.f16 {}, {}, {frac}",
-                r.t1, r.t0
-            ));
+            a.copy_l0c_to_ub(DType::F16, r.t1, r.t0, frac);
         }
-        a.ins(format_args!("set_flag  V, M, {gi}"));
+        a.set_flag(Pipe::V, Pipe::M, gi);
         if f32_work {
             a.mask_count(r.t2, count);
             if let Some(alpha) = r.alpha {
-                a.ins(format_args!("vmuls.f32 {}, {}, {alpha}", r.t1, r.t1));
+                a.vmuls(DType::F32, r.t1, r.t1, alpha);
             }
             match g.addend {
                 Some(Addend::Scalar { .. }) => {
                     if let Some(s) = r.scalar {
-                        a.ins(format_args!("vadds.f32 {}, {}, {s}", r.t1, r.t1));
+                        a.vadds(DType::F32, r.t1, r.t1, s);
                     }
                 }
                 Some(Addend::Full { beta, .. }) => {
-                    a.ins(format_args!("wait_flag MTE2, V, {u}"));
+                    a.wait_flag(Pipe::Mte2, Pipe::V, u);
                     a.movi(r.t0, lay.cbuf[ui] as i64);
                     if beta != 1.0 {
                         a.movi(r.t2, i64::from(beta.to_bits()));
-                        a.ins(format_args!("vmuls.f32 {}, {}, {}", r.t0, r.t0, r.t2));
+                        a.vmuls(DType::F32, r.t0, r.t0, r.t2);
                     }
-                    a.ins(format_args!("vadd.f32  {}, {}, {}", r.t1, r.t1, r.t0));
-                    a.ins(format_args!("set_flag  V, MTE2, {u}"));
+                    a.vadd(DType::F32, r.t1, r.t1, r.t0);
+                    a.set_flag(Pipe::V, Pipe::Mte2, u);
                 }
                 Some(Addend::Cols { .. } | Addend::Rows { .. }) => {
                     if gi == 0 {
-                        a.ins("wait_flag MTE2, V, 0");
+                        a.wait_flag(Pipe::Mte2, Pipe::V, 0);
                     }
                     a.mask_count(r.t2, sh.mb * 256);
                     let cols = matches!(g.addend, Some(Addend::Cols { .. }));
                     for x in 0..n {
-                        a.movi(r.t1, (work + x * sh.mb * 1024) as i64);
+                        a.movi(r.t1, (work + x * sh.mb * FRACTAL_C) as i64);
                         if cols {
-                            a.movi(r.t0, (lay.bias + (n0 + x) * 1024) as i64);
-                            a.ins(format_args!(
-                                "vadd.f32  {}, {}, {}, src1_rep=0",
-                                r.t1, r.t1, r.t0
-                            ));
+                            a.movi(r.t0, (lay.bias + (n0 + x) * FRACTAL_C) as i64);
+                            a.vadd(DType::F32, r.t1, r.t1, r.t0).src1_rep(0);
                         } else {
                             a.movi(r.t0, lay.bias as i64);
-                            a.ins(format_args!("vadd.f32  {}, {}, {}", r.t1, r.t1, r.t0));
+                            a.vadd(DType::F32, r.t1, r.t1, r.t0);
                         }
                     }
                     a.movi(r.t1, work as i64);
@@ -1767,10 +1713,10 @@ impl Kern<'_> {
             }
             if g.out_type == OutType::F16 {
                 a.movi(r.t0, out_buf as i64);
-                a.ins(format_args!("vconv.f16.f32 {}, {}", r.t0, r.t1));
+                a.vconv(DType::F16, DType::F32, r.t0, r.t1);
             }
         }
-        a.ins(format_args!("set_flag  V, MTE3, {u}"));
+        a.set_flag(Pipe::V, Pipe::Mte3, u);
     }
 
     /// The MTE3 part of draining group `gi` to the tile at `out`: fractal column by fractal
@@ -1782,24 +1728,19 @@ impl Kern<'_> {
         let u = gi as u64 % self.nbuf;
         let es = g.out_type.bytes();
         let out_buf = lay.out16[u as usize];
-        a.ins(format_args!("wait_flag V, MTE3, {u}"));
+        a.wait_flag(Pipe::V, Pipe::Mte3, u);
         for x in 0..n {
             let nb = n0 + x;
             let valid = (sh.cols - nb * 16).min(16);
             let len = valid * es;
             a.movi(r.t0, (out_buf + x * sh.mb * 256 * es) as i64);
-            a.ins(format_args!("addi      {}, {out}, {}", r.t1, nb * 16 * es));
-            a.ins(format_args!(
-                "copy_ub_to_gm_pad {}, {}, {}, {len}, src_gap={}, dst_gap={}",
-                r.t1,
-                r.t0,
-                sh.rows,
-                16 * es - len.div_ceil(32) * 32,
-                g.ldc * es - len
-            ));
+            a.addi(r.t1, out, nb * 16 * es);
+            a.copy_ub_to_gm_pad(r.t1, r.t0, sh.rows, len)
+                .src_gap(16 * es - len.div_ceil(units::BLOCK_BYTES) * units::BLOCK_BYTES)
+                .dst_gap(g.ldc * es - len);
         }
         if free {
-            a.ins(format_args!("set_flag  MTE3, V, {u}"));
+            a.set_flag(Pipe::Mte3, Pipe::V, u);
         }
     }
 }
@@ -1819,26 +1760,32 @@ fn add_const(a: &mut Asm, dst: Reg, value: u64, tmp: Reg) {
         return;
     }
     if let Ok(v) = i32::try_from(value) {
-        a.ins(format_args!("addi      {dst}, {dst}, {v}"));
+        a.addi(dst, dst, v);
     } else {
         a.movi(tmp, value as i64);
-        a.ins(format_args!("add       {dst}, {dst}, {tmp}"));
+        a.add(dst, dst, tmp);
     }
+}
+
+/// `jmp` to the label called `label`.
+fn jump(a: &mut Asm, label: &str) {
+    let l = a.label(label);
+    a.jmp(l);
 }
 
 /// `dst = base + index * stride` (stride in bytes, possibly 0).
 fn scaled_add(a: &mut Asm, dst: Reg, base: Reg, index: Reg, stride: u64, tmp: Reg) {
     if stride == 0 {
         if dst != base {
-            a.ins(format_args!("mov       {dst}, {base}"));
+            a.mov(dst, base);
         }
         return;
     }
     if let Ok(s) = i32::try_from(stride) {
-        a.ins(format_args!("muli      {tmp}, {index}, {s}"));
+        a.muli(tmp, index, s);
     } else {
         a.movi(tmp, stride as i64);
-        a.ins(format_args!("mul       {tmp}, {index}, {tmp}"));
+        a.mul(tmp, index, tmp);
     }
-    a.ins(format_args!("add       {dst}, {base}, {tmp}"));
+    a.add(dst, base, tmp);
 }
