@@ -31,6 +31,8 @@
 //! and a DMA with single-element bursts writes those blocks to strided GM positions (one pair
 //! per residue of the output column, since the kept lane repeats with that period).
 
+use gearsim_isa::{DType, Pipe, ReduceOp, SReg, SType, Space, units};
+
 use super::super::writer::{Asm, Reg};
 use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::conv::ConvShape;
@@ -40,11 +42,11 @@ use crate::CoreSpec;
 use crate::ir::DataType;
 
 /// Bytes of a vector block (the DMA and alignment unit of UB).
-const BLOCK: u64 = 32;
+const BLOCK: u64 = units::BLOCK_BYTES;
 /// f32 lanes of a vector repeat (256 bytes).
-const F32_REPEAT: u64 = 64;
+const F32_REPEAT: u64 = units::REPEAT_BYTES / 4;
 /// Largest vector repeat count and block stride (u8 fields).
-const MAX_REPEAT: u64 = 255;
+const MAX_REPEAT: u64 = units::REPEAT_MAX;
 
 /// Event ids (pipe pairs MTE2 ⇄ V ⇄ MTE3), by buffer parity.
 mod ev {
@@ -116,7 +118,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
     let xp = b.scratch(g.xp_bytes);
     let mut runtime_bias = None;
     if let (Some(bd), None) = (ctx.inputs.get(2).copied().flatten(), &bias_values) {
-        let ws = b.scratch(s.m.div_ceil(16) * 1024);
+        let ws = b.scratch(s.m.div_ceil(units::C0) * units::FRACTAL_BYTES_F32);
         let name = kernel_name(ctx, "expand_bias");
         let ty = cube_type(ctx, bd)?;
         b.kernels.push(expand_kernel(
@@ -369,14 +371,11 @@ struct W<'a> {
 }
 
 impl W<'_> {
-    fn ins(&mut self, text: impl std::fmt::Display) {
-        self.a.ins(text);
+    fn set(&mut self, src: Pipe, dst: Pipe, id: u8) {
+        self.a.set_flag(src, dst, id);
     }
-    fn set(&mut self, src: &str, dst: &str, id: u8) {
-        self.a.ins(format_args!("set_flag  {src}, {dst}, {id}"));
-    }
-    fn wait(&mut self, src: &str, dst: &str, id: u8) {
-        self.a.ins(format_args!("wait_flag {src}, {dst}, {id}"));
+    fn wait(&mut self, src: Pipe, dst: Pipe, id: u8) {
+        self.a.wait_flag(src, dst, id);
     }
     fn movi(&mut self, dst: Reg, v: u64) {
         self.a.movi(dst, v as i64);
@@ -384,19 +383,19 @@ impl W<'_> {
     /// `dst = src + v` (`tmp` carries an offset too large for an immediate; it may be `dst`).
     fn addi(&mut self, dst: Reg, src: Reg, v: u64, tmp: Reg) {
         if let Ok(i) = i32::try_from(v) {
-            self.ins(format_args!("addi      {dst}, {src}, {i}"));
+            self.a.addi(dst, src, i);
         } else {
             self.a.movi(tmp, v as i64);
-            self.ins(format_args!("add       {dst}, {src}, {tmp}"));
+            self.a.add(dst, src, tmp);
         }
     }
     /// `dst = src * v`.
     fn muli(&mut self, dst: Reg, src: Reg, v: u64, tmp: Reg) {
         if let Ok(i) = i32::try_from(v) {
-            self.ins(format_args!("muli      {dst}, {src}, {i}"));
+            self.a.muli(dst, src, i);
         } else {
             self.a.movi(tmp, v as i64);
-            self.ins(format_args!("mul       {dst}, {src}, {tmp}"));
+            self.a.mul(dst, src, tmp);
         }
     }
     /// `first` and `end` of this block's share of `total` items over `blocks` blocks (the
@@ -404,30 +403,31 @@ impl W<'_> {
     fn block_share(&mut self, total: u64, blocks: u64, first: Reg, end: Reg, t: [Reg; 2]) {
         let (q, rem) = (total / blocks, total % blocks);
         let [bi, x] = t;
-        self.ins(format_args!("sreg      {bi}, block_idx"));
+        self.a.sreg(bi, SReg::BlockIdx);
         self.muli(first, bi, q, x);
         self.movi(x, rem);
-        self.ins(format_args!("minu      {x}, {bi}, {x}"));
-        self.ins(format_args!("add       {first}, {first}, {x}"));
+        self.a.minu(x, bi, x);
+        self.a.add(first, first, x);
         self.addi(end, first, q, x);
         self.movi(x, rem);
         let no_extra = self.a.new_label("no_extra");
-        self.ins(format_args!("bgeu      {bi}, {x}, {no_extra}"));
-        self.ins(format_args!("addi      {end}, {end}, 1"));
+        let l = self.a.label(&no_extra);
+        self.a.bgeu(bi, x, l);
+        self.a.addi(end, end, 1);
         self.a.place(&no_extra);
     }
     /// The flags a double-buffered pipeline starts with: both input and output buffers free.
     fn start_free(&mut self) {
         for p in 0..2 {
-            self.set("V", "MTE2", ev::FREE[p]);
-            self.set("MTE3", "V", ev::OUT_FREE[p]);
+            self.set(Pipe::V, Pipe::Mte2, ev::FREE[p]);
+            self.set(Pipe::Mte3, Pipe::V, ev::OUT_FREE[p]);
         }
     }
     /// Consumes the flags the last tiles left set.
     fn end_free(&mut self) {
         for p in 0..2 {
-            self.wait("V", "MTE2", ev::FREE[p]);
-            self.wait("MTE3", "V", ev::OUT_FREE[p]);
+            self.wait(Pipe::V, Pipe::Mte2, ev::FREE[p]);
+            self.wait(Pipe::Mte3, Pipe::V, ev::OUT_FREE[p]);
         }
     }
 }
@@ -455,45 +455,38 @@ fn pad_kernel(a: &mut Asm, s: &ConvShape, g: &Geometry, core: &CoreSpec) -> u32 
     let end = a.reg();
     let t = [a.reg(), a.reg(), a.reg(), a.reg()];
     let mut w = W { a };
-    w.ins(format_args!("sreg      {args}, args"));
-    w.ins(format_args!(
-        "ld.gm.u64 {x}, {args}, off={}",
-        pad_arg::X * 8
-    ));
-    w.ins(format_args!(
-        "ld.gm.u64 {xp}, {args}, off={}",
-        pad_arg::XP * 8
-    ));
+    w.a.sreg(args, SReg::Args);
+    w.a.ld(Space::Gm, SType::U64, x, args).off(pad_arg::X * 8);
+    w.a.ld(Space::Gm, SType::U64, xp, args).off(pad_arg::XP * 8);
     w.a.comment("zero the row tails and the zero area (never written again)");
     w.a.mask_count(t[0], (2 * row_pitch + round_block(zero_len)) / 4);
     w.movi(t[1], rowb[0]);
     w.movi(t[2], 0);
-    w.ins(format_args!("vdup.f32  {}, {}", t[1], t[2]));
+    w.a.vdup(DType::F32, t[1], t[2]);
     w.start_free();
     w.block_share(rows, blocks, row, end, [t[0], t[1]]);
     if s.pl > 0 {
         // The left padding of the tensor's first row lies before any row's burst.
         let skip = w.a.new_label("not_first");
-        w.ins(format_args!("bne       {row}, {}, {skip}", t[2]));
-        w.set("V", "MTE3", ev::ZEROED);
-        w.wait("V", "MTE3", ev::ZEROED);
+        let l = w.a.label(&skip);
+        w.a.bne(row, t[2], l);
+        w.set(Pipe::V, Pipe::Mte3, ev::ZEROED);
+        w.wait(Pipe::V, Pipe::Mte3, ev::ZEROED);
         w.movi(t[0], zero);
-        w.ins(format_args!(
-            "copy_ub_to_gm_pad {xp}, {}, 1, {}",
-            t[0],
-            s.pl * 4
-        ));
+        w.a.copy_ub_to_gm_pad(xp, t[0], 1, s.pl * 4);
         w.a.place(&skip);
     }
     let top = w.a.new_label("pad_row");
     let done = w.a.new_label("pad_done");
     w.a.place(&top);
     for p in 0..2 {
-        w.ins(format_args!("bgeu      {row}, {end}, {done}"));
+        let l = w.a.label(&done);
+        w.a.bgeu(row, end, l);
         pad_row(&mut w, s, g, p, [x, xp, row], t, (inb[p], rowb[p], zero));
-        w.ins(format_args!("addi      {row}, {row}, 1"));
+        w.a.addi(row, row, 1);
     }
-    w.ins(format_args!("jmp       {top}"));
+    let l = w.a.label(&top);
+    w.a.jmp(l);
     w.a.place(&done);
     w.end_free();
     blocks as u32
@@ -515,67 +508,60 @@ fn pad_row(
     let next = w.a.new_label("row_done");
     // Plane and padded row: a data row when `y - pt < h` (unsigned).
     w.movi(t0, g.hp);
-    w.ins(format_args!("divu      {t1}, {row}, {t0}"));
-    w.ins(format_args!("mul       {t2}, {t1}, {t0}"));
-    w.ins(format_args!("sub       {t2}, {row}, {t2}"));
-    w.ins(format_args!("addi      {t2}, {t2}, -{}", s.pt));
+    w.a.divu(t1, row, t0);
+    w.a.mul(t2, t1, t0);
+    w.a.sub(t2, row, t2);
+    w.a.addi(t2, t2, -(s.pt as i64));
     w.movi(t0, s.h);
-    w.ins(format_args!("bgeu      {t2}, {t0}, {pad}"));
+    let l = w.a.label(&pad);
+    w.a.bgeu(t2, t0, l);
     // Source: X + ((plane · H + y - pt) · W) · es.
-    w.ins(format_args!("mul       {t1}, {t1}, {t0}"));
-    w.ins(format_args!("add       {t1}, {t1}, {t2}"));
+    w.a.mul(t1, t1, t0);
+    w.a.add(t1, t1, t2);
     w.muli(t1, t1, s.w * es, t3);
-    w.ins(format_args!("add       {t1}, {t1}, {x}"));
-    w.wait("V", "MTE2", ev::FREE[p]);
+    w.a.add(t1, t1, x);
+    w.wait(Pipe::V, Pipe::Mte2, ev::FREE[p]);
     w.movi(t0, inb);
-    w.ins(format_args!(
-        "copy_gm_to_ub_pad {t0}, {t1}, 1, {}",
-        s.w * es
-    ));
-    w.set("MTE2", "V", ev::READY[p]);
-    w.wait("MTE2", "V", ev::READY[p]);
-    w.wait("MTE3", "V", ev::OUT_FREE[p]);
+    w.a.copy_gm_to_ub_pad(t0, t1, 1, s.w * es);
+    w.set(Pipe::Mte2, Pipe::V, ev::READY[p]);
+    w.wait(Pipe::Mte2, Pipe::V, ev::READY[p]);
+    w.wait(Pipe::Mte3, Pipe::V, ev::OUT_FREE[p]);
     w.a.mask_count(t2, s.w);
     w.movi(t0, rowb);
     w.movi(t1, inb);
     if g.in_ty == OutType::F16 {
-        w.ins(format_args!("vconv.f32.f16 {t0}, {t1}"));
+        w.a.vconv(DType::F32, DType::F16, t0, t1);
     } else {
-        w.ins(format_args!("vmov.f32  {t0}, {t1}"));
+        w.a.vmov(DType::F32, t0, t1);
     }
-    w.set("V", "MTE2", ev::FREE[p]);
-    w.set("V", "MTE3", ev::OUT_READY[p]);
-    w.wait("V", "MTE3", ev::OUT_READY[p]);
+    w.set(Pipe::V, Pipe::Mte2, ev::FREE[p]);
+    w.set(Pipe::V, Pipe::Mte3, ev::OUT_READY[p]);
+    w.wait(Pipe::V, Pipe::Mte3, ev::OUT_READY[p]);
     // Destination: Xp + (row · Wp + pl) · 4; the burst's zero tail pads this row's right and
     // the next row's left.
     w.muli(t1, row, g.wp * 4, t3);
-    w.ins(format_args!("add       {t1}, {t1}, {xp}"));
+    w.a.add(t1, t1, xp);
     w.addi(t1, t1, s.pl * 4, t3);
-    w.ins(format_args!(
-        "copy_ub_to_gm_pad {t1}, {t0}, 1, {}",
-        (s.w + s.pl + s.pr) * 4
-    ));
-    w.set("MTE3", "V", ev::OUT_FREE[p]);
-    w.ins(format_args!("jmp       {next}"));
+    w.a.copy_ub_to_gm_pad(t1, t0, 1, (s.w + s.pl + s.pr) * 4);
+    w.set(Pipe::Mte3, Pipe::V, ev::OUT_FREE[p]);
+    let l = w.a.label(&next);
+    w.a.jmp(l);
 
     w.a.place(&pad);
     // The same flag sequence with nothing to move but zeros (a whole row and the next row's
     // left padding).
-    w.wait("V", "MTE2", ev::FREE[p]);
-    w.set("MTE2", "V", ev::READY[p]);
-    w.wait("MTE2", "V", ev::READY[p]);
-    w.wait("MTE3", "V", ev::OUT_FREE[p]);
-    w.set("V", "MTE2", ev::FREE[p]);
-    w.set("V", "MTE3", ev::OUT_READY[p]);
-    w.wait("V", "MTE3", ev::OUT_READY[p]);
+    w.wait(Pipe::V, Pipe::Mte2, ev::FREE[p]);
+    w.set(Pipe::Mte2, Pipe::V, ev::READY[p]);
+    w.wait(Pipe::Mte2, Pipe::V, ev::READY[p]);
+    w.wait(Pipe::Mte3, Pipe::V, ev::OUT_FREE[p]);
+    w.set(Pipe::V, Pipe::Mte2, ev::FREE[p]);
+    w.set(Pipe::V, Pipe::Mte3, ev::OUT_READY[p]);
+    w.wait(Pipe::V, Pipe::Mte3, ev::OUT_READY[p]);
     w.muli(t1, row, g.wp * 4, t3);
-    w.ins(format_args!("add       {t1}, {t1}, {xp}"));
+    w.a.add(t1, t1, xp);
     w.movi(t0, zero);
-    w.ins(format_args!(
-        "copy_ub_to_gm_pad {t1}, {t0}, 1, {}",
-        (g.wp + s.pl) * 4
-    ));
-    w.set("MTE3", "V", ev::OUT_FREE[p]);
+    w.a.copy_ub_to_gm_pad(t1, t0, 1, (g.wp + s.pl) * 4);
+    w.set(Pipe::Mte3, Pipe::V, ev::OUT_FREE[p]);
     w.a.place(&next);
 }
 
@@ -615,14 +601,14 @@ fn dw_kernel(a: &mut Asm, s: &ConvShape, g: &Geometry, runtime_bias: bool) -> u3
         t: [a.reg(), a.reg(), a.reg(), a.reg()],
     };
     let mut w = W { a };
-    w.ins(format_args!("sreg      {args}, args"));
+    w.a.sreg(args, SReg::Args);
     for (reg, i) in [
         (r.xp, dw_arg::XP),
         (r.consts, dw_arg::CONSTS),
         (r.out, dw_arg::OUT),
         (r.bias, dw_arg::BIAS),
     ] {
-        w.ins(format_args!("ld.gm.u64 {reg}, {args}, off={}", i * 8));
+        w.a.ld(Space::Gm, SType::U64, reg, args).off(i * 8);
     }
     w.start_free();
     w.block_share(total, blocks, r.row, r.end, [r.t[0], r.t[1]]);
@@ -630,11 +616,13 @@ fn dw_kernel(a: &mut Asm, s: &ConvShape, g: &Geometry, runtime_bias: bool) -> u3
     let done = w.a.new_label("tiles_done");
     w.a.place(&top);
     for p in 0..2 {
-        w.ins(format_args!("bgeu      {}, {}, {done}", r.row, r.end));
+        let l = w.a.label(&done);
+        w.a.bgeu(r.row, r.end, l);
         dw_tile(&mut w, s, g, &r, p, runtime_bias);
-        w.ins(format_args!("add       {}, {}, {}", r.row, r.row, r.rows));
+        w.a.add(r.row, r.row, r.rows);
     }
-    w.ins(format_args!("jmp       {top}"));
+    let l = w.a.label(&top);
+    w.a.jmp(l);
     w.a.place(&done);
     w.end_free();
     blocks as u32
@@ -648,71 +636,67 @@ fn dw_tile(w: &mut W<'_>, s: &ConvShape, g: &Geometry, r: &DwRegs, p: usize, run
     w.a.comment(format_args!("tile (buffers {p})"));
     // plane = row / Ho, oh0 = row mod Ho; rows = min(R, Ho - oh0, end - row).
     w.movi(t0, s.ho);
-    w.ins(format_args!("divu      {t1}, {}, {t0}", r.row));
-    w.ins(format_args!("mul       {t2}, {t1}, {t0}"));
-    w.ins(format_args!("sub       {t2}, {}, {t2}", r.row));
-    w.ins(format_args!("sub       {t3}, {t0}, {t2}"));
+    w.a.divu(t1, r.row, t0);
+    w.a.mul(t2, t1, t0);
+    w.a.sub(t2, r.row, t2);
+    w.a.sub(t3, t0, t2);
     w.movi(t0, g.r);
-    w.ins(format_args!("minu      {}, {t3}, {t0}", r.rows));
-    w.ins(format_args!("sub       {t3}, {}, {}", r.end, r.row));
-    w.ins(format_args!("minu      {}, {}, {t3}", r.rows, r.rows));
+    w.a.minu(r.rows, t3, t0);
+    w.a.sub(t3, r.end, r.row);
+    w.a.minu(r.rows, r.rows, t3);
     // n = plane / M, m = plane mod M, input plane n · C + m / mult.
     w.movi(t0, s.m);
-    w.ins(format_args!("divu      {t3}, {t1}, {t0}"));
-    w.ins(format_args!("mul       {t0}, {t3}, {t0}"));
-    w.ins(format_args!("sub       {t1}, {t1}, {t0}"));
+    w.a.divu(t3, t1, t0);
+    w.a.mul(t0, t3, t0);
+    w.a.sub(t1, t1, t0);
     w.muli(t3, t3, s.c, t0);
     if mult > 1 {
         w.movi(t0, mult);
-        w.ins(format_args!("divu      {t0}, {t1}, {t0}"));
-        w.ins(format_args!("add       {t3}, {t3}, {t0}"));
+        w.a.divu(t0, t1, t0);
+        w.a.add(t3, t3, t0);
     } else {
-        w.ins(format_args!("add       {t3}, {t3}, {t1}"));
+        w.a.add(t3, t3, t1);
     }
     // Band source: Xp + ((in_plane · Hp + oh0 · sh) · Wp) · 4.
     w.muli(t3, t3, g.hp, t0);
     w.muli(t2, t2, s.sh, t0);
-    w.ins(format_args!("add       {t3}, {t3}, {t2}"));
+    w.a.add(t3, t3, t2);
     w.muli(t3, t3, g.wp * 4, t0);
-    w.ins(format_args!("add       {t3}, {t3}, {}", r.xp));
-    w.wait("V", "MTE2", ev::FREE[p]);
+    w.a.add(t3, t3, r.xp);
+    w.wait(Pipe::V, Pipe::Mte2, ev::FREE[p]);
     for j in 0..s.kw {
         w.movi(t0, g.band[p] + j * g.rb * g.up);
         w.addi(t2, t3, j * s.dw * 4, t2);
-        w.ins(format_args!(
-            "copy_gm_to_ub_pad {t0}, {t2}, {}, {}, src_gap={}, dst_gap={}",
-            g.rb,
-            g.wd * 4,
-            (g.wp - g.wd) * 4,
-            g.up - round_block(g.wd * 4)
-        ));
+        w.a.copy_gm_to_ub_pad(t0, t2, g.rb, g.wd * 4)
+            .src_gap((g.wp - g.wd) * 4)
+            .dst_gap(g.up - round_block(g.wd * 4));
     }
     // The channel's bias and tap blocks.
     w.muli(t2, t1, (taps + 1) * BLOCK, t0);
-    w.ins(format_args!("add       {t2}, {t2}, {}", r.consts));
+    w.a.add(t2, t2, r.consts);
     w.movi(t0, g.taps[p]);
-    w.ins(format_args!("copy_gm_to_ub {t0}, {t2}, 1, {}", taps + 1));
+    w.a.copy_gm_to_ub(t0, t2, 1, taps + 1);
     if runtime_bias {
         // Row m mod 16 of fractal m / 16: sixteen copies of the bias.
-        w.ins(format_args!("shri      {t2}, {t1}, 4"));
-        w.ins(format_args!("muli      {t2}, {t2}, 1024"));
-        w.ins(format_args!("andi      {t3}, {t1}, 15"));
-        w.ins(format_args!("muli      {t3}, {t3}, 64"));
-        w.ins(format_args!("add       {t2}, {t2}, {t3}"));
-        w.ins(format_args!("add       {t2}, {t2}, {}", r.bias));
-        w.ins(format_args!("copy_gm_to_ub {t0}, {t2}, 1, 1"));
+        w.a.shri(t2, t1, units::C0.trailing_zeros());
+        w.a.muli(t2, t2, units::FRACTAL_BYTES_F32);
+        w.a.andi(t3, t1, units::C0 - 1);
+        w.a.muli(t3, t3, units::C0 * 4);
+        w.a.add(t2, t2, t3);
+        w.a.add(t2, t2, r.bias);
+        w.a.copy_gm_to_ub(t0, t2, 1, 1);
     }
-    w.set("MTE2", "V", ev::READY[p]);
+    w.set(Pipe::Mte2, Pipe::V, ev::READY[p]);
 
-    w.wait("MTE2", "V", ev::READY[p]);
-    w.wait("MTE3", "V", ev::OUT_FREE[p]);
+    w.wait(Pipe::Mte2, Pipe::V, ev::READY[p]);
+    w.wait(Pipe::Mte3, Pipe::V, ev::OUT_FREE[p]);
     dw_compute(w, s, g, r, p);
-    w.set("V", "MTE2", ev::FREE[p]);
-    w.set("V", "MTE3", ev::OUT_READY[p]);
+    w.set(Pipe::V, Pipe::Mte2, ev::FREE[p]);
+    w.set(Pipe::V, Pipe::Mte3, ev::OUT_READY[p]);
 
-    w.wait("V", "MTE3", ev::OUT_READY[p]);
+    w.wait(Pipe::V, Pipe::Mte3, ev::OUT_READY[p]);
     dw_write(w, s, g, r, p);
-    w.set("MTE3", "V", ev::OUT_FREE[p]);
+    w.set(Pipe::Mte3, Pipe::V, ev::OUT_FREE[p]);
 }
 
 /// V: the tile's rows (all `R`; rows past the tile's end compute values nobody writes).
@@ -730,56 +714,51 @@ fn dw_compute(w: &mut W<'_>, s: &ConvShape, g: &Geometry, r: &DwRegs, p: usize) 
         };
         w.movi(t0, 0);
         w.movi(t1, lo);
-        w.ins(format_args!("set_mask  {t0}, {t1}"));
+        w.a.set_mask(t0, t1);
         w.movi(t0, g.acc[p]);
         w.movi(t1, bias_blk);
-        w.ins(format_args!(
-            "vmov.f32  {t0}, {t1}, repeat={}, dst_rep={}, src_blk=0, src_rep=0",
-            g.r,
-            g.ap / BLOCK
-        ));
+        w.a.vmov(DType::F32, t0, t1)
+            .repeat(g.r)
+            .dst_rep(g.ap / BLOCK)
+            .src_blk(0)
+            .src_rep(0);
         for i in 0..s.kh {
             for j in 0..s.kw {
                 w.movi(t1, g.band[p] + j * g.rb * g.up + i * s.dh * g.up);
                 w.movi(t2, tap_blk(i, j));
-                w.ins(format_args!(
-                    "vmla.f32  {t0}, {t1}, {t2}, repeat={}, dst_rep={}, src0_rep={}, \
-                     src1_blk=0, src1_rep=0",
-                    g.r,
-                    g.ap / BLOCK,
-                    s.sh * g.up / BLOCK
-                ));
+                w.a.vmla(DType::F32, t0, t1, t2)
+                    .repeat(g.r)
+                    .dst_rep(g.ap / BLOCK)
+                    .src0_rep(s.sh * g.up / BLOCK)
+                    .src1_blk(0)
+                    .src1_rep(0);
             }
         }
         if half {
             w.movi(t1, g.half[p]);
             // A conversion's blocks hold 8 values, so its f16 side strides in 16-byte units.
-            w.ins(format_args!(
-                "vconv.f16.f32 {t1}, {t0}, repeat={}, dst_rep={}, src_rep={}",
-                g.r,
-                g.op / (BLOCK / 2),
-                g.ap / BLOCK
-            ));
+            w.a.vconv(DType::F16, DType::F32, t1, t0)
+                .repeat(g.r)
+                .dst_rep(g.op / (BLOCK / 2))
+                .src_rep(g.ap / BLOCK);
         }
     } else {
         for row in 0..g.r {
             w.a.mask_count(t3, g.wd);
             w.movi(t0, g.acc[p] + row * g.ap);
             w.movi(t1, bias_blk);
-            w.ins(format_args!("vmov.f32  {t0}, {t1}, src_blk=0, src_rep=0"));
+            w.a.vmov(DType::F32, t0, t1).src_blk(0).src_rep(0);
             for i in 0..s.kh {
                 for j in 0..s.kw {
                     let band_row = row * s.sh + i * s.dh;
                     w.movi(t1, g.band[p] + j * g.rb * g.up + band_row * g.up);
                     w.movi(t2, tap_blk(i, j));
-                    w.ins(format_args!(
-                        "vmla.f32  {t0}, {t1}, {t2}, src1_blk=0, src1_rep=0"
-                    ));
+                    w.a.vmla(DType::F32, t0, t1, t2).src1_blk(0).src1_rep(0);
                 }
             }
             if half {
                 w.movi(t1, g.half[p] + row * g.op);
-                w.ins(format_args!("vconv.f16.f32 {t1}, {t0}"));
+                w.a.vconv(DType::F16, DType::F32, t1, t0);
             }
         }
     }
@@ -793,8 +772,8 @@ fn dw_compute(w: &mut W<'_>, s: &ConvShape, g: &Geometry, r: &DwRegs, p: usize) 
 fn gather(w: &mut W<'_>, g: &Geometry, r: &DwRegs, p: usize) {
     let [t0, t1, t2, _] = r.t;
     let (ty, lanes, dense, pitch) = match g.out_ty {
-        OutType::F16 => ("f16", 16, g.half[p], g.op),
-        OutType::F32 => ("f32", 8, g.acc[p], g.ap),
+        OutType::F16 => (DType::F16, 16, g.half[p], g.op),
+        OutType::F32 => (DType::F32, 8, g.acc[p], g.ap),
     };
     for ph in &g.phases {
         // Lane `lane` of each of the 8 blocks of a repeat.
@@ -809,17 +788,15 @@ fn gather(w: &mut W<'_>, g: &Geometry, r: &DwRegs, p: usize) {
         }
         w.movi(t0, hi);
         w.movi(t1, lo);
-        w.ins(format_args!("set_mask  {t0}, {t1}"));
+        w.a.set_mask(t0, t1);
         for row in 0..g.r {
             w.movi(t0, g.gather[p] + row * g.gather_row + ph.at);
             w.movi(t1, dense + row * pitch + ph.first_block * BLOCK);
-            w.ins(format_args!(
-                "vbreduce.sum.{ty} {t0}, {t1}, repeat={}, src_blk={}, src_rep={}, dst_rep={}",
-                ph.repeats,
-                g.gather_blk,
-                8 * g.gather_blk,
-                lanes
-            ));
+            w.a.vbreduce(ReduceOp::Sum, ty, t0, t1)
+                .repeat(ph.repeats)
+                .src_blk(g.gather_blk)
+                .src_rep(8 * g.gather_blk)
+                .dst_rep(lanes);
         }
     }
     let _ = t2;
@@ -835,29 +812,25 @@ fn dw_write(w: &mut W<'_>, s: &ConvShape, g: &Geometry, r: &DwRegs, p: usize) {
     };
     // Output row `row + k` starts at Y + (row + k) · Wo · es.
     w.muli(t1, r.row, s.wo * es, t3);
-    w.ins(format_args!("add       {t1}, {t1}, {}", r.out));
+    w.a.add(t1, t1, r.out);
     let skip = w.a.new_label("rows_written");
     for k in 0..g.r {
         if k > 0 {
             w.movi(t2, k);
-            w.ins(format_args!("bgeu      {t2}, {}, {skip}", r.rows));
+            let l = w.a.label(&skip);
+            w.a.bgeu(t2, r.rows, l);
             w.addi(t1, t1, s.wo * es, t3);
         }
         if g.phases.is_empty() {
             w.movi(t0, dense + k * pitch);
-            w.ins(format_args!(
-                "copy_ub_to_gm_pad {t1}, {t0}, 1, {}",
-                s.wo * es
-            ));
+            w.a.copy_ub_to_gm_pad(t1, t0, 1, s.wo * es);
         } else {
             for ph in &g.phases {
                 w.movi(t0, g.gather[p] + k * g.gather_row + ph.at);
                 w.addi(t2, t1, ph.u * es, t3);
-                w.ins(format_args!(
-                    "copy_ub_to_gm_pad {t2}, {t0}, {}, {es}, src_gap=0, dst_gap={}",
-                    ph.count,
-                    (g.period - 1) * es
-                ));
+                w.a.copy_ub_to_gm_pad(t2, t0, ph.count, es)
+                    .src_gap(0)
+                    .dst_gap((g.period - 1) * es);
             }
         }
     }

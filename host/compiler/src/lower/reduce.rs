@@ -23,6 +23,8 @@
 //! the previous tile (they recompute rows and write identical bytes), so every tile of a
 //! kernel has the same static shape.
 
+use gearsim_isa::{DType, Pipe, ReduceOp, SReg, units};
+
 use super::writer::{Asm, Reg};
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
 use crate::CoreSpec;
@@ -45,18 +47,79 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
 /// Bytes of one f32.
 pub(super) const F32: u64 = 4;
 /// f32 elements per vector repeat.
-pub(super) const REP: u64 = 64;
+pub(super) const REP: u64 = units::REPEAT_BYTES / F32;
 /// f32 elements per 32-byte block.
-pub(super) const BLK: u64 = 8;
+pub(super) const BLK: u64 = units::BLOCK_BYTES / F32;
 /// Largest repeat count, block stride or repeat stride an instruction field holds.
-pub(super) const FIELD: u64 = 255;
+pub(super) const FIELD: u64 = units::REPEAT_MAX;
 /// Largest burst count of one DMA instruction.
-const MAX_BURSTS: u64 = 4095;
+const MAX_BURSTS: u64 = units::BURST_COUNT_MAX;
 /// UB bytes a kernel leaves unused (results of partial vbreduce groups spill this far).
 const UB_SLACK: u64 = 1024;
 
 /// The bits of f32 negative infinity (the identity of max).
 pub(super) const NEG_INF: u32 = 0xff80_0000;
+
+/// An f32 vector operation the kernel builder writes: two-source (`vadd` .. `vmla`, for
+/// [`K::vbin`]), one-source (`vexp` .. `vmov`, for [`K::vun`]) or vector-scalar (`vadds` ..
+/// `vmins`, for [`K::vsc`]); named by its mnemonic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum VOp {
+    Vadd,
+    Vsub,
+    Vmul,
+    Vdiv,
+    Vmax,
+    Vmin,
+    Vmla,
+    Vabs,
+    Vrelu,
+    Vexp,
+    Vln,
+    Vsqrt,
+    Vrsqrt,
+    Vrec,
+    Vmov,
+    Vadds,
+    Vmuls,
+    Vmaxs,
+    Vmins,
+}
+
+impl VOp {
+    /// Every operation with its mnemonic.
+    const ALL: [(VOp, &'static str); 19] = [
+        (VOp::Vadd, "vadd"),
+        (VOp::Vsub, "vsub"),
+        (VOp::Vmul, "vmul"),
+        (VOp::Vdiv, "vdiv"),
+        (VOp::Vmax, "vmax"),
+        (VOp::Vmin, "vmin"),
+        (VOp::Vmla, "vmla"),
+        (VOp::Vabs, "vabs"),
+        (VOp::Vrelu, "vrelu"),
+        (VOp::Vexp, "vexp"),
+        (VOp::Vln, "vln"),
+        (VOp::Vsqrt, "vsqrt"),
+        (VOp::Vrsqrt, "vrsqrt"),
+        (VOp::Vrec, "vrec"),
+        (VOp::Vmov, "vmov"),
+        (VOp::Vadds, "vadds"),
+        (VOp::Vmuls, "vmuls"),
+        (VOp::Vmaxs, "vmaxs"),
+        (VOp::Vmins, "vmins"),
+    ];
+}
+
+/// The operation a mnemonic names (for callers that still pass `"vadd"`, `"vmov"`, ...).
+impl From<&str> for VOp {
+    fn from(mnemonic: &str) -> VOp {
+        match VOp::ALL.iter().find(|(_, m)| *m == mnemonic) {
+            Some((op, _)) => *op,
+            None => panic!("`{mnemonic}` is not an f32 vector operation of the kernel builder"),
+        }
+    }
+}
 
 /// A vector mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +237,7 @@ impl K {
     /// Reserves `bytes` of UB (32-byte aligned); `None` when UB is full.
     pub(super) fn alloc(&mut self, bytes: u64) -> Option<u64> {
         let at = self.ub_used;
-        let end = at.checked_add(bytes.div_ceil(32) * 32)?;
+        let end = at.checked_add(bytes.div_ceil(units::BLOCK_BYTES) * units::BLOCK_BYTES)?;
         if end > self.ub_cap {
             return None;
         }
@@ -213,7 +276,7 @@ impl K {
             }
             Addr::Rel(r, 0) => r,
             Addr::Rel(r, off) => {
-                self.a.ins(format_args!("addi      {t}, {r}, {off}"));
+                self.a.addi(t, r, off);
                 t
             }
         }
@@ -227,27 +290,29 @@ impl K {
         match m {
             Mask::Count(n) => {
                 self.a.movi(self.mlo, n as i64);
-                self.a.ins(format_args!("set_mask_count {}", self.mlo));
+                self.a.set_mask_count(self.mlo);
             }
             Mask::Bits(b) => {
                 self.a.movi(self.mhi, (b >> 64) as u64 as i64);
                 self.a.movi(self.mlo, b as u64 as i64);
-                self.a
-                    .ins(format_args!("set_mask  {}, {}", self.mhi, self.mlo));
+                self.a.set_mask(self.mhi, self.mlo);
             }
         }
         self.mask = Some(m);
     }
 
-    fn repeat(m: Mask, rep: u64) -> String {
+    /// The repeat count an instruction is given: `rep` in normal mode; in counter mode the
+    /// mask counts and the field keeps its default.
+    fn repeat(m: Mask, rep: u64) -> Option<u64> {
         match m {
-            Mask::Count(_) => String::new(),
-            Mask::Bits(_) => format!(", repeat={rep}"),
+            Mask::Count(_) => None,
+            Mask::Bits(_) => Some(rep),
         }
     }
 
     /// A two-operand vector instruction (`vadd`, `vmax`, `vmla`, ...).
-    pub(super) fn vbin(&mut self, mn: &str, d: Opd, s0: Opd, s1: Opd, m: Mask, rep: u64) {
+    pub(super) fn vbin(&mut self, op: impl Into<VOp>, d: Opd, s0: Opd, s1: Opd, m: Mask, rep: u64) {
+        let op = op.into();
         self.set_mask(m);
         let (rd, r0, r1) = (
             self.reg_of(0, d.at),
@@ -255,33 +320,90 @@ impl K {
             self.reg_of(2, s1.at),
         );
         let r = K::repeat(m, rep);
-        self.a.ins(format_args!(
-            "{mn}.f32 {rd}, {r0}, {r1}{r}, dst_blk={}, src0_blk={}, src1_blk={}, dst_rep={}, \
-             src0_rep={}, src1_rep={}",
-            d.blk, s0.blk, s1.blk, d.rep, s0.rep, s1.rep
-        ));
+        let f = DType::F32;
+        let b = &mut *self.a;
+        let e = match op {
+            VOp::Vadd => b.vadd(f, rd, r0, r1),
+            VOp::Vsub => b.vsub(f, rd, r0, r1),
+            VOp::Vmul => b.vmul(f, rd, r0, r1),
+            VOp::Vdiv => b.vdiv(f, rd, r0, r1),
+            VOp::Vmax => b.vmax(f, rd, r0, r1),
+            VOp::Vmin => b.vmin(f, rd, r0, r1),
+            VOp::Vmla => b.vmla(f, rd, r0, r1),
+            _ => panic!("{op:?} is not a two-source vector operation"),
+        };
+        let e = match r {
+            Some(rep) => e.repeat(rep),
+            None => e,
+        };
+        e.dst_blk(d.blk)
+            .src0_blk(s0.blk)
+            .src1_blk(s1.blk)
+            .dst_rep(d.rep)
+            .src0_rep(s0.rep)
+            .src1_rep(s1.rep);
     }
 
     /// A one-operand vector instruction (`vexp`, `vmov`, `vrec`, ...).
-    pub(super) fn vun(&mut self, mn: &str, d: Opd, s: Opd, m: Mask, rep: u64) {
+    pub(super) fn vun(&mut self, op: impl Into<VOp>, d: Opd, s: Opd, m: Mask, rep: u64) {
+        let op = op.into();
         self.set_mask(m);
         let (rd, rs) = (self.reg_of(0, d.at), self.reg_of(1, s.at));
         let r = K::repeat(m, rep);
-        self.a.ins(format_args!(
-            "{mn}.f32 {rd}, {rs}{r}, dst_blk={}, src_blk={}, dst_rep={}, src_rep={}",
-            d.blk, s.blk, d.rep, s.rep
-        ));
+        let f = DType::F32;
+        let b = &mut *self.a;
+        let e = match op {
+            VOp::Vabs => b.vabs(f, rd, rs),
+            VOp::Vrelu => b.vrelu(f, rd, rs),
+            VOp::Vexp => b.vexp(f, rd, rs),
+            VOp::Vln => b.vln(f, rd, rs),
+            VOp::Vsqrt => b.vsqrt(f, rd, rs),
+            VOp::Vrsqrt => b.vrsqrt(f, rd, rs),
+            VOp::Vrec => b.vrec(f, rd, rs),
+            VOp::Vmov => b.vmov(f, rd, rs),
+            _ => panic!("{op:?} is not a one-source vector operation"),
+        };
+        let e = match r {
+            Some(rep) => e.repeat(rep),
+            None => e,
+        };
+        e.dst_blk(d.blk)
+            .src_blk(s.blk)
+            .dst_rep(d.rep)
+            .src_rep(s.rep);
     }
 
     /// A vector-scalar instruction (`vadds`, `vmuls`).
-    pub(super) fn vsc(&mut self, mn: &str, d: Opd, s: Opd, scalar: Reg, m: Mask, rep: u64) {
+    pub(super) fn vsc(
+        &mut self,
+        op: impl Into<VOp>,
+        d: Opd,
+        s: Opd,
+        scalar: Reg,
+        m: Mask,
+        rep: u64,
+    ) {
+        let op = op.into();
         self.set_mask(m);
         let (rd, rs) = (self.reg_of(0, d.at), self.reg_of(1, s.at));
         let r = K::repeat(m, rep);
-        self.a.ins(format_args!(
-            "{mn}.f32 {rd}, {rs}, {scalar}{r}, dst_blk={}, src_blk={}, dst_rep={}, src_rep={}",
-            d.blk, s.blk, d.rep, s.rep
-        ));
+        let f = DType::F32;
+        let b = &mut *self.a;
+        let e = match op {
+            VOp::Vadds => b.vadds(f, rd, rs, scalar),
+            VOp::Vmuls => b.vmuls(f, rd, rs, scalar),
+            VOp::Vmaxs => b.vmaxs(f, rd, rs, scalar),
+            VOp::Vmins => b.vmins(f, rd, rs, scalar),
+            _ => panic!("{op:?} is not a vector-scalar operation"),
+        };
+        let e = match r {
+            Some(rep) => e.repeat(rep),
+            None => e,
+        };
+        e.dst_blk(d.blk)
+            .src_blk(s.blk)
+            .dst_rep(d.rep)
+            .src_rep(s.rep);
     }
 
     /// Fills with a scalar register's f32 bits.
@@ -289,10 +411,12 @@ impl K {
         self.set_mask(m);
         let rd = self.reg_of(0, d.at);
         let r = K::repeat(m, rep);
-        self.a.ins(format_args!(
-            "vdup.f32  {rd}, {scalar}{r}, dst_blk={}, dst_rep={}",
-            d.blk, d.rep
-        ));
+        let e = self.a.vdup(DType::F32, rd, scalar);
+        let e = match r {
+            Some(rep) => e.repeat(rep),
+            None => e,
+        };
+        e.dst_blk(d.blk).dst_rep(d.rep);
     }
 
     /// `vreduce` (`per_block` false) or `vbreduce`, with `op` sum or max.
@@ -300,7 +424,7 @@ impl K {
     pub(super) fn vred(
         &mut self,
         per_block: bool,
-        op: &str,
+        op: ReduceOp,
         d: Addr,
         s: Opd,
         dst_rep: u64,
@@ -310,11 +434,16 @@ impl K {
         self.set_mask(m);
         let (rd, rs) = (self.reg_of(0, d), self.reg_of(1, s.at));
         let r = K::repeat(m, rep);
-        let mn = if per_block { "vbreduce" } else { "vreduce" };
-        self.a.ins(format_args!(
-            "{mn}.{op}.f32 {rd}, {rs}{r}, src_blk={}, src_rep={}, dst_rep={dst_rep}",
-            s.blk, s.rep
-        ));
+        let e = if per_block {
+            self.a.vbreduce(op, DType::F32, rd, rs)
+        } else {
+            self.a.vreduce(op, DType::F32, rd, rs)
+        };
+        let e = match r {
+            Some(rep) => e.repeat(rep),
+            None => e,
+        };
+        e.src_blk(s.blk).src_rep(s.rep).dst_rep(dst_rep);
     }
 
     /// A register holding f32 `v`'s bits, one per distinct value and kernel. The first use
@@ -335,18 +464,17 @@ impl K {
             return;
         }
         if i32::try_from(imm).is_ok() {
-            self.a.ins(format_args!("addi      {dst}, {dst}, {imm}"));
+            self.a.addi(dst, dst, imm);
         } else {
             self.a.movi(self.big, imm as i64);
-            self.a
-                .ins(format_args!("add       {dst}, {dst}, {}", self.big));
+            self.a.add(dst, dst, self.big);
         }
     }
 
     /// `dst = src + off` for a GM pointer (any offset size).
     pub(super) fn gm_off(&mut self, dst: Reg, src: Reg, off: u64) {
         if dst != src {
-            self.a.ins(format_args!("mov       {dst}, {src}"));
+            self.a.mov(dst, src);
         }
         self.addi(dst, off);
     }
@@ -354,19 +482,17 @@ impl K {
     /// `dst = a * imm` (an immediate of any size).
     pub(super) fn mul_imm(&mut self, dst: Reg, a: Reg, imm: u64) {
         if i32::try_from(imm).is_ok() {
-            self.a.ins(format_args!("muli      {dst}, {a}, {imm}"));
+            self.a.muli(dst, a, imm);
         } else {
             self.a.movi(self.big, imm as i64);
-            self.a
-                .ins(format_args!("mul       {dst}, {a}, {}", self.big));
+            self.a.mul(dst, a, self.big);
         }
     }
 
     /// `dst = min(dst, imm)`.
     pub(super) fn min_imm(&mut self, dst: Reg, imm: u64) {
         self.a.movi(self.big, imm as i64);
-        self.a
-            .ins(format_args!("min       {dst}, {dst}, {}", self.big));
+        self.a.min(dst, dst, self.big);
     }
 }
 
@@ -398,27 +524,29 @@ pub(super) fn dma_rows(
         };
         let gap = (gm_stride - len) * F32;
         let (d, s) = if load { (u, g) } else { (g, u) };
-        let dir = if load {
-            "copy_gm_to_ub"
+        // The GM side's gap: the source's when loading, the destination's when storing.
+        let gaps = |g: u64| if load { (g, 0) } else { (0, g) };
+        let block = units::BLOCK_BYTES;
+        if (len * F32) % block == 0
+            && gap % block == 0
+            && len / BLK <= units::BURST_LEN_MAX
+            && gap / block <= units::BURST_GAP_MAX
+        {
+            let (sg, dg) = gaps(gap / block);
+            let e = if load {
+                k.a.copy_gm_to_ub(d, s, n, len / BLK)
+            } else {
+                k.a.copy_ub_to_gm(d, s, n, len / BLK)
+            };
+            e.src_gap(sg).dst_gap(dg);
         } else {
-            "copy_ub_to_gm"
-        };
-        let (sg, dg) = if load {
-            ("src_gap", "dst_gap")
-        } else {
-            ("dst_gap", "src_gap")
-        };
-        if (len * F32) % 32 == 0 && gap % 32 == 0 && len / BLK <= 0xffff && gap / 32 <= 0xffff {
-            k.a.ins(format_args!(
-                "{dir} {d}, {s}, {n}, {}, {sg}={}, {dg}=0",
-                len / BLK,
-                gap / 32
-            ));
-        } else {
-            k.a.ins(format_args!(
-                "{dir}_pad {d}, {s}, {n}, {}, {sg}={gap}, {dg}=0",
-                len * F32
-            ));
+            let (sg, dg) = gaps(gap);
+            let e = if load {
+                k.a.copy_gm_to_ub_pad(d, s, n, len * F32)
+            } else {
+                k.a.copy_ub_to_gm_pad(d, s, n, len * F32)
+            };
+            e.src_gap(sg).dst_gap(dg);
         }
         done += n;
     }
@@ -432,21 +560,21 @@ pub(super) fn round8(n: u64) -> u64 {
 // ---- the double-buffered tile flow ------------------------------------------------------------
 
 /// Which pipe frees a tile buffer: V when tiles are only read, MTE3 when they are stored.
-fn free_pipe(stores: bool) -> &'static str {
-    if stores { "MTE3" } else { "V" }
+fn free_pipe(stores: bool) -> Pipe {
+    if stores { Pipe::Mte3 } else { Pipe::V }
 }
 
 /// Marks both tile buffers free (before the first flow of a kernel).
 pub(super) fn flow_init(k: &mut K, stores: bool) {
     for b in 0..2 {
-        k.a.ins(format_args!("set_flag  {}, MTE2, {b}", free_pipe(stores)));
+        k.a.set_flag(free_pipe(stores), Pipe::Mte2, b);
     }
 }
 
 /// Consumes the buffer-free flags the last flow left set.
 pub(super) fn flow_fini(k: &mut K, stores: bool) {
     for b in 0..2 {
-        k.a.ins(format_args!("wait_flag {}, MTE2, {b}", free_pipe(stores)));
+        k.a.wait_flag(free_pipe(stores), Pipe::Mte2, b);
     }
 }
 
@@ -470,25 +598,27 @@ pub(super) struct Flow<'a> {
 impl Flow<'_> {
     fn load_tile(&self, k: &mut K, b: usize, last: bool) {
         let free = free_pipe(self.store.is_some());
-        k.a.ins(format_args!("wait_flag {free}, MTE2, {b}"));
+        k.a.wait_flag(free, Pipe::Mte2, b);
         (self.load)(k, b, last);
-        k.a.ins(format_args!("set_flag  MTE2, V, {b}"));
+        k.a.set_flag(Pipe::Mte2, Pipe::V, b);
     }
 
     fn iteration(&self, k: &mut K, b: usize, next: Option<bool>, last: bool) {
         if let Some(next_last) = next {
             self.load_tile(k, 1 - b, next_last);
         }
-        k.a.ins(format_args!("wait_flag MTE2, V, {b}"));
+        k.a.wait_flag(Pipe::Mte2, Pipe::V, b);
         (self.compute)(k, b, last);
         match self.store {
             Some(store) => {
-                k.a.ins(format_args!("set_flag  V, MTE3, {b}"));
-                k.a.ins(format_args!("wait_flag V, MTE3, {b}"));
+                k.a.set_flag(Pipe::V, Pipe::Mte3, b);
+                k.a.wait_flag(Pipe::V, Pipe::Mte3, b);
                 store(k, b, last);
-                k.a.ins(format_args!("set_flag  MTE3, MTE2, {b}"));
+                k.a.set_flag(Pipe::Mte3, Pipe::Mte2, b);
             }
-            None => k.a.ins(format_args!("set_flag  V, MTE2, {b}")),
+            None => {
+                k.a.set_flag(Pipe::V, Pipe::Mte2, b);
+            }
         }
     }
 
@@ -508,7 +638,8 @@ impl Flow<'_> {
             k.place(&top);
             self.iteration(k, 0, Some(false), false);
             self.iteration(k, 1, Some(false), false);
-            k.a.ins(format_args!("loop      {}, {top}", k.pairs));
+            let l = k.a.label(&top);
+            k.a.r#loop(k.pairs, l);
             k.forget_mask();
         }
         if uniform % 2 == 1 {
@@ -533,7 +664,8 @@ pub(super) fn repeat_loop(k: &mut K, counter: Reg, count: u64, body: &dyn Fn(&mu
     k.a.movi(counter, count as i64);
     k.place(&top);
     body(k);
-    k.a.ins(format_args!("loop      {counter}, {top}"));
+    let l = k.a.label(&top);
+    k.a.r#loop(counter, l);
     k.forget_mask();
 }
 
@@ -622,9 +754,10 @@ impl Tile {
                         row: Some((row, blk)),
                     },
                 );
-                k.a.add_imm(row, (self.stride * 32) as i64);
-                k.a.add_imm(blk, 32);
-                k.a.ins(format_args!("loop      {cnt}, {top}"));
+                k.a.add_imm(row, (self.stride * units::BLOCK_BYTES) as i64);
+                k.a.add_imm(blk, units::BLOCK_BYTES as i64);
+                let l = k.a.label(&top);
+                k.a.r#loop(cnt, l);
                 k.forget_mask();
             }
         }
@@ -632,7 +765,7 @@ impl Tile {
 
     /// Per-row scalars from per-row blocks: `vbreduce.op` of each block at `blocks` into
     /// `rows` contiguous f32 at `dst`.
-    pub(super) fn scalars(&self, k: &mut K, op: &str, dst: u64, blocks: u64) {
+    pub(super) fn scalars(&self, k: &mut K, op: ReduceOp, dst: u64, blocks: u64) {
         k.vred(
             true,
             op,
@@ -680,12 +813,12 @@ impl View {
         let t = &self.tile;
         match (self.row, arg) {
             (None, Arg::Mat(b)) => Opd {
-                at: Addr::Ub(b + g0 * t.stride * 32 + c * REP * F32),
+                at: Addr::Ub(b + g0 * t.stride * units::BLOCK_BYTES + c * REP * F32),
                 blk: 1,
                 rep: t.stride,
             },
             (None, Arg::RowB(b)) => Opd {
-                at: Addr::Ub(b + g0 * 32),
+                at: Addr::Ub(b + g0 * units::BLOCK_BYTES),
                 blk: 0,
                 rep: 1,
             },
@@ -707,7 +840,7 @@ impl View {
 
     /// `dst = op(a)` / `op(a, b)` / `op(a, scalar)` over the rows' valid elements. `mn` is a
     /// one-operand mnemonic when `b` is `None`, a vector-scalar one when it is a scalar.
-    pub(super) fn ew(&self, k: &mut K, mn: &str, dst: u64, a: Arg, b: Option<Arg>) {
+    pub(super) fn ew(&self, k: &mut K, mn: VOp, dst: u64, a: Arg, b: Option<Arg>) {
         let t = self.tile;
         let emit = |k: &mut K, c: u64, g0: u64, m: Mask, rep: u64| {
             let (d, s0) = (self.opd(Arg::Mat(dst), c, g0), self.opd(a, c, g0));
@@ -731,11 +864,11 @@ impl View {
 
     /// Folds every row of the tile (`src`, or its squares when `square`) with `op` (`sum` or
     /// `max`) into one 8-lane block per row at `f`, through the accumulator at `acc`.
-    pub(super) fn fold(&self, k: &mut K, op: &str, src: u64, square: bool, acc: u64, f: u64) {
+    pub(super) fn fold(&self, k: &mut K, op: ReduceOp, src: u64, square: bool, acc: u64, f: u64) {
         let t = self.tile;
         let (vop, ident) = match op {
-            "max" => ("vmax", NEG_INF),
-            _ => ("vadd", 0),
+            ReduceOp::Max => (VOp::Vmax, NEG_INF),
+            _ => (VOp::Vadd, 0),
         };
         let id = k.t[2];
         k.a.movi(id, i64::from(ident));
@@ -748,12 +881,20 @@ impl View {
                         let x = self.opd(Arg::Mat(src), c, g0);
                         let m = Mask::low(t.len - c * REP);
                         if square {
-                            k.vbin("vmla", a, x, x, m, n);
+                            k.vbin(VOp::Vmla, a, x, x, m, n);
                         } else {
                             k.vbin(vop, a, a, x, m, n);
                         }
                     }
-                    k.vred(true, op, Addr::Ub(f + g0 * 32), a, 1, Mask::low(REP), n);
+                    k.vred(
+                        true,
+                        op,
+                        Addr::Ub(f + g0 * units::BLOCK_BYTES),
+                        a,
+                        1,
+                        Mask::low(REP),
+                        n,
+                    );
                 }
             }
             Some((row, blk)) => {
@@ -764,7 +905,7 @@ impl View {
                     let n = (t.len - p).min(w);
                     let x = Opd::flat(Addr::Rel(row, src + p * F32));
                     if square {
-                        k.vbin("vmla", Opd::ub(acc), x, x, Mask::Count(n), 1);
+                        k.vbin(VOp::Vmla, Opd::ub(acc), x, x, Mask::Count(n), 1);
                     } else {
                         k.vbin(vop, Opd::ub(acc), Opd::ub(acc), x, Mask::Count(n), 1);
                     }
@@ -786,16 +927,24 @@ impl View {
 
     /// Turns each row's block at `f` into a broadcast block (8 copies of its `op` total) at
     /// `dst`.
-    pub(super) fn bcast(&self, k: &mut K, op: &str, dst: u64, f: u64) {
+    pub(super) fn bcast(&self, k: &mut K, op: ReduceOp, dst: u64, f: u64) {
         match self.row {
             None => {
                 for (g0, n) in groups(self.tile.rows) {
                     let s = Opd {
-                        at: Addr::Ub(f + g0 * 32),
+                        at: Addr::Ub(f + g0 * units::BLOCK_BYTES),
                         blk: 0,
                         rep: 1,
                     };
-                    k.vred(true, op, Addr::Ub(dst + g0 * 32), s, 1, Mask::low(REP), n);
+                    k.vred(
+                        true,
+                        op,
+                        Addr::Ub(dst + g0 * units::BLOCK_BYTES),
+                        s,
+                        1,
+                        Mask::low(REP),
+                        n,
+                    );
                 }
             }
             Some((_, blk)) => {
@@ -810,7 +959,7 @@ impl View {
     }
 
     /// `dst = op(a[, b])` on the rows' broadcast blocks (`b` a scalar or another block array).
-    pub(super) fn rowb(&self, k: &mut K, mn: &str, dst: u64, a: u64, b: Option<Arg>) {
+    pub(super) fn rowb(&self, k: &mut K, mn: VOp, dst: u64, a: u64, b: Option<Arg>) {
         let (n, at): (u64, BlockAddr) = match self.row {
             None => (self.tile.rows * BLK, |b, _| Addr::Ub(b)),
             Some(_) => (BLK, |b, r| match r {
@@ -831,7 +980,7 @@ impl View {
 }
 
 /// Halves a contiguous accumulator of `w` lanes (a power of two) down to `to` lanes with `vop`.
-pub(super) fn halve(k: &mut K, vop: &str, acc: u64, mut w: u64, to: u64) {
+pub(super) fn halve(k: &mut K, vop: VOp, acc: u64, mut w: u64, to: u64) {
     while w > to {
         w /= 2;
         k.vbin(
@@ -849,11 +998,11 @@ pub(super) fn halve(k: &mut K, vop: &str, acc: u64, mut w: u64, to: u64) {
 /// `dst` with `vop`, pairwise: the upper half onto the lower half until one row is left. The
 /// first level writes `dst`, so `src` is kept when `dst != src` (`dst` then needs
 /// ceil(rows / 2) rows).
-pub(super) fn col_fold(k: &mut K, vop: &str, dst: u64, src: u64, rows: u64, width: u64) {
+pub(super) fn col_fold(k: &mut K, vop: VOp, dst: u64, src: u64, rows: u64, width: u64) {
     let rb = width * F32;
     if rows <= 1 {
         if dst != src {
-            k.vun("vmov", Opd::ub(dst), Opd::ub(src), Mask::Count(width), 1);
+            k.vun(VOp::Vmov, Opd::ub(dst), Opd::ub(src), Mask::Count(width), 1);
         }
         return;
     }
@@ -872,7 +1021,7 @@ pub(super) fn col_fold(k: &mut K, vop: &str, dst: u64, src: u64, rows: u64, widt
         );
         if h > m && from != dst {
             k.vun(
-                "vmov",
+                VOp::Vmov,
                 Opd::ub(dst + m * rb),
                 Opd::ub(from + m * rb),
                 Mask::Count(width),
@@ -915,7 +1064,7 @@ impl Spread {
 
     /// `dst` = this block's first item.
     pub(super) fn first(&self, k: &mut K, dst: Reg) {
-        k.a.ins(format_args!("sreg      {dst}, block_idx"));
+        k.a.sreg(dst, SReg::BlockIdx);
         k.mul_imm(dst, dst, self.per_block);
         k.min_imm(dst, self.items - self.per_block);
     }
@@ -924,7 +1073,7 @@ impl Spread {
 /// The kernel's argument pointers: `sreg args` then one load per argument.
 pub(super) fn args(k: &mut K, n: usize) -> Vec<Reg> {
     let a = k.a.reg();
-    k.a.ins(format_args!("sreg      {a}, args"));
+    k.a.sreg(a, SReg::Args);
     (0..n).map(|i| k.a.arg(a, i)).collect()
 }
 
@@ -1037,11 +1186,11 @@ impl RowKernel<'_> {
     /// Rows per tile: as many as UB holds (255 at most), about a quarter of a block's rows so
     /// the pipeline fills, and enough bytes per tile to amortise the DMA latency.
     fn rows_per_tile(&self, core: &CoreSpec, tile: &Tile) -> u64 {
-        let row = tile.stride * 32;
+        let row = tile.stride * units::BLOCK_BYTES;
         let per_row = 2 * row
-            + 2 * 32 * self.tables.len() as u64
+            + 2 * units::BLOCK_BYTES * self.tables.len() as u64
             + 2 * F32 * self.stats.len() as u64
-            + 32 * (1 + self.bcasts as u64)
+            + units::BLOCK_BYTES * (1 + self.bcasts as u64)
             + if tile.walk == Walk::Chunk {
                 REP * F32
             } else {
@@ -1053,7 +1202,7 @@ impl RowKernel<'_> {
             } else {
                 0
             }
-            + 64 * 32
+            + 64 * units::BLOCK_BYTES
             + UB_SLACK;
         let by_ub = core.ub_bytes.saturating_sub(fixed) / per_row.max(1);
         let limit = match self.map {
@@ -1110,7 +1259,7 @@ impl RowKernel<'_> {
         let mut stats = [Vec::new(), Vec::new()];
         for b in 0..2 {
             for _ in &self.tables {
-                tables[b].push(alloc(&mut k, r * 32)?);
+                tables[b].push(alloc(&mut k, r * units::BLOCK_BYTES)?);
             }
             for _ in &self.stats {
                 stats[b].push(alloc(&mut k, round8(r) * F32)?);
@@ -1122,9 +1271,9 @@ impl RowKernel<'_> {
             .map(|_| alloc(&mut k, row_bytes))
             .collect::<Result<_, _>>()?;
         let acc = alloc(&mut k, tile.acc_bytes())?;
-        let f = alloc(&mut k, r * 32)?;
+        let f = alloc(&mut k, r * units::BLOCK_BYTES)?;
         let bc: Vec<u64> = (0..self.bcasts)
-            .map(|_| alloc(&mut k, r * 32))
+            .map(|_| alloc(&mut k, r * units::BLOCK_BYTES))
             .collect::<Result<_, _>>()?;
         k.a.tiling("ub_bytes", k.ub_used() as i64);
         // Vectors every row uses, once per block.
@@ -1140,12 +1289,12 @@ impl RowKernel<'_> {
                     self.len,
                 );
             }
-            k.a.ins("set_flag  MTE2, V, 3");
-            k.a.ins("wait_flag MTE2, V, 3");
+            k.a.set_flag(Pipe::Mte2, Pipe::V, 3);
+            k.a.wait_flag(Pipe::Mte2, Pipe::V, 3);
         }
         let (jl, js) = (k.a.reg(), k.a.reg());
         spread.first(&mut k, jl);
-        k.a.ins(format_args!("mov       {js}, {jl}"));
+        k.a.mov(js, jl);
         let (gx, gt) = (k.a.reg(), k.a.reg());
         let map = self.map;
         let rows = self.rows;
@@ -1156,29 +1305,29 @@ impl RowKernel<'_> {
                 let t = k.tmp(1);
                 k.mul_imm(t, j, r);
                 k.min_imm(t, rows - r);
-                k.a.ins(format_args!("mov       {gx}, {t}"));
+                k.a.mov(gx, t);
             }
             TileMap::Grouped(g) => {
                 let (t0, t1) = (k.tmp(0), k.tmp(1));
                 k.a.movi(t1, tiles_per_group as i64);
-                k.a.ins(format_args!("divu      {t0}, {j}, {t1}"));
-                k.a.ins(format_args!("remu      {gt}, {j}, {t1}"));
+                k.a.divu(t0, j, t1);
+                k.a.remu(gt, j, t1);
                 k.mul_imm(gt, gt, r);
                 k.min_imm(gt, g - r);
                 k.mul_imm(t0, t0, g);
-                k.a.ins(format_args!("add       {gx}, {t0}, {gt}"));
+                k.a.add(gx, t0, gt);
             }
         };
         let load = |k: &mut K, b: usize, _: bool| {
             locate(k, jl);
             let g = k.tmp(2);
             k.mul_imm(gx, gx, len * F32);
-            k.a.ins(format_args!("add       {g}, {}, {gx}", ptr[self.x]));
+            k.a.add(g, ptr[self.x], gx);
             dma_rows(k, true, Addr::Ub(xb[b]), g, r, len, len);
             for (i, &a) in self.tables.iter().enumerate() {
                 let g = k.tmp(2);
-                k.mul_imm(g, gt, 32);
-                k.a.ins(format_args!("add       {g}, {}, {g}", ptr[a]));
+                k.mul_imm(g, gt, units::BLOCK_BYTES);
+                k.a.add(g, ptr[a], g);
                 dma_rows(k, true, Addr::Ub(tables[b][i]), g, 1, r * BLK, r * BLK);
             }
             k.a.add_imm(jl, 1);
@@ -1201,13 +1350,13 @@ impl RowKernel<'_> {
             if let Some(y) = self.y {
                 let g = k.tmp(2);
                 k.mul_imm(g, gx, len * F32);
-                k.a.ins(format_args!("add       {g}, {}, {g}", ptr[y]));
+                k.a.add(g, ptr[y], g);
                 dma_rows(k, false, Addr::Ub(xb[b]), g, r, len, len);
             }
             for (i, &a) in self.stats.iter().enumerate() {
                 let g = k.tmp(2);
                 k.mul_imm(g, gx, F32);
-                k.a.ins(format_args!("add       {g}, {}, {g}", ptr[a]));
+                k.a.add(g, ptr[a], g);
                 dma_rows(k, false, Addr::Ub(stats[b][i]), g, 1, r, r);
             }
             k.a.add_imm(js, 1);
@@ -1247,14 +1396,14 @@ fn softmax(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let kernel = if i == 1 {
         let compute = |k: &mut K, s: &RowBufs| {
             s.tile.each(k, &|k, v| {
-                v.fold(k, "max", s.x, false, s.acc, s.f);
-                v.bcast(k, "max", s.b[0], s.f);
-                v.ew(k, "vsub", s.x, Arg::Mat(s.x), Some(Arg::RowB(s.b[0])));
-                v.ew(k, "vexp", s.x, Arg::Mat(s.x), None);
-                v.fold(k, "sum", s.x, false, s.acc, s.f);
-                v.bcast(k, "sum", s.b[0], s.f);
-                v.rowb(k, "vrec", s.b[0], s.b[0], None);
-                v.ew(k, "vmul", s.x, Arg::Mat(s.x), Some(Arg::RowB(s.b[0])));
+                v.fold(k, ReduceOp::Max, s.x, false, s.acc, s.f);
+                v.bcast(k, ReduceOp::Max, s.b[0], s.f);
+                v.ew(k, VOp::Vsub, s.x, Arg::Mat(s.x), Some(Arg::RowB(s.b[0])));
+                v.ew(k, VOp::Vexp, s.x, Arg::Mat(s.x), None);
+                v.fold(k, ReduceOp::Sum, s.x, false, s.acc, s.f);
+                v.bcast(k, ReduceOp::Sum, s.b[0], s.f);
+                v.rowb(k, VOp::Vrec, s.b[0], s.b[0], None);
+                v.ew(k, VOp::Vmul, s.x, Arg::Mat(s.x), Some(Arg::RowB(s.b[0])));
             });
         };
         RowKernel {
@@ -1327,17 +1476,17 @@ fn col_softmax(ctx: &LowerCtx<'_>, o: u64, l: u64, i: u64) -> Result<Kernel, Low
     let s = k.alloc(l.div_ceil(2) * icp * F32).ok_or_else(err)?;
     let (jl, js, g) = (k.a.reg(), k.a.reg(), k.a.reg());
     spread.first(&mut k, jl);
-    k.a.ins(format_args!("mov       {js}, {jl}"));
+    k.a.mov(js, jl);
     // g = the slab's first element: (item / nit) * L * I + min((item % nit) * Ic, I - Ic).
     let locate = move |k: &mut K, j: Reg| {
         let (t0, t1) = (k.tmp(0), k.tmp(1));
         k.a.movi(t1, nit as i64);
-        k.a.ins(format_args!("divu      {t0}, {j}, {t1}"));
-        k.a.ins(format_args!("remu      {g}, {j}, {t1}"));
+        k.a.divu(t0, j, t1);
+        k.a.remu(g, j, t1);
         k.mul_imm(g, g, ic);
         k.min_imm(g, i - ic);
         k.mul_imm(t0, t0, l * i);
-        k.a.ins(format_args!("add       {g}, {g}, {t0}"));
+        k.a.add(g, g, t0);
         k.mul_imm(g, g, F32);
     };
     let tile = Tile::new(l, ic);
@@ -1353,27 +1502,27 @@ fn col_softmax(ctx: &LowerCtx<'_>, o: u64, l: u64, i: u64) -> Result<Kernel, Low
     let load = |k: &mut K, b: usize, _: bool| {
         locate(k, jl);
         let t = k.tmp(2);
-        k.a.ins(format_args!("add       {t}, {}, {g}", ptr[0]));
+        k.a.add(t, ptr[0], g);
         dma_rows(k, true, Addr::Ub(xb[b]), t, l, ic, i);
         k.a.add_imm(jl, 1);
     };
     let compute = |k: &mut K, b: usize, _: bool| {
         let x = xb[b];
-        col_fold(k, "vmax", s, x, l, icp);
+        col_fold(k, VOp::Vmax, s, x, l, icp);
         tile.each(k, &|k, v| {
-            v.ew(k, "vsub", x, Arg::Mat(x), Some(Arg::ColV(s)));
-            v.ew(k, "vexp", x, Arg::Mat(x), None);
+            v.ew(k, VOp::Vsub, x, Arg::Mat(x), Some(Arg::ColV(s)));
+            v.ew(k, VOp::Vexp, x, Arg::Mat(x), None);
         });
-        col_fold(k, "vadd", s, x, l, icp);
-        k.vun("vrec", Opd::ub(s), Opd::ub(s), Mask::Count(icp), 1);
+        col_fold(k, VOp::Vadd, s, x, l, icp);
+        k.vun(VOp::Vrec, Opd::ub(s), Opd::ub(s), Mask::Count(icp), 1);
         tile.each(k, &|k, v| {
-            v.ew(k, "vmul", x, Arg::Mat(x), Some(Arg::ColV(s)));
+            v.ew(k, VOp::Vmul, x, Arg::Mat(x), Some(Arg::ColV(s)));
         });
     };
     let store = |k: &mut K, b: usize, _: bool| {
         locate(k, js);
         let t = k.tmp(2);
-        k.a.ins(format_args!("add       {t}, {}, {g}", ptr[1]));
+        k.a.add(t, ptr[1], g);
         dma_rows(k, false, Addr::Ub(xb[b]), t, l, ic, i);
         k.a.add_imm(js, 1);
     };
@@ -1481,28 +1630,28 @@ fn layer_norm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         let (il, ep) = (k.f32_reg(inv_l), k.f32_reg(eps));
         let (mean, rstd) = (s.b[0], s.b[1]);
         s.tile.each(k, &|k, v| {
-            v.fold(k, "sum", s.x, false, s.acc, s.f);
-            v.bcast(k, "sum", mean, s.f);
-            v.rowb(k, "vmuls", mean, mean, Some(Arg::Scalar(il)));
-            v.ew(k, "vsub", s.x, Arg::Mat(s.x), Some(Arg::RowB(mean)));
-            v.fold(k, "sum", s.x, true, s.acc, s.f);
-            v.bcast(k, "sum", rstd, s.f);
-            v.rowb(k, "vmuls", rstd, rstd, Some(Arg::Scalar(il)));
-            v.rowb(k, "vadds", rstd, rstd, Some(Arg::Scalar(ep)));
-            v.rowb(k, "vsqrt", rstd, rstd, None);
-            v.rowb(k, "vrec", rstd, rstd, None);
-            v.ew(k, "vmul", s.x, Arg::Mat(s.x), Some(Arg::RowB(rstd)));
+            v.fold(k, ReduceOp::Sum, s.x, false, s.acc, s.f);
+            v.bcast(k, ReduceOp::Sum, mean, s.f);
+            v.rowb(k, VOp::Vmuls, mean, mean, Some(Arg::Scalar(il)));
+            v.ew(k, VOp::Vsub, s.x, Arg::Mat(s.x), Some(Arg::RowB(mean)));
+            v.fold(k, ReduceOp::Sum, s.x, true, s.acc, s.f);
+            v.bcast(k, ReduceOp::Sum, rstd, s.f);
+            v.rowb(k, VOp::Vmuls, rstd, rstd, Some(Arg::Scalar(il)));
+            v.rowb(k, VOp::Vadds, rstd, rstd, Some(Arg::Scalar(ep)));
+            v.rowb(k, VOp::Vsqrt, rstd, rstd, None);
+            v.rowb(k, VOp::Vrec, rstd, rstd, None);
+            v.ew(k, VOp::Vmul, s.x, Arg::Mat(s.x), Some(Arg::RowB(rstd)));
             if has_scale {
-                v.ew(k, "vmul", s.x, Arg::Mat(s.x), Some(Arg::ColV(s.colv[0])));
+                v.ew(k, VOp::Vmul, s.x, Arg::Mat(s.x), Some(Arg::ColV(s.colv[0])));
             }
             if has_bias {
                 let c = s.colv[usize::from(has_scale)];
-                v.ew(k, "vadd", s.x, Arg::Mat(s.x), Some(Arg::ColV(c)));
+                v.ew(k, VOp::Vadd, s.x, Arg::Mat(s.x), Some(Arg::ColV(c)));
             }
         });
         for (i, &out) in s.stats.iter().enumerate() {
             s.tile
-                .scalars(k, "max", out, if i == 0 { mean } else { rstd });
+                .scalars(k, ReduceOp::Max, out, if i == 0 { mean } else { rstd });
         }
     };
     let nargs = args.len();
@@ -1581,8 +1730,12 @@ fn batch_norm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
             (Operand::Derived(0), Operand::Derived(1))
         }
         None => {
-            let per = if vectors { c * F32 } else { c * 32 };
-            let per = per.div_ceil(32) * 32;
+            let per = if vectors {
+                c * F32
+            } else {
+                c * units::BLOCK_BYTES
+            };
+            let per = per.div_ceil(units::BLOCK_BYTES) * units::BLOCK_BYTES;
             kernels.push(bn_params(ctx, c, eps, vectors)?);
             workspace = 2 * per;
             (Operand::Workspace(0), Operand::Workspace(per))
@@ -1591,8 +1744,8 @@ fn batch_norm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let main = if vectors {
         let compute = |k: &mut K, b: &RowBufs| {
             b.tile.each(k, &|k, v| {
-                v.ew(k, "vmul", b.x, Arg::Mat(b.x), Some(Arg::ColV(b.colv[0])));
-                v.ew(k, "vadd", b.x, Arg::Mat(b.x), Some(Arg::ColV(b.colv[1])));
+                v.ew(k, VOp::Vmul, b.x, Arg::Mat(b.x), Some(Arg::ColV(b.colv[0])));
+                v.ew(k, VOp::Vadd, b.x, Arg::Mat(b.x), Some(Arg::ColV(b.colv[1])));
             });
         };
         let mut kern = RowKernel {
@@ -1615,8 +1768,20 @@ fn batch_norm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     } else {
         let compute = |k: &mut K, b: &RowBufs| {
             b.tile.each(k, &|k, v| {
-                v.ew(k, "vmul", b.x, Arg::Mat(b.x), Some(Arg::RowB(b.tables[0])));
-                v.ew(k, "vadd", b.x, Arg::Mat(b.x), Some(Arg::RowB(b.tables[1])));
+                v.ew(
+                    k,
+                    VOp::Vmul,
+                    b.x,
+                    Arg::Mat(b.x),
+                    Some(Arg::RowB(b.tables[0])),
+                );
+                v.ew(
+                    k,
+                    VOp::Vadd,
+                    b.x,
+                    Arg::Mat(b.x),
+                    Some(Arg::RowB(b.tables[1])),
+                );
             });
         };
         let mut kern = RowKernel {
@@ -1657,7 +1822,12 @@ fn bn_params(ctx: &LowerCtx<'_>, c: u64, eps: f32, vectors: bool) -> Result<Kern
     let cp = round8(c);
     let vb = cp * F32;
     let blocks = cp / BLK;
-    let need = 6 * vb + if vectors { 0 } else { 2 * BLK * blocks * 32 };
+    let need = 6 * vb
+        + if vectors {
+            0
+        } else {
+            2 * BLK * blocks * units::BLOCK_BYTES
+        };
     let err = || {
         ctx.error(format!(
             "runtime BatchNormalization parameters for {c} channels do not fit in the \
@@ -1673,25 +1843,25 @@ fn bn_params(ctx: &LowerCtx<'_>, c: u64, eps: f32, vectors: bool) -> Result<Kern
     for i in 0..4 {
         dma_rows(&mut k, true, Addr::Ub(v[i]), ptr[i], 1, c, c);
     }
-    k.a.ins("set_flag  MTE2, V, 0");
-    k.a.ins("wait_flag MTE2, V, 0");
+    k.a.set_flag(Pipe::Mte2, Pipe::V, 0);
+    k.a.wait_flag(Pipe::Mte2, Pipe::V, 0);
     let m = Mask::Count(cp);
     let e = k.f32_reg(eps);
     // a = scale / sqrt(var + eps); b = B - mean * a.
-    k.vsc("vadds", Opd::ub(v[4]), Opd::ub(v[3]), e, m, 1);
-    k.vun("vsqrt", Opd::ub(v[4]), Opd::ub(v[4]), m, 1);
-    k.vbin("vdiv", Opd::ub(v[4]), Opd::ub(v[0]), Opd::ub(v[4]), m, 1);
-    k.vbin("vmul", Opd::ub(v[5]), Opd::ub(v[2]), Opd::ub(v[4]), m, 1);
-    k.vbin("vsub", Opd::ub(v[5]), Opd::ub(v[1]), Opd::ub(v[5]), m, 1);
+    k.vsc(VOp::Vadds, Opd::ub(v[4]), Opd::ub(v[3]), e, m, 1);
+    k.vun(VOp::Vsqrt, Opd::ub(v[4]), Opd::ub(v[4]), m, 1);
+    k.vbin(VOp::Vdiv, Opd::ub(v[4]), Opd::ub(v[0]), Opd::ub(v[4]), m, 1);
+    k.vbin(VOp::Vmul, Opd::ub(v[5]), Opd::ub(v[2]), Opd::ub(v[4]), m, 1);
+    k.vbin(VOp::Vsub, Opd::ub(v[5]), Opd::ub(v[1]), Opd::ub(v[5]), m, 1);
     if vectors {
-        k.a.ins("set_flag  V, MTE3, 0");
-        k.a.ins("wait_flag V, MTE3, 0");
+        k.a.set_flag(Pipe::V, Pipe::Mte3, 0);
+        k.a.wait_flag(Pipe::V, Pipe::Mte3, 0);
         for (i, out) in [(4, 4), (5, 5)] {
             dma_rows(&mut k, false, Addr::Ub(v[i]), ptr[out], 1, c, c);
         }
     } else {
         let tables: Vec<u64> = (0..2 * BLK)
-            .map(|_| k.alloc(blocks * 32).ok_or_else(err))
+            .map(|_| k.alloc(blocks * units::BLOCK_BYTES).ok_or_else(err))
             .collect::<Result<_, _>>()?;
         for (p, src) in [v[4], v[5]].into_iter().enumerate() {
             for lane in 0..BLK {
@@ -1700,14 +1870,14 @@ fn bn_params(ctx: &LowerCtx<'_>, c: u64, eps: f32, vectors: bool) -> Result<Kern
                 while done < blocks {
                     let nrep = (blocks - done).min(FIELD);
                     let s = Opd {
-                        at: Addr::Ub(src + done * 32),
+                        at: Addr::Ub(src + done * units::BLOCK_BYTES),
                         blk: 0,
                         rep: 1,
                     };
                     k.vred(
                         true,
-                        "sum",
-                        Addr::Ub(t + done * 32),
+                        ReduceOp::Sum,
+                        Addr::Ub(t + done * units::BLOCK_BYTES),
                         s,
                         1,
                         Mask::lane_of_blocks(&[lane]),
@@ -1717,8 +1887,8 @@ fn bn_params(ctx: &LowerCtx<'_>, c: u64, eps: f32, vectors: bool) -> Result<Kern
                 }
             }
         }
-        k.a.ins("set_flag  V, MTE3, 0");
-        k.a.ins("wait_flag V, MTE3, 0");
+        k.a.set_flag(Pipe::V, Pipe::Mte3, 0);
+        k.a.wait_flag(Pipe::V, Pipe::Mte3, 0);
         for p in 0..2usize {
             for lane in 0..BLK {
                 let t = tables[p * BLK as usize + lane as usize];
@@ -1727,22 +1897,28 @@ fn bn_params(ctx: &LowerCtx<'_>, c: u64, eps: f32, vectors: bool) -> Result<Kern
                     continue;
                 }
                 let g = k.tmp(1);
-                k.gm_off(g, ptr[4 + p], lane * 32);
+                k.gm_off(g, ptr[4 + p], lane * units::BLOCK_BYTES);
                 let u = k.tmp(0);
                 k.a.movi(u, t as i64);
                 let mut done = 0;
                 while done < nb {
                     let n = (nb - done).min(MAX_BURSTS);
-                    k.a.ins(format_args!("copy_ub_to_gm {g}, {u}, {n}, 1, dst_gap=7"));
-                    k.a.add_imm(g, (n * 8 * 32) as i64);
-                    k.a.add_imm(u, (n * 32) as i64);
+                    k.a.copy_ub_to_gm(g, u, n, 1).dst_gap(BLK - 1);
+                    k.a.add_imm(g, (n * BLK * units::BLOCK_BYTES) as i64);
+                    k.a.add_imm(u, (n * units::BLOCK_BYTES) as i64);
                     done += n;
                 }
             }
         }
     }
     let mut kern = finish(ctx, k, 1, Vec::new())?;
-    let per = if vectors { c * F32 } else { c * 32 }.div_ceil(32) * 32;
+    let per = if vectors {
+        c * F32
+    } else {
+        c * units::BLOCK_BYTES
+    }
+    .div_ceil(units::BLOCK_BYTES)
+        * units::BLOCK_BYTES;
     kern.args = vec![
         Operand::Input(1),
         Operand::Input(2),
@@ -1887,8 +2063,8 @@ pub(super) fn reduce_lowered(
         .copied()
         .max()
         .unwrap_or(0)
-        .div_ceil(32)
-        * 32;
+        .div_ceil(units::BLOCK_BYTES)
+        * units::BLOCK_BYTES;
     let mut kernels = Vec::new();
     let mut src = Operand::Input(0);
     for (p, &(o, l, i)) in shapes.iter().enumerate() {
@@ -1945,12 +2121,12 @@ pub(super) fn reduce_pass(
         let scale = p.scale;
         let compute = move |k: &mut K, s: &RowBufs| {
             s.tile
-                .each(k, &|k, v| v.fold(k, "sum", s.x, false, s.acc, s.f));
-            s.tile.scalars(k, "sum", s.stats[0], s.f);
+                .each(k, &|k, v| v.fold(k, ReduceOp::Sum, s.x, false, s.acc, s.f));
+            s.tile.scalars(k, ReduceOp::Sum, s.stats[0], s.f);
             if let Some(sc) = scale {
                 let r = k.f32_reg(sc);
                 k.vsc(
-                    "vmuls",
+                    VOp::Vmuls,
                     Opd::ub(s.stats[0]),
                     Opd::ub(s.stats[0]),
                     r,
@@ -2005,7 +2181,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
         k.alloc(chunk * F32).ok_or_else(err)?,
     ];
     let acc = k.alloc(chunk * F32).ok_or_else(err)?;
-    let slot = k.alloc(32).ok_or_else(err)?;
+    let slot = k.alloc(units::BLOCK_BYTES).ok_or_else(err)?;
     let tiles = p.l.div_ceil(chunk);
     let last_len = p.l - (tiles - 1) * chunk;
     let (item, g, items) = (k.a.reg(), k.a.reg(), k.a.reg());
@@ -2014,10 +2190,10 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
     let scale = p.scale.map(|s| k.f32_reg(s));
     let l = p.l;
     flow_init(&mut k, false);
-    k.a.ins("set_flag  MTE3, V, 2");
+    k.a.set_flag(Pipe::Mte3, Pipe::V, 2);
     repeat_loop(&mut k, items, spread.per_block, &|k| {
         k.mul_imm(g, item, l * F32);
-        k.a.ins(format_args!("add       {g}, {}, {g}", ptr[0]));
+        k.a.add(g, ptr[0], g);
         k.vdup(Opd::ub(acc), zero, Mask::Count(chunk), 1);
         let load = |k: &mut K, b: usize, last: bool| {
             let n = if last { last_len } else { chunk };
@@ -2027,7 +2203,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
         let compute = |k: &mut K, b: usize, last: bool| {
             let n = if last { last_len } else { chunk };
             k.vbin(
-                "vadd",
+                VOp::Vadd,
                 Opd::ub(acc),
                 Opd::ub(acc),
                 Opd::ub(xb[b]),
@@ -2042,11 +2218,11 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
             store: None,
         }
         .emit(k);
-        halve(k, "vadd", acc, chunk, REP);
-        k.a.ins("wait_flag MTE3, V, 2");
+        halve(k, VOp::Vadd, acc, chunk, REP);
+        k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
         k.vred(
             false,
-            "sum",
+            ReduceOp::Sum,
             Addr::Ub(slot),
             Opd::ub(acc),
             1,
@@ -2055,7 +2231,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
         );
         if let Some(s) = scale {
             k.vsc(
-                "vmuls",
+                VOp::Vmuls,
                 Opd::ub(slot),
                 Opd::ub(slot),
                 s,
@@ -2063,16 +2239,16 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
                 1,
             );
         }
-        k.a.ins("set_flag  V, MTE3, 2");
-        k.a.ins("wait_flag V, MTE3, 2");
+        k.a.set_flag(Pipe::V, Pipe::Mte3, 2);
+        k.a.wait_flag(Pipe::V, Pipe::Mte3, 2);
         let t = k.tmp(1);
         k.mul_imm(t, item, F32);
-        k.a.ins(format_args!("add       {t}, {}, {t}", ptr[1]));
+        k.a.add(t, ptr[1], t);
         dma_rows(k, false, Addr::Ub(slot), t, 1, 1, 1);
-        k.a.ins("set_flag  MTE3, V, 2");
+        k.a.set_flag(Pipe::Mte3, Pipe::V, 2);
         k.a.add_imm(item, 1);
     });
-    k.a.ins("wait_flag MTE3, V, 2");
+    k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
     flow_fini(&mut k, false);
     finish(ctx, k, spread.blocks, Vec::new())
 }
@@ -2124,23 +2300,23 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
     let zero = k.a.constant(0);
     let scale = p.scale.map(|s| k.f32_reg(s));
     flow_init(&mut k, false);
-    k.a.ins("set_flag  MTE3, V, 2");
+    k.a.set_flag(Pipe::Mte3, Pipe::V, 2);
     repeat_loop(&mut k, items, spread.per_block, &|k| {
         // g = x + (o * L * I + i0) * 4, gy = y + (o * I + i0) * 4.
         let (t0, t1) = (k.tmp(0), k.tmp(1));
         k.a.movi(t1, nit as i64);
-        k.a.ins(format_args!("divu      {t0}, {item}, {t1}"));
-        k.a.ins(format_args!("remu      {g}, {item}, {t1}"));
+        k.a.divu(t0, item, t1);
+        k.a.remu(g, item, t1);
         k.mul_imm(g, g, ic);
         k.min_imm(g, i - ic);
         k.mul_imm(t1, t0, i);
-        k.a.ins(format_args!("add       {gy}, {g}, {t1}"));
+        k.a.add(gy, g, t1);
         k.mul_imm(gy, gy, F32);
-        k.a.ins(format_args!("add       {gy}, {gy}, {}", ptr[1]));
+        k.a.add(gy, gy, ptr[1]);
         k.mul_imm(t0, t0, l * i);
-        k.a.ins(format_args!("add       {g}, {g}, {t0}"));
+        k.a.add(g, g, t0);
         k.mul_imm(g, g, F32);
-        k.a.ins(format_args!("add       {g}, {g}, {}", ptr[0]));
+        k.a.add(g, g, ptr[0]);
         k.vdup(Opd::ub(acc), zero, Mask::Count(icp), 1);
         let load = |k: &mut K, b: usize, last: bool| {
             let n = if last { last_rows } else { lc };
@@ -2149,9 +2325,9 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
         };
         let compute = |k: &mut K, b: usize, last: bool| {
             let n = if last { last_rows } else { lc };
-            col_fold(k, "vadd", xb[b], xb[b], n, icp);
+            col_fold(k, VOp::Vadd, xb[b], xb[b], n, icp);
             k.vbin(
-                "vadd",
+                VOp::Vadd,
                 Opd::ub(acc),
                 Opd::ub(acc),
                 Opd::ub(xb[b]),
@@ -2166,18 +2342,25 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
             store: None,
         }
         .emit(k);
-        k.a.ins("wait_flag MTE3, V, 2");
+        k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
         match scale {
-            Some(s) => k.vsc("vmuls", Opd::ub(outb), Opd::ub(acc), s, Mask::Count(icp), 1),
-            None => k.vun("vmov", Opd::ub(outb), Opd::ub(acc), Mask::Count(icp), 1),
+            Some(s) => k.vsc(
+                VOp::Vmuls,
+                Opd::ub(outb),
+                Opd::ub(acc),
+                s,
+                Mask::Count(icp),
+                1,
+            ),
+            None => k.vun(VOp::Vmov, Opd::ub(outb), Opd::ub(acc), Mask::Count(icp), 1),
         }
-        k.a.ins("set_flag  V, MTE3, 2");
-        k.a.ins("wait_flag V, MTE3, 2");
+        k.a.set_flag(Pipe::V, Pipe::Mte3, 2);
+        k.a.wait_flag(Pipe::V, Pipe::Mte3, 2);
         dma_rows(k, false, Addr::Ub(outb), gy, 1, ic, ic);
-        k.a.ins("set_flag  MTE3, V, 2");
+        k.a.set_flag(Pipe::Mte3, Pipe::V, 2);
         k.a.add_imm(item, 1);
     });
-    k.a.ins("wait_flag MTE3, V, 2");
+    k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
     flow_fini(&mut k, false);
     finish(ctx, k, spread.blocks, Vec::new())
 }
@@ -2193,10 +2376,10 @@ fn fill(ctx: &LowerCtx<'_>, n: u64, v: f32) -> Result<Kernel, LowerError> {
     let ptr = args(&mut k, 1);
     let r = k.f32_reg(v);
     k.vdup(Opd::ub(buf), r, Mask::Count(chunk), 1);
-    k.a.ins("set_flag  V, MTE3, 0");
-    k.a.ins("wait_flag V, MTE3, 0");
+    k.a.set_flag(Pipe::V, Pipe::Mte3, 0);
+    k.a.wait_flag(Pipe::V, Pipe::Mte3, 0);
     let g = k.a.reg();
-    k.a.ins(format_args!("mov       {g}, {}", ptr[0]));
+    k.a.mov(g, ptr[0]);
     let mut done = 0;
     while done < n {
         let m = (n - done).min(chunk);

@@ -10,6 +10,8 @@
 //! instruction per operation and tails need no special code; a tail whose bytes are not a
 //! multiple of 32 moves with the byte-granular DMA.
 
+use gearsim_isa::{Pipe, SReg, units};
+
 use super::writer::{Asm, Reg};
 use crate::CoreSpec;
 
@@ -114,16 +116,16 @@ impl Stream<'_> {
         a.tiling("per_block", plan.per_block as i64);
         a.tiling("tile", plan.tile as i64);
         let args = a.reg();
-        a.ins(format_args!("sreg      {args}, args"));
+        a.sreg(args, SReg::Args);
         let io: Vec<Io> = self.inputs.iter().chain(&self.outputs).copied().collect();
         let ptrs: Vec<Reg> = io.iter().map(|i| a.arg(args, i.arg)).collect();
         let bi = a.reg();
         let t = a.reg();
-        a.ins(format_args!("sreg      {bi}, block_idx"));
+        a.sreg(bi, SReg::BlockIdx);
         for (p, i) in ptrs.iter().zip(&io) {
             a.movi(t, (plan.per_block * i.elem) as i64);
-            a.ins(format_args!("mul       {t}, {t}, {bi}"));
-            a.ins(format_args!("add       {p}, {p}, {t}"));
+            a.mul(t, t, bi);
+            a.add(*p, *p, t);
         }
         let consts = (self.setup)(a, args);
         // UB layout: buffer 0 of every streamed tensor, buffer 1 of every one, then scratch.
@@ -166,8 +168,8 @@ impl Stream<'_> {
         };
         a.comment("both input buffers and both output buffers start free");
         for k in 0..2 {
-            a.ins(format_args!("set_flag  V, MTE2, {k}"));
-            a.ins(format_args!("set_flag  MTE3, V, {k}"));
+            a.set_flag(Pipe::V, Pipe::Mte2, k);
+            a.set_flag(Pipe::Mte3, Pipe::V, k);
         }
         let last = self.n - (u64::from(plan.block_dim) - 1) * plan.per_block;
         if last == plan.per_block {
@@ -176,17 +178,19 @@ impl Stream<'_> {
             let last_label = a.new_label("last_block");
             let done = a.new_label("drain");
             a.movi(t, i64::from(plan.block_dim) - 1);
-            a.ins(format_args!("beq       {bi}, {t}, {last_label}"));
+            let l = a.label(&last_label);
+            a.beq(bi, t, l);
             ctx.slice(a, plan.per_block);
-            a.ins(format_args!("jmp       {done}"));
+            let l = a.label(&done);
+            a.jmp(l);
             a.place(&last_label);
             ctx.slice(a, last);
             a.place(&done);
         }
         a.comment("consume the flags the last tiles set");
         for k in 0..2 {
-            a.ins(format_args!("wait_flag V, MTE2, {k}"));
-            a.ins(format_args!("wait_flag MTE3, V, {k}"));
+            a.wait_flag(Pipe::V, Pipe::Mte2, k);
+            a.wait_flag(Pipe::Mte3, Pipe::V, k);
         }
     }
 }
@@ -215,7 +219,8 @@ impl Emit<'_> {
             a.place(&top);
             self.tile(a, 0, tile);
             self.tile(a, 1, tile);
-            a.ins(format_args!("loop      {}, {top}", self.count));
+            let l = a.label(&top);
+            a.r#loop(self.count, l);
         }
         let mut next = 0;
         if full % 2 == 1 {
@@ -233,20 +238,20 @@ impl Emit<'_> {
         for (r, off) in self.ub.iter().zip(&self.bufs[k]) {
             a.movi(*r, *off as i64);
         }
-        a.ins(format_args!("wait_flag V, MTE2, {k}"));
+        a.wait_flag(Pipe::V, Pipe::Mte2, k);
         for i in 0..n_in {
             copy(
                 a,
-                "copy_gm_to_ub",
+                Dir::GmToUb,
                 self.ub[i],
                 self.ptrs[i],
                 len * self.io[i].elem,
             );
             a.add_imm(self.ptrs[i], (len * self.io[i].elem) as i64);
         }
-        a.ins(format_args!("set_flag  MTE2, V, {k}"));
-        a.ins(format_args!("wait_flag MTE2, V, {k}"));
-        a.ins(format_args!("wait_flag MTE3, V, {k}"));
+        a.set_flag(Pipe::Mte2, Pipe::V, k);
+        a.wait_flag(Pipe::Mte2, Pipe::V, k);
+        a.wait_flag(Pipe::Mte3, Pipe::V, k);
         a.mask_count(self.mask, len);
         let tile = Tile {
             ins: self.ub[..n_in].to_vec(),
@@ -256,28 +261,57 @@ impl Emit<'_> {
             consts: self.consts.to_vec(),
         };
         (self.s.body)(a, &tile);
-        a.ins(format_args!("set_flag  V, MTE2, {k}"));
-        a.ins(format_args!("set_flag  V, MTE3, {k}"));
-        a.ins(format_args!("wait_flag V, MTE3, {k}"));
+        a.set_flag(Pipe::V, Pipe::Mte2, k);
+        a.set_flag(Pipe::V, Pipe::Mte3, k);
+        a.wait_flag(Pipe::V, Pipe::Mte3, k);
         for i in n_in..self.io.len() {
             copy(
                 a,
-                "copy_ub_to_gm",
+                Dir::UbToGm,
                 self.ptrs[i],
                 self.ub[i],
                 len * self.io[i].elem,
             );
             a.add_imm(self.ptrs[i], (len * self.io[i].elem) as i64);
         }
-        a.ins(format_args!("set_flag  MTE3, V, {k}"));
+        a.set_flag(Pipe::Mte3, Pipe::V, k);
+    }
+}
+
+/// Which way a UB copy goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dir {
+    /// GM to UB (`copy_gm_to_ub`, MTE2).
+    GmToUb,
+    /// UB to GM (`copy_ub_to_gm`, MTE3).
+    UbToGm,
+}
+
+/// The direction a copy mnemonic names, for callers that still pass `"copy_gm_to_ub"` or
+/// `"copy_ub_to_gm"`.
+impl From<&str> for Dir {
+    fn from(op: &str) -> Dir {
+        match op {
+            "copy_gm_to_ub" => Dir::GmToUb,
+            "copy_ub_to_gm" => Dir::UbToGm,
+            _ => panic!("`{op}` is not a UB copy (copy_gm_to_ub or copy_ub_to_gm)"),
+        }
     }
 }
 
 /// One contiguous copy of `bytes`: 32-byte bursts when they divide it, else byte-granular.
-pub fn copy(a: &mut Asm, op: &str, dst: Reg, src: Reg, bytes: u64) {
-    if bytes % 32 == 0 && bytes / 32 <= 0xffff {
-        a.ins(format_args!("{op} {dst}, {src}, 1, {}", bytes / 32));
+pub fn copy(a: &mut Asm, dir: impl Into<Dir>, dst: Reg, src: Reg, bytes: u64) {
+    let dir = dir.into();
+    if bytes % units::BLOCK_BYTES == 0 && bytes / units::BLOCK_BYTES <= units::BURST_LEN_MAX {
+        let len = bytes / units::BLOCK_BYTES;
+        match dir {
+            Dir::GmToUb => a.copy_gm_to_ub(dst, src, 1, len),
+            Dir::UbToGm => a.copy_ub_to_gm(dst, src, 1, len),
+        };
     } else {
-        a.ins(format_args!("{op}_pad {dst}, {src}, 1, {bytes}"));
+        match dir {
+            Dir::GmToUb => a.copy_gm_to_ub_pad(dst, src, 1, bytes),
+            Dir::UbToGm => a.copy_ub_to_gm_pad(dst, src, 1, bytes),
+        };
     }
 }
