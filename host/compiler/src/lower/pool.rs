@@ -1655,6 +1655,10 @@ impl Pool {
                 k.a.beq(regs.band, regs.imm, l);
             }
         }
+        // The default kind falls through from the branches: its label is placed (the builder
+        // requires every label it made to be) without forgetting the mask, as no jump lands
+        // there.
+        k.a.place(&labels[default]);
         emit(k, &self.kinds[default]);
         let end_l = k.a.label(&end);
         k.a.jmp(end_l);
