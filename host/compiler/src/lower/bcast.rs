@@ -29,8 +29,9 @@
 //! one or eight, which is fine for masks; row mode never sees them (the lowering converts such
 //! tensors through a GM workspace with a one-dimensional chunk-mode pass first).
 
-use super::stream::copy;
-use super::vec::{View, Vx};
+use gearsim_isa::{DType, Pipe, ReduceOp, SReg, units};
+
+use super::vec::View;
 use super::writer::{Asm, Reg};
 use crate::CoreSpec;
 
@@ -45,20 +46,22 @@ const MIN_TILE: u64 = 256;
 /// 12-bit count, and each element takes 32 bytes of UB).
 const MAX_SPREAD_TILE: u64 = 2048;
 /// Most rows of a tile (DMA bursts are a 12-bit count).
-const MAX_ROWS: u64 = 4095;
+const MAX_ROWS: u64 = units::BURST_COUNT_MAX;
 /// A repeated row at least this long is read in place by a per-row loop instead of being
 /// replicated over the tile (the loop then costs little per element).
 const REPLICATE_MAX_ROW_BYTES: u64 = 1024;
 /// Every UB region starts on this boundary and is a multiple of it, so a vector instruction
 /// reading whole repeats never leaves its region.
-const REGION: u64 = 256;
+const REGION: u64 = units::REPEAT_BYTES;
 /// UB left free past the last region (a per-row instruction reads whole repeats of its last
 /// row).
 const SLACK: u64 = 512;
 /// Flag id of the one-time resident loads (0 and 1 are the double buffer's).
 const RESIDENT_FLAG: u32 = 2;
+/// Bytes of a DMA block (the unit of burst lengths and gaps) and of a splat.
+const BLOCK: u64 = units::BLOCK_BYTES;
 /// Most repeats one vector instruction takes in normal-mask mode (8-bit field).
-const MAX_REPEAT: u64 = 255;
+const MAX_REPEAT: u64 = units::REPEAT_MAX;
 
 /// The canonical broadcast form: output dims with no size-1 axis and no two neighbours with
 /// the same broadcast pattern, and each input's element strides along them (0 where the input
@@ -227,6 +230,11 @@ impl Const {
             ty: "i32",
             bits: u64::from(v as u32),
         }
+    }
+
+    /// The vector type named by `ty` (`i32` for a name that is none).
+    fn dtype(&self) -> DType {
+        DType::from_name(self.ty).unwrap_or(DType::I32)
     }
 }
 
@@ -718,7 +726,7 @@ pub fn emit(job: &Job<'_>, plan: &Plan, a: &mut Asm) {
         a.comment(format_args!("axis {ax}: {d}"));
     }
     let args = a.reg();
-    a.ins(format_args!("sreg      {args}, args"));
+    a.sreg(args, SReg::Args);
     let ptr = job
         .inputs
         .iter()
@@ -804,8 +812,8 @@ pub fn emit(job: &Job<'_>, plan: &Plan, a: &mut Asm) {
     e.main_loop(a);
     a.comment("consume the flags the last tiles set");
     for k in 0..2 {
-        a.ins(format_args!("wait_flag V, MTE2, {k}"));
-        a.ins(format_args!("wait_flag MTE3, V, {k}"));
+        a.wait_flag(Pipe::V, Pipe::Mte2, k);
+        a.wait_flag(Pipe::Mte3, Pipe::V, k);
     }
 }
 
@@ -815,37 +823,37 @@ impl Emit<'_> {
         let r = &self.r;
         let p = self.plan;
         a.comment("tiles of this block: [block_idx * per_block, +count)");
-        a.ins(format_args!("sreg      {}, block_idx", r.cnt));
+        a.sreg(r.cnt, SReg::BlockIdx);
         a.movi(r.t1, p.per_block as i64);
-        a.ins(format_args!("mul       {}, {}, {}", r.addr, r.t1, r.cnt));
+        a.mul(r.addr, r.t1, r.cnt);
         a.movi(r.cnt, p.ttot as i64);
-        a.ins(format_args!("sub       {}, {}, {}", r.cnt, r.cnt, r.addr));
-        a.ins(format_args!("minu      {}, {}, {}", r.cnt, r.cnt, r.t1));
+        a.sub(r.cnt, r.cnt, r.addr);
+        a.minu(r.cnt, r.cnt, r.t1);
         if let Some(j) = r.j {
             a.movi(r.t1, p.nt as i64);
-            a.ins(format_args!("remu      {j}, {}, {}", r.addr, r.t1));
-            a.ins(format_args!("divu      {}, {}, {}", r.addr, r.addr, r.t1));
+            a.remu(j, r.addr, r.t1);
+            a.divu(r.addr, r.addr, r.t1);
         }
         if let Some(line) = r.line {
             a.comment("move every pointer to the first line: index by index over the outer axes");
-            a.ins(format_args!("mov       {line}, {}", r.addr));
+            a.mov(line, r.addr);
             for &ax in self.outer.iter().rev() {
                 a.movi(r.t1, self.job.dims[ax] as i64);
-                a.ins(format_args!("remu      {}, {}, {}", r.t2, r.addr, r.t1));
-                a.ins(format_args!("divu      {}, {}, {}", r.addr, r.addr, r.t1));
+                a.remu(r.t2, r.addr, r.t1);
+                a.divu(r.addr, r.addr, r.t1);
                 for (ptr, st) in r.ptr.iter().zip(&self.bst) {
                     if st[ax] != 0 {
                         a.movi(r.t1, st[ax] as i64);
-                        a.ins(format_args!("mul       {}, {}, {}", r.t1, r.t1, r.t2));
-                        a.ins(format_args!("add       {ptr}, {ptr}, {}", r.t1));
+                        a.mul(r.t1, r.t1, r.t2);
+                        a.add(*ptr, *ptr, r.t1);
                     }
                 }
             }
         }
         a.comment("both input buffers and both output buffers start free");
         for k in 0..2 {
-            a.ins(format_args!("set_flag  V, MTE2, {k}"));
-            a.ins(format_args!("set_flag  MTE3, V, {k}"));
+            a.set_flag(Pipe::V, Pipe::Mte2, k);
+            a.set_flag(Pipe::Mte3, Pipe::V, k);
         }
     }
 
@@ -859,7 +867,7 @@ impl Emit<'_> {
             a.mask_count(r.t1, lanes);
             a.movi(r.t2, off as i64);
             a.movi(r.t1, c.bits as i64);
-            a.ins(format_args!("vdup.{} {}, {}", c.ty, r.t2, r.t1));
+            a.vdup(c.dtype(), r.t2, r.t1);
         }
         let mut loads = false;
         for (i, kind) in self.plan.kinds.iter().enumerate() {
@@ -869,25 +877,15 @@ impl Emit<'_> {
                     let row_bytes = self.job.dims[self.job.m() - 1] * inp.fmt.ub_bytes();
                     a.comment(format_args!("input {i}: one resident row"));
                     a.movi(r.t2, l.res[i][0] as i64);
-                    copy(a, "copy_gm_to_ub", r.t2, r.ptr[i], row_bytes);
+                    copy(a, true, r.t2, r.ptr[i], row_bytes);
                     loads = true;
                 }
                 Kind::Scalar { resident: true } => {
                     a.comment(format_args!("input {i}: one resident value"));
                     for w in 0..inp.fmt.words() {
                         a.movi(r.t2, l.res_raw[i][w] as i64);
-                        a.ins(format_args!(
-                            "addi      {}, {}, {}",
-                            r.addr,
-                            r.ptr[i],
-                            4 * w
-                        ));
-                        a.ins(format_args!(
-                            "copy_gm_to_ub_pad {}, {}, 1, {}",
-                            r.t2,
-                            r.addr,
-                            inp.fmt.word_bytes()
-                        ));
+                        a.addi(r.addr, r.ptr[i], 4 * w);
+                        a.copy_gm_to_ub_pad(r.t2, r.addr, 1, inp.fmt.word_bytes());
                     }
                     loads = true;
                 }
@@ -895,8 +893,8 @@ impl Emit<'_> {
             }
         }
         if loads {
-            a.ins(format_args!("set_flag  MTE2, V, {RESIDENT_FLAG}"));
-            a.ins(format_args!("wait_flag MTE2, V, {RESIDENT_FLAG}"));
+            a.set_flag(Pipe::Mte2, Pipe::V, RESIDENT_FLAG);
+            a.wait_flag(Pipe::Mte2, Pipe::V, RESIDENT_FLAG);
         }
         for (i, kind) in self.plan.kinds.iter().enumerate() {
             let inp = &self.job.inputs[i];
@@ -933,11 +931,13 @@ impl Emit<'_> {
         a.place(&top);
         self.tile(a, 0);
         self.advance(a);
-        a.ins(format_args!("addi      {}, {}, -1", r.cnt, r.cnt));
-        a.ins(format_args!("beq       {}, {}, {done}", r.cnt, r.zero));
+        a.addi(r.cnt, r.cnt, -1);
+        let done_l = a.label(&done);
+        a.beq(r.cnt, r.zero, done_l);
         self.tile(a, 1);
         self.advance(a);
-        a.ins(format_args!("loop      {}, {top}", r.cnt));
+        let top_l = a.label(&top);
+        a.r#loop(r.cnt, top_l);
         a.place(&done);
     }
 
@@ -946,15 +946,16 @@ impl Emit<'_> {
         let r = &self.r;
         let end = a.new_label("next_tile");
         if let Some(j) = r.j {
-            a.ins(format_args!("addi      {j}, {j}, 1"));
+            a.addi(j, j, 1);
             a.movi(r.t1, self.plan.nt as i64);
-            a.ins(format_args!("bne       {j}, {}, {end}", r.t1));
+            let end_l = a.label(&end);
+            a.bne(j, r.t1, end_l);
             a.movi(j, 0);
         }
         if let Some(line) = r.line {
             // Next line: step every pointer along the innermost outer axis; where that axis
             // wraps (the line index is a multiple of its period) step back and carry outward.
-            a.ins(format_args!("addi      {line}, {line}, 1"));
+            a.addi(line, line, 1);
             let mut period = 1u64;
             for (n, &ax) in self.outer.iter().rev().enumerate() {
                 for (ptr, st) in r.ptr.iter().zip(&self.bst) {
@@ -965,8 +966,9 @@ impl Emit<'_> {
                     break;
                 }
                 a.movi(r.t1, period as i64);
-                a.ins(format_args!("remu      {}, {line}, {}", r.t1, r.t1));
-                a.ins(format_args!("bne       {}, {}, {end}", r.t1, r.zero));
+                a.remu(r.t1, line, r.t1);
+                let end_l = a.label(&end);
+                a.bne(r.t1, r.zero, end_l);
                 for (ptr, st) in r.ptr.iter().zip(&self.bst) {
                     add_const(a, *ptr, -((st[ax] * self.job.dims[ax]) as i64), r.t1);
                 }
@@ -983,9 +985,11 @@ impl Emit<'_> {
                 let last = a.new_label("last_tile");
                 let end = a.new_label("tile_end");
                 a.movi(self.r.t1, p.nt as i64 - 1);
-                a.ins(format_args!("beq       {j}, {}, {last}", self.r.t1));
+                let last_l = a.label(&last);
+                a.beq(j, self.r.t1, last_l);
                 self.tile_body(a, k, p.size);
-                a.ins(format_args!("jmp       {end}"));
+                let end_l = a.label(&end);
+                a.jmp(end_l);
                 a.place(&last);
                 self.tile_body(a, k, p.tail);
                 a.place(&end);
@@ -1000,13 +1004,13 @@ impl Emit<'_> {
     /// `dst` = the GM address of tensor `t` (inputs, then outputs) for this tile.
     fn gm_addr(&self, a: &mut Asm, dst: Reg, t: usize) {
         let r = &self.r;
-        a.ins(format_args!("mov       {dst}, {}", r.ptr[t]));
+        a.mov(dst, r.ptr[t]);
         if let Some(j) = r.j {
             let st = self.bst[t][self.tiled] * self.plan.size;
             if st != 0 {
                 a.movi(r.t1, st as i64);
-                a.ins(format_args!("mul       {}, {}, {j}", r.t1, r.t1));
-                a.ins(format_args!("add       {dst}, {dst}, {}", r.t1));
+                a.mul(r.t1, r.t1, j);
+                a.add(dst, dst, r.t1);
             }
         }
     }
@@ -1015,26 +1019,30 @@ impl Emit<'_> {
     fn rows_dma(&self, a: &mut Asm, load: bool, ub: Reg, gm: Reg, rows: u64, e: u64) {
         let (l, lp) = (self.row_len(), self.plan.lp);
         let (bytes, ub_row) = (l * e, lp * e);
-        let (op, dst, src) = if load {
-            ("copy_gm_to_ub", ub, gm)
-        } else {
-            ("copy_ub_to_gm", gm, ub)
-        };
+        let (dst, src) = if load { (ub, gm) } else { (gm, ub) };
         if bytes == ub_row {
-            copy(a, op, dst, src, rows * bytes);
-        } else if bytes % 32 == 0 {
-            let gap = (ub_row - bytes) / 32;
+            copy(a, load, dst, src, rows * bytes);
+        } else if bytes % BLOCK == 0 {
+            let gap = (ub_row - bytes) / BLOCK;
             let (sg, dg) = if load { (0, gap) } else { (gap, 0) };
-            a.ins(format_args!(
-                "{op} {dst}, {src}, {rows}, {}, src_gap={sg}, dst_gap={dg}",
-                bytes / 32
-            ));
+            let len = bytes / BLOCK;
+            if load {
+                a.copy_gm_to_ub(dst, src, rows, len).src_gap(sg).dst_gap(dg);
+            } else {
+                a.copy_ub_to_gm(dst, src, rows, len).src_gap(sg).dst_gap(dg);
+            }
         } else {
-            let gap = ub_row - round_up(bytes, 32);
+            let gap = ub_row - round_up(bytes, BLOCK);
             let (sg, dg) = if load { (0, gap) } else { (gap, 0) };
-            a.ins(format_args!(
-                "{op}_pad {dst}, {src}, {rows}, {bytes}, src_gap={sg}, dst_gap={dg}"
-            ));
+            if load {
+                a.copy_gm_to_ub_pad(dst, src, rows, bytes)
+                    .src_gap(sg)
+                    .dst_gap(dg);
+            } else {
+                a.copy_ub_to_gm_pad(dst, src, rows, bytes)
+                    .src_gap(sg)
+                    .dst_gap(dg);
+            }
         }
     }
 
@@ -1045,7 +1053,7 @@ impl Emit<'_> {
         let l = &self.plan.layout;
         let rows_mode = !matches!(self.plan.mode, Mode::Chunk);
         a.comment(format_args!("---- tile of {v} in buffer {k}"));
-        a.ins(format_args!("wait_flag V, MTE2, {k}"));
+        a.wait_flag(Pipe::V, Pipe::Mte2, k);
         for (i, kind) in self.plan.kinds.iter().enumerate() {
             let inp = &job.inputs[i];
             let (fmt, e) = (inp.fmt, inp.fmt.ub_bytes());
@@ -1058,48 +1066,38 @@ impl Emit<'_> {
             match *kind {
                 Kind::Stream if rows_mode => self.rows_dma(a, true, r.t2, r.addr, v, e),
                 Kind::Stream => match fmt {
-                    Fmt::Plain(_) => copy(a, "copy_gm_to_ub", r.t2, r.addr, v * e),
-                    Fmt::Byte(_) => a.ins(format_args!(
-                        "copy_gm_to_ub_pad {}, {}, {v}, 1",
-                        r.t2, r.addr
-                    )),
+                    Fmt::Plain(_) => copy(a, true, r.t2, r.addr, v * e),
+                    Fmt::Byte(_) => {
+                        a.copy_gm_to_ub_pad(r.t2, r.addr, v, 1);
+                    }
                     Fmt::I64 => {
                         for w in 0..2 {
                             if w == 1 {
                                 a.movi(r.t2, l.stage[k][i][1] as i64);
                                 a.add_imm(r.addr, 4);
                             }
-                            a.ins(format_args!(
-                                "copy_gm_to_ub_pad {}, {}, {v}, 4, src_gap=4",
-                                r.t2, r.addr
-                            ));
+                            a.copy_gm_to_ub_pad(r.t2, r.addr, v, 4).src_gap(4);
                         }
                     }
                 },
-                Kind::Row { .. } => copy(a, "copy_gm_to_ub", r.t2, r.addr, self.row_len() * e),
-                Kind::Column => a.ins(format_args!(
-                    "copy_gm_to_ub_pad {}, {}, {v}, {e}",
-                    r.t2, r.addr
-                )),
+                Kind::Row { .. } => copy(a, true, r.t2, r.addr, self.row_len() * e),
+                Kind::Column => {
+                    a.copy_gm_to_ub_pad(r.t2, r.addr, v, e);
+                }
                 Kind::Scalar { .. } => {
                     for w in 0..fmt.words() {
                         if w == 1 {
                             a.movi(r.t2, l.stage[k][i][1] as i64);
                             a.add_imm(r.addr, 4);
                         }
-                        a.ins(format_args!(
-                            "copy_gm_to_ub_pad {}, {}, 1, {}",
-                            r.t2,
-                            r.addr,
-                            fmt.word_bytes()
-                        ));
+                        a.copy_gm_to_ub_pad(r.t2, r.addr, 1, fmt.word_bytes());
                     }
                 }
             }
         }
-        a.ins(format_args!("set_flag  MTE2, V, {k}"));
-        a.ins(format_args!("wait_flag MTE2, V, {k}"));
-        a.ins(format_args!("wait_flag MTE3, V, {k}"));
+        a.set_flag(Pipe::Mte2, Pipe::V, k);
+        a.wait_flag(Pipe::Mte2, Pipe::V, k);
+        a.wait_flag(Pipe::Mte3, Pipe::V, k);
         self.prepare(a, k, v);
         self.run_body(a, k, v);
         for (o, out) in job.outputs.iter().enumerate() {
@@ -1109,35 +1107,31 @@ impl Emit<'_> {
                 }
             }
         }
-        a.ins(format_args!("set_flag  V, MTE2, {k}"));
-        a.ins(format_args!("set_flag  V, MTE3, {k}"));
-        a.ins(format_args!("wait_flag V, MTE3, {k}"));
+        a.set_flag(Pipe::V, Pipe::Mte2, k);
+        a.set_flag(Pipe::V, Pipe::Mte3, k);
+        a.wait_flag(Pipe::V, Pipe::Mte3, k);
         for (o, out) in job.outputs.iter().enumerate() {
             let fmt = out.fmt;
             self.gm_addr(a, r.addr, job.inputs.len() + o);
             a.movi(r.t2, l.obuf[k][o][0] as i64);
             match fmt {
                 Fmt::Plain(e) if rows_mode => self.rows_dma(a, false, r.t2, r.addr, v, e),
-                Fmt::Plain(e) => copy(a, "copy_ub_to_gm", r.addr, r.t2, v * e),
-                Fmt::Byte(_) => a.ins(format_args!(
-                    "copy_ub_to_gm_pad {}, {}, {v}, 1",
-                    r.addr, r.t2
-                )),
+                Fmt::Plain(e) => copy(a, false, r.addr, r.t2, v * e),
+                Fmt::Byte(_) => {
+                    a.copy_ub_to_gm_pad(r.addr, r.t2, v, 1);
+                }
                 Fmt::I64 => {
                     for w in 0..2 {
                         if w == 1 {
                             a.movi(r.t2, l.obuf[k][o][1] as i64);
                             a.add_imm(r.addr, 4);
                         }
-                        a.ins(format_args!(
-                            "copy_ub_to_gm_pad {}, {}, {v}, 4, dst_gap=4",
-                            r.addr, r.t2
-                        ));
+                        a.copy_ub_to_gm_pad(r.addr, r.t2, v, 4).dst_gap(4);
                     }
                 }
             }
         }
-        a.ins(format_args!("set_flag  MTE3, V, {k}"));
+        a.set_flag(Pipe::Mte3, Pipe::V, k);
     }
 
     /// Vector work before the body: gather spread words, replicate rows, build splats.
@@ -1152,7 +1146,7 @@ impl Emit<'_> {
                     for w in 0..inp.fmt.words() {
                         a.movi(r.t2, l.vin[i][w] as i64);
                         a.movi(r.addr, l.stage[k][i][w] as i64);
-                        a.ins(format_args!("vbreduce.sum.i32 {}, {}", r.t2, r.addr));
+                        a.vbreduce(ReduceOp::Sum, DType::I32, r.t2, r.addr);
                     }
                     if let Fmt::Byte(b) = inp.fmt {
                         self.normalize(a, b, l.vin[i][0], v, l.itmp[i]);
@@ -1257,7 +1251,8 @@ impl Emit<'_> {
             for &(reg, _, step) in &steps {
                 add_const(a, reg, step as i64, r.t2);
             }
-            a.ins(format_args!("loop      {rows}, {top}"));
+            let top_l = a.label(&top);
+            a.r#loop(rows, top_l);
         } else {
             (self.job.body)(a, &body);
         }
@@ -1268,14 +1263,14 @@ impl Emit<'_> {
     fn replicate(&self, a: &mut Asm, base: u64, e: u64, rows: u64) {
         let r = &self.r;
         let lp = self.plan.lp;
-        let ty = if e == 2 { "i16" } else { "i32" };
+        let ty = if e == 2 { DType::I16 } else { DType::I32 };
         let mut have = 1;
         while have < rows {
             let n = have.min(rows - have);
             a.mask_count(r.t1, n * lp);
             a.movi(r.t2, (base + have * lp * e) as i64);
             a.movi(r.addr, base as i64);
-            a.ins(format_args!("vmov.{ty} {}, {}", r.t2, r.addr));
+            a.vmov(ty, r.t2, r.addr);
             have += n;
         }
     }
@@ -1288,19 +1283,19 @@ impl Emit<'_> {
             a.mask_count(r.t1, 8 * n);
             a.movi(r.t2, raw as i64);
             a.movi(r.t1, 0x1_0001);
-            a.ins(format_args!("vmuls.i32 {}, {}, {}", r.t2, r.t2, r.t1));
+            a.vmuls(DType::I32, r.t2, r.t2, r.t1);
         }
         a.movi(r.t1, 0x0101_0101_0101_0101);
-        a.ins(format_args!("set_mask  {}, {}", r.zero, r.t1));
+        a.set_mask(r.zero, r.t1);
         let mut done = 0;
         while done < n {
             let reps = (n - done).min(MAX_REPEAT);
-            a.movi(r.t2, (dst + 32 * done) as i64);
-            a.movi(r.addr, (raw + 32 * done) as i64);
-            a.ins(format_args!(
-                "vbreduce.sum.i32 {}, {}, repeat={reps}, src_blk=0, src_rep=1",
-                r.t2, r.addr
-            ));
+            a.movi(r.t2, (dst + BLOCK * done) as i64);
+            a.movi(r.addr, (raw + BLOCK * done) as i64);
+            a.vbreduce(ReduceOp::Sum, DType::I32, r.t2, r.addr)
+                .repeat(reps)
+                .src_blk(0)
+                .src_rep(1);
             done += reps;
         }
     }
@@ -1312,12 +1307,11 @@ impl Emit<'_> {
         a.movi(r.addr, src as i64);
         for lane in 0..8u32 {
             a.movi(r.t1, (0x0101_0101_0101_0101u64 << lane) as i64);
-            a.ins(format_args!("set_mask  {}, {}", r.zero, r.t1));
-            a.movi(r.t2, (dst + 32 * u64::from(lane)) as i64);
-            a.ins(format_args!(
-                "vbreduce.sum.i32 {}, {}, repeat={reps}, dst_rep=64",
-                r.t2, r.addr
-            ));
+            a.set_mask(r.zero, r.t1);
+            a.movi(r.t2, (dst + BLOCK * u64::from(lane)) as i64);
+            a.vbreduce(ReduceOp::Sum, DType::I32, r.t2, r.addr)
+                .repeat(reps)
+                .dst_rep(64);
         }
     }
 
@@ -1326,21 +1320,26 @@ impl Emit<'_> {
         let r = &self.r;
         a.mask_count(r.t1, n);
         a.movi(r.t2, at as i64);
-        let mut vx = Vx { a, tmp: r.t1 };
-        let x = View::flat(r.t2);
+        // x (flat) at r.t2; the immediates go through r.t1.
+        let x = r.t2;
         match kind {
-            ByteKind::Bool => vx.scalar("vmins", "i32", x, x, 1),
+            ByteKind::Bool => {
+                a.movi(r.t1, 1);
+                a.vmins(DType::I32, x, x, r.t1);
+            }
             ByteKind::U8 => {}
             ByteKind::I8 => {
                 // x - 2 * (x & 0x80): 128..=255 become -128..=-1.
                 let (Some(t), Some(&c)) = (tmp, r.consts.last()) else {
                     return;
                 };
-                vx.a.movi(r.addr, t as i64);
-                let tv = View::flat(r.addr);
-                vx.bin("vand", "i32", tv, x, View::splat(c));
-                vx.scalar("vmuls", "i32", tv, tv, -2);
-                vx.bin("vadd", "i32", x, x, tv);
+                a.movi(r.addr, t as i64);
+                let tv = r.addr;
+                // The constant 0x80 is read as a splat (block and repeat stride 0).
+                a.vand(DType::I32, tv, x, c).src1_blk(0).src1_rep(0);
+                a.movi(r.t1, -2);
+                a.vmuls(DType::I32, tv, tv, r.t1);
+                a.vadd(DType::I32, x, x, tv);
             }
         }
     }
@@ -1352,9 +1351,26 @@ fn add_const(a: &mut Asm, r: Reg, v: i64, tmp: Reg) {
         return;
     }
     if i32::try_from(v).is_ok() {
-        a.ins(format_args!("addi      {r}, {r}, {v}"));
+        a.addi(r, r, v);
     } else {
         a.movi(tmp, v);
-        a.ins(format_args!("add       {r}, {r}, {tmp}"));
+        a.add(r, r, tmp);
+    }
+}
+
+/// One contiguous copy of `bytes` between GM and UB (`load`: GM → UB): a burst copy when the
+/// length is whole blocks that fit the field, byte-granular otherwise.
+fn copy(a: &mut Asm, load: bool, dst: Reg, src: Reg, bytes: u64) {
+    if bytes % BLOCK == 0 && bytes / BLOCK <= units::BURST_LEN_MAX {
+        let len = bytes / BLOCK;
+        if load {
+            a.copy_gm_to_ub(dst, src, 1, len);
+        } else {
+            a.copy_ub_to_gm(dst, src, 1, len);
+        }
+    } else if load {
+        a.copy_gm_to_ub_pad(dst, src, 1, bytes);
+    } else {
+        a.copy_ub_to_gm_pad(dst, src, 1, bytes);
     }
 }

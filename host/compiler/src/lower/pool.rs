@@ -59,6 +59,8 @@
 //! 64 KiB of input each). A configuration that does not fit (rows too long for even a band
 //! of one output row, 3-D windows, integer or f64 tensors) is a [`LowerError`] saying so.
 
+use gearsim_isa::{Cmp, DType, Pipe, ReduceOp, units};
+
 use super::reduce::{
     Addr, BLK, F32, FIELD, Flow, K, Mask, NEG_INF, Opd, REP, Spread, args, flow_fini, flow_init,
     round8,
@@ -80,9 +82,11 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
 }
 
 /// Largest burst count of one DMA instruction (a 12-bit field).
-const MAX_BURSTS: u64 = 4095;
-/// Largest block count (and block gap) of a burst DMA (16-bit fields).
-const MAX_BURST_BLOCKS: u64 = 0xffff;
+const MAX_BURSTS: u64 = units::BURST_COUNT_MAX;
+/// Largest block count of a burst DMA (16-bit field).
+const MAX_BURST_BLOCKS: u64 = units::BURST_LEN_MAX;
+/// Largest block gap of a burst DMA (16-bit fields).
+const MAX_BURST_GAP: u64 = units::BURST_GAP_MAX;
 /// Tiles aim for at least this many input bytes, so a DMA latency per tile is amortised.
 const MIN_TILE_BYTES: u64 = 16 * 1024;
 /// Tiles per block the planner aims for, so the double buffer has something to overlap.
@@ -128,10 +132,10 @@ impl Ty {
         32 / self.bytes()
     }
 
-    fn name(self) -> &'static str {
+    fn dtype(self) -> DType {
         match self {
-            Ty::F16 => "f16",
-            Ty::F32 => "f32",
+            Ty::F16 => DType::F16,
+            Ty::F32 => DType::F32,
         }
     }
 
@@ -156,32 +160,131 @@ fn ub_reg(k: &mut K, i: usize, at: Addr) -> Reg {
         }
         Addr::Rel(r, 0) => r,
         Addr::Rel(r, off) => {
-            k.a.ins(format_args!("addi      {t}, {r}, {off}"));
+            k.a.addi(t, r, off);
             t
         }
     }
 }
 
-/// One vector instruction `mn` (type suffix included) over at most three UB operands named as
-/// the ISA format names them, then `extra` registers (a scalar, a select mask address).
-fn vins(k: &mut K, mn: &str, opds: &[(&str, Opd)], extra: &[Reg], m: Mask, rep: u64) {
+/// The vector instructions [`vins`] writes, with their element types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VOp {
+    /// `vdup.ty dst, scalar`.
+    Dup(DType),
+    /// `vconv.to.from dst, src`.
+    Conv(DType, DType),
+    /// `vmov.ty dst, src`.
+    Mov(DType),
+    /// `vadd.ty dst, src0, src1`.
+    Add(DType),
+    /// `vmax.ty dst, src0, src1`.
+    Max(DType),
+    /// `vsel.ty dst, src0, src1, sel`.
+    Sel(DType),
+    /// `vmul.ty dst, src0, src1`.
+    Mul(DType),
+    /// `vadds.ty dst, src, scalar`.
+    Adds(DType),
+    /// `vmuls.ty dst, src, scalar`.
+    Muls(DType),
+}
+
+/// One vector instruction `op` over at most three UB operands named as the ISA format names
+/// them (in its order), then `extra` registers (a scalar, a select mask address). The repeat
+/// count is written in normal-mask mode only; every operand's strides are written.
+fn vins(k: &mut K, op: VOp, opds: &[(&str, Opd)], extra: &[Reg], m: Mask, rep: u64) {
     k.set_mask(m);
-    let regs: Vec<String> = opds
+    let regs: Vec<Reg> = opds
         .iter()
         .enumerate()
-        .map(|(i, (_, o))| ub_reg(k, i, o.at).to_string())
+        .map(|(i, (_, o))| ub_reg(k, i, o.at))
         .collect();
-    let mut s = format!("{mn} {}", regs.join(", "));
-    for r in extra {
-        s.push_str(&format!(", {r}"));
+    let o: Vec<Opd> = opds.iter().map(|(_, o)| *o).collect();
+    let rep = match m {
+        Mask::Bits(_) => Some(rep),
+        Mask::Count(_) => None,
+    };
+    let a = &mut k.a;
+    match op {
+        VOp::Dup(ty) => {
+            let e = a
+                .vdup(ty, regs[0], extra[0])
+                .dst_blk(o[0].blk)
+                .dst_rep(o[0].rep);
+            if let Some(n) = rep {
+                e.repeat(n);
+            }
+        }
+        VOp::Conv(to, from) => {
+            let e = a
+                .vconv(to, from, regs[0], regs[1])
+                .dst_blk(o[0].blk)
+                .dst_rep(o[0].rep)
+                .src_blk(o[1].blk)
+                .src_rep(o[1].rep);
+            if let Some(n) = rep {
+                e.repeat(n);
+            }
+        }
+        VOp::Mov(ty) => {
+            let e = a
+                .vmov(ty, regs[0], regs[1])
+                .dst_blk(o[0].blk)
+                .dst_rep(o[0].rep)
+                .src_blk(o[1].blk)
+                .src_rep(o[1].rep);
+            if let Some(n) = rep {
+                e.repeat(n);
+            }
+        }
+        VOp::Adds(ty) | VOp::Muls(ty) => {
+            let (d, s) = (regs[0], regs[1]);
+            let e = if let VOp::Adds(_) = op {
+                a.vadds(ty, d, s, extra[0])
+            } else {
+                a.vmuls(ty, d, s, extra[0])
+            };
+            let e = e
+                .dst_blk(o[0].blk)
+                .dst_rep(o[0].rep)
+                .src_blk(o[1].blk)
+                .src_rep(o[1].rep);
+            if let Some(n) = rep {
+                e.repeat(n);
+            }
+        }
+        VOp::Add(ty) | VOp::Max(ty) | VOp::Mul(ty) => {
+            let (d, s0, s1) = (regs[0], regs[1], regs[2]);
+            let e = match op {
+                VOp::Add(_) => a.vadd(ty, d, s0, s1),
+                VOp::Max(_) => a.vmax(ty, d, s0, s1),
+                _ => a.vmul(ty, d, s0, s1),
+            };
+            let e = e
+                .dst_blk(o[0].blk)
+                .dst_rep(o[0].rep)
+                .src0_blk(o[1].blk)
+                .src0_rep(o[1].rep)
+                .src1_blk(o[2].blk)
+                .src1_rep(o[2].rep);
+            if let Some(n) = rep {
+                e.repeat(n);
+            }
+        }
+        VOp::Sel(ty) => {
+            let e = a
+                .vsel(ty, regs[0], regs[1], regs[2], extra[0])
+                .dst_blk(o[0].blk)
+                .dst_rep(o[0].rep)
+                .src0_blk(o[1].blk)
+                .src0_rep(o[1].rep)
+                .src1_blk(o[2].blk)
+                .src1_rep(o[2].rep);
+            if let Some(n) = rep {
+                e.repeat(n);
+            }
+        }
     }
-    if let Mask::Bits(_) = m {
-        s.push_str(&format!(", repeat={rep}"));
-    }
-    for (name, o) in opds {
-        s.push_str(&format!(", {name}_blk={}, {name}_rep={}", o.blk, o.rep));
-    }
-    k.a.ins(s);
 }
 
 /// `vcmp.gt.f32 bits, a, b`: one bit per element, repeat after repeat.
@@ -190,30 +293,41 @@ fn vcmp_gt(k: &mut K, bits: u64, a: Opd, b: Opd, m: Mask, rep: u64) {
     let rd = ub_reg(k, 0, Addr::Ub(bits));
     let ra = ub_reg(k, 1, a.at);
     let rb = ub_reg(k, 2, b.at);
-    let r = match m {
-        Mask::Bits(_) => format!(", repeat={rep}"),
-        Mask::Count(_) => String::new(),
-    };
-    k.a.ins(format_args!(
-        "vcmp.gt.f32 {rd}, {ra}, {rb}{r}, src0_blk={}, src1_blk={}, src0_rep={}, src1_rep={}",
-        a.blk, b.blk, a.rep, b.rep
-    ));
+    let e =
+        k.a.vcmp(Cmp::Gt, DType::F32, rd, ra, rb)
+            .src0_blk(a.blk)
+            .src1_blk(b.blk)
+            .src0_rep(a.rep)
+            .src1_rep(b.rep);
+    if let Mask::Bits(_) = m {
+        e.repeat(rep);
+    }
 }
 
 /// `vbreduce.op.ty dst, src` (8 results per repeat, one per block) with results `dst_rep`
 /// elements apart.
 #[allow(clippy::too_many_arguments)]
-fn vbreduce(k: &mut K, op: &str, ty: &str, dst: Addr, src: Opd, dst_rep: u64, m: Mask, rep: u64) {
-    vreduce_any(k, "vbreduce", op, ty, dst, src, dst_rep, m, rep);
+fn vbreduce(
+    k: &mut K,
+    op: ReduceOp,
+    ty: DType,
+    dst: Addr,
+    src: Opd,
+    dst_rep: u64,
+    m: Mask,
+    rep: u64,
+) {
+    vreduce_any(k, true, op, ty, dst, src, dst_rep, m, rep);
 }
 
-/// `mn.op.ty dst, src` for `vreduce` (one result per repeat) or `vbreduce`.
+/// `vbreduce.op.ty dst, src` (`per_block`) or `vreduce.op.ty dst, src` (one result per
+/// repeat).
 #[allow(clippy::too_many_arguments)]
 fn vreduce_any(
     k: &mut K,
-    mn: &str,
-    op: &str,
-    ty: &str,
+    per_block: bool,
+    op: ReduceOp,
+    ty: DType,
     dst: Addr,
     src: Opd,
     dst_rep: u64,
@@ -223,14 +337,15 @@ fn vreduce_any(
     k.set_mask(m);
     let rd = ub_reg(k, 0, dst);
     let rs = ub_reg(k, 1, src.at);
-    let r = match m {
-        Mask::Bits(_) => format!(", repeat={rep}"),
-        Mask::Count(_) => String::new(),
+    let e = if per_block {
+        k.a.vbreduce(op, ty, rd, rs)
+    } else {
+        k.a.vreduce(op, ty, rd, rs)
     };
-    k.a.ins(format_args!(
-        "{mn}.{op}.{ty} {rd}, {rs}{r}, src_blk={}, src_rep={}, dst_rep={dst_rep}",
-        src.blk, src.rep
-    ));
+    let e = e.src_blk(src.blk).src_rep(src.rep).dst_rep(dst_rep);
+    if let Mask::Bits(_) = m {
+        e.repeat(rep);
+    }
 }
 
 /// Fills `n` contiguous elements of type `ty` at `at` with raw bits `bits`.
@@ -241,7 +356,7 @@ fn fill(k: &mut K, imm: Reg, ty: Ty, at: u64, n: u64, bits: i64) {
     k.a.movi(imm, bits);
     vins(
         k,
-        &format!("vdup.{}", ty.name()),
+        VOp::Dup(ty.dtype()),
         &[("dst", Opd::ub(at))],
         &[imm],
         Mask::Count(n),
@@ -256,7 +371,7 @@ fn convert(k: &mut K, to: Ty, from: Ty, dst: u64, src: u64, n: u64) {
     }
     vins(
         k,
-        &format!("vconv.{}.{}", to.name(), from.name()),
+        VOp::Conv(to.dtype(), from.dtype()),
         &[("dst", Opd::ub(dst)), ("src", Opd::ub(src))],
         &[],
         Mask::Count(n),
@@ -330,27 +445,28 @@ fn dma(
         };
         let (gm_gap, ub_gap) = (gm_stride - len, ub_stride - len.div_ceil(32) * 32);
         let (d, s) = if load { (u, g) } else { (g, u) };
-        let (op, sg, dg) = if load {
-            ("copy_gm_to_ub", gm_gap, ub_gap)
+        let (sg, dg) = if load {
+            (gm_gap, ub_gap)
         } else {
-            ("copy_ub_to_gm", ub_gap, gm_gap)
+            (ub_gap, gm_gap)
         };
-        let whole = len % 32 == 0 && gm_gap % 32 == 0;
+        let block = units::BLOCK_BYTES;
+        let whole = len % block == 0 && gm_gap % block == 0;
         if whole
-            && len / 32 <= MAX_BURST_BLOCKS
-            && sg / 32 <= MAX_BURST_BLOCKS
-            && dg / 32 <= MAX_BURST_BLOCKS
+            && len / block <= MAX_BURST_BLOCKS
+            && sg / block <= MAX_BURST_GAP
+            && dg / block <= MAX_BURST_GAP
         {
-            k.a.ins(format_args!(
-                "{op} {d}, {s}, {n}, {}, src_gap={}, dst_gap={}",
-                len / 32,
-                sg / 32,
-                dg / 32
-            ));
+            let (blocks, sg, dg) = (len / block, sg / block, dg / block);
+            if load {
+                k.a.copy_gm_to_ub(d, s, n, blocks).src_gap(sg).dst_gap(dg);
+            } else {
+                k.a.copy_ub_to_gm(d, s, n, blocks).src_gap(sg).dst_gap(dg);
+            }
+        } else if load {
+            k.a.copy_gm_to_ub_pad(d, s, n, len).src_gap(sg).dst_gap(dg);
         } else {
-            k.a.ins(format_args!(
-                "{op}_pad {d}, {s}, {n}, {len}, src_gap={sg}, dst_gap={dg}"
-            ));
+            k.a.copy_ub_to_gm_pad(d, s, n, len).src_gap(sg).dst_gap(dg);
         }
         done += n;
     }
@@ -1317,7 +1433,8 @@ fn walk_rows(
     for (s, r) in &regs {
         k.addi(*r, s * 32);
     }
-    k.a.ins(format_args!("loop      {}, {top}", lp[0]));
+    let top_l = k.a.label(&top);
+    k.a.r#loop(lp[0], top_l);
     k.forget_mask();
 }
 
@@ -1381,8 +1498,8 @@ impl Pool {
         })?;
         k.a.tiling("ub_bytes", k.ub_used() as i64);
         spread.first(&mut k, regs.jl);
-        k.a.ins(format_args!("mov       {}, {}", regs.jc, regs.jl));
-        k.a.ins(format_args!("mov       {}, {}", regs.js, regs.jl));
+        k.a.mov(regs.jc, regs.jl);
+        k.a.mov(regs.js, regs.jl);
         self.init(&mut k, &regs, &bufs);
         let load = |k: &mut K, b: usize, _: bool| self.load(k, &regs, &bufs, b);
         let compute = |k: &mut K, b: usize, _: bool| self.compute(k, &regs, &bufs, b);
@@ -1415,8 +1532,8 @@ impl Pool {
             self.build_scale(k, regs, fs);
         }
         // The loads overwrite what V has just filled.
-        k.a.ins("set_flag  V, MTE2, 2");
-        k.a.ins("wait_flag V, MTE2, 2");
+        k.a.set_flag(Pipe::V, Pipe::Mte2, 2);
+        k.a.wait_flag(Pipe::V, Pipe::Mte2, 2);
         if let What::MaxIndices { .. } = self.what {
             let cols = self.w.k * self.reps * 32;
             dma(
@@ -1440,8 +1557,8 @@ impl Pool {
                 rows,
                 rows,
             );
-            k.a.ins("set_flag  MTE2, V, 2");
-            k.a.ins("wait_flag MTE2, V, 2");
+            k.a.set_flag(Pipe::Mte2, Pipe::V, 2);
+            k.a.wait_flag(Pipe::Mte2, Pipe::V, 2);
         }
     }
 
@@ -1484,11 +1601,11 @@ impl Pool {
             let rs = &self.kinds[0].row_scale;
             for t in (0..self.bo).rev() {
                 k.a.movi(regs.imm, i64::from(rs[t as usize].to_bits()));
-                k.vsc(
-                    "vmuls",
-                    Opd::ub(fs + t * row_bytes),
-                    Opd::ub(fs),
-                    regs.imm,
+                vins(
+                    k,
+                    VOp::Muls(DType::F32),
+                    &[("dst", Opd::ub(fs + t * row_bytes)), ("src", Opd::ub(fs))],
+                    &[regs.imm],
                     Mask::Count(lanes),
                     1,
                 );
@@ -1500,10 +1617,14 @@ impl Pool {
         let mut have = rows;
         while have < total {
             let n = have.min(total - have);
-            k.vun(
-                "vmov",
-                Opd::ub(fs + have * row_bytes),
-                Opd::ub(fs),
+            vins(
+                k,
+                VOp::Mov(DType::F32),
+                &[
+                    ("dst", Opd::ub(fs + have * row_bytes)),
+                    ("src", Opd::ub(fs)),
+                ],
+                &[],
                 Mask::Count(n * lanes),
                 1,
             );
@@ -1530,19 +1651,22 @@ impl Pool {
         for (b, &i) in self.band_kind.iter().enumerate() {
             if i != default {
                 k.a.movi(regs.imm, b as i64);
-                k.a.ins(format_args!(
-                    "beq       {}, {}, {}",
-                    regs.band, regs.imm, labels[i]
-                ));
+                let l = k.a.label(&labels[i]);
+                k.a.beq(regs.band, regs.imm, l);
             }
         }
+        // The default kind falls through from the branches: its label is placed (the builder
+        // requires every label it made to be) without forgetting the mask, as no jump lands
+        // there.
+        k.a.place(&labels[default]);
         emit(k, &self.kinds[default]);
-        k.a.ins(format_args!("jmp       {end}"));
+        let end_l = k.a.label(&end);
+        k.a.jmp(end_l);
         for (i, kind) in self.kinds.iter().enumerate() {
             if i != default {
                 k.place(&labels[i]);
                 emit(k, kind);
-                k.a.ins(format_args!("jmp       {end}"));
+                k.a.jmp(end_l);
             }
         }
         k.place(&end);
@@ -1559,8 +1683,8 @@ impl Pool {
             return;
         }
         k.a.movi(t1, self.bands as i64);
-        k.a.ins(format_args!("divu      {t0}, {j}, {t1}"));
-        k.a.ins(format_args!("remu      {}, {j}, {t1}", regs.band));
+        k.a.divu(t0, j, t1);
+        k.a.remu(regs.band, j, t1);
         k.mul_imm(regs.gm, t0, plane_elems);
         // oh0 = min(band · bo, Ho − bo).
         k.mul_imm(oh0, regs.band, self.bo);
@@ -1581,15 +1705,12 @@ impl Pool {
             k.addi(row0, (h.pb as i64).wrapping_neg() as u64);
             let z = k.tmp(2);
             k.a.movi(z, 0);
-            k.a.ins(format_args!("max       {row0}, {row0}, {z}"));
+            k.a.max(row0, row0, z);
             k.mul_imm(row0, row0, w.size);
-            k.a.ins(format_args!("add       {}, {}, {row0}", regs.gm, regs.gm));
+            k.a.add(regs.gm, regs.gm, row0);
         }
         k.mul_imm(regs.gm, regs.gm, esz);
-        k.a.ins(format_args!(
-            "add       {}, {}, {}",
-            regs.gm, regs.gm, regs.ptr[0]
-        ));
+        k.a.add(regs.gm, regs.gm, regs.ptr[0]);
         // (UB tile, first GM byte of a row, bytes per row, UB bytes per row) of each copy
         // and of the head blocks.
         let mut moves: Vec<(u64, u64, u64, u64)> = self
@@ -1661,7 +1782,7 @@ impl Pool {
             return;
         }
         let [cnt, g, u] = regs.lp;
-        k.a.ins(format_args!("mov       {g}, {}", regs.gm));
+        k.a.mov(g, regs.gm);
         k.a.movi(u, 0);
         k.a.movi(cnt, n as i64);
         let top = k.a.new_label("plane");
@@ -1669,7 +1790,8 @@ impl Pool {
         copy(k, Addr::Rel(u, 0), g);
         k.addi(g, gm_step);
         k.addi(u, ub_step);
-        k.a.ins(format_args!("loop      {cnt}, {top}"));
+        let top_l = k.a.label(&top);
+        k.a.r#loop(cnt, top_l);
         k.forget_mask();
     }
 
@@ -1680,18 +1802,18 @@ impl Pool {
         self.locate(k, regs, regs.js, h.out * w.out, oh0);
         if self.bands > 1 {
             k.mul_imm(oh0, oh0, w.out);
-            k.a.ins(format_args!("add       {}, {}, {oh0}", regs.gm, regs.gm));
+            k.a.add(regs.gm, regs.gm, oh0);
         }
         // The first output element, kept while each output's address is formed.
         let first = regs.band;
-        k.a.ins(format_args!("mov       {first}, {}", regs.gm));
+        k.a.mov(first, regs.gm);
         let mut outs = vec![(bufs.o[b], self.ty.bytes(), regs.ptr[1])];
         if let What::MaxIndices { .. } = self.what {
             outs.push((bufs.i64s[b], 8, regs.ptr[2]));
         }
         for (ub, esz, base) in outs {
             k.mul_imm(regs.gm, first, esz);
-            k.a.ins(format_args!("add       {}, {}, {base}", regs.gm, regs.gm));
+            k.a.add(regs.gm, regs.gm, base);
             let (len, ub_row) = (w.out * esz, 8 * self.reps * esz);
             if self.bo_pad == self.bo {
                 dma(
@@ -1728,7 +1850,7 @@ impl Pool {
         if self.bands > 1 {
             let t = k.tmp(1);
             k.a.movi(t, self.bands as i64);
-            k.a.ins(format_args!("remu      {}, {}, {t}", regs.band, regs.jc));
+            k.a.remu(regs.band, regs.jc, t);
         }
         // Pad rows of this band (the other kinds' loads wrote data there).
         if self.kinds.len() > 1 {
@@ -1760,13 +1882,13 @@ impl Pool {
                 let bits: u128 = ((1u128 << lanes_in) - 1) & !((1u128 << tail) - 1);
                 let at = x[b] + c.end_lane() / lanes_in * 32;
                 k.a.movi(regs.imm, self.ty.neg_inf());
-                let mn = format!("vdup.{}", self.ty.name());
+                let mn = VOp::Dup(self.ty.dtype());
                 let rb = self.row / lanes_in;
                 walk_rows(k, &regs.lp, self.ux(), 1, self.ty, &[rb], &|k, v| {
                     let d = v.opd(at, rb);
                     vins(
                         k,
-                        &mn,
+                        mn,
                         &[("dst", d)],
                         &[regs.imm],
                         Mask::Bits(bits),
@@ -1857,7 +1979,16 @@ impl Pool {
                             rep: hb,
                         };
                         let to = Addr::Ub(bufs.gathered + done * 32);
-                        vbreduce(k, "sum", "f32", to, from, 1, Mask::Bits(bits), n);
+                        vbreduce(
+                            k,
+                            ReduceOp::Sum,
+                            DType::F32,
+                            to,
+                            from,
+                            1,
+                            Mask::Bits(bits),
+                            n,
+                        );
                         done += n;
                     }
                     let lanes = Mask::Bits(u128::from(groups));
@@ -1866,7 +1997,7 @@ impl Pool {
                         let (d, from) = (v.opd(at, rb), v.row_block(bufs.gathered));
                         vins(
                             k,
-                            "vmov.f32",
+                            VOp::Mov(DType::F32),
                             &[("dst", d), ("src", from)],
                             &[],
                             lanes,
@@ -1876,27 +2007,28 @@ impl Pool {
                 }
             }
         }
-        let op = if self.what.is_max() { "vmax" } else { "vadd" };
+        let op = if self.what.is_max() {
+            VOp::Max(DType::F32)
+        } else {
+            VOp::Add(DType::F32)
+        };
         let (merged, n) = match bufs.merged {
             Some(m) => (m, rows * self.row),
             None => (res, self.u() * self.row),
         };
         if srcs.len() == 1 {
             if bufs.merged.is_none() {
-                k.vun("vmov", Opd::ub(res), Opd::ub(srcs[0]), Mask::Count(n), 1);
+                let (d, x) = (Opd::ub(res), Opd::ub(srcs[0]));
+                let mov = VOp::Mov(DType::F32);
+                vins(k, mov, &[("dst", d), ("src", x)], &[], Mask::Count(n), 1);
             }
         } else {
             let m = Mask::Count(n);
-            k.vbin(
-                op,
-                Opd::ub(merged),
-                Opd::ub(srcs[0]),
-                Opd::ub(srcs[1]),
-                m,
-                1,
-            );
+            let (d, x0, x1) = (Opd::ub(merged), Opd::ub(srcs[0]), Opd::ub(srcs[1]));
+            vins(k, op, &[("dst", d), ("src0", x0), ("src1", x1)], &[], m, 1);
             for &x in &srcs[2..] {
-                k.vbin(op, Opd::ub(merged), Opd::ub(merged), Opd::ub(x), m, 1);
+                let x = Opd::ub(x);
+                vins(k, op, &[("dst", d), ("src0", d), ("src1", x)], &[], m, 1);
             }
         }
         if bufs.merged.is_some() {
@@ -1910,11 +2042,11 @@ impl Pool {
     fn scale(&self, k: &mut K, regs: &Regs, res: u64, fs: u64) {
         let lanes = 8 * self.reps;
         let all = Opd::ub(res);
-        k.vbin(
-            "vmul",
-            all,
-            all,
-            Opd::ub(fs),
+        vins(
+            k,
+            VOp::Mul(DType::F32),
+            &[("dst", all), ("src0", all), ("src1", Opd::ub(fs))],
+            &[],
             Mask::Count(self.u() * lanes),
             1,
         );
@@ -1932,7 +2064,15 @@ impl Pool {
                 }
                 k.a.movi(regs.imm, i64::from(f.to_bits()));
                 let at = Opd::ub(res + t * lanes * F32);
-                k.vsc("vmuls", at, at, regs.imm, Mask::Count((e - t) * lanes), 1);
+                let m = Mask::Count((e - t) * lanes);
+                vins(
+                    k,
+                    VOp::Muls(DType::F32),
+                    &[("dst", at), ("src", at)],
+                    &[regs.imm],
+                    m,
+                    1,
+                );
                 t = e;
             }
         });
@@ -1942,12 +2082,12 @@ impl Pool {
     fn h_pass(&self, k: &mut K, regs: &Regs, src: u64, dst: u64) {
         let h = self.h;
         let (ct, rb) = (self.ct, self.row_blocks());
-        let op = format!(
-            "{}.{}",
-            if self.what.is_max() { "vmax" } else { "vadd" },
-            ct.name()
-        );
-        let mov = format!("vmov.{}", ct.name());
+        let op = if self.what.is_max() {
+            VOp::Max(ct.dtype())
+        } else {
+            VOp::Add(ct.dtype())
+        };
+        let mov = VOp::Mov(ct.dtype());
         let tap = |t: u64| src + t * h.d * rb * 32;
         walk_rows(
             k,
@@ -1961,26 +2101,19 @@ impl Pool {
                 let d = v.opd(dst, rb);
                 let x = |t| v.opd(tap(t), h.s * rb);
                 if h.k == 1 {
-                    vins(k, &mov, &[("dst", d), ("src", x(0))], &[], m, n);
+                    vins(k, mov, &[("dst", d), ("src", x(0))], &[], m, n);
                     return;
                 }
                 vins(
                     k,
-                    &op,
+                    op,
                     &[("dst", d), ("src0", x(0)), ("src1", x(1))],
                     &[],
                     m,
                     n,
                 );
                 for t in 2..h.k {
-                    vins(
-                        k,
-                        &op,
-                        &[("dst", d), ("src0", d), ("src1", x(t))],
-                        &[],
-                        m,
-                        n,
-                    );
+                    vins(k, op, &[("dst", d), ("src0", d), ("src1", x(t))], &[], m, n);
                 }
             },
         );
@@ -1992,7 +2125,7 @@ impl Pool {
     fn w_pass(&self, k: &mut K, src: u64, res: u64, s: u64) {
         let ct = self.ct;
         let max = self.what.is_max();
-        let op = if max { "max" } else { "sum" };
+        let op = if max { ReduceOp::Max } else { ReduceOp::Sum };
         let total = self.u() * self.reps;
         let mut have = 0u8;
         let classes = self
@@ -2012,44 +2145,36 @@ impl Pool {
                 continue;
             }
             if !max && !group0 {
-                k.vbin(
-                    "vadd",
-                    Opd::ub(res),
-                    Opd::ub(res),
-                    Opd::ub(s),
-                    Mask::Count(total * 8),
+                let (d, x) = (Opd::ub(res), Opd::ub(s));
+                let m = Mask::Count(total * 8);
+                vins(
+                    k,
+                    VOp::Add(DType::F32),
+                    &[("dst", d), ("src0", d), ("src1", x)],
+                    &[],
+                    m,
                     1,
                 );
                 continue;
             }
             let (old, new) = (c.groups & have, c.groups & !have);
-            let merge = if max { "vmax" } else { "vadd" };
-            for (groups, mn) in [(old, merge), (new, "vmov")] {
+            let merge = if max {
+                VOp::Max(ct.dtype())
+            } else {
+                VOp::Add(ct.dtype())
+            };
+            let mov = VOp::Mov(ct.dtype());
+            for (groups, mn) in [(old, merge), (new, mov)] {
                 if groups == 0 {
                     continue;
                 }
                 let m = group_mask(groups, ct);
                 per_repeat(k, total * 8, ct, &|k, off, n| {
                     let (d, from) = (Opd::ub(res + off), Opd::ub(s + off));
-                    if mn == "vmov" {
-                        vins(
-                            k,
-                            &format!("vmov.{}", ct.name()),
-                            &[("dst", d), ("src", from)],
-                            &[],
-                            m,
-                            n,
-                        );
+                    if mn == mov {
+                        vins(k, mn, &[("dst", d), ("src", from)], &[], m, n);
                     } else {
-                        let mn = format!("{mn}.{}", ct.name());
-                        vins(
-                            k,
-                            &mn,
-                            &[("dst", d), ("src0", d), ("src1", from)],
-                            &[],
-                            m,
-                            n,
-                        );
+                        vins(k, mn, &[("dst", d), ("src0", d), ("src1", from)], &[], m, n);
                     }
                 });
             }
@@ -2059,7 +2184,7 @@ impl Pool {
 
     /// `dst[8r + g]` = op over class `c`'s lanes of block `r·src_rep + c.block` of `src`, for
     /// repeats `r < total` (`vbreduce` with block stride 0: the 8 groups share the block).
-    fn class_reduce(&self, k: &mut K, op: &str, src: u64, dst: u64, c: &Class, total: u64) {
+    fn class_reduce(&self, k: &mut K, op: ReduceOp, src: u64, dst: u64, c: &Class, total: u64) {
         let sr = self.src_rep();
         let esz = self.ct.bytes();
         // Runs of repeats whose results fill whole 32-byte blocks (f16: an even count).
@@ -2073,7 +2198,7 @@ impl Pool {
                 rep: sr,
             };
             let to = Addr::Ub(dst + done * 8 * esz);
-            vbreduce(k, op, self.ct.name(), to, from, 1, Mask::Bits(c.bits), n);
+            vbreduce(k, op, self.ct.dtype(), to, from, 1, Mask::Bits(c.bits), n);
             done += n;
         }
     }
@@ -2081,7 +2206,7 @@ impl Pool {
     /// `dst[8r]` = op over group 0's lanes of class `c` in block `r·src_rep + c.block`: the
     /// eight groups of a repeat handle eight consecutive `r` (block stride `src_rep`) and
     /// their results land 8 apart, so a repeat does the work of eight.
-    fn group0_reduce(&self, k: &mut K, op: &str, src: u64, dst: u64, c: &Class, total: u64) {
+    fn group0_reduce(&self, k: &mut K, op: ReduceOp, src: u64, dst: u64, c: &Class, total: u64) {
         let (sr, lpb, esz) = (self.src_rep(), self.ct.lanes(), self.ct.bytes());
         let lanes0 = c.bits & ((1u128 << lpb) - 1);
         let bits: u128 = (0..8).map(|g| lanes0 << (g * lpb)).sum();
@@ -2095,7 +2220,7 @@ impl Pool {
                 rep: 8 * sr,
             };
             let to = Addr::Ub(dst + done * 64 * esz);
-            vbreduce(k, op, self.ct.name(), to, from, 8, Mask::Bits(bits), n);
+            vbreduce(k, op, self.ct.dtype(), to, from, 8, Mask::Bits(bits), n);
             done += n;
         }
     }
@@ -2108,15 +2233,15 @@ impl Pool {
         let lanes = 8 * self.reps;
         let row_bytes = lanes * esz;
         let (ty, per) = match esz {
-            2 => ("i16", 1),
-            8 => ("i32", 2),
-            _ => ("i32", 1),
+            2 => (DType::I16, 1),
+            8 => (DType::I32, 2),
+            _ => (DType::I32, 1),
         };
         let lpb = if esz == 2 { 16 } else { 8 };
         let empty_cols: Vec<u64> = (0..w.out).filter(|&c| w.valid(c) == 0).collect();
         if !empty_cols.is_empty() {
             k.a.movi(regs.imm, value);
-            let mn = format!("vdup.{ty}");
+            let mn = VOp::Dup(ty);
             let rb = row_bytes / 32;
             for c in empty_cols {
                 let lane = c * per;
@@ -2126,7 +2251,7 @@ impl Pool {
                 walk_rows(k, &regs.lp, self.u(), 1, ety, &[rb], &|k, v| {
                     vins(
                         k,
-                        &mn,
+                        mn,
                         &[("dst", v.opd(at, rb))],
                         &[regs.imm],
                         Mask::Bits(bits),
@@ -2175,11 +2300,19 @@ impl Pool {
             for (ci, c) in cls.iter().enumerate() {
                 let into = if ci == 0 { dst } else { bufs.s };
                 // A one-lane sum is the lane, exactly.
-                self.class_reduce(k, "sum", src, into, c, ux * r);
+                self.class_reduce(k, ReduceOp::Sum, src, into, c, ux * r);
                 if ci > 0 {
                     let m = group_mask(c.groups, f32v);
                     per_repeat(k, ux * lanes, f32v, &|k, at, n| {
-                        k.vun("vmov", Opd::ub(dst + at), Opd::ub(bufs.s + at), m, n);
+                        let (d, x) = (Opd::ub(dst + at), Opd::ub(bufs.s + at));
+                        vins(
+                            k,
+                            VOp::Mov(DType::F32),
+                            &[("dst", d), ("src", x)],
+                            &[],
+                            m,
+                            n,
+                        );
                     });
                 }
             }
@@ -2187,7 +2320,15 @@ impl Pool {
             if t == 0 {
                 walk_rows(k, &regs.lp, ux, lanes, f32v, &[r, 0], &|k, v| {
                     let (m, n) = v.mask();
-                    k.vun("vmov", v.opd(bufs.col_w, r), v.opd(cols, 0), m, n);
+                    let (d, x) = (v.opd(bufs.col_w, r), v.opd(cols, 0));
+                    vins(
+                        k,
+                        VOp::Mov(DType::F32),
+                        &[("dst", d), ("src", x)],
+                        &[],
+                        m,
+                        n,
+                    );
                 });
                 continue;
             }
@@ -2202,7 +2343,7 @@ impl Pool {
                 k.a.movi(regs.imm, bufs.bits as i64);
                 vins(
                     k,
-                    "vsel.f32",
+                    VOp::Sel(DType::F32),
                     &[("dst", best), ("src0", g), ("src1", best)],
                     &[regs.imm],
                     m,
@@ -2211,7 +2352,7 @@ impl Pool {
                 let from = v.opd(cols, 0);
                 vins(
                     k,
-                    "vsel.i32",
+                    VOp::Sel(DType::I32),
                     &[("dst", col), ("src0", from), ("src1", col)],
                     &[regs.imm],
                     m,
@@ -2226,7 +2367,7 @@ impl Pool {
             let rows = v.row_block(bufs.row_offsets);
             vins(
                 k,
-                "vadd.i32",
+                VOp::Add(DType::I32),
                 &[("dst", col), ("src0", col), ("src1", rows)],
                 &[],
                 m,
@@ -2246,8 +2387,11 @@ impl Pool {
                 let (m, n) = v.mask();
                 let (best, idx) = (v.opd(res, r), v.opd(bufs.best_i, r));
                 let st = h.s * r;
-                k.vun("vmov", best, v.opd(tap(bufs.best_w, 0), st), m, n);
-                k.vun("vmov", idx, v.opd(tap(bufs.col_w, 0), st), m, n);
+                let mov = VOp::Mov(DType::F32);
+                let x = v.opd(tap(bufs.best_w, 0), st);
+                vins(k, mov, &[("dst", best), ("src", x)], &[], m, n);
+                let x = v.opd(tap(bufs.col_w, 0), st);
+                vins(k, mov, &[("dst", idx), ("src", x)], &[], m, n);
                 for t in 1..h.k {
                     let (val, ix) = (
                         v.opd(tap(bufs.best_w, t), st),
@@ -2257,7 +2401,7 @@ impl Pool {
                     k.a.movi(regs.imm, bufs.bits as i64);
                     vins(
                         k,
-                        "vsel.f32",
+                        VOp::Sel(DType::F32),
                         &[("dst", best), ("src0", val), ("src1", best)],
                         &[regs.imm],
                         m,
@@ -2265,7 +2409,7 @@ impl Pool {
                     );
                     vins(
                         k,
-                        "vsel.i32",
+                        VOp::Sel(DType::I32),
                         &[("dst", idx), ("src0", ix), ("src1", idx)],
                         &[regs.imm],
                         m,
@@ -2286,20 +2430,20 @@ impl Pool {
             k.mul_imm(base, t1, plane);
         } else {
             k.a.movi(t1, self.bands as i64);
-            k.a.ins(format_args!("divu      {t0}, {}, {t1}", regs.jc));
+            k.a.divu(t0, regs.jc, t1);
             k.mul_imm(base, t0, plane);
             // The band's first virtual row: min(band · bo, Ho − bo) · sh (− ph below).
             k.mul_imm(t1, regs.band, self.bo);
             k.min_imm(t1, h.out - self.bo);
             k.mul_imm(t1, t1, h.s * row_unit);
-            k.a.ins(format_args!("add       {base}, {base}, {t1}"));
+            k.a.add(base, base, t1);
         }
         k.addi(base, (h.pb as i64 * row_unit as i64).wrapping_neg() as u64);
         for q in 0..self.pt {
             let at = Opd::ub(bufs.best_i + q * self.bo_pad * lanes * 4);
             vins(
                 k,
-                "vadds.i32",
+                VOp::Adds(DType::I32),
                 &[("dst", at), ("src", at)],
                 &[base],
                 Mask::Count(self.bo * lanes),
@@ -2324,8 +2468,8 @@ impl Pool {
             };
             vbreduce(
                 k,
-                "sum",
-                "i32",
+                ReduceOp::Sum,
+                DType::I32,
                 Addr::Ub(i64s + done * 64),
                 from,
                 2,
@@ -2540,14 +2684,32 @@ impl RowMean {
             walk_rows(k, lp, rows, n - h, Ty::F32, &[sb], &|k, v| {
                 let (m, reps) = v.mask();
                 let d = v.opd(x, sb);
-                k.vbin("vadd", d, d, v.opd(x + h * F32, sb), m, reps);
+                let y = v.opd(x + h * F32, sb);
+                vins(
+                    k,
+                    VOp::Add(DType::F32),
+                    &[("dst", d), ("src0", d), ("src1", y)],
+                    &[],
+                    m,
+                    reps,
+                );
             });
             n = h;
         }
         walk_rows(k, lp, rows, n, Ty::F32, &[sb, 1], &|k, v| {
             let (m, reps) = v.mask();
             let to = v.row_block(firsts).at;
-            vreduce_any(k, "vreduce", "sum", "f32", to, v.opd(x, sb), BLK, m, reps);
+            vreduce_any(
+                k,
+                false,
+                ReduceOp::Sum,
+                DType::F32,
+                to,
+                v.opd(x, sb),
+                BLK,
+                m,
+                reps,
+            );
         });
         let reps = rows.div_ceil(BLK);
         let mut done = 0;
@@ -2555,7 +2717,16 @@ impl RowMean {
             let n = (reps - done).min(FIELD);
             let from = Opd::ub(firsts + done * 256);
             let to = Addr::Ub(sums + done * 32);
-            vbreduce(k, "sum", "f32", to, from, 1, Mask::lane_of_blocks(&[0]), n);
+            vbreduce(
+                k,
+                ReduceOp::Sum,
+                DType::F32,
+                to,
+                from,
+                1,
+                Mask::lane_of_blocks(&[0]),
+                n,
+            );
             done += n;
         }
     }
@@ -2590,8 +2761,8 @@ impl RowMean {
         let (jl, jc, js, gm, imm) = (k.a.reg(), k.a.reg(), k.a.reg(), k.a.reg(), k.a.reg());
         let lp = [k.a.reg(), k.a.reg(), k.a.reg()];
         spread.first(&mut k, jl);
-        k.a.ins(format_args!("mov       {jc}, {jl}"));
-        k.a.ins(format_args!("mov       {js}, {jl}"));
+        k.a.mov(jc, jl);
+        k.a.mov(js, jl);
         let esz = self.in_ty.bytes();
         let scale = (self.scale != 1.0).then(|| {
             k.a.movi(imm, i64::from(self.scale.to_bits()));
@@ -2607,15 +2778,15 @@ impl RowMean {
                 // plane · plane_len + min(seg · len, plane_len − len).
                 let (t0, t1) = (k.tmp(0), k.tmp(1));
                 k.a.movi(t1, self.segs as i64);
-                k.a.ins(format_args!("divu      {t0}, {jl}, {t1}"));
-                k.a.ins(format_args!("remu      {t1}, {jl}, {t1}"));
+                k.a.divu(t0, jl, t1);
+                k.a.remu(t1, jl, t1);
                 k.mul_imm(t1, t1, self.len);
                 k.min_imm(t1, self.plane - self.len);
                 k.mul_imm(gm, t0, self.plane);
-                k.a.ins(format_args!("add       {gm}, {gm}, {t1}"));
+                k.a.add(gm, gm, t1);
                 k.mul_imm(gm, gm, esz);
             }
-            k.a.ins(format_args!("add       {gm}, {gm}, {}", ptr[0]));
+            k.a.add(gm, gm, ptr[0]);
             let len = self.len * esz;
             dma(
                 k,
@@ -2643,21 +2814,29 @@ impl RowMean {
                 // (a mask of `overlap` elements there, of none elsewhere).
                 let (t0, t1) = (k.tmp(0), k.tmp(1));
                 k.a.movi(t1, self.segs as i64);
-                k.a.ins(format_args!("remu      {t0}, {jc}, {t1}"));
+                k.a.remu(t0, jc, t1);
                 k.a.movi(t1, self.segs as i64 - 1);
-                k.a.ins(format_args!("seq       {t0}, {t0}, {t1}"));
+                k.a.seq(t0, t0, t1);
                 k.mul_imm(t0, t0, overlap);
-                k.a.ins(format_args!("set_mask_count {t0}"));
+                k.a.set_mask_count(t0);
                 let zero = k.tmp(2);
                 k.a.movi(zero, 0);
                 k.a.movi(t1, x as i64);
-                k.a.ins(format_args!("vdup.f32  {t1}, {zero}"));
+                k.a.vdup(DType::F32, t1, zero);
                 k.forget_mask();
             }
             self.row_sums(k, &lp, x, rt, bufs.firsts, bufs.sums[b]);
             if let Some(s) = scale {
                 let at = Opd::ub(bufs.sums[b]);
-                k.vsc("vmuls", at, at, s, Mask::Count(rt), 1);
+                let m = Mask::Count(rt);
+                vins(
+                    k,
+                    VOp::Muls(DType::F32),
+                    &[("dst", at), ("src", at)],
+                    &[s],
+                    m,
+                    1,
+                );
             }
             if let Some(o) = bufs.out16 {
                 convert(k, Ty::F16, Ty::F32, o[b], bufs.sums[b], rt);
@@ -2670,7 +2849,7 @@ impl RowMean {
             k.mul_imm(t, js, rt);
             k.min_imm(t, self.rows - rt);
             k.mul_imm(gm, t, osz);
-            k.a.ins(format_args!("add       {gm}, {gm}, {}", ptr[1]));
+            k.a.add(gm, gm, ptr[1]);
             let from = bufs.out16.map_or(bufs.sums[b], |o| o[b]);
             dma(
                 k,

@@ -19,6 +19,8 @@
 //!          ─MTE3─▶ GM                           min(q, r) DMAs of max(q, r) bursts
 //! ```
 
+use gearsim_isa::{DType, ReduceOp, units};
+
 use super::super::writer::{Asm, Reg};
 use super::super::{Kernel, LowerCtx, LowerError, Operand};
 use super::kit::{
@@ -449,7 +451,7 @@ pub fn kernel(
         kit::set_mask(&mut a, regs.zero, regs.mask, kit::first_mask(8));
         a.movi(regs.src, lay.sel as i64);
         a.movi(regs.dst, 0x5555_5555);
-        a.ins(format_args!("vdup.i32  {}, {}", regs.src, regs.dst));
+        a.vdup(DType::I32, regs.src, regs.dst);
     }
     chain.prologue(&mut a);
     let jobs: Vec<Job<'_>> = subs
@@ -516,11 +518,11 @@ fn rest(a: &mut Asm, s: &Sub, g: &Regs, chain: &Chain, lay: &Layout, k: usize, t
             let q_bytes = s.q * p;
             a.comment(format_args!("replicate {} units {} times", s.q, s.r));
             a.movi(s0, (q_bytes / 4) as i64);
-            a.ins(format_args!("set_mask_count {s0}"));
+            a.set_mask_count(s0);
             a.movi(s1, buf as i64);
             a.movi(s2, (buf + q_bytes) as i64);
             counted(a, s3, s.r - 1, |a| {
-                a.ins(format_args!("vmov.i32  {s2}, {s1}"));
+                a.vmov(DType::I32, s2, s1);
                 kit::add_imm(a, s2, q_bytes as i64, s0);
             });
         }
@@ -566,7 +568,8 @@ fn counted(a: &mut Asm, counter: Reg, n: u64, mut step: impl FnMut(&mut Asm)) {
     a.movi(counter, n as i64);
     a.place(&top);
     step(a);
-    a.ins(format_args!("loop      {counter}, {top}"));
+    let top_l = a.label(&top);
+    a.r#loop(counter, top_l);
 }
 
 /// Builds `s.q` splat units at `buf` from the elements in the buffer's source slots.
@@ -583,10 +586,10 @@ fn splat(a: &mut Asm, s: &Sub, g: &Regs, lay: &Layout, buf: u64, elem: u64) {
         a.movi(s0, src as i64);
         a.movi(s1, m);
         let reps = s.q.div_ceil(8);
-        for c in 0..reps.div_ceil(255) {
-            let n = (reps - c * 255).min(255);
-            a.ins(format_args!("vmuls.i32 {s0}, {s0}, {s1}, repeat={n}"));
-            kit::add_imm(a, s0, (n * 256) as i64, s2);
+        for c in 0..reps.div_ceil(units::REPEAT_MAX) {
+            let n = (reps - c * units::REPEAT_MAX).min(units::REPEAT_MAX);
+            a.vmuls(DType::I32, s0, s0, s1).repeat(n);
+            kit::add_imm(a, s0, (n * units::REPEAT_BYTES) as i64, s2);
         }
     }
     // Eight copies of lane 0 into each unit's first block (64-bit: low words, then high).
@@ -594,9 +597,10 @@ fn splat(a: &mut Asm, s: &Sub, g: &Regs, lay: &Layout, buf: u64, elem: u64) {
     a.movi(s0, src as i64);
     a.movi(s1, first as i64);
     counted(a, s3, s.q, |a| {
-        a.ins(format_args!(
-            "vbreduce.sum.i32 {s1}, {s0}, repeat=1, src_blk=0, src_rep=0"
-        ));
+        a.vbreduce(ReduceOp::Sum, DType::I32, s1, s0)
+            .repeat(1)
+            .src_blk(0)
+            .src_rep(0);
         kit::add_imm(a, s0, BLOCK as i64, s2);
         kit::add_imm(a, s1, first_step as i64, s2);
     });
@@ -605,9 +609,10 @@ fn splat(a: &mut Asm, s: &Sub, g: &Regs, lay: &Layout, buf: u64, elem: u64) {
         a.movi(s0, src as i64);
         a.movi(s1, lay.hi as i64);
         counted(a, s3, s.q, |a| {
-            a.ins(format_args!(
-                "vbreduce.sum.i32 {s1}, {s0}, repeat=1, src_blk=0, src_rep=0"
-            ));
+            a.vbreduce(ReduceOp::Sum, DType::I32, s1, s0)
+                .repeat(1)
+                .src_blk(0)
+                .src_rep(0);
             kit::add_imm(a, s0, BLOCK as i64, s2);
             kit::add_imm(a, s1, BLOCK as i64, s2);
         });
@@ -617,19 +622,19 @@ fn splat(a: &mut Asm, s: &Sub, g: &Regs, lay: &Layout, buf: u64, elem: u64) {
         a.movi(s1, buf as i64);
         a.movi(g.ub, lay.sel as i64);
         counted(a, s3, s.q, |a| {
-            a.ins(format_args!("vsel.i32  {s1}, {s0}, {s2}, {}", g.ub));
-            a.ins(format_args!("addi      {s0}, {s0}, {BLOCK}"));
-            a.ins(format_args!("addi      {s2}, {s2}, {BLOCK}"));
-            a.ins(format_args!("addi      {s1}, {s1}, {p}"));
+            a.vsel(DType::I32, s1, s0, s2, g.ub);
+            a.addi(s0, s0, BLOCK);
+            a.addi(s2, s2, BLOCK);
+            a.addi(s1, s1, p);
         });
     }
     if s.unit > BLOCK {
         // Fill each unit from its first block (zero source strides re-read it).
         a.movi(s0, s.unit.div_ceil(4) as i64);
-        a.ins(format_args!("set_mask_count {s0}"));
+        a.set_mask_count(s0);
         a.movi(s1, buf as i64);
         counted(a, s3, s.q, |a| {
-            a.ins(format_args!("vmov.i32  {s1}, {s1}, src_blk=0, src_rep=0"));
+            a.vmov(DType::I32, s1, s1).src_blk(0).src_rep(0);
             kit::add_imm(a, s1, p as i64, s2);
         });
     }

@@ -15,6 +15,8 @@
 //!                                                      MTE3: slots → out rows (one DMA)
 //! ```
 
+use gearsim_isa::{SType, Space};
+
 use super::super::writer::{Asm, Reg};
 use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::kit::{
@@ -54,7 +56,7 @@ struct Layout {
     idx_at: u64,
     row: u64,
     ie: u64,
-    load: &'static str,
+    load: SType,
 }
 
 /// The Gather lowering.
@@ -222,7 +224,7 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         idx_at: slots * slot_bytes,
         row,
         ie,
-        load: if ie == 4 { "i32" } else { "u64" },
+        load: if ie == 4 { SType::I32 } else { SType::U64 },
     };
     let jobs: Vec<Job<'_>> = subs
         .iter()
@@ -264,11 +266,11 @@ fn load_pointers(a: &mut Asm, s: &Sub, g: &Regs, t: Reg) {
 
 /// `y` becomes the byte offset of index `x`'s row: wrapped if negative, clamped into `[0, D)`.
 fn row_offset(a: &mut Asm, g: &Regs, x: Reg, y: Reg, row: u64) {
-    a.ins(format_args!("srai      {y}, {x}, 63"));
-    a.ins(format_args!("and       {y}, {y}, {}", g.dim));
-    a.ins(format_args!("add       {x}, {x}, {y}"));
-    a.ins(format_args!("max       {x}, {x}, {}", g.zero));
-    a.ins(format_args!("min       {x}, {x}, {}", g.top));
+    a.srai(y, x, 63);
+    a.and(y, y, g.dim);
+    a.add(x, x, y);
+    a.max(x, x, g.zero);
+    a.min(x, x, g.top);
     kit::mul_imm(a, y, x, row as i64);
 }
 
@@ -279,29 +281,30 @@ fn rows_load(a: &mut Asm, s: &Sub, g: &Regs, chain: &Chain, ly: &Layout, k: usiz
     a.movi(g.ub, (base + ly.idx_at) as i64);
     kit::dma(a, true, g.ub, g.ip, &Xfer::contiguous(s.count * ly.ie));
     // The scalar unit reads the indices: wait for their load.
-    a.ins(format_args!("set_flag  {}, {}, {k}", Pipe::Mte2, Pipe::S));
-    a.ins(format_args!("wait_flag {}, {}, {k}", Pipe::Mte2, Pipe::S));
+    a.set_flag(Pipe::Mte2, Pipe::S, k);
+    a.wait_flag(Pipe::Mte2, Pipe::S, k);
     chain.begin(a, 0, k);
     a.movi(slot, base as i64);
     let top = a.new_label("row");
     a.movi(cnt, s.count as i64);
     a.place(&top);
-    a.ins(format_args!("ld.ub.{} {x}, {}", ly.load, g.ub));
+    a.ld(Space::Ub, ly.load, x, g.ub);
     row_offset(a, g, x, y, ly.row);
-    a.ins(format_args!("add       {y}, {y}, {}", g.src));
+    a.add(y, y, g.src);
     kit::dma(a, true, slot, y, &Xfer::contiguous(ly.row));
-    a.ins(format_args!("addi      {}, {}, {}", g.ub, g.ub, ly.ie));
-    a.ins(format_args!("addi      {slot}, {slot}, {}", ly.slot_bytes));
-    a.ins(format_args!("loop      {cnt}, {top}"));
+    a.addi(g.ub, g.ub, ly.ie);
+    a.addi(slot, slot, ly.slot_bytes);
+    let top_l = a.label(&top);
+    a.r#loop(cnt, top_l);
     chain.end(a, 0, k);
 }
 
 fn piece_load(a: &mut Asm, s: &Sub, g: &Regs, chain: &Chain, ly: &Layout, k: usize, t: Reg) {
     let [x, y, slot, _] = g.s.r;
     load_pointers(a, s, g, t);
-    a.ins(format_args!("ld.gm.{} {x}, {}", ly.load, g.ip));
+    a.ld(Space::Gm, ly.load, x, g.ip);
     row_offset(a, g, x, y, ly.row);
-    a.ins(format_args!("add       {y}, {y}, {}", g.src));
+    a.add(y, y, g.src);
     chain.begin(a, 0, k);
     a.movi(slot, (k as u64 * ly.buf) as i64);
     kit::dma(a, true, slot, y, &Xfer::contiguous(s.count));

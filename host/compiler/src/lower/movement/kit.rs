@@ -16,21 +16,23 @@
 //!     job 1 tasks ── ...
 //! ```
 
-use std::fmt::Display;
+use gearsim_isa::{SReg, SType, Space, units};
 
 use super::super::writer::{Asm, Reg};
 use crate::CoreSpec;
 
 /// Bytes in a DMA block (the UB alignment and the unit of burst lengths and gaps).
-pub const BLOCK: u64 = 32;
+pub const BLOCK: u64 = units::BLOCK_BYTES;
 /// Largest burst count of one DMA instruction (12-bit field).
-pub const MAX_BURSTS: u64 = 4095;
-/// Largest burst length or gap of a burst copy, in 32-byte blocks (16-bit fields).
-const MAX_BURST_UNITS: u64 = 0xffff;
+pub const MAX_BURSTS: u64 = units::BURST_COUNT_MAX;
+/// Largest burst length of a burst copy, in 32-byte blocks (16-bit field).
+const MAX_BURST_LEN: u64 = units::BURST_LEN_MAX;
+/// Largest gap of a burst copy, in 32-byte blocks (16-bit fields).
+const MAX_BURST_GAP: u64 = units::BURST_GAP_MAX;
 /// Largest burst length of a byte-granular copy (21-bit field).
-pub const MAX_PAD_LEN: u64 = (1 << 21) - 1;
+pub const MAX_PAD_LEN: u64 = units::PAD_BURST_LEN_MAX;
 /// Largest gap of a byte-granular copy (32-bit fields).
-const MAX_PAD_GAP: u64 = u32::MAX as u64;
+const MAX_PAD_GAP: u64 = units::PAD_GAP_MAX;
 /// Largest tile a buffer holds: big enough that a DMA's latency is small beside its transfer,
 /// small enough that three buffers and the scratch fit in the unified buffer.
 pub const MAX_TILE: u64 = 64 * 1024;
@@ -70,29 +72,8 @@ pub fn tile_bytes(total: u64, core: &CoreSpec, max: u64) -> u64 {
     floor_to(want.max(MIN_TILE).min(max), BLOCK).max(BLOCK)
 }
 
-/// A pipe as the flag instructions spell it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Pipe {
-    /// The scalar unit.
-    S,
-    /// The vector unit.
-    V,
-    /// GM → local DMA.
-    Mte2,
-    /// Local → GM DMA.
-    Mte3,
-}
-
-impl Display for Pipe {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Pipe::S => "S",
-            Pipe::V => "V",
-            Pipe::Mte2 => "MTE2",
-            Pipe::Mte3 => "MTE3",
-        })
-    }
-}
+/// A pipe of the flag instructions (the kernels here use S, V, MTE2 and MTE3).
+pub use gearsim_isa::Pipe;
 
 /// The pipes a buffer passes through in order; the last one hands it back to the first. Each
 /// consecutive pair uses flag id `k` for buffer `k`, so a stage starts on buffer `k` only when
@@ -113,22 +94,14 @@ impl Chain {
     /// Every buffer starts free.
     pub fn prologue(&self, a: &mut Asm) {
         for k in 0..self.nbuf {
-            a.ins(format_args!(
-                "set_flag  {}, {}, {k}",
-                self.last(),
-                self.stages[0]
-            ));
+            a.set_flag(self.last(), self.stages[0], k);
         }
     }
 
     /// Consumes the "free" flags the last tasks set.
     pub fn epilogue(&self, a: &mut Asm) {
         for k in 0..self.nbuf {
-            a.ins(format_args!(
-                "wait_flag {}, {}, {k}",
-                self.last(),
-                self.stages[0]
-            ));
+            a.wait_flag(self.last(), self.stages[0], k);
         }
     }
 
@@ -139,13 +112,13 @@ impl Chain {
         } else {
             self.stages[i - 1]
         };
-        a.ins(format_args!("wait_flag {prev}, {}, {k}", self.stages[i]));
+        a.wait_flag(prev, self.stages[i], k);
     }
 
     /// Stage `i` is done with buffer `k`.
     pub fn end(&self, a: &mut Asm, i: usize, k: usize) {
         let next = self.stages[(i + 1) % self.stages.len()];
-        a.ins(format_args!("set_flag  {}, {next}, {k}", self.stages[i]));
+        a.set_flag(self.stages[i], next, k);
     }
 }
 
@@ -178,13 +151,13 @@ impl Scratch {
 pub fn mul_imm(a: &mut Asm, dst: Reg, src: Reg, imm: i64) {
     if imm == 1 {
         if dst != src {
-            a.ins(format_args!("mov       {dst}, {src}"));
+            a.mov(dst, src);
         }
     } else if i32::try_from(imm).is_ok() {
-        a.ins(format_args!("muli      {dst}, {src}, {imm}"));
+        a.muli(dst, src, imm);
     } else {
         a.movi(dst, imm);
-        a.ins(format_args!("mul       {dst}, {src}, {dst}"));
+        a.mul(dst, src, dst);
     }
 }
 
@@ -194,17 +167,17 @@ pub fn add_imm(a: &mut Asm, dst: Reg, imm: i64, tmp: Reg) {
         return;
     }
     if i32::try_from(imm).is_ok() {
-        a.ins(format_args!("addi      {dst}, {dst}, {imm}"));
+        a.addi(dst, dst, imm);
     } else {
         a.movi(tmp, imm);
-        a.ins(format_args!("add       {dst}, {dst}, {tmp}"));
+        a.add(dst, dst, tmp);
     }
 }
 
 /// `dst = src + imm` (`dst` may equal `src`), through `tmp` for wide values.
 pub fn set_add(a: &mut Asm, dst: Reg, src: Reg, imm: i64, tmp: Reg) {
     if dst != src {
-        a.ins(format_args!("mov       {dst}, {src}"));
+        a.mov(dst, src);
     }
     add_imm(a, dst, imm, tmp);
 }
@@ -224,12 +197,12 @@ pub fn decompose(a: &mut Asm, t: Reg, digits: &[Digit], accs: &[Option<Reg>], s:
     let Some(last) = digits.iter().rposition(relevant) else {
         return;
     };
-    a.ins(format_args!("mov       {q}, {t}"));
+    a.mov(q, t);
     // Digits inside the innermost one that matters only divide the index.
     let inner: u64 = digits[last + 1..].iter().map(|g| g.n).product();
     if inner > 1 {
         a.movi(d, inner as i64);
-        a.ins(format_args!("divu      {q}, {q}, {d}"));
+        a.divu(q, q, d);
     }
     let used: Vec<&Digit> = digits[..=last].iter().filter(|g| g.n > 1).collect();
     for (pos, g) in used.iter().enumerate().rev() {
@@ -238,10 +211,10 @@ pub fn decompose(a: &mut Asm, t: Reg, digits: &[Digit], accs: &[Option<Reg>], s:
             q
         } else {
             a.movi(d, g.n as i64);
-            a.ins(format_args!("divu      {nq}, {q}, {d}"));
-            a.ins(format_args!("mul       {d}, {nq}, {d}"));
-            a.ins(format_args!("sub       {d}, {q}, {d}"));
-            a.ins(format_args!("mov       {q}, {nq}"));
+            a.divu(nq, q, d);
+            a.mul(d, nq, d);
+            a.sub(d, q, d);
+            a.mov(q, nq);
             d
         };
         for (acc, stride) in accs.iter().zip(&g.strides) {
@@ -249,7 +222,7 @@ pub fn decompose(a: &mut Asm, t: Reg, digits: &[Digit], accs: &[Option<Reg>], s:
                 && *stride != 0
             {
                 mul_imm(a, nq, digit, *stride);
-                a.ins(format_args!("add       {acc}, {acc}, {nq}"));
+                a.add(*acc, *acc, nq);
             }
         }
     }
@@ -285,7 +258,7 @@ impl Xfer {
 pub fn fits(x: &Xfer) -> bool {
     x.n <= MAX_BURSTS
         && (x.len <= MAX_PAD_LEN
-            || (x.len % BLOCK == 0 && x.len / BLOCK <= MAX_BURST_UNITS && x.n == 1))
+            || (x.len % BLOCK == 0 && x.len / BLOCK <= MAX_BURST_LEN && x.n == 1))
         && (x.n <= 1
             || (x.gm_stride >= x.len
                 && x.gm_stride - x.len <= MAX_PAD_GAP
@@ -303,7 +276,7 @@ pub fn dma(a: &mut Asm, to_ub: bool, ub: Reg, gm: Reg, x: &Xfer) {
     // Bursts that abut on both sides are one burst.
     if x.n > 1 && x.gm_stride == x.len && x.ub_pitch == x.len && x.len % BLOCK == 0 {
         let total = x.n * x.len;
-        if total / BLOCK <= MAX_BURST_UNITS {
+        if total / BLOCK <= MAX_BURST_LEN {
             x = Xfer::contiguous(total);
         }
     }
@@ -312,11 +285,7 @@ pub fn dma(a: &mut Asm, to_ub: bool, ub: Reg, gm: Reg, x: &Xfer) {
     } else {
         (0, 0)
     };
-    let (op, dst, src) = if to_ub {
-        ("copy_gm_to_ub", ub, gm)
-    } else {
-        ("copy_ub_to_gm", gm, ub)
-    };
+    let (dst, src) = if to_ub { (ub, gm) } else { (gm, ub) };
     let (src_gap, dst_gap) = if to_ub {
         (gm_gap, ub_gap)
     } else {
@@ -324,22 +293,28 @@ pub fn dma(a: &mut Asm, to_ub: bool, ub: Reg, gm: Reg, x: &Xfer) {
     };
     let burst = x.len % BLOCK == 0
         && gm_gap % BLOCK == 0
-        && x.len / BLOCK <= MAX_BURST_UNITS
-        && gm_gap / BLOCK <= MAX_BURST_UNITS
-        && ub_gap / BLOCK <= MAX_BURST_UNITS;
+        && x.len / BLOCK <= MAX_BURST_LEN
+        && gm_gap / BLOCK <= MAX_BURST_GAP
+        && ub_gap / BLOCK <= MAX_BURST_GAP;
     if burst {
-        a.ins(format_args!(
-            "{op} {dst}, {src}, {}, {}, src_gap={}, dst_gap={}",
-            x.n,
-            x.len / BLOCK,
-            src_gap / BLOCK,
-            dst_gap / BLOCK
-        ));
+        let (len, src_gap, dst_gap) = (x.len / BLOCK, src_gap / BLOCK, dst_gap / BLOCK);
+        if to_ub {
+            a.copy_gm_to_ub(dst, src, x.n, len)
+                .src_gap(src_gap)
+                .dst_gap(dst_gap);
+        } else {
+            a.copy_ub_to_gm(dst, src, x.n, len)
+                .src_gap(src_gap)
+                .dst_gap(dst_gap);
+        }
+    } else if to_ub {
+        a.copy_gm_to_ub_pad(dst, src, x.n, x.len)
+            .src_gap(src_gap)
+            .dst_gap(dst_gap);
     } else {
-        a.ins(format_args!(
-            "{op}_pad {dst}, {src}, {}, {}, src_gap={src_gap}, dst_gap={dst_gap}",
-            x.n, x.len
-        ));
+        a.copy_ub_to_gm_pad(dst, src, x.n, x.len)
+            .src_gap(src_gap)
+            .dst_gap(dst_gap);
     }
 }
 
@@ -396,13 +371,13 @@ impl Frame {
         a.tiling("tasks", split.total as i64);
         a.tiling("block_dim", i64::from(split.blocks));
         a.tiling("tasks_per_block", split.per as i64);
-        a.ins(format_args!("sreg      {args}, args"));
-        a.ins(format_args!("sreg      {lo}, block_idx"));
+        a.sreg(args, SReg::Args);
+        a.sreg(lo, SReg::BlockIdx);
         a.movi(t, split.per as i64);
-        a.ins(format_args!("mul       {lo}, {lo}, {t}"));
-        a.ins(format_args!("add       {t}, {lo}, {t}"));
+        a.mul(lo, lo, t);
+        a.add(t, lo, t);
         a.movi(hi, split.total as i64);
-        a.ins(format_args!("minu      {hi}, {hi}, {t}"));
+        a.minu(hi, hi, t);
         Frame {
             args,
             lo,
@@ -415,11 +390,7 @@ impl Frame {
 
     /// Loads argument `index` into `dst`.
     pub fn arg(&self, a: &mut Asm, dst: Reg, index: usize) {
-        a.ins(format_args!(
-            "ld.gm.u64 {dst}, {}, off={}",
-            self.args,
-            index * 8
-        ));
+        a.ld(Space::Gm, SType::U64, dst, self.args).off(index * 8);
     }
 }
 
@@ -459,14 +430,15 @@ pub fn run_jobs(a: &mut Asm, f: &Frame, nbuf: usize, jobs: &[Job<'_>]) {
         ));
         // t = max(lo, offset) - offset; end = min(hi, offset + tasks) - offset.
         a.movi(f.t, offset as i64);
-        a.ins(format_args!("maxu      {}, {}, {}", f.t, f.lo, f.t));
+        a.maxu(f.t, f.lo, f.t);
         a.movi(f.end, (offset + job.tasks) as i64);
-        a.ins(format_args!("minu      {}, {}, {}", f.end, f.hi, f.end));
-        a.ins(format_args!("bgeu      {}, {}, {skip}", f.t, f.end));
+        a.minu(f.end, f.hi, f.end);
+        let skip_l = a.label(&skip);
+        a.bgeu(f.t, f.end, skip_l);
         if offset > 0 {
             a.movi(f.tmp, offset as i64);
-            a.ins(format_args!("sub       {}, {}, {}", f.t, f.t, f.tmp));
-            a.ins(format_args!("sub       {}, {}, {}", f.end, f.end, f.tmp));
+            a.sub(f.t, f.t, f.tmp);
+            a.sub(f.end, f.end, f.tmp);
         }
         (job.setup)(a);
         a.comment("the first task's loads");
@@ -477,15 +449,17 @@ pub fn run_jobs(a: &mut Asm, f: &Frame, nbuf: usize, jobs: &[Job<'_>]) {
             a.comment(format_args!(
                 "task on buffer {k}: the next task's loads first"
             ));
-            a.ins(format_args!("addi      {}, {}, 1", f.tmp, f.t));
-            a.ins(format_args!("bgeu      {}, {}, {no_next}", f.tmp, f.end));
+            a.addi(f.tmp, f.t, 1);
+            let no_next_l = a.label(&no_next);
+            a.bgeu(f.tmp, f.end, no_next_l);
             (job.load)(a, (k + 1) % nbuf, f.tmp);
             a.place(&no_next);
             (job.rest)(a, k, f.t);
-            a.ins(format_args!("addi      {}, {}, 1", f.t, f.t));
-            a.ins(format_args!("bgeu      {}, {}, {skip}", f.t, f.end));
+            a.addi(f.t, f.t, 1);
+            a.bgeu(f.t, f.end, skip_l);
         }
-        a.ins(format_args!("jmp       {top}"));
+        let top_l = a.label(&top);
+        a.jmp(top_l);
         a.place(&skip);
         offset += job.tasks;
     }
@@ -509,5 +483,5 @@ pub fn first_mask(n: u64) -> i64 {
 /// `set_mask zero, lo` with `lo` loaded into `reg`.
 pub fn set_mask(a: &mut Asm, zero: Reg, reg: Reg, lo: i64) {
     a.movi(reg, lo);
-    a.ins(format_args!("set_mask  {zero}, {reg}"));
+    a.set_mask(zero, reg);
 }

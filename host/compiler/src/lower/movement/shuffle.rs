@@ -19,6 +19,8 @@
 //!   multiply for left shifts, an exact trip through f32 for right shifts); each `A_j` is then
 //!   transposed as 32-bit elements, giving output rows `g q + j`.
 
+use gearsim_isa::{DType, ReduceOp, units};
+
 use super::super::writer::{Asm, Reg};
 use super::super::{Kernel, LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::kit::{self, BLOCK, Chain, Digit, Frame, Job, Pipe, Scratch, Split, Xfer};
@@ -53,7 +55,7 @@ impl Shape {
                 cq: 8,
                 rq: 8,
                 ct_cap: 128,
-                rt_cap: 255 * 8,
+                rt_cap: units::REPEAT_MAX * 8,
                 copies: 1,
             },
             8 => Shape {
@@ -62,7 +64,7 @@ impl Shape {
                 cq: 4,
                 rq: 4,
                 ct_cap: 64,
-                rt_cap: 255 * 4,
+                rt_cap: units::REPEAT_MAX * 4,
                 copies: 2,
             },
             2 => Shape {
@@ -71,7 +73,7 @@ impl Shape {
                 cq: 16,
                 rq: 16,
                 ct_cap: 128,
-                rt_cap: 255 * 2 / 16 * 16,
+                rt_cap: units::REPEAT_MAX * 2 / 16 * 16,
                 copies: 1,
             },
             1 => Shape {
@@ -80,7 +82,7 @@ impl Shape {
                 cq: 32,
                 rq: 32,
                 ct_cap: 256,
-                rt_cap: 255 * 4 / 32 * 32,
+                rt_cap: units::REPEAT_MAX * 4 / 32 * 32,
                 copies: 1,
             },
             _ => return None,
@@ -140,7 +142,7 @@ impl Plan {
         if self.sh.g == 1 {
             0
         } else {
-            self.sh.g * 256 + (2 + self.sh.g) * self.pack_bytes()
+            self.sh.g * units::REPEAT_BYTES + (2 + self.sh.g) * self.pack_bytes()
         }
     }
 
@@ -425,9 +427,9 @@ fn emit(ctx: &LowerCtx<'_>, plan: &Plan, args: &[Operand]) -> Result<Kernel, Low
         kit::set_mask(&mut a, g.zero, g.mask, -1);
         for j in 0..plan.sh.g {
             let m = ((1u64 << (8 * e)) - 1) << (8 * e * j);
-            a.movi(g.o1, (j * 256) as i64);
+            a.movi(g.o1, (j * units::REPEAT_BYTES) as i64);
             a.movi(g.o2, m as i64);
-            a.ins(format_args!("vdup.i32  {}, {}", g.o1, g.o2));
+            a.vdup(DType::I32, g.o1, g.o2);
         }
     }
     chain.prologue(&mut a);
@@ -481,11 +483,11 @@ fn load(a: &mut Asm, p: &Plan, s: &Sub, g: &Regs, chain: &Chain, k: usize, t: Re
             // The same rows shifted by one word, each after its plain copy: lane 2p of the
             // shifted copy holds the high word of element p.
             a.movi(g.ub, (at + p.pin()) as i64);
-            a.ins(format_args!("addi      {}, {}, 4", g.src, g.src));
+            a.addi(g.src, g.src, 4);
             let mut x = load_xfer(p, s.rows, s.cols);
             x.len -= 4;
             kit::dma(a, true, g.ub, g.src, &x);
-            a.ins(format_args!("addi      {}, {}, -4", g.src, g.src));
+            a.addi(g.src, g.src, -4);
         }
     }
     chain.end(a, 0, k);
@@ -535,7 +537,8 @@ fn counted(a: &mut Asm, counter: Reg, n: u64, step: &dyn Fn(&mut Asm)) {
     a.movi(counter, n as i64);
     a.place(&top);
     step(a);
-    a.ins(format_args!("loop      {counter}, {top}"));
+    let top_l = a.label(&top);
+    a.r#loop(counter, top_l);
 }
 
 /// 4- and 8-byte elements: output row `c` gathers lane `c mod per_block` of one block column.
@@ -554,11 +557,12 @@ fn transpose32(a: &mut Asm, p: &Plan, g: &Regs, inb: u64, outb: u64, rows_v: u64
         a.movi(vs, inb as i64);
         a.movi(vd, (outb + lane * pout) as i64);
         counted(a, cnt, cols_v / per_block, &|a: &mut Asm| {
-            a.ins(format_args!(
-                "vbreduce.sum.i32 {vd}, {vs}, repeat={repeat}, src_blk={slot}, src_rep={src_rep}"
-            ));
-            a.ins(format_args!("addi      {vs}, {vs}, {BLOCK}"));
-            a.ins(format_args!("addi      {vd}, {vd}, {}", per_block * pout));
+            a.vbreduce(ReduceOp::Sum, DType::I32, vd, vs)
+                .repeat(repeat)
+                .src_blk(slot)
+                .src_rep(src_rep);
+            a.addi(vs, vs, BLOCK);
+            a.addi(vd, vd, per_block * pout);
         });
     }
 }
@@ -570,7 +574,7 @@ fn pack(a: &mut Asm, p: &Plan, g: &Regs, inb: u64, rows_v: u64, cols_v: u64) {
     let w_v = cols_v * e / BLOCK;
     let groups = rows_v / gg;
     let pb = p.pack_bytes();
-    let w1 = gg * 256;
+    let w1 = gg * units::REPEAT_BYTES;
     let arr = |j: u64| w1 + 2 * pb + j * pb;
     let (o0, o1, o2, sc) = (g.ub, g.o1, g.o2, g.src);
     let [_, _, _, f2] = g.s.r;
@@ -581,10 +585,12 @@ fn pack(a: &mut Asm, p: &Plan, g: &Regs, inb: u64, rows_v: u64, cols_v: u64) {
     let vand = |a: &mut Asm, dst: u64, src: u64, src_rep: u64, c: u64| {
         a.movi(o0, dst as i64);
         a.movi(o1, src as i64);
-        a.movi(o2, (c * 256) as i64);
-        a.ins(format_args!(
-            "vand.i32  {o0}, {o1}, {o2}, repeat={groups}, dst_rep={w}, src0_rep={src_rep}, src1_rep=0"
-        ));
+        a.movi(o2, (c * units::REPEAT_BYTES) as i64);
+        a.vand(DType::I32, o0, o1, o2)
+            .repeat(groups)
+            .dst_rep(w)
+            .src0_rep(src_rep)
+            .src1_rep(0);
     };
     for j in 0..gg {
         let aj = arr(j);
@@ -595,33 +601,39 @@ fn pack(a: &mut Asm, p: &Plan, g: &Regs, inb: u64, rows_v: u64, cols_v: u64) {
             if i > j {
                 a.movi(sc, 1i64 << (8 * e * (i - j)));
                 a.movi(o0, target as i64);
-                a.ins(format_args!(
-                    "vmuls.i32 {o0}, {o0}, {sc}, repeat={groups}, dst_rep={w}, src_rep={w}"
-                ));
+                a.vmuls(DType::I32, o0, o0, sc)
+                    .repeat(groups)
+                    .dst_rep(w)
+                    .src_rep(w);
             } else if i < j {
                 // A right shift, exact through f32: the masked value has at most 16
                 // significant bits and the scale is a power of two.
                 let scale = 1.0f32 / (1u64 << (8 * e * (j - i))) as f32;
                 a.movi(o0, target as i64);
-                a.ins(format_args!(
-                    "vconv.f32.i32 {o0}, {o0}, repeat={groups}, dst_rep={w}, src_rep={w}"
-                ));
+                a.vconv(DType::F32, DType::I32, o0, o0)
+                    .repeat(groups)
+                    .dst_rep(w)
+                    .src_rep(w);
                 a.movi(f2, i64::from(scale.to_bits()));
-                a.ins(format_args!(
-                    "vmuls.f32 {o0}, {o0}, {f2}, repeat={groups}, dst_rep={w}, src_rep={w}"
-                ));
-                a.ins(format_args!(
-                    "vconv.i32.f32 {o0}, {o0}, repeat={groups}, dst_rep={w}, src_rep={w}"
-                ));
+                a.vmuls(DType::F32, o0, o0, f2)
+                    .repeat(groups)
+                    .dst_rep(w)
+                    .src_rep(w);
+                a.vconv(DType::I32, DType::F32, o0, o0)
+                    .repeat(groups)
+                    .dst_rep(w)
+                    .src_rep(w);
                 // The top slot converts signed: keep slot i only.
                 vand(a, target, target, w, i);
             }
             if i > 0 {
                 a.movi(o0, aj as i64);
                 a.movi(o1, w1 as i64);
-                a.ins(format_args!(
-                    "vadd.i32  {o0}, {o0}, {o1}, repeat={groups}, dst_rep={w}, src0_rep={w}, src1_rep={w}"
-                ));
+                a.vadd(DType::I32, o0, o0, o1)
+                    .repeat(groups)
+                    .dst_rep(w)
+                    .src0_rep(w)
+                    .src1_rep(w);
             }
         }
     }
@@ -634,7 +646,7 @@ fn transpose_packed(a: &mut Asm, p: &Plan, g: &Regs, outb: u64, rows_v: u64, col
     let w = p.pin() / BLOCK;
     let w_v = cols_v * e / BLOCK;
     let pb = p.pack_bytes();
-    let w1 = gg * 256;
+    let w1 = gg * units::REPEAT_BYTES;
     let arr = |j: u64| w1 + 2 * pb + j * pb;
     let repeat = rows_v / gg / 8;
     let pout = p.pout();
@@ -644,12 +656,12 @@ fn transpose_packed(a: &mut Asm, p: &Plan, g: &Regs, outb: u64, rows_v: u64, col
             a.movi(vs, arr(j) as i64);
             a.movi(vd, (outb + (gg * lane + j) * pout) as i64);
             counted(a, cnt, w_v, &|a: &mut Asm| {
-                a.ins(format_args!(
-                    "vbreduce.sum.i32 {vd}, {vs}, repeat={repeat}, src_blk={w}, src_rep={}",
-                    8 * w
-                ));
-                a.ins(format_args!("addi      {vs}, {vs}, {BLOCK}"));
-                a.ins(format_args!("addi      {vd}, {vd}, {}", 8 * gg * pout));
+                a.vbreduce(ReduceOp::Sum, DType::I32, vd, vs)
+                    .repeat(repeat)
+                    .src_blk(w)
+                    .src_rep(8 * w);
+                a.addi(vs, vs, BLOCK);
+                a.addi(vd, vd, 8 * gg * pout);
             });
         }
     }
