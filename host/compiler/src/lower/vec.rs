@@ -9,7 +9,7 @@
 //! instruction captures its registers when it is dispatched, so the register is free again at
 //! once.
 
-use gearsim_isa::{Cmp, DType, Emitted, ProgramBuilder, Round, VBin, VScalar, VUn};
+use gearsim_isa::{Cmp, DType, Emitted, ProgramBuilder, Round, VBin, VScalar, VUn, units};
 
 use super::writer::{Asm, Reg};
 
@@ -30,7 +30,7 @@ impl View {
         View {
             reg,
             blk: 1,
-            rep: 8,
+            rep: units::BLOCKS_PER_REPEAT as u8,
         }
     }
 
