@@ -49,6 +49,8 @@
 //! Grouped convolutions run one kernel per group; depthwise ones go to the vector unit
 //! (`cube_depthwise`).
 
+use gearsim_isa::{DType, Pipe, SReg, SType, Space, units};
+
 use super::super::writer::{Asm, Reg};
 use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::gemm::OutType;
@@ -57,11 +59,11 @@ use crate::CoreSpec;
 use crate::ir::{DataType, Format, TensorDesc};
 
 /// Bytes of a 16 × 16 f16 fractal (L1, L0A, L0B).
-const FRACTAL: u64 = 512;
+const FRACTAL: u64 = units::FRACTAL_BYTES;
 /// Bytes of a 16 × 16 f32 fractal (L0C).
-const FRACTAL_C: u64 = 1024;
+const FRACTAL_C: u64 = units::FRACTAL_BYTES_F32;
 /// Bytes of one pixel unit: 16 channels of f16.
-const UNIT: u64 = 32;
+const UNIT: u64 = units::BLOCK_BYTES;
 /// Cycles between the starts of consecutive blocks (the scheduler's dispatch slot on the
 /// presets: 100 ns at about 1 GHz); earlier blocks get more rows so all finish together.
 const DISPATCH_STAGGER_CYCLES: f64 = 100.0;
@@ -666,7 +668,7 @@ impl Plan {
             a
         };
         let f32_work = p.bias != BiasKind::None || p.out == OutType::F32;
-        let out = take(self.mb * nb * 256 * p.out.bytes());
+        let out = take(self.mb * nb * units::FRACTAL_ELEMS * p.out.bytes());
         let work = if f32_work && p.out == OutType::F16 {
             take(self.mb * nb * FRACTAL_C)
         } else {
@@ -1165,16 +1167,12 @@ impl<'a> Gen<'a> {
         }
     }
 
-    fn ins(&mut self, text: impl std::fmt::Display) {
-        self.a.ins(text);
+    fn set(&mut self, src: Pipe, dst: Pipe, id: u8) {
+        self.a.set_flag(src, dst, id);
     }
 
-    fn set(&mut self, src: &str, dst: &str, id: u8) {
-        self.a.ins(format_args!("set_flag  {src}, {dst}, {id}"));
-    }
-
-    fn wait(&mut self, src: &str, dst: &str, id: u8) {
-        self.a.ins(format_args!("wait_flag {src}, {dst}, {id}"));
+    fn wait(&mut self, src: Pipe, dst: Pipe, id: u8) {
+        self.a.wait_flag(src, dst, id);
     }
 
     fn movi(&mut self, dst: Reg, v: u64) {
@@ -1184,20 +1182,20 @@ impl<'a> Gen<'a> {
     /// `dst = src + v` (v may exceed an immediate; `tmp` may be `dst`).
     fn addi(&mut self, dst: Reg, src: Reg, v: i64, tmp: Reg) {
         if let Ok(i) = i32::try_from(v) {
-            self.ins(format_args!("addi      {dst}, {src}, {i}"));
+            self.a.addi(dst, src, i);
         } else {
             self.a.movi(tmp, v);
-            self.ins(format_args!("add       {dst}, {src}, {tmp}"));
+            self.a.add(dst, src, tmp);
         }
     }
 
     /// `dst = src * v`.
     fn muli(&mut self, dst: Reg, src: Reg, v: u64, tmp: Reg) {
         if let Ok(i) = i32::try_from(v) {
-            self.ins(format_args!("muli      {dst}, {src}, {i}"));
+            self.a.muli(dst, src, i);
         } else {
             self.a.movi(tmp, v as i64);
-            self.ins(format_args!("mul       {dst}, {src}, {tmp}"));
+            self.a.mul(dst, src, tmp);
         }
     }
 
@@ -1206,10 +1204,12 @@ impl<'a> Gen<'a> {
         let t = self.r.t[0];
         for (i, l) in labels.iter().enumerate().take(labels.len() - 1) {
             self.movi(t, i as u64 + 1);
-            self.ins(format_args!("beq       {reg}, {t}, {l}"));
+            let l = self.a.label(l);
+            self.a.beq(reg, t, l);
         }
         let last = labels.last().cloned().unwrap_or_default();
-        self.ins(format_args!("jmp       {last}"));
+        let l = self.a.label(&last);
+        self.a.jmp(l);
     }
 
     /// Output-channel fractals of the current pass.
@@ -1268,53 +1268,53 @@ impl<'a> Gen<'a> {
         let [t0, t1, t2, _] = r.t;
         // The input's address first (a scalar GM load takes hundreds of cycles, and the
         // first `nd2nz` needs only this one); the others are loaded where first needed.
-        self.ins(format_args!("sreg      {t0}, args"));
-        self.ins(format_args!("ld.gm.u64 {x}, {t0}, off={}", arg::X * 8));
+        self.a.sreg(t0, SReg::Args);
+        self.a.ld(Space::Gm, SType::U64, x, t0).off(arg::X * 8);
         self.movi(zero, 0);
         self.a.comment("every buffer starts free");
         for id in [ev::STAGE[0], ev::STAGE[1], ev::STAGING[0], ev::STAGING[1]] {
-            self.set("MTE1", "MTE2", id);
+            self.set(Pipe::Mte1, Pipe::Mte2, id);
         }
         for id in [ev::L0[0], ev::L0[1], ev::RELAYOUT[0], ev::RELAYOUT[1]] {
-            self.set("M", "MTE1", id);
+            self.set(Pipe::M, Pipe::Mte1, id);
         }
         for id in [ev::TILE, ev::RELAYOUT[0], ev::RELAYOUT[1]] {
-            self.set("V", "M", id);
+            self.set(Pipe::V, Pipe::M, id);
         }
         for id in self.mte3_to_v() {
-            self.set("MTE3", "V", id);
+            self.set(Pipe::Mte3, Pipe::V, id);
         }
-        self.set("MTE2", "MTE3", ev::WORKSPACE);
+        self.set(Pipe::Mte2, Pipe::Mte3, ev::WORKSPACE);
         if self.p.bias != BiasKind::None {
-            self.set("V", "MTE2", ev::BIAS);
+            self.set(Pipe::V, Pipe::Mte2, ev::BIAS);
         }
         self.a
             .comment("the zero area that pads, gaps and margins are written from");
         let units = self.plan.zero_units(&self.s);
         self.a.mask_count(t2, units * 16);
         self.movi(t1, self.ub.zero);
-        self.ins(format_args!("vdup.f16  {t1}, {zero}"));
-        self.set("V", "MTE3", ev::ZEROED);
-        self.wait("V", "MTE3", ev::ZEROED);
+        self.a.vdup(DType::F16, t1, zero);
+        self.set(Pipe::V, Pipe::Mte3, ev::ZEROED);
+        self.wait(Pipe::V, Pipe::Mte3, ev::ZEROED);
     }
 
     fn epilogue(&mut self) {
         self.a.comment("consume the flags the last tiles set");
         for id in [ev::STAGE[0], ev::STAGE[1], ev::STAGING[0], ev::STAGING[1]] {
-            self.wait("MTE1", "MTE2", id);
+            self.wait(Pipe::Mte1, Pipe::Mte2, id);
         }
         for id in [ev::L0[0], ev::L0[1], ev::RELAYOUT[0], ev::RELAYOUT[1]] {
-            self.wait("M", "MTE1", id);
+            self.wait(Pipe::M, Pipe::Mte1, id);
         }
         for id in [ev::TILE, ev::RELAYOUT[0], ev::RELAYOUT[1]] {
-            self.wait("V", "M", id);
+            self.wait(Pipe::V, Pipe::M, id);
         }
         for id in self.mte3_to_v() {
-            self.wait("MTE3", "V", id);
+            self.wait(Pipe::Mte3, Pipe::V, id);
         }
-        self.wait("MTE2", "MTE3", ev::WORKSPACE);
+        self.wait(Pipe::Mte2, Pipe::Mte3, ev::WORKSPACE);
         if self.p.bias != BiasKind::None {
-            self.wait("V", "MTE2", ev::BIAS);
+            self.wait(Pipe::V, Pipe::Mte2, ev::BIAS);
         }
     }
 
@@ -1336,7 +1336,7 @@ impl<'a> Gen<'a> {
     /// V: a batch of relayout rows starts (its UB rows were written out).
     fn batch_begin(&mut self) {
         if self.batched() {
-            self.wait("MTE3", "V", ev::RELAYOUT_UB[0]);
+            self.wait(Pipe::Mte3, Pipe::V, ev::RELAYOUT_UB[0]);
         }
     }
 
@@ -1350,7 +1350,8 @@ impl<'a> Gen<'a> {
         let (rn, t0) = (self.r.rn, self.r.t[0]);
         let skip = self.a.new_label("no_item");
         self.movi(t0, q);
-        self.ins(format_args!("bgeu      {t0}, {rn}, {skip}"));
+        let l = self.a.label(&skip);
+        self.a.bgeu(t0, rn, l);
         f(self);
         self.a.place(&skip);
     }
@@ -1375,8 +1376,8 @@ impl<'a> Gen<'a> {
     fn workspace_written(&mut self) {
         if self.batched() {
             // V's copies are all done: MTE3 writes the batch out, then hands UB back.
-            self.set("V", "MTE3", ev::BATCH);
-            self.wait("V", "MTE3", ev::BATCH);
+            self.set(Pipe::V, Pipe::Mte3, ev::BATCH);
+            self.wait(Pipe::V, Pipe::Mte3, ev::BATCH);
             let (rws, t1) = (self.r.rws, self.r.t[1]);
             for q in 0..self.plan.ub_rows {
                 self.guard_item(q, |k| {
@@ -1384,21 +1385,21 @@ impl<'a> Gen<'a> {
                     k.write_row(k.ub_row(0, q), t1);
                 });
             }
-            self.set("MTE3", "V", ev::RELAYOUT_UB[0]);
+            self.set(Pipe::Mte3, Pipe::V, ev::RELAYOUT_UB[0]);
         }
-        self.wait("MTE2", "MTE3", ev::WORKSPACE);
-        self.set("MTE3", "MTE2", ev::WORKSPACE);
+        self.wait(Pipe::Mte2, Pipe::Mte3, ev::WORKSPACE);
+        self.set(Pipe::Mte3, Pipe::Mte2, ev::WORKSPACE);
     }
 
     /// MTE2 takes the notice that a tile's workspace rows are written.
     fn workspace_ready(&mut self) {
-        self.wait("MTE3", "MTE2", ev::WORKSPACE);
+        self.wait(Pipe::Mte3, Pipe::Mte2, ev::WORKSPACE);
     }
 
     /// MTE2 tells MTE3 the notice was taken; placed behind the band load the notice was
     /// for, whose own notice has already waited out the transfers this one would stall on.
     fn workspace_taken(&mut self) {
-        self.set("MTE2", "MTE3", ev::WORKSPACE);
+        self.set(Pipe::Mte2, Pipe::Mte3, ev::WORKSPACE);
     }
 
     /// Sets `row` and `rend` to this block's rows (a branch tree over `block_idx`).
@@ -1406,7 +1407,7 @@ impl<'a> Gen<'a> {
         let blocks = self.plan.blocks.clone();
         let [t0, t1, _, _] = self.r.t;
         let done = self.a.new_label("range_done");
-        self.ins(format_args!("sreg      {t1}, block_idx"));
+        self.a.sreg(t1, SReg::BlockIdx);
         self.range_tree(&blocks, 0, blocks.len(), t0, t1, &done);
         self.a.place(&done);
     }
@@ -1423,13 +1424,15 @@ impl<'a> Gen<'a> {
         if hi - lo == 1 {
             self.movi(self.r.row, blocks[lo].0);
             self.movi(self.r.rend, blocks[lo].1);
-            self.ins(format_args!("jmp       {done}"));
+            let l = self.a.label(done);
+            self.a.jmp(l);
             return;
         }
         let mid = (lo + hi) / 2;
         let left = self.a.new_label("range_lo");
         self.movi(t, mid as u64);
-        self.ins(format_args!("blt       {bi}, {t}, {left}"));
+        let l = self.a.label(&left);
+        self.a.blt(bi, t, l);
         self.range_tree(blocks, mid, hi, t, bi, done);
         self.a.place(&left);
         self.range_tree(blocks, lo, mid, t, bi, done);
@@ -1456,32 +1459,32 @@ impl<'a> Gen<'a> {
         ));
         if cb > 0 {
             // The resident weights, bias and UB buffers change: let every pipe finish first.
-            self.ins("pipe_barrier ALL");
+            self.a.pipe_barrier(Pipe::All);
         }
         self.block_range();
         // The first piece starts at the first row; its workspace address is added once the
         // first rows are on their way (the `nd2nz` needs only the input's address).
         self.movi(pws, 0);
         self.addi(pws, pws, -(plan.piece_bytes(&self.s) as i64), t0);
-        self.ins(format_args!("mov       {pend}, {row}"));
+        self.a.mov(pend, row);
         self.movi(first, 1);
         self.movi(prev_r, 0);
         self.descriptor_with(row, rcur, true, false);
         if self.relayout {
             self.relayout_prep(row, rcur);
             self.relayout_nd2nz(0, t3, cb == 0);
-            self.ins(format_args!("mov       {rn}, {rn2}"));
-            self.ins(format_args!("mov       {rws}, {rws2}"));
+            self.a.mov(rn, rn2);
+            self.a.mov(rws, rws2);
         }
         self.preload_weights();
-        self.ins(format_args!("sreg      {t2}, args"));
-        self.ins(format_args!("ld.gm.u64 {t3}, {t2}, off={}", arg::WS * 8));
-        self.ins(format_args!("sreg      {t2}, block_idx"));
+        self.a.sreg(t2, SReg::Args);
+        self.a.ld(Space::Gm, SType::U64, t3, t2).off(arg::WS * 8);
+        self.a.sreg(t2, SReg::BlockIdx);
         self.muli(t2, t2, plan.ws_block(&self.s), t0);
-        self.ins(format_args!("add       {t3}, {t3}, {t2}"));
-        self.ins(format_args!("add       {pws}, {pws}, {t3}"));
+        self.a.add(t3, t3, t2);
+        self.a.add(pws, pws, t3);
         if self.relayout {
-            self.ins(format_args!("add       {rws}, {rws}, {t3}"));
+            self.a.add(rws, rws, t3);
             self.zero_piece();
         }
         self.band_address(row, bsrc);
@@ -1490,8 +1493,9 @@ impl<'a> Gen<'a> {
         let no_second = self.a.new_label("no_second");
         self.movi(nr, 0);
         self.movi(rn2, 0);
-        self.ins(format_args!("add       {nrow}, {row}, {rcur}"));
-        self.ins(format_args!("bge       {nrow}, {rend}, {no_second}"));
+        self.a.add(nrow, row, rcur);
+        let l = self.a.label(&no_second);
+        self.a.bge(nrow, rend, l);
         self.descriptor(nrow, nr, false);
         if self.relayout {
             self.relayout_prep(nrow, nr);
@@ -1502,51 +1506,49 @@ impl<'a> Gen<'a> {
         if self.relayout {
             self.a
                 .comment("the first tile's rows through the cube to the workspace");
-            self.wait("MTE2", "MTE1", ev::STAGING[0]);
+            self.wait(Pipe::Mte2, Pipe::Mte1, ev::STAGING[0]);
             if cb == 0 {
                 // The identity, loaded behind the first `nd2nz`, reaches L0B before any row.
                 self.movi(t0, self.l1.ident);
                 self.movi(t1, self.l0.ident);
-                self.ins(format_args!("load_l0b  {t1}, {t0}, 1"));
+                self.a.load_l0b(t1, t0, 1);
             }
             self.movi(sx, self.l1.staging[0]);
             self.batch_begin();
             self.relayout_rest(0);
-            self.set("MTE1", "MTE2", ev::STAGING[0]);
+            self.set(Pipe::Mte1, Pipe::Mte2, ev::STAGING[0]);
             self.workspace_written();
-            self.ins(format_args!("mov       {rn}, {rn2}"));
-            self.ins(format_args!("mov       {rws}, {rws2}"));
+            self.a.mov(rn, rn2);
+            self.a.mov(rws, rws2);
         }
         // Needed from the first drain on only.
         if cb == 0 {
-            self.ins(format_args!("sreg      {t2}, args"));
-            self.ins(format_args!("ld.gm.u64 {out}, {t2}, off={}", arg::OUT * 8));
+            self.a.sreg(t2, SReg::Args);
+            self.a.ld(Space::Gm, SType::U64, out, t2).off(arg::OUT * 8);
         }
         if p.bias != BiasKind::None {
-            self.wait("V", "MTE2", ev::BIAS);
+            self.wait(Pipe::V, Pipe::Mte2, ev::BIAS);
             let src = match p.bias {
                 BiasKind::Runtime { offset } => {
-                    self.ins(format_args!("sreg      {t2}, args"));
-                    self.ins(format_args!("ld.gm.u64 {t0}, {t2}, off={}", arg::BIAS * 8));
+                    self.a.sreg(t2, SReg::Args);
+                    self.a.ld(Space::Gm, SType::U64, t0, t2).off(arg::BIAS * 8);
                     offset
                 }
                 _ => {
-                    self.ins(format_args!("mov       {t0}, {consts}"));
+                    self.a.mov(t0, consts);
                     WEIGHTS_OFF + plan_weights_total(plan, p)
                 }
             };
             self.addi(t0, t0, (src + cb * plan.mb * FRACTAL_C) as i64, t1);
             self.movi(t1, self.ub.bias);
-            self.ins(format_args!(
-                "copy_gm_to_ub {t1}, {t0}, 1, {}",
-                self.mbp() * FRACTAL_C / 32
-            ));
-            self.set("MTE2", "V", ev::BIAS);
-            self.wait("MTE2", "V", ev::BIAS);
+            let len = self.mbp() * FRACTAL_C / units::BLOCK_BYTES;
+            self.a.copy_gm_to_ub(t1, t0, 1, len);
+            self.set(Pipe::Mte2, Pipe::V, ev::BIAS);
+            self.wait(Pipe::Mte2, Pipe::V, ev::BIAS);
         }
         // A pass starts as if a tile with no rows had been drained.
-        self.wait("MTE3", "V", ev::DRAIN);
-        self.set("V", "MTE3", ev::DRAIN);
+        self.wait(Pipe::Mte3, Pipe::V, ev::DRAIN);
+        self.set(Pipe::V, Pipe::Mte3, ev::DRAIN);
         self.tile_output(row, cout);
         if self.relayout {
             self.workspace_ready();
@@ -1555,7 +1557,7 @@ impl<'a> Gen<'a> {
         if self.relayout {
             self.workspace_taken();
             // The second tile's staged rows (above), announced behind the first band.
-            self.guarded(nr, |k| k.set("MTE2", "MTE1", ev::STAGING[1]));
+            self.guarded(nr, |k| k.set(Pipe::Mte2, Pipe::Mte1, ev::STAGING[1]));
         }
         if plan.groups() > 1 {
             self.load_group(1, self.stage_buffer(0, 1), bsrc, Weights::IfFirst);
@@ -1577,21 +1579,23 @@ impl<'a> Gen<'a> {
 
         self.a.place(&pass_end);
         self.a.comment("the last tile's rows");
-        self.wait("V", "MTE3", ev::DRAIN);
+        self.wait(Pipe::V, Pipe::Mte3, ev::DRAIN);
         for r in (0..plan.rt).rev() {
             self.guarded_drain_row(r);
         }
-        self.set("MTE3", "V", ev::DRAIN);
+        self.set(Pipe::Mte3, Pipe::V, ev::DRAIN);
         if p.bias != BiasKind::None {
-            self.set("V", "MTE2", ev::BIAS);
+            self.set(Pipe::V, Pipe::Mte2, ev::BIAS);
         }
-        self.ins(format_args!("jmp       {pass_done}"));
+        let l = self.a.label(&pass_done);
+        self.a.jmp(l);
 
         for parity in 0..2usize {
             for rows in 1..=plan.rt {
                 self.a.place(&bodies[parity][(rows - 1) as usize]);
                 self.body(parity, rows);
-                self.ins(format_args!("jmp       {}", afters[parity]));
+                let l = self.a.label(&afters[parity]);
+                self.a.jmp(l);
             }
         }
         self.a.place(&pass_done);
@@ -1620,38 +1624,42 @@ impl<'a> Gen<'a> {
         let staged = self.a.new_label("staged");
         self.movi(nnr, 0);
         self.movi(rn2, 0);
-        self.ins(format_args!("beq       {nr}, {zero}, {staged}"));
-        self.ins(format_args!("add       {sx}, {nrow}, {nr}"));
-        self.ins(format_args!("bge       {sx}, {rend}, {staged}"));
+        let l = self.a.label(&staged);
+        self.a.beq(nr, zero, l);
+        self.a.add(sx, nrow, nr);
+        let l = self.a.label(&staged);
+        self.a.bge(sx, rend, l);
         self.descriptor(sx, nnr, false);
         if self.relayout {
             // Its rows are staged from the body, behind the loads the current and next
             // tiles need sooner.
             self.relayout_prep(sx, nnr);
             let (rx2, t3) = (self.r.rx2, self.r.t[3]);
-            self.ins(format_args!("mov       {rx2}, {t3}"));
+            self.a.mov(rx2, t3);
         }
         self.band_address(sx, nnband);
         self.a.place(&staged);
         self.dispatch(rcur, bodies);
         self.a.place(after);
         self.drain_copy(parity);
-        self.ins(format_args!("mov       {pcout}, {cout}"));
-        self.ins(format_args!("mov       {prev_r}, {rcur}"));
-        self.ins(format_args!("beq       {nr}, {zero}, {pass_end}"));
+        self.a.mov(pcout, cout);
+        self.a.mov(prev_r, rcur);
+        let l = self.a.label(pass_end);
+        self.a.beq(nr, zero, l);
         self.movi(first, 0);
-        self.ins(format_args!("mov       {row}, {nrow}"));
-        self.ins(format_args!("mov       {rcur}, {nr}"));
-        self.ins(format_args!("mov       {bsrc}, {nband}"));
-        self.ins(format_args!("add       {nrow}, {row}, {rcur}"));
-        self.ins(format_args!("mov       {nr}, {nnr}"));
-        self.ins(format_args!("mov       {nband}, {nnband}"));
+        self.a.mov(row, nrow);
+        self.a.mov(rcur, nr);
+        self.a.mov(bsrc, nband);
+        self.a.add(nrow, row, rcur);
+        self.a.mov(nr, nnr);
+        self.a.mov(nband, nnband);
         if self.relayout {
-            self.ins(format_args!("mov       {rn}, {rn2}"));
-            self.ins(format_args!("mov       {rws}, {rws2}"));
+            self.a.mov(rn, rn2);
+            self.a.mov(rws, rws2);
         }
         self.tile_output(row, cout);
-        self.ins(format_args!("jmp       {}", tops[1 - parity]));
+        let l = self.a.label(&tops[1 - parity]);
+        self.a.jmp(l);
     }
 
     /// From the global row in `rin`: starts a new piece when `rin` is the previous piece's end
@@ -1670,17 +1678,18 @@ impl<'a> Gen<'a> {
         let (pws, pstart, pend, rend, ydone) = (r.pws, r.pstart, r.pend, r.rend, r.ydone);
         let [t0, t1, t2, t3] = r.t;
         let same = self.a.new_label("same_piece");
-        self.ins(format_args!("bne       {rin}, {pend}, {same}"));
+        let l = self.a.label(&same);
+        self.a.bne(rin, pend, l);
         self.movi(t0, s.ho);
-        self.ins(format_args!("divu      {t1}, {rin}, {t0}"));
-        self.ins(format_args!("mul       {t2}, {t1}, {t0}"));
-        self.ins(format_args!("sub       {t2}, {rin}, {t2}"));
+        self.a.divu(t1, rin, t0);
+        self.a.mul(t2, t1, t0);
+        self.a.sub(t2, rin, t2);
         let piece = self.plan.piece_bytes(&s);
         self.addi(pws, pws, piece as i64, t3);
-        self.ins(format_args!("mov       {pstart}, {rin}"));
-        self.ins(format_args!("addi      {t3}, {t1}, 1"));
-        self.ins(format_args!("mul       {t3}, {t3}, {t0}"));
-        self.ins(format_args!("minu      {pend}, {t3}, {rend}"));
+        self.a.mov(pstart, rin);
+        self.a.addi(t3, t1, 1);
+        self.a.mul(t3, t3, t0);
+        self.a.minu(pend, t3, rend);
         self.muli(ydone, t2, s.sh, t3);
         if self.relayout && zero_new {
             self.zero_piece();
@@ -1689,31 +1698,35 @@ impl<'a> Gen<'a> {
         // The block's last tile is kept short (its drain is the block's tail): the rows before
         // it are split evenly, rows = ceil(left' / ceil(left' / RT)).
         let even = self.a.new_label("even_split");
-        self.ins(format_args!("sub       {t3}, {pend}, {rin}"));
-        self.ins(format_args!("mov       {t2}, {t3}"));
-        self.ins(format_args!("bne       {pend}, {rend}, {even}"));
+        self.a.sub(t3, pend, rin);
+        self.a.mov(t2, t3);
+        let l = self.a.label(&even);
+        self.a.bne(pend, rend, l);
         self.movi(t0, self.plan.r_last);
-        self.ins(format_args!("bgeu      {t0}, {t3}, {even}"));
-        self.ins(format_args!("sub       {t2}, {t3}, {t0}"));
+        let l = self.a.label(&even);
+        self.a.bgeu(t0, t3, l);
+        self.a.sub(t2, t3, t0);
         self.a.place(&even);
         self.movi(t0, self.plan.rt);
-        self.ins(format_args!("add       {t1}, {t2}, {t0}"));
-        self.ins(format_args!("addi      {t1}, {t1}, -1"));
-        self.ins(format_args!("divu      {t1}, {t1}, {t0}"));
-        self.ins(format_args!("add       {rout}, {t2}, {t1}"));
-        self.ins(format_args!("addi      {rout}, {rout}, -1"));
-        self.ins(format_args!("divu      {rout}, {rout}, {t1}"));
+        self.a.add(t1, t2, t0);
+        self.a.addi(t1, t1, -1);
+        self.a.divu(t1, t1, t0);
+        self.a.add(rout, t2, t1);
+        self.a.addi(rout, rout, -1);
+        self.a.divu(rout, rout, t1);
         if first {
             // A short first tile fills the pipeline sooner, unless it would leave a shorter
             // remainder of a piece that fits one tile.
             let keep = self.a.new_label("keep_first");
             self.movi(t0, self.plan.r_first);
-            self.ins(format_args!("minu      {rout}, {rout}, {t0}"));
-            self.ins(format_args!("sub       {t1}, {t3}, {rout}"));
-            self.ins(format_args!("bgeu      {t1}, {t0}, {keep}"));
+            self.a.minu(rout, rout, t0);
+            self.a.sub(t1, t3, rout);
+            let l = self.a.label(&keep);
+            self.a.bgeu(t1, t0, l);
             self.movi(t0, self.plan.rt);
-            self.ins(format_args!("bltu      {t0}, {t3}, {keep}"));
-            self.ins(format_args!("mov       {rout}, {t3}"));
+            let l = self.a.label(&keep);
+            self.a.bltu(t0, t3, l);
+            self.a.mov(rout, t3);
             self.a.place(&keep);
         }
     }
@@ -1730,47 +1743,49 @@ impl<'a> Gen<'a> {
         let pws_units = plan.pws();
         if plan.margin > 0 {
             self.movi(t0, self.ub.zero);
-            self.ins(format_args!(
-                "copy_ub_to_gm {pws}, {t0}, {}, {}, src_gap=0, dst_gap={}",
-                s.sw * plan.c1,
-                plan.margin,
-                pws_units - plan.margin
-            ));
+            self.a
+                .copy_ub_to_gm(pws, t0, s.sw * plan.c1, plan.margin)
+                .src_gap(0)
+                .dst_gap(pws_units - plan.margin);
         }
         // t2 = sh·a (the piece's first padded row), t3 = its end padded row.
         self.movi(t0, s.ho);
-        self.ins(format_args!("divu      {t1}, {pstart}, {t0}"));
-        self.ins(format_args!("mul       {t1}, {t1}, {t0}"));
-        self.ins(format_args!("sub       {t2}, {pstart}, {t1}"));
-        self.ins(format_args!("sub       {t3}, {pend}, {t1}"));
+        self.a.divu(t1, pstart, t0);
+        self.a.mul(t1, t1, t0);
+        self.a.sub(t2, pstart, t1);
+        self.a.sub(t3, pend, t1);
         self.addi(t3, t3, plan.ihi as i64, t0);
         self.muli(t3, t3, s.sh, t0);
         self.movi(t0, plan.hp);
-        self.ins(format_args!("minu      {t3}, {t3}, {t0}"));
+        self.a.minu(t3, t3, t0);
         self.muli(t2, t2, s.sh, t0);
         // Top pads: rows sh·a .. min(pt, end), from the piece's first row.
         self.movi(t0, s.pt);
-        self.ins(format_args!("minu      {t0}, {t0}, {t3}"));
-        self.ins(format_args!("sub       {top_rows}, {t0}, {t2}"));
+        self.a.minu(t0, t0, t3);
+        self.a.sub(top_rows, t0, t2);
         // Bottom pads: rows max(pt + h, sh·a) .. end, from that row.
         self.movi(t0, s.pt + s.h);
-        self.ins(format_args!("max       {t0}, {t0}, {t2}"));
-        self.ins(format_args!("sub       {bottom_rows}, {t3}, {t0}"));
-        self.ins(format_args!("sub       {t0}, {t0}, {t2}"));
+        self.a.max(t0, t0, t2);
+        self.a.sub(bottom_rows, t3, t0);
+        self.a.sub(t0, t0, t2);
         self.muli(t0, t0, plan.wq * UNIT, t1);
-        self.ins(format_args!("add       {bottom_at}, {pws}, {t0}"));
+        self.a.add(bottom_at, pws, t0);
         self.addi(bottom_at, bottom_at, (plan.margin * UNIT) as i64, t0);
         for (rows, at) in [(top_rows, None), (bottom_rows, Some(bottom_at))] {
             let skip = self.a.new_label("no_pad");
             let top = self.a.new_label("pad_row");
-            self.ins(format_args!("bge       {zero}, {rows}, {skip}"));
+            let l = self.a.label(&skip);
+            self.a.bge(zero, rows, l);
             match at {
                 None => self.addi(t1, pws, (plan.margin * UNIT) as i64, t0),
-                Some(reg) => self.ins(format_args!("mov       {t1}, {reg}")),
+                Some(reg) => {
+                    self.a.mov(t1, reg);
+                }
             }
             self.a.place(&top);
             self.zero_row(t1, t2, t3);
-            self.ins(format_args!("loop      {rows}, {top}"));
+            let l = self.a.label(&top);
+            self.a.r#loop(rows, l);
             self.a.place(&skip);
         }
     }
@@ -1783,12 +1798,10 @@ impl<'a> Gen<'a> {
         self.movi(zeros, self.ub.zero);
         for phi in 0..s.sw {
             self.addi(dst, addr, (phi * plan.c1 * pws_units * UNIT) as i64, dst);
-            self.ins(format_args!(
-                "copy_ub_to_gm {dst}, {zeros}, {}, {}, src_gap=0, dst_gap={}",
-                plan.c1,
-                plan.wq,
-                pws_units - plan.wq
-            ));
+            self.a
+                .copy_ub_to_gm(dst, zeros, plan.c1, plan.wq)
+                .src_gap(0)
+                .dst_gap(pws_units - plan.wq);
         }
         self.addi(addr, addr, (plan.wq * UNIT) as i64, dst);
     }
@@ -1802,40 +1815,40 @@ impl<'a> Gen<'a> {
             (r.x, r.pws, r.pstart, r.ydone, r.rn2, r.rws2, r.zero);
         let [t0, t1, t2, t3] = r.t;
         self.movi(t0, s.ho);
-        self.ins(format_args!("divu      {t1}, {rin}, {t0}"));
-        self.ins(format_args!("mul       {t2}, {t1}, {t0}"));
-        self.ins(format_args!("sub       {t3}, {rin}, {t2}"));
+        self.a.divu(t1, rin, t0);
+        self.a.mul(t2, t1, t0);
+        self.a.sub(t3, rin, t2);
         // t3 = the padded row after the tile's last band row.
-        self.ins(format_args!("add       {t3}, {t3}, {rr}"));
+        self.a.add(t3, t3, rr);
         self.addi(t3, t3, plan.ihi as i64, t0);
         self.muli(t3, t3, s.sh, t0);
         self.movi(t0, plan.hp);
-        self.ins(format_args!("minu      {t3}, {t3}, {t0}"));
+        self.a.minu(t3, t3, t0);
         // First and end data rows (padded): max(ydone, pt), min(end, pt + h).
         self.movi(t0, s.pt);
-        self.ins(format_args!("max       {t0}, {ydone}, {t0}"));
+        self.a.max(t0, ydone, t0);
         self.movi(t2, s.pt + s.h);
-        self.ins(format_args!("minu      {t2}, {t2}, {t3}"));
-        self.ins(format_args!("sub       {rn}, {t2}, {t0}"));
-        self.ins(format_args!("max       {rn}, {rn}, {zero}"));
-        self.ins(format_args!("max       {ydone}, {ydone}, {t3}"));
+        self.a.minu(t2, t2, t3);
+        self.a.sub(rn, t2, t0);
+        self.a.max(rn, rn, zero);
+        self.a.max(ydone, ydone, t3);
         // rws = pws + (margin + (first - sh·a)·wq)·32
         self.movi(t3, s.ho);
-        self.ins(format_args!("mul       {t2}, {t1}, {t3}"));
-        self.ins(format_args!("sub       {t2}, {pstart}, {t2}"));
+        self.a.mul(t2, t1, t3);
+        self.a.sub(t2, pstart, t2);
         self.muli(t2, t2, s.sh, t3);
-        self.ins(format_args!("sub       {t2}, {t0}, {t2}"));
+        self.a.sub(t2, t0, t2);
         self.muli(t2, t2, plan.wq * UNIT, t3);
-        self.ins(format_args!("add       {rws}, {pws}, {t2}"));
+        self.a.add(rws, pws, t2);
         self.addi(rws, rws, (plan.margin * UNIT) as i64, t3);
         // t3 = x + ((n·C + c_off)·h + first - pt)·w·2
         self.muli(t1, t1, s.c, t3);
         self.addi(t1, t1, p.c_off as i64, t3);
         self.muli(t1, t1, s.h, t3);
-        self.ins(format_args!("add       {t1}, {t1}, {t0}"));
+        self.a.add(t1, t1, t0);
         self.addi(t1, t1, -(s.pt as i64), t3);
         self.muli(t1, t1, s.w * 2, t3);
-        self.ins(format_args!("add       {t3}, {x}, {t1}"));
+        self.a.add(t3, x, t1);
     }
 
     /// MTE2: the batch `relayout_prep` described (`rn2` rows from the GM address in `src`)
@@ -1844,7 +1857,7 @@ impl<'a> Gen<'a> {
     /// flight).
     fn relayout_nd2nz(&mut self, slot: usize, src: Reg, with_ident: bool) {
         self.relayout_nd2nz_quiet(slot, src, with_ident);
-        self.set("MTE2", "MTE1", ev::STAGING[slot]);
+        self.set(Pipe::Mte2, Pipe::Mte1, ev::STAGING[slot]);
     }
 
     /// `relayout_nd2nz` without its notice, which the caller sets later: a notice stalls
@@ -1857,38 +1870,32 @@ impl<'a> Gen<'a> {
         let [t0, t1, t2, t3] = r.t;
         self.a.comment("relayout: a batch of input rows into L1");
         if src != t3 {
-            self.ins(format_args!("mov       {t3}, {src}"));
+            self.a.mov(t3, src);
         }
-        self.wait("MTE1", "MTE2", ev::STAGING[slot]);
+        self.wait(Pipe::Mte1, Pipe::Mte2, ev::STAGING[slot]);
         self.movi(t1, self.l1.staging[slot]);
-        self.ins(format_args!("mov       {t2}, {rn2}"));
+        self.a.mov(t2, rn2);
         let skip = self.a.new_label("no_rows");
         let top = self.a.new_label("nd2nz");
-        self.ins(format_args!("beq       {t2}, {zero}, {skip}"));
+        let l = self.a.label(&skip);
+        self.a.beq(t2, zero, l);
         self.a.place(&top);
-        self.ins(format_args!(
-            "copy_gm_to_l1_nd2nz {t1}, {t3}, {}, {}, {}, {}",
-            p.cg,
-            s.w,
-            s.h * s.w,
-            16 * plan.c1
-        ));
+        self.a
+            .copy_gm_to_l1_nd2nz(t1, t3, p.cg, s.w, s.h * s.w, 16 * plan.c1);
         self.addi(t3, t3, (s.w * 2) as i64, t0);
         self.addi(t1, t1, (plan.c1 * plan.blk(&s) * FRACTAL) as i64, t0);
-        self.ins(format_args!("loop      {t2}, {top}"));
+        let l = self.a.label(&top);
+        self.a.r#loop(t2, l);
         self.a.place(&skip);
         if with_ident {
-            self.ins(format_args!("sreg      {t2}, args"));
-            self.ins(format_args!(
-                "ld.gm.u64 {consts}, {t2}, off={}",
-                arg::CONSTS * 8
-            ));
+            self.a.sreg(t2, SReg::Args);
+            self.a
+                .ld(Space::Gm, SType::U64, consts, t2)
+                .off(arg::CONSTS * 8);
             self.movi(t1, self.l1.ident);
             self.addi(t0, consts, IDENT_OFF as i64, t0);
-            self.ins(format_args!(
-                "copy_gm_to_l1 {t1}, {t0}, 1, {}",
-                FRACTAL / 32
-            ));
+            self.a
+                .copy_gm_to_l1(t1, t0, 1, FRACTAL / units::BLOCK_BYTES);
         }
     }
 
@@ -1906,11 +1913,14 @@ impl<'a> Gen<'a> {
         let top = self.a.new_label("relayout_rest");
         let done = self.a.new_label("relayout_done");
         self.a.place(&top);
-        self.ins(format_args!("beq       {rn}, {zero}, {done}"));
+        let l = self.a.label(&done);
+        self.a.beq(rn, zero, l);
         self.relayout_item(0, 0);
-        self.ins(format_args!("beq       {rn}, {zero}, {done}"));
+        let l = self.a.label(&done);
+        self.a.beq(rn, zero, l);
         self.relayout_item(1, 1);
-        self.ins(format_args!("jmp       {top}"));
+        let l = self.a.label(&top);
+        self.a.jmp(l);
         self.a.place(&done);
     }
 
@@ -1935,45 +1945,40 @@ impl<'a> Gen<'a> {
             let g1 = (g0 + plan.cr).min(plan.c1);
             let id = ev::RELAYOUT[item % 2];
             let (la, lc) = (self.l0.rl_a[item % 2], self.l0.rl_c[item % 2]);
-            self.wait("M", "MTE1", id);
+            self.wait(Pipe::M, Pipe::Mte1, id);
             for c in g0..g1 {
                 self.movi(t2, la + (c - g0) * blk * FRACTAL);
                 self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
-                self.ins(format_args!(
-                    "load_l0a  {t2}, {t3}, {blk}, src_stride={}, dst_stride=1, transpose=true",
-                    plan.c1
-                ));
+                self.a
+                    .load_l0a(t2, t3, blk)
+                    .src_stride(plan.c1)
+                    .dst_stride(1)
+                    .transpose(true);
             }
-            self.set("MTE1", "M", id);
-            self.wait("MTE1", "M", id);
-            self.wait("V", "M", id);
+            self.set(Pipe::Mte1, Pipe::M, id);
+            self.wait(Pipe::Mte1, Pipe::M, id);
+            self.wait(Pipe::V, Pipe::M, id);
             self.movi(t1, self.l0.ident);
             for c in g0..g1 {
                 self.movi(t2, lc + (c - g0) * blk * FRACTAL_C);
                 self.movi(t3, la + (c - g0) * blk * FRACTAL);
-                self.ins(format_args!(
-                    "mmad      {t2}, {t3}, {t1}, {}, 16, 16, init=true",
-                    16 * blk
-                ));
+                self.a.mmad(t2, t3, t1, 16 * blk, 16, 16).init(true);
             }
-            self.set("M", "MTE1", id);
-            self.set("M", "V", id);
-            self.wait("M", "V", id);
+            self.set(Pipe::M, Pipe::Mte1, id);
+            self.set(Pipe::M, Pipe::V, id);
+            self.wait(Pipe::M, Pipe::V, id);
             if g0 == 0 && !self.batched() {
-                self.wait("MTE3", "V", ev::RELAYOUT_UB[slot]);
+                self.wait(Pipe::Mte3, Pipe::V, ev::RELAYOUT_UB[slot]);
             }
             self.movi(t2, ub_row + g0 * blk * FRACTAL);
             self.movi(t3, lc);
-            self.ins(format_args!(
-                "copy_l0c_to_ub.f16 {t2}, {t3}, {}",
-                (g1 - g0) * blk
-            ));
-            self.set("V", "M", id);
+            self.a.copy_l0c_to_ub(DType::F16, t2, t3, (g1 - g0) * blk);
+            self.set(Pipe::V, Pipe::M, id);
             g0 = g1;
             item += 1;
         }
         if !self.batched() {
-            self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
+            self.set(Pipe::V, Pipe::Mte3, ev::RELAYOUT_UB[slot]);
             self.item_write(slot);
         }
     }
@@ -1987,16 +1992,17 @@ impl<'a> Gen<'a> {
         let blk = plan.blk(&s);
         let id = ev::RELAYOUT[slot];
         let la = self.l0.rl_a[slot];
-        self.wait("M", "MTE1", id);
+        self.wait(Pipe::M, Pipe::Mte1, id);
         for c in 0..plan.c1 {
             self.movi(t2, la + c * blk * FRACTAL);
             self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
-            self.ins(format_args!(
-                "load_l0a  {t2}, {t3}, {blk}, src_stride={}, dst_stride=1, transpose=true",
-                plan.c1
-            ));
+            self.a
+                .load_l0a(t2, t3, blk)
+                .src_stride(plan.c1)
+                .dst_stride(1)
+                .transpose(true);
         }
-        self.set("MTE1", "M", id);
+        self.set(Pipe::Mte1, Pipe::M, id);
     }
 
     /// M of a one-round relayout row: the transposed blocks times the identity into L0C.
@@ -2006,16 +2012,13 @@ impl<'a> Gen<'a> {
         let blk = plan.blk(&s);
         let id = ev::RELAYOUT[slot];
         let (la, lc) = (self.l0.rl_a[slot], self.l0.rl_c[slot]);
-        self.wait("MTE1", "M", id);
-        self.wait("V", "M", id);
+        self.wait(Pipe::Mte1, Pipe::M, id);
+        self.wait(Pipe::V, Pipe::M, id);
         self.movi(t1, self.l0.ident);
         for c in 0..plan.c1 {
             self.movi(t2, lc + c * blk * FRACTAL_C);
             self.movi(t3, la + c * blk * FRACTAL);
-            self.ins(format_args!(
-                "mmad      {t2}, {t3}, {t1}, {}, 16, 16, init=true",
-                16 * blk
-            ));
+            self.a.mmad(t2, t3, t1, 16 * blk, 16, 16).init(true);
         }
     }
 
@@ -2023,8 +2026,8 @@ impl<'a> Gen<'a> {
     /// once for both).
     fn item_m_sets(&mut self, slot: usize) {
         let id = ev::RELAYOUT[slot];
-        self.set("M", "MTE1", id);
-        self.set("M", "V", id);
+        self.set(Pipe::M, Pipe::Mte1, id);
+        self.set(Pipe::M, Pipe::V, id);
     }
 
     /// V and MTE3 of a one-round relayout row: L0C to UB as f16, then to the workspace.
@@ -2033,19 +2036,16 @@ impl<'a> Gen<'a> {
         let [_, _, t2, t3] = self.r.t;
         let blk = plan.blk(&s);
         let id = ev::RELAYOUT[slot];
-        self.wait("M", "V", id);
+        self.wait(Pipe::M, Pipe::V, id);
         if !self.batched() {
-            self.wait("MTE3", "V", ev::RELAYOUT_UB[slot]);
+            self.wait(Pipe::Mte3, Pipe::V, ev::RELAYOUT_UB[slot]);
         }
         self.movi(t2, self.ub_row(slot, q));
         self.movi(t3, self.l0.rl_c[slot]);
-        self.ins(format_args!(
-            "copy_l0c_to_ub.f16 {t2}, {t3}, {}",
-            plan.c1 * blk
-        ));
-        self.set("V", "M", id);
+        self.a.copy_l0c_to_ub(DType::F16, t2, t3, plan.c1 * blk);
+        self.set(Pipe::V, Pipe::M, id);
         if !self.batched() {
-            self.set("V", "MTE3", ev::RELAYOUT_UB[slot]);
+            self.set(Pipe::V, Pipe::Mte3, ev::RELAYOUT_UB[slot]);
             self.item_write(slot);
         }
     }
@@ -2057,12 +2057,12 @@ impl<'a> Gen<'a> {
         let (sx, rn, rws) = (self.r.sx, self.r.rn, self.r.rws);
         let t3 = self.r.t[3];
         let blk = plan.blk(&s);
-        self.wait("V", "MTE3", ev::RELAYOUT_UB[slot]);
+        self.wait(Pipe::V, Pipe::Mte3, ev::RELAYOUT_UB[slot]);
         self.write_row(self.ub_row(slot, 0), rws);
-        self.set("MTE3", "V", ev::RELAYOUT_UB[slot]);
+        self.set(Pipe::Mte3, Pipe::V, ev::RELAYOUT_UB[slot]);
         self.addi(sx, sx, (plan.c1 * blk * FRACTAL) as i64, t3);
         self.addi(rws, rws, (plan.wq * UNIT) as i64, t3);
-        self.ins(format_args!("addi      {rn}, {rn}, -1"));
+        self.a.addi(rn, rn, -1);
     }
 
     /// MTE3: the relayouted row at UB address `ub_row` to the workspace row at `rws` (every
@@ -2074,22 +2074,17 @@ impl<'a> Gen<'a> {
         let pws_units = plan.pws();
         if s.sw == 1 {
             self.movi(t2, ub_row);
-            self.ins(format_args!(
-                "copy_ub_to_gm {rws}, {t2}, {}, {}, src_gap={}, dst_gap={}",
-                plan.c1,
-                s.w,
-                blk * 16 - s.w,
-                pws_units - s.w
-            ));
+            self.a
+                .copy_ub_to_gm(rws, t2, plan.c1, s.w)
+                .src_gap(blk * 16 - s.w)
+                .dst_gap(pws_units - s.w);
             if plan.wq > s.w {
                 self.addi(t3, rws, (s.w * UNIT) as i64, t3);
                 self.movi(t2, self.ub.zero);
-                self.ins(format_args!(
-                    "copy_ub_to_gm {t3}, {t2}, {}, {}, src_gap=0, dst_gap={}",
-                    plan.c1,
-                    plan.wq - s.w,
-                    pws_units - (plan.wq - s.w)
-                ));
+                self.a
+                    .copy_ub_to_gm(t3, t2, plan.c1, plan.wq - s.w)
+                    .src_gap(0)
+                    .dst_gap(pws_units - (plan.wq - s.w));
             }
         } else {
             for phi in 0..s.sw {
@@ -2100,15 +2095,15 @@ impl<'a> Gen<'a> {
                         let src = ub_row + c * blk * FRACTAL + plan.x0[phi as usize] * UNIT;
                         self.movi(t2, src);
                         self.addi(t3, rws, dst, t3);
-                        self.ins(format_args!(
-                            "copy_ub_to_gm {t3}, {t2}, {n}, 1, src_gap={}, dst_gap=0",
-                            s.sw - 1
-                        ));
+                        self.a
+                            .copy_ub_to_gm(t3, t2, n, 1)
+                            .src_gap(s.sw - 1)
+                            .dst_gap(0);
                     }
                     if plan.wq > n {
                         self.addi(t3, rws, dst + (n * UNIT) as i64, t3);
                         self.movi(t2, self.ub.zero);
-                        self.ins(format_args!("copy_ub_to_gm {t3}, {t2}, 1, {}", plan.wq - n));
+                        self.a.copy_ub_to_gm(t3, t2, 1, plan.wq - n);
                     }
                 }
             }
@@ -2123,15 +2118,15 @@ impl<'a> Gen<'a> {
         let es = p.out.bytes();
         let plane = s.ho * s.wo * es;
         self.movi(t0, s.ho);
-        self.ins(format_args!("divu      {t1}, {rin}, {t0}"));
-        self.ins(format_args!("mul       {t2}, {t1}, {t0}"));
-        self.ins(format_args!("sub       {t2}, {rin}, {t2}"));
+        self.a.divu(t1, rin, t0);
+        self.a.mul(t2, t1, t0);
+        self.a.sub(t2, rin, t2);
         self.muli(t1, t1, s.m * plane, t3);
-        self.ins(format_args!("add       {dst}, {out}, {t1}"));
+        self.a.add(dst, out, t1);
         let channel = p.m_off + self.cb * 16 * plan.mb;
         self.addi(dst, dst, (channel * plane) as i64, t3);
         self.muli(t2, t2, s.wo * es, t3);
-        self.ins(format_args!("add       {dst}, {dst}, {t2}"));
+        self.a.add(dst, dst, t2);
     }
 
     /// `dst` = the workspace address of the band of the tile at global row `rin` (the first
@@ -2140,9 +2135,9 @@ impl<'a> Gen<'a> {
         let (s, plan) = (self.s, self.plan);
         let (pws, pstart) = (self.r.pws, self.r.pstart);
         let [t0, _, _, t3] = self.r.t;
-        self.ins(format_args!("sub       {t0}, {rin}, {pstart}"));
+        self.a.sub(t0, rin, pstart);
         self.muli(t0, t0, s.sh * plan.wq * UNIT, t3);
-        self.ins(format_args!("add       {dst}, {pws}, {t0}"));
+        self.a.add(dst, pws, t0);
         self.addi(dst, dst, (plan.margin * UNIT) as i64, t3);
     }
 
@@ -2152,7 +2147,7 @@ impl<'a> Gen<'a> {
     fn load_group(&mut self, gi: u64, sb: usize, band: Reg, weights: Weights) {
         let plan = self.plan;
         let (first, zero) = (self.r.first, self.r.zero);
-        self.wait("MTE1", "MTE2", ev::STAGE[sb]);
+        self.wait(Pipe::Mte1, Pipe::Mte2, ev::STAGE[sb]);
         let stages = gi * plan.sg..((gi + 1) * plan.sg).min(plan.c1);
         for stage in stages.clone() {
             let at = self.l1.stage[sb] + (stage - stages.start) * plan.stage_bytes(&self.s);
@@ -2160,13 +2155,14 @@ impl<'a> Gen<'a> {
         }
         if weights == Weights::IfFirst {
             let skip = self.a.new_label("weights_resident");
-            self.ins(format_args!("beq       {first}, {zero}, {skip}"));
+            let l = self.a.label(&skip);
+            self.a.beq(first, zero, l);
             for stage in stages {
                 self.weights_load(stage);
             }
             self.a.place(&skip);
         }
-        self.set("MTE2", "MTE1", ev::STAGE[sb]);
+        self.set(Pipe::Mte2, Pipe::Mte1, ev::STAGE[sb]);
     }
 
     /// MTE2: stage `stage` (channel block) of the tile whose band is at `band` to L1 address
@@ -2186,21 +2182,18 @@ impl<'a> Gen<'a> {
                 self.movi(t0, dst);
                 self.addi(t1, band, src, t1);
                 if s.sh == 1 {
-                    self.ins(format_args!(
-                        "copy_gm_to_l1 {t0}, {t1}, 1, {}",
-                        plan.margin + rows * plan.wq
-                    ));
+                    self.a
+                        .copy_gm_to_l1(t0, t1, 1, plan.margin + rows * plan.wq);
                 } else {
                     if plan.margin > 0 {
-                        self.ins(format_args!("copy_gm_to_l1 {t0}, {t1}, 1, {}", plan.margin));
+                        self.a.copy_gm_to_l1(t0, t1, 1, plan.margin);
                     }
                     self.addi(t0, t0, (plan.margin * UNIT) as i64, t2);
                     self.addi(t1, t1, (plan.margin * UNIT) as i64, t2);
-                    self.ins(format_args!(
-                        "copy_gm_to_l1 {t0}, {t1}, {rows}, {}, src_gap={}, dst_gap=0",
-                        plan.wq,
-                        (s.sh - 1) * plan.wq
-                    ));
+                    self.a
+                        .copy_gm_to_l1(t0, t1, rows, plan.wq)
+                        .src_gap((s.sh - 1) * plan.wq)
+                        .dst_gap(0);
                 }
             }
         }
@@ -2215,10 +2208,8 @@ impl<'a> Gen<'a> {
         let gm = WEIGHTS_OFF + self.cb * plan.weight_bytes() + stage * sw_bytes;
         self.movi(t0, self.l1.weights + stage * sw_bytes);
         self.addi(t1, consts, gm as i64, t1);
-        self.ins(format_args!(
-            "copy_gm_to_l1 {t0}, {t1}, 1, {}",
-            sw_bytes / 32
-        ));
+        self.a
+            .copy_gm_to_l1(t0, t1, 1, sw_bytes / units::BLOCK_BYTES);
     }
 
     /// MTE2: the first stage group's weights ahead of the first band load (they need no
@@ -2244,7 +2235,7 @@ impl<'a> Gen<'a> {
         self.a.comment(format_args!("tile of {rows} rows"));
         let staged = |k: &mut Self| {
             // MTE1 takes the next tile's staged rows just before its first relayout row.
-            k.wait("MTE2", "MTE1", ev::STAGING[next]);
+            k.wait(Pipe::Mte2, Pipe::Mte1, ev::STAGING[next]);
             k.movi(sx, k.l1.staging[next]);
             k.batch_begin();
         };
@@ -2298,7 +2289,7 @@ impl<'a> Gen<'a> {
                         staged(k);
                     }
                     k.relayout_rest(plan.item_steps - plan.item_first);
-                    k.set("MTE1", "MTE2", ev::STAGING[next]);
+                    k.set(Pipe::Mte1, Pipe::Mte2, ev::STAGING[next]);
                     k.workspace_written();
                 });
             }
@@ -2325,12 +2316,12 @@ impl<'a> Gen<'a> {
                     if jn == 0 && self.relayout {
                         // The tile after next's staged rows, announced behind the band.
                         let nnr = self.r.nnr;
-                        self.guarded(nnr, |k| k.set("MTE2", "MTE1", ev::STAGING[parity]));
+                        self.guarded(nnr, |k| k.set(Pipe::Mte2, Pipe::Mte1, ev::STAGING[parity]));
                     }
                 }
             }
             if g == 0 {
-                self.wait("V", "MTE3", ev::DRAIN);
+                self.wait(Pipe::V, Pipe::Mte3, ev::DRAIN);
             }
             if next_row > 0 {
                 next_row -= 1;
@@ -2341,14 +2332,15 @@ impl<'a> Gen<'a> {
             next_row -= 1;
             self.guarded_drain_row(next_row);
         }
-        self.set("MTE3", "V", ev::DRAIN);
+        self.set(Pipe::Mte3, Pipe::V, ev::DRAIN);
     }
 
     /// Emits `f` behind a branch that skips it when `reg` is zero.
     fn guarded(&mut self, reg: Reg, f: impl FnOnce(&mut Self)) {
         let zero = self.r.zero;
         let skip = self.a.new_label("skip");
-        self.ins(format_args!("beq       {reg}, {zero}, {skip}"));
+        let l = self.a.label(&skip);
+        self.a.beq(reg, zero, l);
         f(self);
         self.a.place(&skip);
     }
@@ -2375,13 +2367,13 @@ impl<'a> Gen<'a> {
         let kbj = taps.len() as u64;
         let band_units = plan.band_units();
         if j == 0 && stage % plan.sg == 0 {
-            self.wait("MTE2", "MTE1", ev::STAGE[sb]);
+            self.wait(Pipe::Mte2, Pipe::Mte1, ev::STAGE[sb]);
         }
-        self.wait("M", "MTE1", ev::L0[b]);
+        self.wait(Pipe::M, Pipe::Mte1, ev::L0[b]);
         let weights = self.l1.weights + stage * self.stage_weights() + j * mbp * plan.kb * FRACTAL;
         self.movi(t0, self.l0.a[b]);
         self.movi(t1, weights);
-        self.ins(format_args!("load_l0a  {t0}, {t1}, {}", mbp * kbj));
+        self.a.load_l0a(t0, t1, mbp * kbj);
         let windows: Vec<u64> = taps
             .iter()
             .map(|tap| base + (tap.plane * band_units + tap.row * plan.wq + tap.col) * UNIT)
@@ -2389,13 +2381,15 @@ impl<'a> Gen<'a> {
         for (q, window) in windows.into_iter().enumerate() {
             self.movi(t0, self.l0.b[b] + q as u64 * FRACTAL);
             self.movi(t1, window);
-            self.ins(format_args!(
-                "load_l0b  {t0}, {t1}, {nb}, src_stride=1, dst_stride={kbj}, transpose=true"
-            ));
+            self.a
+                .load_l0b(t0, t1, nb)
+                .src_stride(1)
+                .dst_stride(kbj)
+                .transpose(true);
         }
-        self.set("MTE1", "M", ev::L0[b]);
+        self.set(Pipe::Mte1, Pipe::M, ev::L0[b]);
         if g + 1 == plan.group_end_step(gi) {
-            self.set("MTE1", "MTE2", ev::STAGE[sb]);
+            self.set(Pipe::Mte1, Pipe::Mte2, ev::STAGE[sb]);
         }
     }
 
@@ -2407,17 +2401,13 @@ impl<'a> Gen<'a> {
         let mbp = self.mbp();
         let b = (g % 2) as usize;
         let kbj = self.step_taps(j).len() as u64;
-        self.wait("MTE1", "M", ev::L0[b]);
+        self.wait(Pipe::Mte1, Pipe::M, ev::L0[b]);
         self.movi(t0, self.l0.a[b]);
         self.movi(t1, self.l0.b[b]);
         self.movi(t2, self.l0.c[parity]);
-        self.ins(format_args!(
-            "mmad      {t2}, {t0}, {t1}, {}, {}, {}, init={}",
-            16 * mbp,
-            16 * kbj,
-            16 * nb,
-            g == 0
-        ));
+        self.a
+            .mmad(t2, t0, t1, 16 * mbp, 16 * kbj, 16 * nb)
+            .init(g == 0);
     }
 
     /// M's notices after a K step: the L0 buffers are free again; after the last, the tile's
@@ -2427,10 +2417,10 @@ impl<'a> Gen<'a> {
         if last {
             // The previous tile was copied out of its L0C half (which the next tile reuses)
             // before this tile is announced, so the announcements never overtake V.
-            self.wait("V", "M", ev::TILE);
-            self.set("M", "V", ev::TILE);
+            self.wait(Pipe::V, Pipe::M, ev::TILE);
+            self.set(Pipe::M, Pipe::V, ev::TILE);
         }
-        self.set("M", "MTE1", ev::L0[b]);
+        self.set(Pipe::M, Pipe::Mte1, ev::L0[b]);
     }
 
     /// `drain_row(row)` when the previous tile had more than `row` rows.
@@ -2438,7 +2428,8 @@ impl<'a> Gen<'a> {
         let (prev_r, t0) = (self.r.prev_r, self.r.t[0]);
         let skip = self.a.new_label("no_row");
         self.movi(t0, row);
-        self.ins(format_args!("bge       {t0}, {prev_r}, {skip}"));
+        let l = self.a.label(&skip);
+        self.a.bge(t0, prev_r, l);
         self.drain_row(row);
         self.a.place(&skip);
     }
@@ -2453,17 +2444,17 @@ impl<'a> Gen<'a> {
         let nb = plan.nb(&s, plan.rt);
         let f32_work = p.bias != BiasKind::None || p.out == OutType::F32;
         let (buf, ty) = if f32_work {
-            (self.ub.work, "f32")
+            (self.ub.work, DType::F32)
         } else {
-            (self.ub.out, "f16")
+            (self.ub.out, DType::F16)
         };
         self.a.comment("drain: the tile out of L0C");
-        self.wait("MTE3", "V", ev::DRAIN);
-        self.wait("M", "V", ev::TILE);
+        self.wait(Pipe::Mte3, Pipe::V, ev::DRAIN);
+        self.wait(Pipe::M, Pipe::V, ev::TILE);
         self.movi(t0, buf);
         self.movi(t3, self.l0.c[parity]);
-        self.ins(format_args!("copy_l0c_to_ub.{ty} {t0}, {t3}, {}", mbp * nb));
-        self.set("V", "M", ev::TILE);
+        self.a.copy_l0c_to_ub(ty, t0, t3, mbp * nb);
+        self.set(Pipe::V, Pipe::M, ev::TILE);
         if p.bias != BiasKind::None {
             // Per output-channel block and 8 fractals: one repeat adds the same 8 values to
             // the same block of each fractal.
@@ -2476,25 +2467,29 @@ impl<'a> Gen<'a> {
                 };
                 self.movi(t0, 0);
                 self.movi(t1, lo);
-                self.ins(format_args!("set_mask  {t0}, {t1}"));
+                self.a.set_mask(t0, t1);
                 for mb in 0..mbp {
                     self.movi(t0, buf + (f0 * mbp + mb) * FRACTAL_C);
                     self.movi(t1, self.ub.bias + mb * FRACTAL_C);
-                    self.ins(format_args!(
-                        "vadd.f32  {t0}, {t0}, {t1}, repeat=32, dst_blk={b}, src0_blk={b}, \
-                         src1_blk=0, dst_rep=1, src0_rep=1, src1_rep=1",
-                        b = mbp * 32
-                    ));
+                    self.a
+                        .vadd(DType::F32, t0, t0, t1)
+                        .repeat(32)
+                        .dst_blk(mbp * 32)
+                        .src0_blk(mbp * 32)
+                        .src1_blk(0)
+                        .dst_rep(1)
+                        .src0_rep(1)
+                        .src1_rep(1);
                 }
             }
         }
         if p.bias != BiasKind::None && p.out == OutType::F16 {
-            self.a.mask_count(t2, mbp * nb * 256);
+            self.a.mask_count(t2, mbp * nb * units::FRACTAL_ELEMS);
             self.movi(t0, self.ub.out);
             self.movi(t1, self.ub.work);
-            self.ins(format_args!("vconv.f16.f32 {t0}, {t1}"));
+            self.a.vconv(DType::F16, DType::F32, t0, t1);
         }
-        self.set("V", "MTE3", ev::DRAIN);
+        self.set(Pipe::V, Pipe::Mte3, ev::DRAIN);
     }
 
     /// MTE3: output row `row` of the previous tile (at `pcout`), one burst per channel and
@@ -2515,17 +2510,17 @@ impl<'a> Gen<'a> {
             let q1 = (16 * f + 16).min(q_row + s.wo);
             let k = q0 - 16 * f;
             let ow = q0 - q_row;
-            let spill = k % (32 / es);
+            let spill = k % (units::BLOCK_BYTES / es);
             let len = (q1 - q0 + spill) * es;
-            let local = (16 * es).saturating_sub(len.next_multiple_of(32));
-            let src = self.ub.out + (f * mbp * 256 + k - spill) * es;
+            let local = (16 * es).saturating_sub(len.next_multiple_of(units::BLOCK_BYTES));
+            let src = self.ub.out + (f * mbp * units::FRACTAL_ELEMS + k - spill) * es;
             let dst = ((row * s.wo + ow - spill) * es) as i64;
             self.movi(t0, src);
             self.addi(t1, pcout, dst, t1);
-            self.ins(format_args!(
-                "copy_ub_to_gm_pad {t1}, {t0}, {channels}, {len}, src_gap={local}, dst_gap={}",
-                plane - len
-            ));
+            self.a
+                .copy_ub_to_gm_pad(t1, t0, channels, len)
+                .src_gap(local)
+                .dst_gap(plane - len);
         }
     }
 }

@@ -9,7 +9,7 @@
 //! instruction captures its registers when it is dispatched, so the register is free again at
 //! once.
 
-use std::fmt::Write as _;
+use gearsim_isa::{Cmp, DType, Emitted, ProgramBuilder, Round, VBin, VScalar, VUn, units};
 
 use super::writer::{Asm, Reg};
 
@@ -30,7 +30,7 @@ impl View {
         View {
             reg,
             blk: 1,
-            rep: 8,
+            rep: units::BLOCKS_PER_REPEAT as u8,
         }
     }
 
@@ -45,19 +45,63 @@ impl View {
     }
 }
 
-/// Appends the non-default stride keys of each named operand.
-fn keys(s: &mut String, views: &[(&str, View)]) {
-    for (name, v) in views {
-        if v.blk != 1 {
-            let _ = write!(s, ", {name}_blk={}", v.blk);
-        }
-        if v.rep != 8 {
-            let _ = write!(s, ", {name}_rep={}", v.rep);
-        }
-    }
+/// A two-source vector instruction's builder method (`ProgramBuilder::vadd`, `vmul`, ...).
+pub type BinOp = for<'b> fn(&'b mut ProgramBuilder, DType, Reg, Reg, Reg) -> Emitted<'b, VBin>;
+/// A one-source vector instruction's builder method (`ProgramBuilder::vabs`, `vexp`, ...).
+pub type UnOp = for<'b> fn(&'b mut ProgramBuilder, DType, Reg, Reg) -> Emitted<'b, VUn>;
+/// A vector-and-scalar instruction's builder method (`ProgramBuilder::vadds`, `vmuls`, ...).
+pub type ScalarOp =
+    for<'b> fn(&'b mut ProgramBuilder, DType, Reg, Reg, Reg) -> Emitted<'b, VScalar>;
+
+/// The builder method of a two-source vector mnemonic.
+pub fn bin_op(m: &str) -> Option<BinOp> {
+    Some(match m {
+        "vadd" => ProgramBuilder::vadd,
+        "vsub" => ProgramBuilder::vsub,
+        "vmul" => ProgramBuilder::vmul,
+        "vdiv" => ProgramBuilder::vdiv,
+        "vmax" => ProgramBuilder::vmax,
+        "vmin" => ProgramBuilder::vmin,
+        "vand" => ProgramBuilder::vand,
+        "vor" => ProgramBuilder::vor,
+        "vmla" => ProgramBuilder::vmla,
+        _ => return None,
+    })
+}
+
+/// The builder method of a one-source vector mnemonic.
+pub fn un_op(m: &str) -> Option<UnOp> {
+    Some(match m {
+        "vabs" => ProgramBuilder::vabs,
+        "vrelu" => ProgramBuilder::vrelu,
+        "vexp" => ProgramBuilder::vexp,
+        "vln" => ProgramBuilder::vln,
+        "vsqrt" => ProgramBuilder::vsqrt,
+        "vrsqrt" => ProgramBuilder::vrsqrt,
+        "vrec" => ProgramBuilder::vrec,
+        "vnot" => ProgramBuilder::vnot,
+        "vmov" => ProgramBuilder::vmov,
+        _ => return None,
+    })
+}
+
+/// The builder method of a vector-and-scalar mnemonic.
+pub fn scalar_op(m: &str) -> Option<ScalarOp> {
+    Some(match m {
+        "vadds" => ProgramBuilder::vadds,
+        "vmuls" => ProgramBuilder::vmuls,
+        "vmaxs" => ProgramBuilder::vmaxs,
+        "vmins" => ProgramBuilder::vmins,
+        _ => return None,
+    })
 }
 
 /// Writes vector instructions into a kernel; `tmp` carries immediates.
+///
+/// The methods taking a mnemonic and type by name (`bin("vadd", "f32", ..)`) are the typed
+/// ones (`vbin(ProgramBuilder::vadd, DType::F32, ..)`) for callers that choose the
+/// instruction from a table of names; a name that is no such instruction or type fails the
+/// kernel (its `finish` reports it).
 pub struct Vx<'a> {
     /// The kernel.
     pub a: &'a mut Asm,
@@ -66,41 +110,99 @@ pub struct Vx<'a> {
 }
 
 impl Vx<'_> {
-    /// `m.ty d, x, y` (vadd, vsub, vmul, vdiv, vmax, vmin, vand, vor).
+    /// Fails the kernel: `names` (mnemonic, type, mode) name no vector instruction (a
+    /// generator bug). The builder keeps the error (as a label whose name cannot be read back)
+    /// and the kernel's `finish` reports it.
+    fn unknown(&mut self, names: &[&str]) {
+        self.a
+            .new_label(&format!("unknown vector operands: {}", names.join(" ")));
+    }
+
+    /// `op.ty d, x, y` (vadd, vsub, vmul, vdiv, vmax, vmin, vand, vor).
+    pub fn vbin(&mut self, op: BinOp, ty: DType, d: View, x: View, y: View) {
+        op(self.a, ty, d.reg, x.reg, y.reg)
+            .dst_blk(d.blk)
+            .src0_blk(x.blk)
+            .src1_blk(y.blk)
+            .dst_rep(d.rep)
+            .src0_rep(x.rep)
+            .src1_rep(y.rep);
+    }
+
+    /// `m.ty d, x, y` by name (vadd, vsub, vmul, vdiv, vmax, vmin, vand, vor).
     pub fn bin(&mut self, m: &str, ty: &str, d: View, x: View, y: View) {
-        let mut s = format!("{m}.{ty} {}, {}, {}", d.reg, x.reg, y.reg);
-        keys(&mut s, &[("dst", d), ("src0", x), ("src1", y)]);
-        self.a.ins(s);
+        match (bin_op(m), DType::from_name(ty)) {
+            (Some(op), Some(ty)) => self.vbin(op, ty, d, x, y),
+            _ => self.unknown(&[m, ty]),
+        }
     }
 
-    /// `m.ty d, x` (vabs, vexp, vln, vsqrt, vrec, vmov, ...).
+    /// `op.ty d, x` (vabs, vexp, vln, vsqrt, vrec, vmov, ...).
+    pub fn vun(&mut self, op: UnOp, ty: DType, d: View, x: View) {
+        op(self.a, ty, d.reg, x.reg)
+            .dst_blk(d.blk)
+            .src_blk(x.blk)
+            .dst_rep(d.rep)
+            .src_rep(x.rep);
+    }
+
+    /// `m.ty d, x` by name (vabs, vexp, vln, vsqrt, vrec, vmov, ...).
     pub fn un(&mut self, m: &str, ty: &str, d: View, x: View) {
-        let mut s = format!("{m}.{ty} {}, {}", d.reg, x.reg);
-        keys(&mut s, &[("dst", d), ("src", x)]);
-        self.a.ins(s);
+        match (un_op(m), DType::from_name(ty)) {
+            (Some(op), Some(ty)) => self.vun(op, ty, d, x),
+            _ => self.unknown(&[m, ty]),
+        }
     }
 
-    /// `m.ty d, x, imm` (vadds, vmuls, vmaxs, vmins) with the immediate's raw bits.
+    /// `op.ty d, x, imm` (vadds, vmuls, vmaxs, vmins) with the immediate's raw bits.
+    pub fn vscalar(&mut self, op: ScalarOp, ty: DType, d: View, x: View, bits: i64) {
+        self.a.movi(self.tmp, bits);
+        self.vscalar_reg(op, ty, d, x, self.tmp);
+    }
+
+    /// `m.ty d, x, imm` by name (vadds, vmuls, vmaxs, vmins) with the immediate's raw bits.
     pub fn scalar(&mut self, m: &str, ty: &str, d: View, x: View, bits: i64) {
         self.a.movi(self.tmp, bits);
         self.scalar_reg(m, ty, d, x, self.tmp);
     }
 
-    /// `m.ty d, x, r` with the scalar in a register.
+    /// `op.ty d, x, r` with the scalar in a register.
+    pub fn vscalar_reg(&mut self, op: ScalarOp, ty: DType, d: View, x: View, r: Reg) {
+        op(self.a, ty, d.reg, x.reg, r)
+            .dst_blk(d.blk)
+            .src_blk(x.blk)
+            .dst_rep(d.rep)
+            .src_rep(x.rep);
+    }
+
+    /// `m.ty d, x, r` by name with the scalar in a register.
     pub fn scalar_reg(&mut self, m: &str, ty: &str, d: View, x: View, r: Reg) {
-        let mut s = format!("{m}.{ty} {}, {}, {r}", d.reg, x.reg);
-        keys(&mut s, &[("dst", d), ("src", x)]);
-        self.a.ins(s);
+        match (scalar_op(m), DType::from_name(ty)) {
+            (Some(op), Some(ty)) => self.vscalar_reg(op, ty, d, x, r),
+            _ => self.unknown(&[m, ty]),
+        }
     }
 
     /// `d = x * c` in f32.
     pub fn muls(&mut self, d: View, x: View, c: f32) {
-        self.scalar("vmuls", "f32", d, x, i64::from(c.to_bits()));
+        self.vscalar(
+            ProgramBuilder::vmuls,
+            DType::F32,
+            d,
+            x,
+            i64::from(c.to_bits()),
+        );
     }
 
     /// `d = x + c` in f32.
     pub fn adds(&mut self, d: View, x: View, c: f32) {
-        self.scalar("vadds", "f32", d, x, i64::from(c.to_bits()));
+        self.vscalar(
+            ProgramBuilder::vadds,
+            DType::F32,
+            d,
+            x,
+            i64::from(c.to_bits()),
+        );
     }
 
     /// `d = c - x` in f32 (negate, then add).
@@ -110,18 +212,39 @@ impl Vx<'_> {
     }
 
     /// Bit mask `bits = x cmp y`.
+    pub fn vcmp(&mut self, c: Cmp, ty: DType, bits: Reg, x: View, y: View) {
+        self.a
+            .vcmp(c, ty, bits, x.reg, y.reg)
+            .src0_blk(x.blk)
+            .src1_blk(y.blk)
+            .src0_rep(x.rep)
+            .src1_rep(y.rep);
+    }
+
+    /// Bit mask `bits = x cmp y`, the comparison and type by name.
     pub fn cmp(&mut self, c: &str, ty: &str, bits: Reg, x: View, y: View) {
-        let mut s = format!("vcmp.{c}.{ty} {bits}, {}, {}", x.reg, y.reg);
-        keys(&mut s, &[("src0", x), ("src1", y)]);
-        self.a.ins(s);
+        match (Cmp::from_name(c), DType::from_name(ty)) {
+            (Some(c), Some(ty)) => self.vcmp(c, ty, bits, x, y),
+            _ => self.unknown(&[c, ty]),
+        }
     }
 
     /// Bit mask `bits = x cmp imm` (raw bits of the immediate).
-    pub fn cmps(&mut self, c: &str, ty: &str, bits: Reg, x: View, imm: i64) {
+    pub fn vcmps(&mut self, c: Cmp, ty: DType, bits: Reg, x: View, imm: i64) {
         self.a.movi(self.tmp, imm);
-        let mut s = format!("vcmps.{c}.{ty} {bits}, {}, {}", x.reg, self.tmp);
-        keys(&mut s, &[("src", x)]);
-        self.a.ins(s);
+        self.a
+            .vcmps(c, ty, bits, x.reg, self.tmp)
+            .src_blk(x.blk)
+            .src_rep(x.rep);
+    }
+
+    /// Bit mask `bits = x cmp imm` (raw bits of the immediate), the comparison and type by
+    /// name.
+    pub fn cmps(&mut self, c: &str, ty: &str, bits: Reg, x: View, imm: i64) {
+        match (Cmp::from_name(c), DType::from_name(ty)) {
+            (Some(c), Some(ty)) => self.vcmps(c, ty, bits, x, imm),
+            _ => self.unknown(&[c, ty]),
+        }
     }
 
     /// Bit mask `bits = x cmp c` for an f32 constant.
@@ -130,28 +253,63 @@ impl Vx<'_> {
     }
 
     /// `d = bit ? x : y`.
+    pub fn vsel(&mut self, ty: DType, d: View, x: View, y: View, bits: Reg) {
+        self.a
+            .vsel(ty, d.reg, x.reg, y.reg, bits)
+            .dst_blk(d.blk)
+            .src0_blk(x.blk)
+            .src1_blk(y.blk)
+            .dst_rep(d.rep)
+            .src0_rep(x.rep)
+            .src1_rep(y.rep);
+    }
+
+    /// `d = bit ? x : y`, the type by name.
     pub fn sel(&mut self, ty: &str, d: View, x: View, y: View, bits: Reg) {
-        let mut s = format!("vsel.{ty} {}, {}, {}, {bits}", d.reg, x.reg, y.reg);
-        keys(&mut s, &[("dst", d), ("src0", x), ("src1", y)]);
-        self.a.ins(s);
+        match DType::from_name(ty) {
+            Some(ty) => self.vsel(ty, d, x, y, bits),
+            None => self.unknown(&[ty]),
+        }
     }
 
     /// `d = convert(x)` from `sty` to `dty` with a rounding mode.
+    pub fn vconv(&mut self, dty: DType, sty: DType, d: View, x: View, round: Round) {
+        self.a
+            .vconv(dty, sty, d.reg, x.reg)
+            .dst_blk(d.blk)
+            .src_blk(x.blk)
+            .dst_rep(d.rep)
+            .src_rep(x.rep)
+            .round(round);
+    }
+
+    /// `d = convert(x)` from `sty` to `dty` with a rounding mode, all by name.
     pub fn conv(&mut self, dty: &str, sty: &str, d: View, x: View, round: &str) {
-        let mut s = format!("vconv.{dty}.{sty} {}, {}", d.reg, x.reg);
-        keys(&mut s, &[("dst", d), ("src", x)]);
-        if round != "rint" {
-            let _ = write!(s, ", round={round}");
+        match (
+            DType::from_name(dty),
+            DType::from_name(sty),
+            Round::from_name(round),
+        ) {
+            (Some(dty), Some(sty), Some(round)) => self.vconv(dty, sty, d, x, round),
+            _ => self.unknown(&[dty, sty, round]),
         }
-        self.a.ins(s);
     }
 
     /// Fills `d` with a value (raw bits).
-    pub fn dup(&mut self, ty: &str, d: View, bits: i64) {
+    pub fn vdup(&mut self, ty: DType, d: View, bits: i64) {
         self.a.movi(self.tmp, bits);
-        let mut s = format!("vdup.{ty} {}, {}", d.reg, self.tmp);
-        keys(&mut s, &[("dst", d)]);
-        self.a.ins(s);
+        self.a
+            .vdup(ty, d.reg, self.tmp)
+            .dst_blk(d.blk)
+            .dst_rep(d.rep);
+    }
+
+    /// Fills `d` with a value (raw bits), the type by name.
+    pub fn dup(&mut self, ty: &str, d: View, bits: i64) {
+        match DType::from_name(ty) {
+            Some(ty) => self.vdup(ty, d, bits),
+            None => self.unknown(&[ty]),
+        }
     }
 
     /// `p = p * t + c_k` for the coefficients from the highest degree down (Horner), starting
@@ -160,7 +318,7 @@ impl Vx<'_> {
         self.muls(p, t, c[0]);
         self.adds(p, p, c[1]);
         for &k in &c[2..] {
-            self.bin("vmul", "f32", p, p, t);
+            self.vbin(ProgramBuilder::vmul, DType::F32, p, p, t);
             self.adds(p, p, k);
         }
     }
