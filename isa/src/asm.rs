@@ -78,27 +78,6 @@ pub fn parse_instruction(text: &str) -> Result<Instruction, AsmError> {
     Ok(instr)
 }
 
-/// Parses a single instruction whose branch target may name a label: the instruction (its
-/// target 0 where the label stands) and, if a label was named, the target field's index and the
-/// label's name. For code that hands a [`crate::ProgramBuilder`] text one line at a time.
-pub fn parse_instruction_with_label(
-    text: &str,
-) -> Result<(Instruction, Option<(usize, String)>), AsmError> {
-    let mut asm = Assembler::new("<instruction>");
-    let line = Line {
-        text: text.trim(),
-        number: 1,
-    };
-    if let Some((col, c)) = line.text.char_indices().find(|(_, c)| !c.is_ascii()) {
-        return Err(asm.err(&line, col, format!("unexpected non-ASCII character `{c}`")));
-    }
-    let (instr, mut fixups) = asm.instruction(&line, 0)?;
-    if fixups.len() > 1 {
-        return Err(asm.err(&line, fixups[1].col, "more than one label named".into()));
-    }
-    Ok((instr, fixups.pop().map(|f| (f.field, f.label))))
-}
-
 struct Line<'a> {
     text: &'a str,
     number: usize,

@@ -312,22 +312,6 @@ impl ProgramBuilder {
         b
     }
 
-    /// Appends a whole instruction through its typed method and, with `target`, makes that
-    /// field (a branch target) resolve to the label at [`ProgramBuilder::finish`].
-    pub fn instruction_to(&mut self, instr: Instruction, target: Option<(usize, Label)>) {
-        let at = self.instrs.len();
-        self.instruction(instr);
-        if let Some((field, label)) = target {
-            if self.instrs.len() == at + 1 {
-                self.fixups.push(Fixup {
-                    instr: at,
-                    field,
-                    label,
-                });
-            }
-        }
-    }
-
     /// Sets the most instructions the program may have; one more is a
     /// [`BuildError::TooManyInstructions`] (and is not kept, so memory stays bounded).
     pub fn max_instructions(mut self, max: usize) -> ProgramBuilder {

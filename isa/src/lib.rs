@@ -52,9 +52,7 @@ pub mod task;
 pub mod tensor;
 pub mod units;
 
-pub use asm::{
-    AsmError, MAX_EXPR_DEPTH, assemble, parse_instruction, parse_instruction_with_label,
-};
+pub use asm::{AsmError, MAX_EXPR_DEPTH, assemble, parse_instruction};
 pub use build::{BuildError, Emitted, Label, ProgramBuilder};
 pub use disasm::{disasm, disasm_with};
 pub use encode::{

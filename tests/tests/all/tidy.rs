@@ -1,6 +1,8 @@
 //! Tidy checks on the sources: no `match` over instructions, opcodes or task kinds has a `_ =>`
 //! arm (STYLE.md point 5), so a new opcode or task kind does not build until every consumer
-//! handles it.
+//! handles it; no assembly text is built or parsed outside `isa` and the `kernel` command
+//! (programs are built with the typed builders); no limit of the ISA table is restated as a
+//! literal outside `isa` (`isa::units` derives them from the field widths).
 //!
 //! The scan is textual and needs no parser: comments and literals are blanked, each `match`
 //! body is split into arms by bracket depth, and a match counts as one over instructions when
@@ -16,7 +18,7 @@ use gearsim_tests::workspace_root;
 const EXHAUSTIVE: &[&str] = &["Instruction", "Opcode", "I", "Task", "TaskKind", "OmTask"];
 
 /// Crates whose `src/` trees are scanned.
-const CRATES: &[&str] = &["isa", "traces", "sim", "firmware", "host"];
+const CRATES: &[&str] = &["isa", "traces", "sim", "firmware", "host/compiler", "host"];
 
 fn is_ident(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
@@ -308,4 +310,89 @@ fn f(i: &Instruction, n: u32, t: &OmTask) -> u32 {
 }
 "#;
     assert_eq!(wildcard_arms(src), vec![14, 23, 27]);
+}
+
+/// Whole-word occurrences of `word` in blanked source (comments and literals removed), as
+/// 1-based line numbers; a word is delimited by characters that cannot continue a token.
+fn word_lines(src: &str, word: &str) -> Vec<usize> {
+    let c = blank(src);
+    let w: Vec<char> = word.chars().collect();
+    let cont = |ch: Option<&char>| ch.is_some_and(|&x| is_ident(x) || x == '.');
+    let mut lines = Vec::new();
+    let mut line = 1;
+    for i in 0..c.len() {
+        if c[i] == '\n' {
+            line += 1;
+        }
+        let starts_word = word.starts_with('.') || i == 0 || !cont(c.get(i - 1));
+        if starts_word
+            && c[i..].starts_with(&w)
+            && (word.ends_with('(') || !cont(c.get(i + w.len())))
+        {
+            lines.push(line);
+        }
+    }
+    lines
+}
+
+/// `(file, line, word)` for every occurrence of `words` in the scanned crates outside `isa`,
+/// skipping the files in `allowed` (paths relative to the workspace root).
+fn occurrences(words: &[&str], allowed: &[&str]) -> Vec<String> {
+    let root = workspace_root();
+    let mut found = Vec::new();
+    for krate in CRATES.iter().filter(|k| **k != "isa") {
+        visit(&root.join(krate).join("src"), &mut |path, text| {
+            let rel = path.strip_prefix(&root).unwrap_or(path);
+            let rel = rel.display().to_string().replace('\\', "/");
+            if allowed.contains(&rel.as_str()) {
+                return;
+            }
+            for w in words {
+                for l in word_lines(text, w) {
+                    found.push(format!("{rel}:{l}: `{w}`"));
+                }
+            }
+        });
+    }
+    found
+}
+
+/// Programs are built with `isa`'s typed builders; assembly text is read only by the `kernel`
+/// command (hand-written kernels) and written only by the disassembler.
+#[test]
+fn no_assembly_text_built_or_parsed_outside_isa() {
+    let found = occurrences(
+        &[
+            "assemble(",
+            "parse_instruction(",
+            "parse_instruction_with_label(",
+            ".ins(",
+        ],
+        &["host/src/cli/kernel.rs"],
+    );
+    assert!(
+        found.is_empty(),
+        "assembly text outside isa (build the program with ProgramBuilder):\n{}",
+        found.join("\n")
+    );
+}
+
+/// The ISA table's field limits (burst count 4095, burst length and gap 0xffff) come from
+/// `isa::units`, which derives them from the declared field widths.
+#[test]
+fn no_isa_limit_restated_as_a_literal() {
+    let found = occurrences(&["4095", "0xfff", "0xffff", "65535", "0x0fff"], &[]);
+    assert!(
+        found.is_empty(),
+        "ISA limits restated outside isa (use gearsim_isa::units):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_word_scanner_skips_comments_literals_and_longer_tokens() {
+    let src =
+        "let a = 4095; // 4095\nlet s = \"4095\";\nlet b = 40950 + 1.4095;\nk.ins(x); y.ins (z);\n";
+    assert_eq!(word_lines(src, "4095"), vec![1]);
+    assert_eq!(word_lines(src, ".ins("), vec![4]);
 }

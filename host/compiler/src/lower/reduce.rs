@@ -60,9 +60,9 @@ const UB_SLACK: u64 = 1024;
 /// The bits of f32 negative infinity (the identity of max).
 pub(super) const NEG_INF: u32 = 0xff80_0000;
 
-/// An f32 vector operation the kernel builder writes: two-source (`vadd` .. `vmla`, for
-/// [`K::vbin`]), one-source (`vexp` .. `vmov`, for [`K::vun`]) or vector-scalar (`vadds` ..
-/// `vmins`, for [`K::vsc`]); named by its mnemonic.
+/// An f32 vector operation the reductions write: two-source (`vadd` .. `vmla`, for
+/// [`K::vbin`]), one-source (`vexp` .. `vmov`, for [`K::vun`]) or vector-scalar (`vadds`,
+/// `vmuls`, for [`K::vsc`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum VOp {
     Vadd,
@@ -70,55 +70,13 @@ pub(super) enum VOp {
     Vmul,
     Vdiv,
     Vmax,
-    Vmin,
     Vmla,
-    Vabs,
-    Vrelu,
     Vexp,
-    Vln,
     Vsqrt,
-    Vrsqrt,
     Vrec,
     Vmov,
     Vadds,
     Vmuls,
-    Vmaxs,
-    Vmins,
-}
-
-impl VOp {
-    /// Every operation with its mnemonic.
-    const ALL: [(VOp, &'static str); 19] = [
-        (VOp::Vadd, "vadd"),
-        (VOp::Vsub, "vsub"),
-        (VOp::Vmul, "vmul"),
-        (VOp::Vdiv, "vdiv"),
-        (VOp::Vmax, "vmax"),
-        (VOp::Vmin, "vmin"),
-        (VOp::Vmla, "vmla"),
-        (VOp::Vabs, "vabs"),
-        (VOp::Vrelu, "vrelu"),
-        (VOp::Vexp, "vexp"),
-        (VOp::Vln, "vln"),
-        (VOp::Vsqrt, "vsqrt"),
-        (VOp::Vrsqrt, "vrsqrt"),
-        (VOp::Vrec, "vrec"),
-        (VOp::Vmov, "vmov"),
-        (VOp::Vadds, "vadds"),
-        (VOp::Vmuls, "vmuls"),
-        (VOp::Vmaxs, "vmaxs"),
-        (VOp::Vmins, "vmins"),
-    ];
-}
-
-/// The operation a mnemonic names (for callers that still pass `"vadd"`, `"vmov"`, ...).
-impl From<&str> for VOp {
-    fn from(mnemonic: &str) -> VOp {
-        match VOp::ALL.iter().find(|(_, m)| *m == mnemonic) {
-            Some((op, _)) => *op,
-            None => panic!("`{mnemonic}` is not an f32 vector operation of the kernel builder"),
-        }
-    }
 }
 
 /// A vector mask.
@@ -328,7 +286,6 @@ impl K {
             VOp::Vmul => b.vmul(f, rd, r0, r1),
             VOp::Vdiv => b.vdiv(f, rd, r0, r1),
             VOp::Vmax => b.vmax(f, rd, r0, r1),
-            VOp::Vmin => b.vmin(f, rd, r0, r1),
             VOp::Vmla => b.vmla(f, rd, r0, r1),
             _ => panic!("{op:?} is not a two-source vector operation"),
         };
@@ -353,12 +310,8 @@ impl K {
         let f = DType::F32;
         let b = &mut *self.a;
         let e = match op {
-            VOp::Vabs => b.vabs(f, rd, rs),
-            VOp::Vrelu => b.vrelu(f, rd, rs),
             VOp::Vexp => b.vexp(f, rd, rs),
-            VOp::Vln => b.vln(f, rd, rs),
             VOp::Vsqrt => b.vsqrt(f, rd, rs),
-            VOp::Vrsqrt => b.vrsqrt(f, rd, rs),
             VOp::Vrec => b.vrec(f, rd, rs),
             VOp::Vmov => b.vmov(f, rd, rs),
             _ => panic!("{op:?} is not a one-source vector operation"),
@@ -392,8 +345,6 @@ impl K {
         let e = match op {
             VOp::Vadds => b.vadds(f, rd, rs, scalar),
             VOp::Vmuls => b.vmuls(f, rd, rs, scalar),
-            VOp::Vmaxs => b.vmaxs(f, rd, rs, scalar),
-            VOp::Vmins => b.vmins(f, rd, rs, scalar),
             _ => panic!("{op:?} is not a vector-scalar operation"),
         };
         let e = match r {

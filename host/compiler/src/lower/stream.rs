@@ -287,21 +287,8 @@ pub enum Dir {
     UbToGm,
 }
 
-/// The direction a copy mnemonic names, for callers that still pass `"copy_gm_to_ub"` or
-/// `"copy_ub_to_gm"`.
-impl From<&str> for Dir {
-    fn from(op: &str) -> Dir {
-        match op {
-            "copy_gm_to_ub" => Dir::GmToUb,
-            "copy_ub_to_gm" => Dir::UbToGm,
-            _ => panic!("`{op}` is not a UB copy (copy_gm_to_ub or copy_ub_to_gm)"),
-        }
-    }
-}
-
 /// One contiguous copy of `bytes`: 32-byte bursts when they divide it, else byte-granular.
-pub fn copy(a: &mut Asm, dir: impl Into<Dir>, dst: Reg, src: Reg, bytes: u64) {
-    let dir = dir.into();
+pub fn copy(a: &mut Asm, dir: Dir, dst: Reg, src: Reg, bytes: u64) {
     if bytes % units::BLOCK_BYTES == 0 && bytes / units::BLOCK_BYTES <= units::BURST_LEN_MAX {
         let len = bytes / units::BLOCK_BYTES;
         match dir {

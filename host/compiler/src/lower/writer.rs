@@ -2,16 +2,13 @@
 //! instruction, reached through `Deref`) plus what a lowering needs around it: registers handed
 //! out by name, labels by name, the tiling recorded (shown as comments in `--dump_kernels`,
 //! whose text is the built program's listing from the disassembler).
-//!
-//! Lowerings not yet converted to the typed methods still hand [`Asm::ins`] one instruction of
-//! text, which is parsed on the spot into the same builder (its label, if any, resolved by name).
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::ops::{Deref, DerefMut};
 
 use gearsim_isa::build::{BuildError, Label, ProgramBuilder};
-use gearsim_isa::{Program, SType, Space, parse_instruction_with_label};
+use gearsim_isa::{Program, SType, Space};
 
 /// A scalar register.
 pub use gearsim_isa::Reg;
@@ -46,8 +43,6 @@ pub struct Asm {
     label_count: u32,
     tiling: Vec<(String, i64)>,
     overflow: bool,
-    /// The first line of text that did not parse (a generator bug), with the parser's message.
-    bad_text: Option<String>,
 }
 
 impl Deref for Asm {
@@ -74,7 +69,6 @@ impl Asm {
             label_count: 0,
             tiling: Vec::new(),
             overflow: false,
-            bad_text: None,
         }
     }
 
@@ -103,23 +97,6 @@ impl Asm {
     /// A comment line above the next instruction.
     pub fn comment(&mut self, text: impl Display) {
         self.b.comment(text.to_string());
-    }
-
-    /// One instruction of assembly text (for lowerings not yet written with the typed
-    /// methods); a branch may name a label from [`Asm::new_label`].
-    pub fn ins(&mut self, text: impl Display) {
-        if self.bad_text.is_some() {
-            return;
-        }
-        let text = text.to_string();
-        match parse_instruction_with_label(&text) {
-            Ok((instr, None)) => self.b.instruction_to(instr, None),
-            Ok((instr, Some((field, name)))) => {
-                let label = self.label(&name);
-                self.b.instruction_to(instr, Some((field, label)));
-            }
-            Err(e) => self.bad_text = Some(format!("`{text}`: {e}")),
-        }
     }
 
     /// A fresh label name (not yet placed). The builder's label is made when the name is
@@ -155,13 +132,6 @@ impl Asm {
     pub fn constant(&mut self, value: i64) -> Reg {
         let r = self.reg();
         self.movi(r, value);
-        r
-    }
-
-    /// A register holding an assembler expression (`f32(-1.0)`, `0x8000`).
-    pub fn constant_expr(&mut self, expr: &str) -> Reg {
-        let r = self.reg();
-        self.ins(format_args!("movi      {r}, {expr}"));
         r
     }
 
@@ -210,9 +180,6 @@ impl Asm {
                 self.name,
                 REG_COUNT - FIRST_REG
             ));
-        }
-        if let Some(bad) = self.bad_text {
-            return Err(format!("kernel {}: {bad}", self.name));
         }
         self.b.end();
         let (program, comments) = self
