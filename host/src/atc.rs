@@ -59,7 +59,7 @@ pub struct CompileReport {
 pub struct Dumps<'a> {
     /// `--dump_graph DIR`: `<name>.before.txt` and `<name>.after.txt`.
     pub graph: Option<&'a Path>,
-    /// `--dump_kernels DIR`: one file per kernel, its tiling and disassembly.
+    /// `--dump_kernels DIR`: one file per kernel, its listing (tiling and comments included).
     pub kernels: Option<&'a Path>,
 }
 
@@ -141,7 +141,8 @@ fn create_dir(dir: &Path) -> Result<()> {
         .with_context(|| format!("cannot create the dump directory {}", dir.display()))
 }
 
-/// One file per kernel: its name, the tasks that launch it, its tiling and its disassembly.
+/// One file per kernel: its name, the tasks that launch it, and its listing (the disassembly
+/// with the tiling and the lowering's comments), which assembles back to the same program.
 fn dump_kernels(c: &Compiled, dir: &Path) -> Result<Vec<PathBuf>> {
     let mut launches: Vec<Vec<String>> = vec![Vec::new(); c.emitted.kernels.len()];
     for tasks in &c.emitted.tasks.streams {
@@ -162,11 +163,9 @@ fn dump_kernels(c: &Compiled, dir: &Path) -> Result<Vec<PathBuf>> {
         for l in &launches[i] {
             text.push_str(&format!("# launched by {l}\n"));
         }
-        for (name, v) in &k.tiling {
-            text.push_str(&format!("# tiling {name} = {v}\n"));
-        }
         text.push_str(&format!("# {} instructions\n", k.program.instrs.len()));
-        text.push_str(&k.program.disassemble());
+        // The listing: the disassembly with the kernel's comments (its tiling first).
+        text.push_str(&k.listing());
         let safe: String = k
             .name
             .chars()

@@ -270,7 +270,7 @@ pub fn run_op_traced<S: TraceSink>(
         let args: Vec<u64> = bufs.iter().map(|b| b.1).collect();
         let r = dev
             .launch(handle, k.block_dim, &args, mode)
-            .map_err(|e| format!("kernel {}: {e}\n{}", k.name, k.source))?;
+            .map_err(|e| format!("kernel {}: {e}\n{}", k.name, k.listing()))?;
         launches.push(r);
     }
     let outputs = out_ptrs

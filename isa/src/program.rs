@@ -155,6 +155,12 @@ impl Program {
     fn walk_listing<'a>(&'a self, comments: &'a Comments, mut each: impl FnMut(ListingLine<'a>)) {
         let targets: std::collections::BTreeSet<u32> =
             self.instrs.iter().filter_map(branch_target).collect();
+        // Labels by position (a stable sort keeps their order at one position), walked with a
+        // cursor: one pass over the program, however many labels it has.
+        let mut labels: Vec<(u32, &str)> =
+            self.labels.iter().map(|(n, p)| (*p, n.as_str())).collect();
+        labels.sort_by_key(|(p, _)| *p);
+        let mut next_label = 0;
         if let Some(n) = &self.name {
             each(ListingLine::Kernel(n));
         }
@@ -164,9 +170,12 @@ impl Program {
                 each(ListingLine::Comment(text));
             }
             let mut labelled = false;
-            for (name, _) in self.labels.iter().filter(|(_, p)| *p == pc32) {
-                each(ListingLine::Label(name));
-                labelled = true;
+            while next_label < labels.len() && labels[next_label].0 <= pc32 {
+                if labels[next_label].0 == pc32 {
+                    each(ListingLine::Label(labels[next_label].1));
+                    labelled = true;
+                }
+                next_label += 1;
             }
             if !labelled && targets.contains(&pc32) {
                 each(ListingLine::Anonymous(pc32));

@@ -556,10 +556,11 @@ fn run_plan(g: &Gemm, plan: &Plan, args: &[Vec<u8>], out_bytes: usize) -> Vec<u8
     }
     let report = verify_launch(&f.program, plan.block_dim, &bufs, &cfg);
     assert!(report.is_ok(), "{plan:?}: {report}");
+    let listing = f.program.listing(&f.comments);
     let handle = dev.load_kernel(f.program).unwrap();
     let ptrs: Vec<u64> = bufs.iter().map(|b| b.1).collect();
     dev.launch(handle, plan.block_dim, &ptrs, ExecMode::Full)
-        .unwrap_or_else(|e| panic!("{plan:?}: {e}\n{}", f.source));
+        .unwrap_or_else(|e| panic!("{plan:?}: {e}\n{listing}"));
     let mut out = vec![0u8; out_bytes];
     dev.read(DevicePtr(bufs[g.out].1), &mut out).unwrap();
     out

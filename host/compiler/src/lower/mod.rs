@@ -36,7 +36,7 @@ pub mod writer;
 
 use std::fmt;
 
-use gearsim_isa::Program;
+use gearsim_isa::{Comments, Program};
 
 use super::Target;
 use super::ir::{Node, Tensor, TensorDesc};
@@ -59,16 +59,24 @@ pub enum Operand {
 pub struct Kernel {
     /// Name (the op, its types and shapes).
     pub name: String,
-    /// The generated assembly, tiling comments included.
-    pub source: String,
-    /// The assembled program.
+    /// The built program.
     pub program: Program,
+    /// Its comments (the tiling among them), kept for the listing.
+    pub comments: Comments,
     /// Blocks to launch.
     pub block_dim: u32,
     /// The argument array, in order.
     pub args: Vec<Operand>,
     /// Tiling parameters, for dumps and studies.
     pub tiling: Vec<(String, i64)>,
+}
+
+impl Kernel {
+    /// The program as assembly text: the disassembly with its comments and tiling, as
+    /// `--dump_kernels` writes it.
+    pub fn listing(&self) -> String {
+        self.program.listing(&self.comments)
+    }
 }
 
 /// How a node runs on the device.
@@ -142,8 +150,8 @@ impl LowerCtx<'_> {
             .map_err(|e| self.error(format!("internal error generating kernel: {e}")))?;
         Ok(Kernel {
             name,
-            source: f.source,
             program: f.program,
+            comments: f.comments,
             block_dim,
             args,
             tiling: f.tiling,

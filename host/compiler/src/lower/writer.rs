@@ -1,14 +1,14 @@
 //! Writing kernels: an [`Asm`] is the ISA's typed [`ProgramBuilder`] (its generated method per
 //! instruction, reached through `Deref`) plus what a lowering needs around it: registers handed
 //! out by name, labels by name, the tiling recorded (shown as comments in `--dump_kernels`,
-//! whose text is the built program's listing from the disassembler).
+//! whose text is the built program's listing from the disassembler, made only when asked).
 
 use std::collections::BTreeMap;
 use std::fmt::Display;
 use std::ops::{Deref, DerefMut};
 
 use gearsim_isa::build::{BuildError, Label, ProgramBuilder};
-use gearsim_isa::{Program, SType, Space};
+use gearsim_isa::{Comments, Program, SType, Space};
 
 /// A scalar register.
 pub use gearsim_isa::Reg;
@@ -25,10 +25,10 @@ const REG_COUNT: u8 = gearsim_isa::operand::NUM_REGS as u8;
 /// A written kernel.
 #[derive(Debug, Clone)]
 pub struct Finished {
-    /// The listing: the disassembly with the tiling and comments.
-    pub source: String,
     /// The built program.
     pub program: Program,
+    /// Its comments (the tiling among them), for [`Program::listing`].
+    pub comments: Comments,
     /// The tiling parameters recorded.
     pub tiling: Vec<(String, i64)>,
 }
@@ -187,8 +187,8 @@ impl Asm {
             .finish()
             .map_err(|e| format!("kernel {}: {e}", self.name))?;
         Ok(Finished {
-            source: program.listing(&comments),
             program,
+            comments,
             tiling: self.tiling,
         })
     }
