@@ -108,8 +108,8 @@ pub struct Device<S: TraceSink> {
     chip: Chip<S>,
     cfg: ChipConfig,
     fw: Firmware,
-    /// Why the device stopped, once an error stopped it.
-    stopped: Option<String>,
+    /// The error that stopped the device, once one did.
+    stopped: Option<DeviceError>,
     default_stream: Option<StreamId>,
 }
 
@@ -437,9 +437,7 @@ impl<S: TraceSink> Device<S> {
 
     fn check_running(&self) -> Result<(), DeviceError> {
         match &self.stopped {
-            Some(why) => Err(DeviceError::InvalidLaunch(format!(
-                "the device stopped earlier: {why}"
-            ))),
+            Some(why) => Err(DeviceError::Stopped(Box::new(why.clone()))),
             None => Ok(()),
         }
     }
@@ -461,7 +459,7 @@ impl<S: TraceSink> Device<S> {
         self.check_running()?;
         let result = self.fw.run(&mut self.chip, &done);
         if let Err(e) = &result {
-            self.stopped = Some(e.to_string());
+            self.stopped = Some(e.clone());
         }
         result
     }

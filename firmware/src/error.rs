@@ -41,7 +41,7 @@ impl std::fmt::Display for BlockedTask {
 }
 
 /// Everything that can go wrong on the device.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum DeviceError {
     /// Device memory is exhausted.
     #[error(
@@ -140,6 +140,9 @@ pub enum DeviceError {
     /// The simulated hardware faulted.
     #[error("{0}")]
     Fault(StopReason),
+    /// A call after an error stopped the device: that error, kept whole.
+    #[error("invalid launch: the device stopped earlier: {0}")]
+    Stopped(Box<DeviceError>),
 }
 
 impl From<OutOfRange> for DeviceError {

@@ -25,7 +25,7 @@ use crate::time::{Clock, Cycles, Tick};
 
 /// Misuse of the chip's API by its caller (the firmware or a test), as opposed to a fault of
 /// the simulated hardware.
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum ChipError {
     /// The core does not exist.
     #[error("core {core} does not exist (the chip has {count} cores)")]
