@@ -21,6 +21,8 @@
 
 use std::f32::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
+use gearsim_isa::{Cmp, DType, ProgramBuilder, Round};
+
 use super::vec::{View, Vx};
 use super::writer::Reg;
 
@@ -70,11 +72,11 @@ const ERFC: [f64; 10] = [
 fn erfc(vx: &mut Vx<'_>, o: View, z: View, t: View, s: View) {
     vx.muls(t, z, 0.5);
     vx.adds(t, t, 1.0);
-    vx.un("vrec", "f32", t, t);
+    vx.vun(ProgramBuilder::vrec, DType::F32, t, t);
     vx.horner(o, t, &ERFC.map(|c| c as f32));
-    vx.bin("vsub", "f32", o, o, s);
-    vx.un("vexp", "f32", o, o);
-    vx.bin("vmul", "f32", o, o, t);
+    vx.vbin(ProgramBuilder::vsub, DType::F32, o, o, s);
+    vx.vun(ProgramBuilder::vexp, DType::F32, o, o);
+    vx.vbin(ProgramBuilder::vmul, DType::F32, o, o, t);
 }
 
 /// Writes `o = act(x)` in f32; `s` holds [`Act::scratch`] tiles, `bits` a bit-mask buffer.
@@ -82,39 +84,39 @@ pub fn emit(vx: &mut Vx<'_>, act: Act, o: View, x: View, s: &[View], bits: Reg) 
     match act {
         Act::Sigmoid => {
             vx.muls(o, x, -1.0);
-            vx.un("vexp", "f32", o, o);
+            vx.vun(ProgramBuilder::vexp, DType::F32, o, o);
             vx.adds(o, o, 1.0);
-            vx.un("vrec", "f32", o, o);
+            vx.vun(ProgramBuilder::vrec, DType::F32, o, o);
         }
         Act::Tanh => {
             let (ax, e, d) = (s[0], s[1], s[2]);
-            vx.un("vabs", "f32", ax, x);
+            vx.vun(ProgramBuilder::vabs, DType::F32, ax, x);
             vx.muls(e, ax, -2.0);
-            vx.un("vexp", "f32", e, e);
+            vx.vun(ProgramBuilder::vexp, DType::F32, e, e);
             vx.adds(d, e, 1.0);
             vx.rsubs(e, e, 1.0);
-            vx.bin("vdiv", "f32", e, e, d);
+            vx.vbin(ProgramBuilder::vdiv, DType::F32, e, e, d);
             vx.muls(d, e, -1.0);
-            vx.cmps_f32("lt", bits, x, 0.0);
-            vx.sel("f32", e, d, e, bits);
+            vx.vcmps_f32(Cmp::Lt, bits, x, 0.0);
+            vx.vsel(DType::F32, e, d, e, bits);
             // Series x (1 - x^2/3 + 2x^4/15 - 17x^6/315) for small |x|.
-            vx.bin("vmul", "f32", d, x, x);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, d, x, x);
             vx.horner(o, d, &[-17.0 / 315.0, 2.0 / 15.0, -1.0 / 3.0, 1.0]);
-            vx.bin("vmul", "f32", o, o, x);
-            vx.cmps_f32("lt", bits, ax, 0.125);
-            vx.sel("f32", o, o, e, bits);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, o, o, x);
+            vx.vcmps_f32(Cmp::Lt, bits, ax, 0.125);
+            vx.vsel(DType::F32, o, o, e, bits);
         }
         Act::Erf => {
             let (ax, t, w) = (s[0], s[1], s[2]);
-            vx.un("vabs", "f32", ax, x);
-            vx.bin("vmul", "f32", w, x, x);
+            vx.vun(ProgramBuilder::vabs, DType::F32, ax, x);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, w, x, x);
             erfc(vx, o, ax, t, w);
             vx.rsubs(o, o, 1.0);
             vx.muls(w, o, -1.0);
-            vx.cmps_f32("lt", bits, x, 0.0);
-            vx.sel("f32", o, w, o, bits);
+            vx.vcmps_f32(Cmp::Lt, bits, x, 0.0);
+            vx.vsel(DType::F32, o, w, o, bits);
             // Series 2/sqrt(pi) x (1 - x^2/3 + x^4/10 - x^6/42 + x^8/216 - x^10/1320).
-            vx.bin("vmul", "f32", w, x, x);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, w, x, x);
             vx.horner(
                 t,
                 w,
@@ -127,36 +129,36 @@ pub fn emit(vx: &mut Vx<'_>, act: Act, o: View, x: View, s: &[View], bits: Reg) 
                     1.0,
                 ],
             );
-            vx.bin("vmul", "f32", t, t, x);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, t, t, x);
             vx.muls(t, t, FRAC_2_SQRT_PI);
-            vx.cmps_f32("lt", bits, ax, 0.5);
-            vx.sel("f32", o, t, o, bits);
+            vx.vcmps_f32(Cmp::Lt, bits, ax, 0.5);
+            vx.vsel(DType::F32, o, t, o, bits);
         }
         Act::Gelu => {
             let (z, t, w) = (s[0], s[1], s[2]);
-            vx.un("vabs", "f32", z, x);
+            vx.vun(ProgramBuilder::vabs, DType::F32, z, x);
             vx.muls(z, z, FRAC_1_SQRT_2);
             // z^2 = x^2 / 2: one rounding instead of the square of a rounded z.
-            vx.bin("vmul", "f32", w, x, x);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, w, x, x);
             vx.muls(w, w, 0.5);
             erfc(vx, o, z, t, w);
             vx.muls(o, o, 0.5);
             vx.rsubs(w, o, 1.0);
-            vx.cmps_f32("lt", bits, x, 0.0);
-            vx.sel("f32", o, o, w, bits);
-            vx.bin("vmul", "f32", o, o, x);
+            vx.vcmps_f32(Cmp::Lt, bits, x, 0.0);
+            vx.vsel(DType::F32, o, o, w, bits);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, o, o, x);
         }
         Act::GeluTanh => {
             let c1 = (2.0f64 / std::f64::consts::PI).sqrt();
             let c2 = c1 * 0.044715;
             let w = s[0];
-            vx.bin("vmul", "f32", w, x, x);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, w, x, x);
             vx.muls(w, w, (-2.0 * c2) as f32);
             vx.adds(w, w, (-2.0 * c1) as f32);
-            vx.bin("vmul", "f32", w, w, x);
-            vx.un("vexp", "f32", w, w);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, w, w, x);
+            vx.vun(ProgramBuilder::vexp, DType::F32, w, w);
             vx.adds(w, w, 1.0);
-            vx.bin("vdiv", "f32", o, x, w);
+            vx.vbin(ProgramBuilder::vdiv, DType::F32, o, x, w);
         }
     }
 }
@@ -168,50 +170,50 @@ pub fn pow_special(b: f64) -> bool {
 
 /// `o = x^b` for a [`pow_special`] exponent, in the tensor's own type `ty`; `s` is one tile of
 /// that type and `bits` a bit-mask buffer.
-pub fn pow_special_emit(vx: &mut Vx<'_>, ty: &str, b: f64, o: View, x: View, s: View, bits: Reg) {
-    let one = if ty == "f16" {
+pub fn pow_special_emit(vx: &mut Vx<'_>, ty: DType, b: f64, o: View, x: View, s: View, bits: Reg) {
+    let one = if ty == DType::F16 {
         i64::from(half::f16::from_f32(1.0).to_bits())
     } else {
         i64::from(1.0f32.to_bits())
     };
-    let neg_inf = if ty == "f16" {
+    let neg_inf = if ty == DType::F16 {
         i64::from(half::f16::NEG_INFINITY.to_bits())
     } else {
         i64::from(f32::NEG_INFINITY.to_bits())
     };
     match b {
-        0.0 => vx.dup(ty, o, one),
-        1.0 => vx.un("vmov", ty, o, x),
-        2.0 => vx.bin("vmul", ty, o, x, x),
+        0.0 => vx.vdup(ty, o, one),
+        1.0 => vx.vun(ProgramBuilder::vmov, ty, o, x),
+        2.0 => vx.vbin(ProgramBuilder::vmul, ty, o, x, x),
         3.0 => {
-            vx.bin("vmul", ty, o, x, x);
-            vx.bin("vmul", ty, o, o, x);
+            vx.vbin(ProgramBuilder::vmul, ty, o, x, x);
+            vx.vbin(ProgramBuilder::vmul, ty, o, o, x);
         }
         4.0 => {
-            vx.bin("vmul", ty, o, x, x);
-            vx.bin("vmul", ty, o, o, o);
+            vx.vbin(ProgramBuilder::vmul, ty, o, x, x);
+            vx.vbin(ProgramBuilder::vmul, ty, o, o, o);
         }
-        -1.0 => vx.un("vrec", ty, o, x),
+        -1.0 => vx.vun(ProgramBuilder::vrec, ty, o, x),
         -2.0 => {
-            vx.bin("vmul", ty, o, x, x);
-            vx.un("vrec", ty, o, o);
+            vx.vbin(ProgramBuilder::vmul, ty, o, x, x);
+            vx.vun(ProgramBuilder::vrec, ty, o, o);
         }
         _ => {
             // sqrt, except pow(-inf, 0.5) = +inf where sqrt gives NaN.
-            vx.un("vsqrt", ty, o, x);
-            vx.un("vabs", ty, s, x);
-            vx.cmps("eq", ty, bits, x, neg_inf);
-            vx.sel(ty, o, s, o, bits);
+            vx.vun(ProgramBuilder::vsqrt, ty, o, x);
+            vx.vun(ProgramBuilder::vabs, ty, s, x);
+            vx.vcmps(Cmp::Eq, ty, bits, x, neg_inf);
+            vx.vsel(ty, o, s, o, bits);
         }
     }
 }
 
 /// Constants [`pow_general`] reads, in this order.
-pub const POW_CONSTS: [(&str, u32); 4] = [
-    ("f32", 0x3f80_0000), // 1.0
-    ("f32", 0),           // 0.0
-    ("f32", 0x7fc0_0000), // NaN
-    ("i32", 1),
+pub const POW_CONSTS: [(DType, u32); 4] = [
+    (DType::F32, 0x3f80_0000), // 1.0
+    (DType::F32, 0),           // 0.0
+    (DType::F32, 0x7fc0_0000), // NaN
+    (DType::I32, 1),
 ];
 
 /// f32 scratch tiles [`pow_general`] needs (besides one bit-mask buffer).
@@ -256,70 +258,82 @@ pub fn pow_general(
     let bf = match b {
         Exponent::Float(v) => v,
         Exponent::Int { int, float } => {
-            vx.conv("f32", "i32", float, int, "rint");
+            vx.vconv(DType::F32, DType::I32, float, int, Round::Rint);
             float
         }
     };
     // 1 and 2.
-    vx.un("vabs", "f32", s0, a);
-    vx.un("vln", "f32", s1, s0);
-    vx.bin("vmul", "f32", s1, s1, bf);
-    vx.un("vexp", "f32", o, s1);
-    vx.cmps_f32("eq", bits, s0, 1.0);
-    vx.sel("f32", o, one, o, bits);
+    vx.vun(ProgramBuilder::vabs, DType::F32, s0, a);
+    vx.vun(ProgramBuilder::vln, DType::F32, s1, s0);
+    vx.vbin(ProgramBuilder::vmul, DType::F32, s1, s1, bf);
+    vx.vun(ProgramBuilder::vexp, DType::F32, o, s1);
+    vx.vcmps_f32(Cmp::Eq, bits, s0, 1.0);
+    vx.vsel(DType::F32, o, one, o, bits);
     // Integer and odd flags as 0.0 / 1.0: s4 = int(b), s3 = odd(b).
     let is_int = |vx: &mut Vx<'_>, dst: View, v: View, t: View| {
-        vx.scalar("vmaxs", "f32", t, v, i64::from((-8_388_608.0f32).to_bits()));
-        vx.scalar("vmins", "f32", t, t, i64::from(8_388_608.0f32.to_bits()));
-        vx.conv("i32", "f32", dst, t, "trunc");
-        vx.conv("f32", "i32", dst, dst, "rint");
-        vx.cmp("eq", "f32", bits, dst, t);
-        vx.sel("f32", dst, one, zero, bits);
+        vx.vscalar(
+            ProgramBuilder::vmaxs,
+            DType::F32,
+            t,
+            v,
+            i64::from((-8_388_608.0f32).to_bits()),
+        );
+        vx.vscalar(
+            ProgramBuilder::vmins,
+            DType::F32,
+            t,
+            t,
+            i64::from(8_388_608.0f32.to_bits()),
+        );
+        vx.vconv(DType::I32, DType::F32, dst, t, Round::Trunc);
+        vx.vconv(DType::F32, DType::I32, dst, dst, Round::Rint);
+        vx.vcmp(Cmp::Eq, DType::F32, bits, dst, t);
+        vx.vsel(DType::F32, dst, one, zero, bits);
     };
     match b {
         Exponent::Float(v) => {
             is_int(vx, s4, v, s2);
             vx.muls(s1, v, 0.5);
             is_int(vx, s3, s1, s2);
-            vx.bin("vsub", "f32", s3, s4, s3);
+            vx.vbin(ProgramBuilder::vsub, DType::F32, s3, s4, s3);
         }
         Exponent::Int { int, .. } => {
-            vx.bin("vand", "i32", s3, int, one_i);
-            vx.conv("f32", "i32", s3, s3, "rint");
+            vx.vbin(ProgramBuilder::vand, DType::I32, s3, int, one_i);
+            vx.vconv(DType::F32, DType::I32, s3, s3, Round::Rint);
         }
     }
     // 3: negate where odd(b) and a's sign bit is set.
-    vx.cmps("lt", "i32", bits, a, 0);
-    vx.sel("f32", s2, one, zero, bits);
-    vx.bin("vmul", "f32", s2, s2, s3);
-    vx.cmps_f32("eq", bits, s2, 1.0);
+    vx.vcmps(Cmp::Lt, DType::I32, bits, a, 0);
+    vx.vsel(DType::F32, s2, one, zero, bits);
+    vx.vbin(ProgramBuilder::vmul, DType::F32, s2, s2, s3);
+    vx.vcmps_f32(Cmp::Eq, bits, s2, 1.0);
     vx.muls(s1, o, -1.0);
-    vx.sel("f32", o, s1, o, bits);
+    vx.vsel(DType::F32, o, s1, o, bits);
     // 4: finite negative a with a non-integer b.
     if let Exponent::Float(_) = b {
-        vx.cmps_f32("lt", bits, a, 0.0);
-        vx.sel("f32", s2, one, zero, bits);
-        vx.cmps_f32("gt", bits, a, f32::NEG_INFINITY);
-        vx.sel("f32", s1, one, zero, bits);
-        vx.bin("vmul", "f32", s2, s2, s1);
+        vx.vcmps_f32(Cmp::Lt, bits, a, 0.0);
+        vx.vsel(DType::F32, s2, one, zero, bits);
+        vx.vcmps_f32(Cmp::Gt, bits, a, f32::NEG_INFINITY);
+        vx.vsel(DType::F32, s1, one, zero, bits);
+        vx.vbin(ProgramBuilder::vmul, DType::F32, s2, s2, s1);
         vx.rsubs(s1, s4, 1.0);
-        vx.bin("vmul", "f32", s2, s2, s1);
-        vx.cmps_f32("eq", bits, s2, 1.0);
-        vx.sel("f32", o, nan, o, bits);
+        vx.vbin(ProgramBuilder::vmul, DType::F32, s2, s2, s1);
+        vx.vcmps_f32(Cmp::Eq, bits, s2, 1.0);
+        vx.vsel(DType::F32, o, nan, o, bits);
     }
     // 5.
     match b {
         Exponent::Float(v) => {
-            vx.cmps_f32("eq", bits, v, 0.0);
-            vx.sel("f32", o, one, o, bits);
-            vx.cmp("eq", "f32", bits, v, v);
-            vx.sel("f32", o, o, nan, bits);
+            vx.vcmps_f32(Cmp::Eq, bits, v, 0.0);
+            vx.vsel(DType::F32, o, one, o, bits);
+            vx.vcmp(Cmp::Eq, DType::F32, bits, v, v);
+            vx.vsel(DType::F32, o, o, nan, bits);
         }
         Exponent::Int { int, .. } => {
-            vx.cmps("eq", "i32", bits, int, 0);
-            vx.sel("f32", o, one, o, bits);
+            vx.vcmps(Cmp::Eq, DType::I32, bits, int, 0);
+            vx.vsel(DType::F32, o, one, o, bits);
         }
     }
-    vx.cmps_f32("eq", bits, a, 1.0);
-    vx.sel("f32", o, one, o, bits);
+    vx.vcmps_f32(Cmp::Eq, bits, a, 1.0);
+    vx.vsel(DType::F32, o, one, o, bits);
 }

@@ -31,6 +31,7 @@
 
 use gearsim_isa::{DType, Pipe, ReduceOp, SReg, units};
 
+use super::stream::{Dir, copy};
 use super::vec::View;
 use super::writer::{Asm, Reg};
 use crate::CoreSpec;
@@ -209,8 +210,8 @@ pub struct Output {
 /// A constant the body reads as a splat view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Const {
-    /// Vector type of the value (`f32`, `f16`, `i32`).
-    pub ty: &'static str,
+    /// Vector type of the value.
+    pub ty: DType,
     /// Its raw bits.
     pub bits: u64,
 }
@@ -219,7 +220,7 @@ impl Const {
     /// An f32 constant.
     pub fn f32(v: f32) -> Const {
         Const {
-            ty: "f32",
+            ty: DType::F32,
             bits: u64::from(v.to_bits()),
         }
     }
@@ -227,14 +228,9 @@ impl Const {
     /// An i32 constant.
     pub fn i32(v: i32) -> Const {
         Const {
-            ty: "i32",
+            ty: DType::I32,
             bits: u64::from(v as u32),
         }
-    }
-
-    /// The vector type named by `ty` (`i32` for a name that is none).
-    fn dtype(&self) -> DType {
-        DType::from_name(self.ty).unwrap_or(DType::I32)
     }
 }
 
@@ -863,11 +859,11 @@ impl Emit<'_> {
         let l = &self.plan.layout;
         // Constants first: normalising a resident int8 value reads one.
         for (c, &off) in self.plan.consts.iter().zip(&l.consts) {
-            let lanes = if c.ty == "f16" { 16 } else { 8 };
+            let lanes = BLOCK / c.ty.size() as u64;
             a.mask_count(r.t1, lanes);
             a.movi(r.t2, off as i64);
             a.movi(r.t1, c.bits as i64);
-            a.vdup(c.dtype(), r.t2, r.t1);
+            a.vdup(c.ty, r.t2, r.t1);
         }
         let mut loads = false;
         for (i, kind) in self.plan.kinds.iter().enumerate() {
@@ -877,7 +873,7 @@ impl Emit<'_> {
                     let row_bytes = self.job.dims[self.job.m() - 1] * inp.fmt.ub_bytes();
                     a.comment(format_args!("input {i}: one resident row"));
                     a.movi(r.t2, l.res[i][0] as i64);
-                    copy(a, true, r.t2, r.ptr[i], row_bytes);
+                    copy(a, Dir::GmToUb, r.t2, r.ptr[i], row_bytes);
                     loads = true;
                 }
                 Kind::Scalar { resident: true } => {
@@ -1016,12 +1012,13 @@ impl Emit<'_> {
     }
 
     /// Rows DMA between GM (`gm`, rows contiguous) and UB (`ub`, rows `lp` elements apart).
-    fn rows_dma(&self, a: &mut Asm, load: bool, ub: Reg, gm: Reg, rows: u64, e: u64) {
+    fn rows_dma(&self, a: &mut Asm, dir: Dir, ub: Reg, gm: Reg, rows: u64, e: u64) {
+        let load = dir == Dir::GmToUb;
         let (l, lp) = (self.row_len(), self.plan.lp);
         let (bytes, ub_row) = (l * e, lp * e);
         let (dst, src) = if load { (ub, gm) } else { (gm, ub) };
         if bytes == ub_row {
-            copy(a, load, dst, src, rows * bytes);
+            copy(a, dir, dst, src, rows * bytes);
         } else if bytes % BLOCK == 0 {
             let gap = (ub_row - bytes) / BLOCK;
             let (sg, dg) = if load { (0, gap) } else { (gap, 0) };
@@ -1064,9 +1061,9 @@ impl Emit<'_> {
             self.gm_addr(a, r.addr, i);
             a.movi(r.t2, l.stage[k][i][0] as i64);
             match *kind {
-                Kind::Stream if rows_mode => self.rows_dma(a, true, r.t2, r.addr, v, e),
+                Kind::Stream if rows_mode => self.rows_dma(a, Dir::GmToUb, r.t2, r.addr, v, e),
                 Kind::Stream => match fmt {
-                    Fmt::Plain(_) => copy(a, true, r.t2, r.addr, v * e),
+                    Fmt::Plain(_) => copy(a, Dir::GmToUb, r.t2, r.addr, v * e),
                     Fmt::Byte(_) => {
                         a.copy_gm_to_ub_pad(r.t2, r.addr, v, 1);
                     }
@@ -1080,7 +1077,7 @@ impl Emit<'_> {
                         }
                     }
                 },
-                Kind::Row { .. } => copy(a, true, r.t2, r.addr, self.row_len() * e),
+                Kind::Row { .. } => copy(a, Dir::GmToUb, r.t2, r.addr, self.row_len() * e),
                 Kind::Column => {
                     a.copy_gm_to_ub_pad(r.t2, r.addr, v, e);
                 }
@@ -1115,8 +1112,8 @@ impl Emit<'_> {
             self.gm_addr(a, r.addr, job.inputs.len() + o);
             a.movi(r.t2, l.obuf[k][o][0] as i64);
             match fmt {
-                Fmt::Plain(e) if rows_mode => self.rows_dma(a, false, r.t2, r.addr, v, e),
-                Fmt::Plain(e) => copy(a, false, r.addr, r.t2, v * e),
+                Fmt::Plain(e) if rows_mode => self.rows_dma(a, Dir::UbToGm, r.t2, r.addr, v, e),
+                Fmt::Plain(e) => copy(a, Dir::UbToGm, r.addr, r.t2, v * e),
                 Fmt::Byte(_) => {
                     a.copy_ub_to_gm_pad(r.addr, r.t2, v, 1);
                 }
@@ -1355,22 +1352,5 @@ fn add_const(a: &mut Asm, r: Reg, v: i64, tmp: Reg) {
     } else {
         a.movi(tmp, v);
         a.add(r, r, tmp);
-    }
-}
-
-/// One contiguous copy of `bytes` between GM and UB (`load`: GM → UB): a burst copy when the
-/// length is whole blocks that fit the field, byte-granular otherwise.
-fn copy(a: &mut Asm, load: bool, dst: Reg, src: Reg, bytes: u64) {
-    if bytes % BLOCK == 0 && bytes / BLOCK <= units::BURST_LEN_MAX {
-        let len = bytes / BLOCK;
-        if load {
-            a.copy_gm_to_ub(dst, src, 1, len);
-        } else {
-            a.copy_ub_to_gm(dst, src, 1, len);
-        }
-    } else if load {
-        a.copy_gm_to_ub_pad(dst, src, 1, bytes);
-    } else {
-        a.copy_ub_to_gm_pad(dst, src, 1, bytes);
     }
 }

@@ -16,10 +16,12 @@
 //! byte are seen as i32 (bool loads as 0 or 1), int64 as its two i32 words. float64 and int16
 //! have no kernel and are refused with a [`LowerError`] naming the node.
 
+use gearsim_isa::{Cmp, DType, ProgramBuilder, Round};
+
 use super::activation::{self, Act, Exponent, POW_CONSTS, POW_SCRATCH};
 use super::bcast::{self, Body, BodyFn, ByteKind, Const, Fmt, Job};
 use super::stream::{Io, Stream, Tile};
-use super::vec::{View, Vx};
+use super::vec::{BinOp, ScalarOp, UnOp, View, Vx};
 use super::writer::{Asm, Reg};
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
 use crate::ir::{Attr, DataType, Tensor, TensorDesc, shape_values};
@@ -39,12 +41,12 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
     Some(f)
 }
 
-/// The vector type suffix of a tensor type, when the vector unit computes in it.
-pub fn vector_type(t: DataType) -> Option<&'static str> {
+/// The vector type of a tensor type, when the vector unit computes in it.
+pub fn vector_type(t: DataType) -> Option<DType> {
     match t {
-        DataType::F32 => Some("f32"),
-        DataType::F16 => Some("f16"),
-        DataType::I32 => Some("i32"),
+        DataType::F32 => Some(DType::F32),
+        DataType::F16 => Some(DType::F16),
+        DataType::I32 => Some(DType::I32),
         _ => None,
     }
 }
@@ -63,12 +65,8 @@ fn fmt_of(t: DataType) -> Option<Fmt> {
 }
 
 /// The vector type the body sees a tensor type as (bytes and int64 words as i32).
-fn body_type(t: DataType) -> &'static str {
-    match t {
-        DataType::F32 => "f32",
-        DataType::F16 => "f16",
-        _ => "i32",
-    }
+fn body_type(t: DataType) -> DType {
+    vector_type(t).unwrap_or(DType::I32)
 }
 
 fn dims(ctx: &LowerCtx<'_>, d: &TensorDesc) -> Result<Vec<u64>, LowerError> {
@@ -205,7 +203,7 @@ fn job_kernel(
 fn copy_words(a: &mut Asm, b: &Body) {
     let mut vx = Vx { a, tmp: b.tmp };
     for (o, i) in b.outs.iter().zip(&b.ins) {
-        vx.un("vmov", "i32", *o, *i);
+        vx.vun(ProgramBuilder::vmov, DType::I32, *o, *i);
     }
 }
 
@@ -385,11 +383,11 @@ pub fn arith(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let (a, b) = (ctx.input(0)?, ctx.input(1)?);
     let out = output(ctx)?;
     let op = ctx.node.op.as_str();
-    let (mnemonic, types): (&str, &[DataType]) = match op {
-        "Add" => ("vadd", &NUMERIC),
-        "Sub" => ("vsub", &NUMERIC),
-        "Mul" => ("vmul", &NUMERIC),
-        "Div" => ("vdiv", &FLOATS),
+    let (vop, types): (BinOp, &[DataType]) = match op {
+        "Add" => (ProgramBuilder::vadd, &NUMERIC),
+        "Sub" => (ProgramBuilder::vsub, &NUMERIC),
+        "Mul" => (ProgramBuilder::vmul, &NUMERIC),
+        "Div" => (ProgramBuilder::vdiv, &FLOATS),
         _ => return Err(ctx.error(format!("{op} is not a binary vector op"))),
     };
     check_type(ctx, "the output", out.dtype, types)?;
@@ -397,7 +395,7 @@ pub fn arith(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let e = out.dtype.size() as u64;
     let body = |a: &mut Asm, t: &Body| {
         let mut vx = Vx { a, tmp: t.tmp };
-        vx.bin(mnemonic, ty, t.outs[0], t.ins[0], t.ins[1]);
+        vx.vbin(vop, ty, t.outs[0], t.ins[0], t.ins[1]);
     };
     let (da, db) = (dims(ctx, a)?, dims(ctx, b)?);
     if da == db {
@@ -418,37 +416,48 @@ pub fn arith(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     )
 }
 
+/// What a unary op computes.
+#[derive(Clone, Copy)]
+enum Unary {
+    /// One vector instruction in the tensor's type.
+    Vector(UnOp),
+    /// A function computed in f32.
+    Act(Act),
+}
+
 /// Relu, Sqrt, Sigmoid, Tanh, Erf, Gelu.
 pub fn unary(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let x = ctx.input(0)?;
     let op = ctx.node.op.as_str();
-    let act = match op {
-        "Relu" | "Sqrt" => None,
-        "Sigmoid" => Some(Act::Sigmoid),
-        "Tanh" => Some(Act::Tanh),
-        "Erf" => Some(Act::Erf),
+    let (unary, types): (Unary, &[DataType]) = match op {
+        "Relu" => (Unary::Vector(ProgramBuilder::vrelu), &NUMERIC),
+        "Sqrt" => (Unary::Vector(ProgramBuilder::vsqrt), &FLOATS),
+        "Sigmoid" => (Unary::Act(Act::Sigmoid), &FLOATS),
+        "Tanh" => (Unary::Act(Act::Tanh), &FLOATS),
+        "Erf" => (Unary::Act(Act::Erf), &FLOATS),
         "Gelu" => match ctx.node.attr("approximate") {
-            Some(Attr::Str(s)) if s == "tanh" => Some(Act::GeluTanh),
-            None | Some(Attr::Str(_)) => Some(Act::Gelu),
+            Some(Attr::Str(s)) if s == "tanh" => (Unary::Act(Act::GeluTanh), &FLOATS),
+            None | Some(Attr::Str(_)) => (Unary::Act(Act::Gelu), &FLOATS),
             Some(other) => {
                 return Err(ctx.error(format!("approximate = {other} is not a mode of Gelu")));
             }
         },
         _ => return Err(ctx.error(format!("{op} is not a unary vector op"))),
     };
-    let types: &[DataType] = if op == "Relu" { &NUMERIC } else { &FLOATS };
     check_type(ctx, "the input", x.dtype, types)?;
     let ty = body_type(x.dtype);
     let e = x.dtype.size() as u64;
     let n = dims(ctx, x)?.iter().product();
     let ins = [(Operand::Input(0), e)];
     let name = kernel_name(ctx, "");
-    let Some(act) = act else {
-        let m = if op == "Relu" { "vrelu" } else { "vsqrt" };
-        let body = |a: &mut Asm, t: &Body| {
-            Vx { a, tmp: t.tmp }.un(m, ty, t.outs[0], t.ins[0]);
-        };
-        return stream_lowering(ctx, name, n, &ins, e, Vec::new(), &body);
+    let act = match unary {
+        Unary::Vector(m) => {
+            let body = |a: &mut Asm, t: &Body| {
+                Vx { a, tmp: t.tmp }.vun(m, ty, t.outs[0], t.ins[0]);
+            };
+            return stream_lowering(ctx, name, n, &ins, e, Vec::new(), &body);
+        }
+        Unary::Act(act) => act,
     };
     let f16 = x.dtype == DataType::F16;
     let k = act.scratch();
@@ -460,9 +469,9 @@ pub fn unary(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         let bits = t.scratch[t.scratch.len() - 1].reg;
         if f16 {
             let (x32, o32) = (t.scratch[0], t.scratch[1]);
-            vx.conv("f32", "f16", x32, t.ins[0], "rint");
+            vx.vconv(DType::F32, DType::F16, x32, t.ins[0], Round::Rint);
             activation::emit(&mut vx, act, o32, x32, &t.scratch[2..2 + k], bits);
-            vx.conv("f16", "f32", t.outs[0], o32, "rint");
+            vx.vconv(DType::F16, DType::F32, t.outs[0], o32, Round::Rint);
         } else {
             activation::emit(&mut vx, act, t.outs[0], t.ins[0], &t.scratch[..k], bits);
         }
@@ -512,28 +521,32 @@ pub fn clip(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
             }
         };
     }
-    let float = ty != "i32";
+    let float = ty != DType::I32;
     let body = |a: &mut Asm, t: &Body| {
         let mut vx = Vx { a, tmp: t.tmp };
         let (o, xv) = (t.outs[0], t.ins[0]);
         let mut cur = xv;
-        for (b, (m, ms)) in bounds.iter().zip([("vmax", "vmaxs"), ("vmin", "vmins")]) {
+        let ops: [(BinOp, ScalarOp); 2] = [
+            (ProgramBuilder::vmax, ProgramBuilder::vmaxs),
+            (ProgramBuilder::vmin, ProgramBuilder::vmins),
+        ];
+        for (b, (m, ms)) in bounds.iter().zip(ops) {
             match *b {
                 Bound::None => {}
-                Bound::Imm(bits) => vx.scalar(ms, ty, o, cur, bits),
-                Bound::Input(k) => vx.bin(m, ty, o, cur, t.ins[k]),
+                Bound::Imm(bits) => vx.vscalar(ms, ty, o, cur, bits),
+                Bound::Input(k) => vx.vbin(m, ty, o, cur, t.ins[k]),
             }
             if !matches!(b, Bound::None) {
                 cur = o;
             }
         }
         if cur == xv {
-            vx.un("vmov", ty, o, xv);
+            vx.vun(ProgramBuilder::vmov, ty, o, xv);
         } else if float {
             // vmax / vmin return the other operand for NaN; Clip keeps NaN.
             let bits = t.scratch[0].reg;
-            vx.cmp("eq", ty, bits, xv, xv);
-            vx.sel(ty, o, o, xv, bits);
+            vx.vcmp(Cmp::Eq, ty, bits, xv, xv);
+            vx.vsel(ty, o, o, xv, bits);
         }
     };
     let scratch = if float { vec![1] } else { Vec::new() };
@@ -614,9 +627,9 @@ pub fn pow(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     scratch.push(1);
     let consts = POW_CONSTS
         .iter()
-        .map(|(t, bits)| Const {
-            ty: t,
-            bits: u64::from(*bits),
+        .map(|&(ty, bits)| Const {
+            ty,
+            bits: u64::from(bits),
         })
         .collect();
     let body = |a: &mut Asm, t: &Body| {
@@ -625,7 +638,7 @@ pub fn pow(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         let bits = s[s.len() - 1].reg;
         let (bf, a32, o32) = (s[POW_SCRATCH], s[POW_SCRATCH + 1], s[POW_SCRATCH + 2]);
         let av = if f16 {
-            vx.conv("f32", "f16", a32, t.ins[0], "rint");
+            vx.vconv(DType::F32, DType::F16, a32, t.ins[0], Round::Rint);
             a32
         } else {
             t.ins[0]
@@ -636,7 +649,7 @@ pub fn pow(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
                 float: bf,
             }
         } else if b_f16 {
-            vx.conv("f32", "f16", bf, t.ins[1], "rint");
+            vx.vconv(DType::F32, DType::F16, bf, t.ins[1], Round::Rint);
             Exponent::Float(bf)
         } else {
             Exponent::Float(t.ins[1])
@@ -644,7 +657,7 @@ pub fn pow(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         let o = if f16 { o32 } else { t.outs[0] };
         activation::pow_general(&mut vx, o, av, exp, &s[..POW_SCRATCH], &t.consts, bits);
         if f16 {
-            vx.conv("f16", "f32", t.outs[0], o32, "rint");
+            vx.vconv(DType::F16, DType::F32, t.outs[0], o32, Round::Rint);
         }
     };
     let ins = [src(ctx, 0, Fmt::Plain(ea))?, src(ctx, 1, Fmt::Plain(eb))?];
@@ -681,8 +694,8 @@ pub fn equal(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let body = |asm: &mut Asm, t: &Body| {
         let mut vx = Vx { a: asm, tmp: t.tmp };
         let bits = t.scratch[0].reg;
-        vx.cmp("eq", ty, bits, t.ins[0], t.ins[1]);
-        vx.sel("i32", t.outs[0], t.consts[0], t.consts[1], bits);
+        vx.vcmp(Cmp::Eq, ty, bits, t.ins[0], t.ins[1]);
+        vx.vsel(DType::I32, t.outs[0], t.consts[0], t.consts[1], bits);
     };
     let f: BodyFn<'_> = if fmt == Fmt::I64 { &equal_i64 } else { &body };
     let ins = [src(ctx, 0, fmt)?, src(ctx, 1, fmt)?];
@@ -704,10 +717,10 @@ fn equal_i64(asm: &mut Asm, t: &Body) {
     let (one, zero) = (t.consts[0], t.consts[1]);
     let bits = t.scratch[0].reg;
     let o = t.outs[0];
-    vx.cmp("eq", "i32", bits, t.ins[0], t.ins[2]);
-    vx.sel("i32", o, one, zero, bits);
-    vx.cmp("eq", "i32", bits, t.ins[1], t.ins[3]);
-    vx.sel("i32", o, o, zero, bits);
+    vx.vcmp(Cmp::Eq, DType::I32, bits, t.ins[0], t.ins[2]);
+    vx.vsel(DType::I32, o, one, zero, bits);
+    vx.vcmp(Cmp::Eq, DType::I32, bits, t.ins[1], t.ins[3]);
+    vx.vsel(DType::I32, o, o, zero, bits);
 }
 
 /// Where(cond, x, y) with three-way broadcasting.
@@ -728,9 +741,9 @@ pub fn where_op(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let body = |asm: &mut Asm, t: &Body| {
         let mut vx = Vx { a: asm, tmp: t.tmp };
         let bits = t.scratch[0].reg;
-        vx.cmps("ne", "i32", bits, t.ins[0], 0);
+        vx.vcmps(Cmp::Ne, DType::I32, bits, t.ins[0], 0);
         for w in 0..words {
-            vx.sel(ty, t.outs[w], t.ins[1 + w], t.ins[1 + words + w], bits);
+            vx.vsel(ty, t.outs[w], t.ins[1 + w], t.ins[1 + words + w], bits);
         }
     };
     let ins = [
@@ -843,45 +856,45 @@ fn cast_body(asm: &mut Asm, t: &Body, from: Repr, to: Repr) {
     let float = matches!(from, Repr::F32 | Repr::F16);
     let xf = match from {
         Repr::F16 if matches!(to, Repr::Byte(ByteKind::Bool) | Repr::I64) => {
-            vx.conv("f32", "f16", sc(2), x, "rint");
+            vx.vconv(DType::F32, DType::F16, sc(2), x, Round::Rint);
             sc(2)
         }
         _ => x,
     };
     match to {
         Repr::F32 => match from {
-            Repr::F16 => vx.conv("f32", "f16", o, x, "rint"),
-            Repr::I32 | Repr::Byte(_) => vx.conv("f32", "i32", o, x, "rint"),
+            Repr::F16 => vx.vconv(DType::F32, DType::F16, o, x, Round::Rint),
+            Repr::I32 | Repr::Byte(_) => vx.vconv(DType::F32, DType::I32, o, x, Round::Rint),
             Repr::I64 => i64_to_f32(&mut vx, t, o, sc(3).reg),
-            Repr::F32 => vx.un("vmov", "f32", o, x),
+            Repr::F32 => vx.vun(ProgramBuilder::vmov, DType::F32, o, x),
         },
         Repr::F16 => match from {
-            Repr::F32 => vx.conv("f16", "f32", o, x, "rint"),
-            Repr::I32 | Repr::Byte(_) => vx.conv("f16", "i32", o, x, "rint"),
+            Repr::F32 => vx.vconv(DType::F16, DType::F32, o, x, Round::Rint),
+            Repr::I32 | Repr::Byte(_) => vx.vconv(DType::F16, DType::I32, o, x, Round::Rint),
             Repr::I64 => {
                 // Through f32: exact below 2^24, and above that f16 overflows either way.
                 i64_to_f32(&mut vx, t, sc(2), sc(3).reg);
-                vx.conv("f16", "f32", o, sc(2), "rint");
+                vx.vconv(DType::F16, DType::F32, o, sc(2), Round::Rint);
             }
-            Repr::F16 => vx.un("vmov", "f16", o, x),
+            Repr::F16 => vx.vun(ProgramBuilder::vmov, DType::F16, o, x),
         },
         Repr::I32 | Repr::Byte(ByteKind::U8) | Repr::Byte(ByteKind::I8) => match from {
-            Repr::F32 => vx.conv("i32", "f32", o, x, "trunc"),
-            Repr::F16 => vx.conv("i32", "f16", o, x, "trunc"),
-            Repr::I32 | Repr::Byte(_) | Repr::I64 => vx.un("vmov", "i32", o, x),
+            Repr::F32 => vx.vconv(DType::I32, DType::F32, o, x, Round::Trunc),
+            Repr::F16 => vx.vconv(DType::I32, DType::F16, o, x, Round::Trunc),
+            Repr::I32 | Repr::Byte(_) | Repr::I64 => vx.vun(ProgramBuilder::vmov, DType::I32, o, x),
         },
         Repr::Byte(ByteKind::Bool) => {
             let (one, zero) = (t.consts[0], t.consts[1]);
             let (s1, bits) = (sc(0), sc(3).reg);
             match from {
                 Repr::I64 => {
-                    vx.bin("vor", "i32", s1, t.ins[0], t.ins[1]);
-                    vx.cmps("ne", "i32", bits, s1, 0);
+                    vx.vbin(ProgramBuilder::vor, DType::I32, s1, t.ins[0], t.ins[1]);
+                    vx.vcmps(Cmp::Ne, DType::I32, bits, s1, 0);
                 }
-                _ if float => vx.cmps_f32("ne", bits, xf, 0.0),
-                _ => vx.cmps("ne", "i32", bits, x, 0),
+                _ if float => vx.vcmps_f32(Cmp::Ne, bits, xf, 0.0),
+                _ => vx.vcmps(Cmp::Ne, DType::I32, bits, x, 0),
             }
-            vx.sel("i32", o, one, zero, bits);
+            vx.vsel(DType::I32, o, one, zero, bits);
         }
         Repr::I64 => {
             let (zero, m1) = (t.consts[1], t.consts[2]);
@@ -889,28 +902,34 @@ fn cast_body(asm: &mut Asm, t: &Body, from: Repr, to: Repr) {
             let (s1, s2, s3, bits) = (sc(0), sc(1), sc(2), sc(3).reg);
             if float {
                 // Below 2^31: truncate to i32 and sign-extend.
-                vx.conv("i32", "f32", lo, xf, "trunc");
-                vx.cmps("lt", "i32", bits, lo, 0);
-                vx.sel("i32", hi, m1, zero, bits);
+                vx.vconv(DType::I32, DType::F32, lo, xf, Round::Trunc);
+                vx.vcmps(Cmp::Lt, DType::I32, bits, lo, 0);
+                vx.vsel(DType::I32, hi, m1, zero, bits);
                 // From 2^31 on x is a multiple of 2^8: hi = floor(x / 2^32) and
                 // lo = x - hi 2^32 in [0, 2^32) are exact in f32; lo goes to i32 shifted
                 // by -2^31 and back.
                 vx.muls(s1, xf, 2.0f32.powi(-32));
-                vx.conv("i32", "f32", s2, s1, "floor");
-                vx.conv("f32", "i32", s1, s2, "rint");
+                vx.vconv(DType::I32, DType::F32, s2, s1, Round::Floor);
+                vx.vconv(DType::F32, DType::I32, s1, s2, Round::Rint);
                 vx.muls(s1, s1, 2.0f32.powi(32));
-                vx.bin("vsub", "f32", s1, xf, s1);
+                vx.vbin(ProgramBuilder::vsub, DType::F32, s1, xf, s1);
                 vx.adds(s1, s1, -(2.0f32.powi(31)));
-                vx.conv("i32", "f32", s1, s1, "trunc");
-                vx.scalar("vadds", "i32", s1, s1, i64::from(i32::MIN));
-                vx.un("vabs", "f32", s3, xf);
-                vx.cmps_f32("lt", bits, s3, 2.0f32.powi(31));
-                vx.sel("i32", lo, lo, s1, bits);
-                vx.sel("i32", hi, hi, s2, bits);
+                vx.vconv(DType::I32, DType::F32, s1, s1, Round::Trunc);
+                vx.vscalar(
+                    ProgramBuilder::vadds,
+                    DType::I32,
+                    s1,
+                    s1,
+                    i64::from(i32::MIN),
+                );
+                vx.vun(ProgramBuilder::vabs, DType::F32, s3, xf);
+                vx.vcmps_f32(Cmp::Lt, bits, s3, 2.0f32.powi(31));
+                vx.vsel(DType::I32, lo, lo, s1, bits);
+                vx.vsel(DType::I32, hi, hi, s2, bits);
             } else {
-                vx.un("vmov", "i32", lo, x);
-                vx.cmps("lt", "i32", bits, x, 0);
-                vx.sel("i32", hi, m1, zero, bits);
+                vx.vun(ProgramBuilder::vmov, DType::I32, lo, x);
+                vx.vcmps(Cmp::Lt, DType::I32, bits, x, 0);
+                vx.vsel(DType::I32, hi, m1, zero, bits);
             }
         }
     }
@@ -922,13 +941,13 @@ fn i64_to_f32(vx: &mut Vx<'_>, t: &Body, o: View, bits: Reg) {
     let (one, zero) = (t.consts[0], t.consts[1]);
     let (s1, s2) = (t.scratch[0], t.scratch[1]);
     let (lo, hi) = (t.ins[0], t.ins[1]);
-    vx.cmps("lt", "i32", bits, lo, 0);
-    vx.sel("i32", s1, one, zero, bits);
+    vx.vcmps(Cmp::Lt, DType::I32, bits, lo, 0);
+    vx.vsel(DType::I32, s1, one, zero, bits);
     // hi + 1 in f32: in i32 it would overflow for i64::MAX.
-    vx.conv("f32", "i32", s1, s1, "rint");
-    vx.conv("f32", "i32", s2, hi, "rint");
-    vx.bin("vadd", "f32", s2, s2, s1);
+    vx.vconv(DType::F32, DType::I32, s1, s1, Round::Rint);
+    vx.vconv(DType::F32, DType::I32, s2, hi, Round::Rint);
+    vx.vbin(ProgramBuilder::vadd, DType::F32, s2, s2, s1);
     vx.muls(s2, s2, 2.0f32.powi(32));
-    vx.conv("f32", "i32", s1, lo, "rint");
-    vx.bin("vadd", "f32", o, s1, s2);
+    vx.vconv(DType::F32, DType::I32, s1, lo, Round::Rint);
+    vx.vbin(ProgramBuilder::vadd, DType::F32, o, s1, s2);
 }

@@ -53,55 +53,10 @@ pub type UnOp = for<'b> fn(&'b mut ProgramBuilder, DType, Reg, Reg) -> Emitted<'
 pub type ScalarOp =
     for<'b> fn(&'b mut ProgramBuilder, DType, Reg, Reg, Reg) -> Emitted<'b, VScalar>;
 
-/// The builder method of a two-source vector mnemonic.
-pub fn bin_op(m: &str) -> Option<BinOp> {
-    Some(match m {
-        "vadd" => ProgramBuilder::vadd,
-        "vsub" => ProgramBuilder::vsub,
-        "vmul" => ProgramBuilder::vmul,
-        "vdiv" => ProgramBuilder::vdiv,
-        "vmax" => ProgramBuilder::vmax,
-        "vmin" => ProgramBuilder::vmin,
-        "vand" => ProgramBuilder::vand,
-        "vor" => ProgramBuilder::vor,
-        "vmla" => ProgramBuilder::vmla,
-        _ => return None,
-    })
-}
-
-/// The builder method of a one-source vector mnemonic.
-pub fn un_op(m: &str) -> Option<UnOp> {
-    Some(match m {
-        "vabs" => ProgramBuilder::vabs,
-        "vrelu" => ProgramBuilder::vrelu,
-        "vexp" => ProgramBuilder::vexp,
-        "vln" => ProgramBuilder::vln,
-        "vsqrt" => ProgramBuilder::vsqrt,
-        "vrsqrt" => ProgramBuilder::vrsqrt,
-        "vrec" => ProgramBuilder::vrec,
-        "vnot" => ProgramBuilder::vnot,
-        "vmov" => ProgramBuilder::vmov,
-        _ => return None,
-    })
-}
-
-/// The builder method of a vector-and-scalar mnemonic.
-pub fn scalar_op(m: &str) -> Option<ScalarOp> {
-    Some(match m {
-        "vadds" => ProgramBuilder::vadds,
-        "vmuls" => ProgramBuilder::vmuls,
-        "vmaxs" => ProgramBuilder::vmaxs,
-        "vmins" => ProgramBuilder::vmins,
-        _ => return None,
-    })
-}
-
 /// Writes vector instructions into a kernel; `tmp` carries immediates.
 ///
-/// The methods taking a mnemonic and type by name (`bin("vadd", "f32", ..)`) are the typed
-/// ones (`vbin(ProgramBuilder::vadd, DType::F32, ..)`) for callers that choose the
-/// instruction from a table of names; a name that is no such instruction or type fails the
-/// kernel (its `finish` reports it).
+/// The instruction is a builder method (`vbin(ProgramBuilder::vadd, DType::F32, ..)`), so a
+/// caller choosing it from a table keeps a table of [`BinOp`], [`UnOp`] or [`ScalarOp`].
 pub struct Vx<'a> {
     /// The kernel.
     pub a: &'a mut Asm,
@@ -110,14 +65,6 @@ pub struct Vx<'a> {
 }
 
 impl Vx<'_> {
-    /// Fails the kernel: `names` (mnemonic, type, mode) name no vector instruction (a
-    /// generator bug). The builder keeps the error (as a label whose name cannot be read back)
-    /// and the kernel's `finish` reports it.
-    fn unknown(&mut self, names: &[&str]) {
-        self.a
-            .new_label(&format!("unknown vector operands: {}", names.join(" ")));
-    }
-
     /// `op.ty d, x, y` (vadd, vsub, vmul, vdiv, vmax, vmin, vand, vor).
     pub fn vbin(&mut self, op: BinOp, ty: DType, d: View, x: View, y: View) {
         op(self.a, ty, d.reg, x.reg, y.reg)
@@ -129,14 +76,6 @@ impl Vx<'_> {
             .src1_rep(y.rep);
     }
 
-    /// `m.ty d, x, y` by name (vadd, vsub, vmul, vdiv, vmax, vmin, vand, vor).
-    pub fn bin(&mut self, m: &str, ty: &str, d: View, x: View, y: View) {
-        match (bin_op(m), DType::from_name(ty)) {
-            (Some(op), Some(ty)) => self.vbin(op, ty, d, x, y),
-            _ => self.unknown(&[m, ty]),
-        }
-    }
-
     /// `op.ty d, x` (vabs, vexp, vln, vsqrt, vrec, vmov, ...).
     pub fn vun(&mut self, op: UnOp, ty: DType, d: View, x: View) {
         op(self.a, ty, d.reg, x.reg)
@@ -146,24 +85,10 @@ impl Vx<'_> {
             .src_rep(x.rep);
     }
 
-    /// `m.ty d, x` by name (vabs, vexp, vln, vsqrt, vrec, vmov, ...).
-    pub fn un(&mut self, m: &str, ty: &str, d: View, x: View) {
-        match (un_op(m), DType::from_name(ty)) {
-            (Some(op), Some(ty)) => self.vun(op, ty, d, x),
-            _ => self.unknown(&[m, ty]),
-        }
-    }
-
     /// `op.ty d, x, imm` (vadds, vmuls, vmaxs, vmins) with the immediate's raw bits.
     pub fn vscalar(&mut self, op: ScalarOp, ty: DType, d: View, x: View, bits: i64) {
         self.a.movi(self.tmp, bits);
         self.vscalar_reg(op, ty, d, x, self.tmp);
-    }
-
-    /// `m.ty d, x, imm` by name (vadds, vmuls, vmaxs, vmins) with the immediate's raw bits.
-    pub fn scalar(&mut self, m: &str, ty: &str, d: View, x: View, bits: i64) {
-        self.a.movi(self.tmp, bits);
-        self.scalar_reg(m, ty, d, x, self.tmp);
     }
 
     /// `op.ty d, x, r` with the scalar in a register.
@@ -173,14 +98,6 @@ impl Vx<'_> {
             .src_blk(x.blk)
             .dst_rep(d.rep)
             .src_rep(x.rep);
-    }
-
-    /// `m.ty d, x, r` by name with the scalar in a register.
-    pub fn scalar_reg(&mut self, m: &str, ty: &str, d: View, x: View, r: Reg) {
-        match (scalar_op(m), DType::from_name(ty)) {
-            (Some(op), Some(ty)) => self.vscalar_reg(op, ty, d, x, r),
-            _ => self.unknown(&[m, ty]),
-        }
     }
 
     /// `d = x * c` in f32.
@@ -221,14 +138,6 @@ impl Vx<'_> {
             .src1_rep(y.rep);
     }
 
-    /// Bit mask `bits = x cmp y`, the comparison and type by name.
-    pub fn cmp(&mut self, c: &str, ty: &str, bits: Reg, x: View, y: View) {
-        match (Cmp::from_name(c), DType::from_name(ty)) {
-            (Some(c), Some(ty)) => self.vcmp(c, ty, bits, x, y),
-            _ => self.unknown(&[c, ty]),
-        }
-    }
-
     /// Bit mask `bits = x cmp imm` (raw bits of the immediate).
     pub fn vcmps(&mut self, c: Cmp, ty: DType, bits: Reg, x: View, imm: i64) {
         self.a.movi(self.tmp, imm);
@@ -238,18 +147,9 @@ impl Vx<'_> {
             .src_rep(x.rep);
     }
 
-    /// Bit mask `bits = x cmp imm` (raw bits of the immediate), the comparison and type by
-    /// name.
-    pub fn cmps(&mut self, c: &str, ty: &str, bits: Reg, x: View, imm: i64) {
-        match (Cmp::from_name(c), DType::from_name(ty)) {
-            (Some(c), Some(ty)) => self.vcmps(c, ty, bits, x, imm),
-            _ => self.unknown(&[c, ty]),
-        }
-    }
-
     /// Bit mask `bits = x cmp c` for an f32 constant.
-    pub fn cmps_f32(&mut self, c: &str, bits: Reg, x: View, v: f32) {
-        self.cmps(c, "f32", bits, x, i64::from(v.to_bits()));
+    pub fn vcmps_f32(&mut self, c: Cmp, bits: Reg, x: View, v: f32) {
+        self.vcmps(c, DType::F32, bits, x, i64::from(v.to_bits()));
     }
 
     /// `d = bit ? x : y`.
@@ -264,14 +164,6 @@ impl Vx<'_> {
             .src1_rep(y.rep);
     }
 
-    /// `d = bit ? x : y`, the type by name.
-    pub fn sel(&mut self, ty: &str, d: View, x: View, y: View, bits: Reg) {
-        match DType::from_name(ty) {
-            Some(ty) => self.vsel(ty, d, x, y, bits),
-            None => self.unknown(&[ty]),
-        }
-    }
-
     /// `d = convert(x)` from `sty` to `dty` with a rounding mode.
     pub fn vconv(&mut self, dty: DType, sty: DType, d: View, x: View, round: Round) {
         self.a
@@ -283,18 +175,6 @@ impl Vx<'_> {
             .round(round);
     }
 
-    /// `d = convert(x)` from `sty` to `dty` with a rounding mode, all by name.
-    pub fn conv(&mut self, dty: &str, sty: &str, d: View, x: View, round: &str) {
-        match (
-            DType::from_name(dty),
-            DType::from_name(sty),
-            Round::from_name(round),
-        ) {
-            (Some(dty), Some(sty), Some(round)) => self.vconv(dty, sty, d, x, round),
-            _ => self.unknown(&[dty, sty, round]),
-        }
-    }
-
     /// Fills `d` with a value (raw bits).
     pub fn vdup(&mut self, ty: DType, d: View, bits: i64) {
         self.a.movi(self.tmp, bits);
@@ -302,14 +182,6 @@ impl Vx<'_> {
             .vdup(ty, d.reg, self.tmp)
             .dst_blk(d.blk)
             .dst_rep(d.rep);
-    }
-
-    /// Fills `d` with a value (raw bits), the type by name.
-    pub fn dup(&mut self, ty: &str, d: View, bits: i64) {
-        match DType::from_name(ty) {
-            Some(ty) => self.vdup(ty, d, bits),
-            None => self.unknown(&[ty]),
-        }
     }
 
     /// `p = p * t + c_k` for the coefficients from the highest degree down (Horner), starting
