@@ -31,6 +31,7 @@
 
 use gearsim_isa::{DType, Pipe, ReduceOp, SReg, units};
 
+use super::dma;
 use super::stream::{Dir, copy};
 use super::vec::View;
 use super::writer::{Asm, Reg};
@@ -1019,27 +1020,17 @@ impl Emit<'_> {
         let (dst, src) = if load { (ub, gm) } else { (gm, ub) };
         if bytes == ub_row {
             copy(a, dir, dst, src, rows * bytes);
-        } else if bytes % BLOCK == 0 {
-            let gap = (ub_row - bytes) / BLOCK;
-            let (sg, dg) = if load { (0, gap) } else { (gap, 0) };
-            let len = bytes / BLOCK;
-            if load {
-                a.copy_gm_to_ub(dst, src, rows, len).src_gap(sg).dst_gap(dg);
-            } else {
-                a.copy_ub_to_gm(dst, src, rows, len).src_gap(sg).dst_gap(dg);
-            }
         } else {
-            let gap = ub_row - round_up(bytes, BLOCK);
-            let (sg, dg) = if load { (0, gap) } else { (gap, 0) };
-            if load {
-                a.copy_gm_to_ub_pad(dst, src, rows, bytes)
-                    .src_gap(sg)
-                    .dst_gap(dg);
-            } else {
-                a.copy_ub_to_gm_pad(dst, src, rows, bytes)
-                    .src_gap(sg)
-                    .dst_gap(dg);
-            }
+            dma::rows(
+                a,
+                dir,
+                ub,
+                gm,
+                rows,
+                bytes,
+                0,
+                ub_row - round_up(bytes, BLOCK),
+            );
         }
     }
 

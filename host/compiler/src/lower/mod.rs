@@ -26,6 +26,7 @@
 pub mod activation;
 pub mod bcast;
 pub mod cube;
+pub mod dma;
 pub mod elementwise;
 pub mod movement;
 pub mod pool;

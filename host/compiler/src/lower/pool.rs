@@ -61,6 +61,7 @@
 
 use gearsim_isa::{Cmp, DType, Pipe, ReduceOp, units};
 
+use super::dma::{self, Dir};
 use super::reduce::{
     Addr, BLK, F32, FIELD, Flow, K, Mask, NEG_INF, Opd, REP, Spread, args, flow_fini, flow_init,
     round8,
@@ -83,10 +84,6 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
 
 /// Largest burst count of one DMA instruction (a 12-bit field).
 const MAX_BURSTS: u64 = units::BURST_COUNT_MAX;
-/// Largest block count of a burst DMA (16-bit field).
-const MAX_BURST_BLOCKS: u64 = units::BURST_LEN_MAX;
-/// Largest block gap of a burst DMA (16-bit fields).
-const MAX_BURST_GAP: u64 = units::BURST_GAP_MAX;
 /// Tiles aim for at least this many input bytes, so a DMA latency per tile is amortised.
 const MIN_TILE_BYTES: u64 = 16 * 1024;
 /// Tiles per block the planner aims for, so the double buffer has something to overlap.
@@ -444,30 +441,8 @@ fn dma(
             t
         };
         let (gm_gap, ub_gap) = (gm_stride - len, ub_stride - len.div_ceil(32) * 32);
-        let (d, s) = if load { (u, g) } else { (g, u) };
-        let (sg, dg) = if load {
-            (gm_gap, ub_gap)
-        } else {
-            (ub_gap, gm_gap)
-        };
-        let block = units::BLOCK_BYTES;
-        let whole = len % block == 0 && gm_gap % block == 0;
-        if whole
-            && len / block <= MAX_BURST_BLOCKS
-            && sg / block <= MAX_BURST_GAP
-            && dg / block <= MAX_BURST_GAP
-        {
-            let (blocks, sg, dg) = (len / block, sg / block, dg / block);
-            if load {
-                k.a.copy_gm_to_ub(d, s, n, blocks).src_gap(sg).dst_gap(dg);
-            } else {
-                k.a.copy_ub_to_gm(d, s, n, blocks).src_gap(sg).dst_gap(dg);
-            }
-        } else if load {
-            k.a.copy_gm_to_ub_pad(d, s, n, len).src_gap(sg).dst_gap(dg);
-        } else {
-            k.a.copy_ub_to_gm_pad(d, s, n, len).src_gap(sg).dst_gap(dg);
-        }
+        let dir = if load { Dir::GmToUb } else { Dir::UbToGm };
+        dma::rows(&mut k.a, dir, u, g, n, len, gm_gap, ub_gap);
         done += n;
     }
 }

@@ -25,6 +25,7 @@
 
 use gearsim_isa::{DType, Pipe, ReduceOp, SReg, units};
 
+use super::dma::{self, Dir};
 use super::writer::{Asm, Reg};
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
 use crate::CoreSpec;
@@ -473,32 +474,17 @@ pub(super) fn dma_rows(
             k.gm_off(t, gm, done * gm_stride * F32);
             t
         };
-        let gap = (gm_stride - len) * F32;
-        let (d, s) = if load { (u, g) } else { (g, u) };
-        // The GM side's gap: the source's when loading, the destination's when storing.
-        let gaps = |g: u64| if load { (g, 0) } else { (0, g) };
-        let block = units::BLOCK_BYTES;
-        if (len * F32) % block == 0
-            && gap % block == 0
-            && len / BLK <= units::BURST_LEN_MAX
-            && gap / block <= units::BURST_GAP_MAX
-        {
-            let (sg, dg) = gaps(gap / block);
-            let e = if load {
-                k.a.copy_gm_to_ub(d, s, n, len / BLK)
-            } else {
-                k.a.copy_ub_to_gm(d, s, n, len / BLK)
-            };
-            e.src_gap(sg).dst_gap(dg);
-        } else {
-            let (sg, dg) = gaps(gap);
-            let e = if load {
-                k.a.copy_gm_to_ub_pad(d, s, n, len * F32)
-            } else {
-                k.a.copy_ub_to_gm_pad(d, s, n, len * F32)
-            };
-            e.src_gap(sg).dst_gap(dg);
-        }
+        let dir = if load { Dir::GmToUb } else { Dir::UbToGm };
+        dma::rows(
+            &mut k.a,
+            dir,
+            u,
+            g,
+            n,
+            len * F32,
+            (gm_stride - len) * F32,
+            0,
+        );
         done += n;
     }
 }

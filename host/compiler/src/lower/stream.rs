@@ -10,8 +10,9 @@
 //! instruction per operation and tails need no special code; a tail whose bytes are not a
 //! multiple of 32 moves with the byte-granular DMA.
 
-use gearsim_isa::{Pipe, SReg, units};
+use gearsim_isa::{Pipe, SReg};
 
+use super::dma;
 use super::writer::{Asm, Reg};
 use crate::CoreSpec;
 
@@ -278,27 +279,13 @@ impl Emit<'_> {
     }
 }
 
-/// Which way a UB copy goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dir {
-    /// GM to UB (`copy_gm_to_ub`, MTE2).
-    GmToUb,
-    /// UB to GM (`copy_ub_to_gm`, MTE3).
-    UbToGm,
-}
+pub use super::dma::Dir;
 
 /// One contiguous copy of `bytes`: 32-byte bursts when they divide it, else byte-granular.
 pub fn copy(a: &mut Asm, dir: Dir, dst: Reg, src: Reg, bytes: u64) {
-    if bytes % units::BLOCK_BYTES == 0 && bytes / units::BLOCK_BYTES <= units::BURST_LEN_MAX {
-        let len = bytes / units::BLOCK_BYTES;
-        match dir {
-            Dir::GmToUb => a.copy_gm_to_ub(dst, src, 1, len),
-            Dir::UbToGm => a.copy_ub_to_gm(dst, src, 1, len),
-        };
-    } else {
-        match dir {
-            Dir::GmToUb => a.copy_gm_to_ub_pad(dst, src, 1, bytes),
-            Dir::UbToGm => a.copy_ub_to_gm_pad(dst, src, 1, bytes),
-        };
-    }
+    let (ub, gm) = match dir {
+        Dir::GmToUb => (dst, src),
+        Dir::UbToGm => (src, dst),
+    };
+    dma::rows(a, dir, ub, gm, 1, bytes, 0, 0);
 }

@@ -18,6 +18,7 @@
 
 use gearsim_isa::{SReg, SType, Space, units};
 
+use super::super::dma::{self, Dir};
 use super::super::writer::{Asm, Reg};
 use crate::CoreSpec;
 
@@ -27,8 +28,6 @@ pub const BLOCK: u64 = units::BLOCK_BYTES;
 pub const MAX_BURSTS: u64 = units::BURST_COUNT_MAX;
 /// Largest burst length of a burst copy, in 32-byte blocks (16-bit field).
 const MAX_BURST_LEN: u64 = units::BURST_LEN_MAX;
-/// Largest gap of a burst copy, in 32-byte blocks (16-bit fields).
-const MAX_BURST_GAP: u64 = units::BURST_GAP_MAX;
 /// Largest burst length of a byte-granular copy (21-bit field).
 pub const MAX_PAD_LEN: u64 = units::PAD_BURST_LEN_MAX;
 /// Largest gap of a byte-granular copy (32-bit fields).
@@ -285,37 +284,8 @@ pub fn dma(a: &mut Asm, to_ub: bool, ub: Reg, gm: Reg, x: &Xfer) {
     } else {
         (0, 0)
     };
-    let (dst, src) = if to_ub { (ub, gm) } else { (gm, ub) };
-    let (src_gap, dst_gap) = if to_ub {
-        (gm_gap, ub_gap)
-    } else {
-        (ub_gap, gm_gap)
-    };
-    let burst = x.len % BLOCK == 0
-        && gm_gap % BLOCK == 0
-        && x.len / BLOCK <= MAX_BURST_LEN
-        && gm_gap / BLOCK <= MAX_BURST_GAP
-        && ub_gap / BLOCK <= MAX_BURST_GAP;
-    if burst {
-        let (len, src_gap, dst_gap) = (x.len / BLOCK, src_gap / BLOCK, dst_gap / BLOCK);
-        if to_ub {
-            a.copy_gm_to_ub(dst, src, x.n, len)
-                .src_gap(src_gap)
-                .dst_gap(dst_gap);
-        } else {
-            a.copy_ub_to_gm(dst, src, x.n, len)
-                .src_gap(src_gap)
-                .dst_gap(dst_gap);
-        }
-    } else if to_ub {
-        a.copy_gm_to_ub_pad(dst, src, x.n, x.len)
-            .src_gap(src_gap)
-            .dst_gap(dst_gap);
-    } else {
-        a.copy_ub_to_gm_pad(dst, src, x.n, x.len)
-            .src_gap(src_gap)
-            .dst_gap(dst_gap);
-    }
+    let dir = if to_ub { Dir::GmToUb } else { Dir::UbToGm };
+    dma::rows(a, dir, ub, gm, x.n, x.len, gm_gap, ub_gap);
 }
 
 /// How the tasks of a kernel are spread over blocks.
