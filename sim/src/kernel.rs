@@ -23,6 +23,8 @@ pub struct Kernel {
     pub program: Program,
     /// The pipe each instruction runs on, looked up once here instead of per execution.
     pub(crate) pipes: Vec<gearsim_isa::Pipe>,
+    /// Each instruction's timing class from the table, likewise looked up once.
+    pub(crate) timing: Vec<gearsim_isa::TimingClass>,
 }
 
 impl Kernel {
@@ -33,10 +35,12 @@ impl Kernel {
             .iter()
             .map(gearsim_isa::Instruction::pipe)
             .collect();
+        let timing = program.instrs.iter().map(|i| i.spec().timing).collect();
         Kernel {
             name: program.display_name().to_string(),
             program,
             pipes,
+            timing,
         }
     }
 }

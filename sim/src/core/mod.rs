@@ -870,10 +870,10 @@ impl AiCore {
             return Ok(None);
         };
         let pc = b.pc;
+        // The semantics are `exec::scalar`'s; the cost is the table's timing class.
+        let class_cycles = cfg.scalar_cycles(b.kernel.timing[pc as usize]);
         let r = &mut b.regs;
         let mut next = pc + 1;
-        // The semantics are `exec::scalar`'s; the cost is the table's timing class.
-        let class_cycles = cfg.scalar_cycles(instr.spec().timing);
         let cost = match scalar::step(&instr, r) {
             Step::Write { dst, value, .. } => {
                 r[dst] = value;

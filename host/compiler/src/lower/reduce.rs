@@ -23,9 +23,10 @@
 //! the previous tile (they recompute rows and write identical bytes), so every tile of a
 //! kernel has the same static shape.
 
-use gearsim_isa::{DType, Pipe, ReduceOp, SReg, units};
+use gearsim_isa::{DType, Pipe, ProgramBuilder, ReduceOp, SReg, units};
 
 use super::dma::{self, Dir};
+use super::vec::{BinOp, ScalarOp, UnOp};
 use super::writer::{Asm, Reg};
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
 use crate::CoreSpec;
@@ -61,23 +62,14 @@ const UB_SLACK: u64 = 1024;
 /// The bits of f32 negative infinity (the identity of max).
 pub(super) const NEG_INF: u32 = 0xff80_0000;
 
-/// An f32 vector operation the reductions write: two-source (`vadd` .. `vmla`, for
-/// [`K::vbin`]), one-source (`vexp` .. `vmov`, for [`K::vun`]) or vector-scalar (`vadds`,
-/// `vmuls`, for [`K::vsc`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// An f32 vector operation of the reductions, by its operand shape, as the builder method the
+/// ISA table generates (`ProgramBuilder::vadd`, `vexp`, `vmuls`, ...): two-source for
+/// [`K::vbin`], one-source for [`K::vun`], vector-scalar for [`K::vsc`].
+#[derive(Clone, Copy)]
 pub(super) enum VOp {
-    Vadd,
-    Vsub,
-    Vmul,
-    Vdiv,
-    Vmax,
-    Vmla,
-    Vexp,
-    Vsqrt,
-    Vrec,
-    Vmov,
-    Vadds,
-    Vmuls,
+    Bin(BinOp),
+    Un(UnOp),
+    Scalar(ScalarOp),
 }
 
 /// A vector mask.
@@ -270,8 +262,7 @@ impl K {
     }
 
     /// A two-operand vector instruction (`vadd`, `vmax`, `vmla`, ...).
-    pub(super) fn vbin(&mut self, op: impl Into<VOp>, d: Opd, s0: Opd, s1: Opd, m: Mask, rep: u64) {
-        let op = op.into();
+    pub(super) fn vbin(&mut self, op: BinOp, d: Opd, s0: Opd, s1: Opd, m: Mask, rep: u64) {
         self.set_mask(m);
         let (rd, r0, r1) = (
             self.reg_of(0, d.at),
@@ -281,15 +272,7 @@ impl K {
         let r = K::repeat(m, rep);
         let f = DType::F32;
         let b = &mut *self.a;
-        let e = match op {
-            VOp::Vadd => b.vadd(f, rd, r0, r1),
-            VOp::Vsub => b.vsub(f, rd, r0, r1),
-            VOp::Vmul => b.vmul(f, rd, r0, r1),
-            VOp::Vdiv => b.vdiv(f, rd, r0, r1),
-            VOp::Vmax => b.vmax(f, rd, r0, r1),
-            VOp::Vmla => b.vmla(f, rd, r0, r1),
-            _ => panic!("{op:?} is not a two-source vector operation"),
-        };
+        let e = op(b, f, rd, r0, r1);
         let e = match r {
             Some(rep) => e.repeat(rep),
             None => e,
@@ -303,20 +286,13 @@ impl K {
     }
 
     /// A one-operand vector instruction (`vexp`, `vmov`, `vrec`, ...).
-    pub(super) fn vun(&mut self, op: impl Into<VOp>, d: Opd, s: Opd, m: Mask, rep: u64) {
-        let op = op.into();
+    pub(super) fn vun(&mut self, op: UnOp, d: Opd, s: Opd, m: Mask, rep: u64) {
         self.set_mask(m);
         let (rd, rs) = (self.reg_of(0, d.at), self.reg_of(1, s.at));
         let r = K::repeat(m, rep);
         let f = DType::F32;
         let b = &mut *self.a;
-        let e = match op {
-            VOp::Vexp => b.vexp(f, rd, rs),
-            VOp::Vsqrt => b.vsqrt(f, rd, rs),
-            VOp::Vrec => b.vrec(f, rd, rs),
-            VOp::Vmov => b.vmov(f, rd, rs),
-            _ => panic!("{op:?} is not a one-source vector operation"),
-        };
+        let e = op(b, f, rd, rs);
         let e = match r {
             Some(rep) => e.repeat(rep),
             None => e,
@@ -328,26 +304,13 @@ impl K {
     }
 
     /// A vector-scalar instruction (`vadds`, `vmuls`).
-    pub(super) fn vsc(
-        &mut self,
-        op: impl Into<VOp>,
-        d: Opd,
-        s: Opd,
-        scalar: Reg,
-        m: Mask,
-        rep: u64,
-    ) {
-        let op = op.into();
+    pub(super) fn vsc(&mut self, op: ScalarOp, d: Opd, s: Opd, scalar: Reg, m: Mask, rep: u64) {
         self.set_mask(m);
         let (rd, rs) = (self.reg_of(0, d.at), self.reg_of(1, s.at));
         let r = K::repeat(m, rep);
         let f = DType::F32;
         let b = &mut *self.a;
-        let e = match op {
-            VOp::Vadds => b.vadds(f, rd, rs, scalar),
-            VOp::Vmuls => b.vmuls(f, rd, rs, scalar),
-            _ => panic!("{op:?} is not a vector-scalar operation"),
-        };
+        let e = op(b, f, rd, rs, scalar);
         let e = match r {
             Some(rep) => e.repeat(rep),
             None => e,
@@ -775,16 +738,21 @@ impl View {
         }
     }
 
-    /// `dst = op(a)` / `op(a, b)` / `op(a, scalar)` over the rows' valid elements. `mn` is a
-    /// one-operand mnemonic when `b` is `None`, a vector-scalar one when it is a scalar.
+    /// `dst = op(a)` / `op(a, b)` / `op(a, scalar)` over the rows' valid elements: a one-source
+    /// `mn` when `b` is `None`, a vector-scalar one when it is a scalar, a two-source one else.
     pub(super) fn ew(&self, k: &mut K, mn: VOp, dst: u64, a: Arg, b: Option<Arg>) {
         let t = self.tile;
         let emit = |k: &mut K, c: u64, g0: u64, m: Mask, rep: u64| {
             let (d, s0) = (self.opd(Arg::Mat(dst), c, g0), self.opd(a, c, g0));
-            match b {
-                None => k.vun(mn, d, s0, m, rep),
-                Some(Arg::Scalar(r)) => k.vsc(mn, d, s0, r, m, rep),
-                Some(b) => k.vbin(mn, d, s0, self.opd(b, c, g0), m, rep),
+            match (mn, b) {
+                (VOp::Un(op), None) => k.vun(op, d, s0, m, rep),
+                (VOp::Scalar(op), Some(Arg::Scalar(r))) => k.vsc(op, d, s0, r, m, rep),
+                (VOp::Bin(op), Some(b)) if !matches!(b, Arg::Scalar(_)) => {
+                    k.vbin(op, d, s0, self.opd(b, c, g0), m, rep)
+                }
+                _ => {
+                    k.a.generator_error("an element-wise operation with the wrong operands")
+                }
             }
         };
         match self.row {
@@ -804,8 +772,8 @@ impl View {
     pub(super) fn fold(&self, k: &mut K, op: ReduceOp, src: u64, square: bool, acc: u64, f: u64) {
         let t = self.tile;
         let (vop, ident) = match op {
-            ReduceOp::Max => (VOp::Vmax, NEG_INF),
-            _ => (VOp::Vadd, 0),
+            ReduceOp::Max => (ProgramBuilder::vmax as BinOp, NEG_INF),
+            _ => (ProgramBuilder::vadd as BinOp, 0),
         };
         let id = k.t[2];
         k.a.movi(id, i64::from(ident));
@@ -818,7 +786,7 @@ impl View {
                         let x = self.opd(Arg::Mat(src), c, g0);
                         let m = Mask::low(t.len - c * REP);
                         if square {
-                            k.vbin(VOp::Vmla, a, x, x, m, n);
+                            k.vbin(ProgramBuilder::vmla, a, x, x, m, n);
                         } else {
                             k.vbin(vop, a, a, x, m, n);
                         }
@@ -842,7 +810,7 @@ impl View {
                     let n = (t.len - p).min(w);
                     let x = Opd::flat(Addr::Rel(row, src + p * F32));
                     if square {
-                        k.vbin(VOp::Vmla, Opd::ub(acc), x, x, Mask::Count(n), 1);
+                        k.vbin(ProgramBuilder::vmla, Opd::ub(acc), x, x, Mask::Count(n), 1);
                     } else {
                         k.vbin(vop, Opd::ub(acc), Opd::ub(acc), x, Mask::Count(n), 1);
                     }
@@ -907,17 +875,19 @@ impl View {
         let blk = self.row.map(|(_, b)| b);
         let (d, s) = (Opd::flat(at(dst, blk)), Opd::flat(at(a, blk)));
         let m = Mask::Count(n);
-        match b {
-            None => k.vun(mn, d, s, m, 1),
-            Some(Arg::Scalar(r)) => k.vsc(mn, d, s, r, m, 1),
-            Some(Arg::RowB(o)) => k.vbin(mn, d, s, Opd::flat(at(o, blk)), m, 1),
-            Some(_) => {}
+        match (mn, b) {
+            (VOp::Un(op), None) => k.vun(op, d, s, m, 1),
+            (VOp::Scalar(op), Some(Arg::Scalar(r))) => k.vsc(op, d, s, r, m, 1),
+            (VOp::Bin(op), Some(Arg::RowB(o))) => k.vbin(op, d, s, Opd::flat(at(o, blk)), m, 1),
+            _ => {
+                k.a.generator_error("a row-broadcast operation with the wrong operands")
+            }
         }
     }
 }
 
 /// Halves a contiguous accumulator of `w` lanes (a power of two) down to `to` lanes with `vop`.
-pub(super) fn halve(k: &mut K, vop: VOp, acc: u64, mut w: u64, to: u64) {
+pub(super) fn halve(k: &mut K, vop: BinOp, acc: u64, mut w: u64, to: u64) {
     while w > to {
         w /= 2;
         k.vbin(
@@ -935,11 +905,17 @@ pub(super) fn halve(k: &mut K, vop: VOp, acc: u64, mut w: u64, to: u64) {
 /// `dst` with `vop`, pairwise: the upper half onto the lower half until one row is left. The
 /// first level writes `dst`, so `src` is kept when `dst != src` (`dst` then needs
 /// ceil(rows / 2) rows).
-pub(super) fn col_fold(k: &mut K, vop: VOp, dst: u64, src: u64, rows: u64, width: u64) {
+pub(super) fn col_fold(k: &mut K, vop: BinOp, dst: u64, src: u64, rows: u64, width: u64) {
     let rb = width * F32;
     if rows <= 1 {
         if dst != src {
-            k.vun(VOp::Vmov, Opd::ub(dst), Opd::ub(src), Mask::Count(width), 1);
+            k.vun(
+                ProgramBuilder::vmov,
+                Opd::ub(dst),
+                Opd::ub(src),
+                Mask::Count(width),
+                1,
+            );
         }
         return;
     }
@@ -958,7 +934,7 @@ pub(super) fn col_fold(k: &mut K, vop: VOp, dst: u64, src: u64, rows: u64, width
         );
         if h > m && from != dst {
             k.vun(
-                VOp::Vmov,
+                ProgramBuilder::vmov,
                 Opd::ub(dst + m * rb),
                 Opd::ub(from + m * rb),
                 Mask::Count(width),
@@ -1335,12 +1311,24 @@ fn softmax(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
             s.tile.each(k, &|k, v| {
                 v.fold(k, ReduceOp::Max, s.x, false, s.acc, s.f);
                 v.bcast(k, ReduceOp::Max, s.b[0], s.f);
-                v.ew(k, VOp::Vsub, s.x, Arg::Mat(s.x), Some(Arg::RowB(s.b[0])));
-                v.ew(k, VOp::Vexp, s.x, Arg::Mat(s.x), None);
+                v.ew(
+                    k,
+                    VOp::Bin(ProgramBuilder::vsub),
+                    s.x,
+                    Arg::Mat(s.x),
+                    Some(Arg::RowB(s.b[0])),
+                );
+                v.ew(k, VOp::Un(ProgramBuilder::vexp), s.x, Arg::Mat(s.x), None);
                 v.fold(k, ReduceOp::Sum, s.x, false, s.acc, s.f);
                 v.bcast(k, ReduceOp::Sum, s.b[0], s.f);
-                v.rowb(k, VOp::Vrec, s.b[0], s.b[0], None);
-                v.ew(k, VOp::Vmul, s.x, Arg::Mat(s.x), Some(Arg::RowB(s.b[0])));
+                v.rowb(k, VOp::Un(ProgramBuilder::vrec), s.b[0], s.b[0], None);
+                v.ew(
+                    k,
+                    VOp::Bin(ProgramBuilder::vmul),
+                    s.x,
+                    Arg::Mat(s.x),
+                    Some(Arg::RowB(s.b[0])),
+                );
             });
         };
         RowKernel {
@@ -1445,15 +1433,33 @@ fn col_softmax(ctx: &LowerCtx<'_>, o: u64, l: u64, i: u64) -> Result<Kernel, Low
     };
     let compute = |k: &mut K, b: usize, _: bool| {
         let x = xb[b];
-        col_fold(k, VOp::Vmax, s, x, l, icp);
+        col_fold(k, ProgramBuilder::vmax, s, x, l, icp);
         tile.each(k, &|k, v| {
-            v.ew(k, VOp::Vsub, x, Arg::Mat(x), Some(Arg::ColV(s)));
-            v.ew(k, VOp::Vexp, x, Arg::Mat(x), None);
+            v.ew(
+                k,
+                VOp::Bin(ProgramBuilder::vsub),
+                x,
+                Arg::Mat(x),
+                Some(Arg::ColV(s)),
+            );
+            v.ew(k, VOp::Un(ProgramBuilder::vexp), x, Arg::Mat(x), None);
         });
-        col_fold(k, VOp::Vadd, s, x, l, icp);
-        k.vun(VOp::Vrec, Opd::ub(s), Opd::ub(s), Mask::Count(icp), 1);
+        col_fold(k, ProgramBuilder::vadd, s, x, l, icp);
+        k.vun(
+            ProgramBuilder::vrec,
+            Opd::ub(s),
+            Opd::ub(s),
+            Mask::Count(icp),
+            1,
+        );
         tile.each(k, &|k, v| {
-            v.ew(k, VOp::Vmul, x, Arg::Mat(x), Some(Arg::ColV(s)));
+            v.ew(
+                k,
+                VOp::Bin(ProgramBuilder::vmul),
+                x,
+                Arg::Mat(x),
+                Some(Arg::ColV(s)),
+            );
         });
     };
     let store = |k: &mut K, b: usize, _: bool| {
@@ -1569,21 +1575,63 @@ fn layer_norm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         s.tile.each(k, &|k, v| {
             v.fold(k, ReduceOp::Sum, s.x, false, s.acc, s.f);
             v.bcast(k, ReduceOp::Sum, mean, s.f);
-            v.rowb(k, VOp::Vmuls, mean, mean, Some(Arg::Scalar(il)));
-            v.ew(k, VOp::Vsub, s.x, Arg::Mat(s.x), Some(Arg::RowB(mean)));
+            v.rowb(
+                k,
+                VOp::Scalar(ProgramBuilder::vmuls),
+                mean,
+                mean,
+                Some(Arg::Scalar(il)),
+            );
+            v.ew(
+                k,
+                VOp::Bin(ProgramBuilder::vsub),
+                s.x,
+                Arg::Mat(s.x),
+                Some(Arg::RowB(mean)),
+            );
             v.fold(k, ReduceOp::Sum, s.x, true, s.acc, s.f);
             v.bcast(k, ReduceOp::Sum, rstd, s.f);
-            v.rowb(k, VOp::Vmuls, rstd, rstd, Some(Arg::Scalar(il)));
-            v.rowb(k, VOp::Vadds, rstd, rstd, Some(Arg::Scalar(ep)));
-            v.rowb(k, VOp::Vsqrt, rstd, rstd, None);
-            v.rowb(k, VOp::Vrec, rstd, rstd, None);
-            v.ew(k, VOp::Vmul, s.x, Arg::Mat(s.x), Some(Arg::RowB(rstd)));
+            v.rowb(
+                k,
+                VOp::Scalar(ProgramBuilder::vmuls),
+                rstd,
+                rstd,
+                Some(Arg::Scalar(il)),
+            );
+            v.rowb(
+                k,
+                VOp::Scalar(ProgramBuilder::vadds),
+                rstd,
+                rstd,
+                Some(Arg::Scalar(ep)),
+            );
+            v.rowb(k, VOp::Un(ProgramBuilder::vsqrt), rstd, rstd, None);
+            v.rowb(k, VOp::Un(ProgramBuilder::vrec), rstd, rstd, None);
+            v.ew(
+                k,
+                VOp::Bin(ProgramBuilder::vmul),
+                s.x,
+                Arg::Mat(s.x),
+                Some(Arg::RowB(rstd)),
+            );
             if has_scale {
-                v.ew(k, VOp::Vmul, s.x, Arg::Mat(s.x), Some(Arg::ColV(s.colv[0])));
+                v.ew(
+                    k,
+                    VOp::Bin(ProgramBuilder::vmul),
+                    s.x,
+                    Arg::Mat(s.x),
+                    Some(Arg::ColV(s.colv[0])),
+                );
             }
             if has_bias {
                 let c = s.colv[usize::from(has_scale)];
-                v.ew(k, VOp::Vadd, s.x, Arg::Mat(s.x), Some(Arg::ColV(c)));
+                v.ew(
+                    k,
+                    VOp::Bin(ProgramBuilder::vadd),
+                    s.x,
+                    Arg::Mat(s.x),
+                    Some(Arg::ColV(c)),
+                );
             }
         });
         for (i, &out) in s.stats.iter().enumerate() {
@@ -1681,8 +1729,20 @@ fn batch_norm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let main = if vectors {
         let compute = |k: &mut K, b: &RowBufs| {
             b.tile.each(k, &|k, v| {
-                v.ew(k, VOp::Vmul, b.x, Arg::Mat(b.x), Some(Arg::ColV(b.colv[0])));
-                v.ew(k, VOp::Vadd, b.x, Arg::Mat(b.x), Some(Arg::ColV(b.colv[1])));
+                v.ew(
+                    k,
+                    VOp::Bin(ProgramBuilder::vmul),
+                    b.x,
+                    Arg::Mat(b.x),
+                    Some(Arg::ColV(b.colv[0])),
+                );
+                v.ew(
+                    k,
+                    VOp::Bin(ProgramBuilder::vadd),
+                    b.x,
+                    Arg::Mat(b.x),
+                    Some(Arg::ColV(b.colv[1])),
+                );
             });
         };
         let mut kern = RowKernel {
@@ -1707,14 +1767,14 @@ fn batch_norm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
             b.tile.each(k, &|k, v| {
                 v.ew(
                     k,
-                    VOp::Vmul,
+                    VOp::Bin(ProgramBuilder::vmul),
                     b.x,
                     Arg::Mat(b.x),
                     Some(Arg::RowB(b.tables[0])),
                 );
                 v.ew(
                     k,
-                    VOp::Vadd,
+                    VOp::Bin(ProgramBuilder::vadd),
                     b.x,
                     Arg::Mat(b.x),
                     Some(Arg::RowB(b.tables[1])),
@@ -1785,11 +1845,32 @@ fn bn_params(ctx: &LowerCtx<'_>, c: u64, eps: f32, vectors: bool) -> Result<Kern
     let m = Mask::Count(cp);
     let e = k.f32_reg(eps);
     // a = scale / sqrt(var + eps); b = B - mean * a.
-    k.vsc(VOp::Vadds, Opd::ub(v[4]), Opd::ub(v[3]), e, m, 1);
-    k.vun(VOp::Vsqrt, Opd::ub(v[4]), Opd::ub(v[4]), m, 1);
-    k.vbin(VOp::Vdiv, Opd::ub(v[4]), Opd::ub(v[0]), Opd::ub(v[4]), m, 1);
-    k.vbin(VOp::Vmul, Opd::ub(v[5]), Opd::ub(v[2]), Opd::ub(v[4]), m, 1);
-    k.vbin(VOp::Vsub, Opd::ub(v[5]), Opd::ub(v[1]), Opd::ub(v[5]), m, 1);
+    k.vsc(ProgramBuilder::vadds, Opd::ub(v[4]), Opd::ub(v[3]), e, m, 1);
+    k.vun(ProgramBuilder::vsqrt, Opd::ub(v[4]), Opd::ub(v[4]), m, 1);
+    k.vbin(
+        ProgramBuilder::vdiv,
+        Opd::ub(v[4]),
+        Opd::ub(v[0]),
+        Opd::ub(v[4]),
+        m,
+        1,
+    );
+    k.vbin(
+        ProgramBuilder::vmul,
+        Opd::ub(v[5]),
+        Opd::ub(v[2]),
+        Opd::ub(v[4]),
+        m,
+        1,
+    );
+    k.vbin(
+        ProgramBuilder::vsub,
+        Opd::ub(v[5]),
+        Opd::ub(v[1]),
+        Opd::ub(v[5]),
+        m,
+        1,
+    );
     if vectors {
         k.a.set_flag(Pipe::V, Pipe::Mte3, 0);
         k.a.wait_flag(Pipe::V, Pipe::Mte3, 0);
@@ -2063,7 +2144,7 @@ pub(super) fn reduce_pass(
             if let Some(sc) = scale {
                 let r = k.f32_reg(sc);
                 k.vsc(
-                    VOp::Vmuls,
+                    ProgramBuilder::vmuls,
                     Opd::ub(s.stats[0]),
                     Opd::ub(s.stats[0]),
                     r,
@@ -2140,7 +2221,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
         let compute = |k: &mut K, b: usize, last: bool| {
             let n = if last { last_len } else { chunk };
             k.vbin(
-                VOp::Vadd,
+                ProgramBuilder::vadd,
                 Opd::ub(acc),
                 Opd::ub(acc),
                 Opd::ub(xb[b]),
@@ -2155,7 +2236,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
             store: None,
         }
         .emit(k);
-        halve(k, VOp::Vadd, acc, chunk, REP);
+        halve(k, ProgramBuilder::vadd, acc, chunk, REP);
         k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
         k.vred(
             false,
@@ -2168,7 +2249,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
         );
         if let Some(s) = scale {
             k.vsc(
-                VOp::Vmuls,
+                ProgramBuilder::vmuls,
                 Opd::ub(slot),
                 Opd::ub(slot),
                 s,
@@ -2262,9 +2343,9 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
         };
         let compute = |k: &mut K, b: usize, last: bool| {
             let n = if last { last_rows } else { lc };
-            col_fold(k, VOp::Vadd, xb[b], xb[b], n, icp);
+            col_fold(k, ProgramBuilder::vadd, xb[b], xb[b], n, icp);
             k.vbin(
-                VOp::Vadd,
+                ProgramBuilder::vadd,
                 Opd::ub(acc),
                 Opd::ub(acc),
                 Opd::ub(xb[b]),
@@ -2282,14 +2363,20 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
         k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
         match scale {
             Some(s) => k.vsc(
-                VOp::Vmuls,
+                ProgramBuilder::vmuls,
                 Opd::ub(outb),
                 Opd::ub(acc),
                 s,
                 Mask::Count(icp),
                 1,
             ),
-            None => k.vun(VOp::Vmov, Opd::ub(outb), Opd::ub(acc), Mask::Count(icp), 1),
+            None => k.vun(
+                ProgramBuilder::vmov,
+                Opd::ub(outb),
+                Opd::ub(acc),
+                Mask::Count(icp),
+                1,
+            ),
         }
         k.a.set_flag(Pipe::V, Pipe::Mte3, 2);
         k.a.wait_flag(Pipe::V, Pipe::Mte3, 2);

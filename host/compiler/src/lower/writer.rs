@@ -43,6 +43,8 @@ pub struct Asm {
     label_count: u32,
     tiling: Vec<(String, i64)>,
     overflow: bool,
+    /// The first inconsistency a lowering found in its own plan (a bug of the generator).
+    generator_error: Option<String>,
 }
 
 impl Deref for Asm {
@@ -69,6 +71,7 @@ impl Asm {
             label_count: 0,
             tiling: Vec::new(),
             overflow: false,
+            generator_error: None,
         }
     }
 
@@ -97,6 +100,12 @@ impl Asm {
     /// A comment line above the next instruction.
     pub fn comment(&mut self, text: impl Display) {
         self.b.comment(text.to_string());
+    }
+
+    /// Records that the lowering asked for something inconsistent (a bug of the generator, not
+    /// of the model): `finish` then fails naming the kernel, instead of a panic.
+    pub fn generator_error(&mut self, what: &str) {
+        self.generator_error.get_or_insert_with(|| what.to_string());
     }
 
     /// A fresh label name (not yet placed). The builder's label is made when the name is
@@ -180,6 +189,9 @@ impl Asm {
                 self.name,
                 REG_COUNT - FIRST_REG
             ));
+        }
+        if let Some(what) = self.generator_error {
+            return Err(format!("kernel {}: {what}", self.name));
         }
         self.b.end();
         let (program, comments) = self
