@@ -151,6 +151,23 @@ impl<S: TraceSink> Device<S> {
         self.fw.sched.dispatch.mode = mode;
     }
 
+    /// Starts (or stops) keeping a [`KernelProfile`] of every AI core kernel run; starting
+    /// clears what was kept.
+    pub fn set_profiling(&mut self, on: bool) {
+        self.fw.sched.dispatch.profile = on.then(Vec::new);
+    }
+
+    /// The kernel runs profiled since profiling started or was last taken, oldest first.
+    pub fn take_profile(&mut self) -> Vec<crate::KernelProfile> {
+        self.fw
+            .sched
+            .dispatch
+            .profile
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
     // ---- memory -------------------------------------------------------------------------------
 
     /// Allocates `bytes` of device memory (512-byte aligned).

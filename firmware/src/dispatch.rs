@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use gearsim_isa::Program;
 use gearsim_isa::task::AiCoreKernel;
-use gearsim_sim::{BlockLaunch, Chip, ChipConfig, ExecMode, Kernel, Tick};
+use gearsim_sim::{BlockLaunch, Chip, ChipConfig, CoreStats, ExecMode, Kernel, Tick};
 use gearsim_traces::TraceSink;
 
 use crate::context::{Ctx, bad};
@@ -47,6 +47,8 @@ struct KernelEntry {
 struct KernelRun {
     task: TaskRef,
     chip_kernel: usize,
+    /// Address of its kernel image.
+    image: u64,
     block_dim: u32,
     args: u64,
     mode: ExecMode,
@@ -56,6 +58,32 @@ struct KernelRun {
     first_start: Option<Tick>,
     end: Tick,
     cores: Vec<bool>,
+    /// When the task started (before `kernel_launch_ns`).
+    launched: Tick,
+    /// The work of its finished blocks, summed (profiling only).
+    work: CoreStats,
+}
+
+/// One finished AI core kernel run, as msprof's op summary shows it: when it ran, on how many
+/// cores, and what its blocks kept each pipe busy with (summed over its blocks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelProfile {
+    /// The task that launched it.
+    pub task: TaskRef,
+    /// The kernel's name (the op it was lowered from).
+    pub name: String,
+    /// `block_dim` of the launch.
+    pub block_dim: u32,
+    /// Distinct cores its blocks ran on.
+    pub cores_used: u32,
+    /// When its task started.
+    pub launched: Tick,
+    /// When its first block started (after the launch cost and block dispatch).
+    pub first_start: Tick,
+    /// When its last block finished.
+    pub end: Tick,
+    /// Busy cycles and instructions per pipe and cube MACs, summed over its blocks.
+    pub work: CoreStats,
 }
 
 /// Timing of the most recent AI core kernel run (for `Device::launch`'s report).
@@ -81,6 +109,10 @@ pub(crate) struct Dispatch {
     pub mode: ExecMode,
     /// The most recent finished run.
     pub last_run: Option<RunSummary>,
+    /// Finished runs, oldest first, while profiling is on (`None`: off).
+    pub profile: Option<Vec<KernelProfile>>,
+    /// Each busy core's statistics when its current block started (profiling only).
+    block_base: Vec<CoreStats>,
     launch_ns: u64,
     dispatch_ns: u64,
     max_block_dim: u32,
@@ -97,6 +129,8 @@ impl Dispatch {
             block_slot: Tick::ZERO,
             mode: ExecMode::Full,
             last_run: None,
+            profile: None,
+            block_base: vec![CoreStats::default(); cfg.core.count as usize],
             launch_ns: cfg.scheduler.kernel_launch_ns,
             dispatch_ns: cfg.scheduler.block_dispatch_ns,
             max_block_dim: cfg.scheduler.max_block_dim,
@@ -220,6 +254,7 @@ impl Dispatch {
             KernelRun {
                 task: at,
                 chip_kernel,
+                image: k.kernel,
                 block_dim: k.block_dim,
                 args: k.args,
                 mode,
@@ -229,6 +264,8 @@ impl Dispatch {
                 first_start: None,
                 end: now,
                 cores: vec![false; cores],
+                launched: now,
+                work: CoreStats::default(),
             },
         );
         self.dispatch_blocks(cx.chip)
@@ -258,6 +295,9 @@ impl Dispatch {
                     mode: run.mode,
                 };
                 chip.start_block(core, launch, start)?;
+                if self.profile.is_some() {
+                    self.block_base[core as usize] = chip.core_stats(core).unwrap_or_default();
+                }
                 self.block_slot = start + dispatch;
                 self.core_run[core as usize] = Some(id);
                 if let Some(run) = self.runs.get_mut(&id) {
@@ -281,8 +321,13 @@ impl Dispatch {
         let Some(id) = self.core_run.get_mut(core as usize).and_then(Option::take) else {
             return Ok(());
         };
+        let profiling = self.profile.is_some();
         let finished = match self.runs.get_mut(&id) {
             Some(run) => {
+                if profiling {
+                    let now = cx.chip.core_stats(core).unwrap_or_default();
+                    add_delta(&mut run.work, &now, &self.block_base[core as usize]);
+                }
                 run.done += 1;
                 run.end = run.end.max(at);
                 run.done == run.block_dim
@@ -296,6 +341,18 @@ impl Dispatch {
                     end: run.end,
                     cores_used: run.cores.iter().filter(|c| **c).count() as u32,
                 });
+                if let Some(profile) = self.profile.as_mut() {
+                    profile.push(KernelProfile {
+                        task: run.task,
+                        name: self.names.get(&run.image).cloned().unwrap_or_default(),
+                        block_dim: run.block_dim,
+                        cores_used: run.cores.iter().filter(|c| **c).count() as u32,
+                        launched: run.launched,
+                        first_start: run.first_start.unwrap_or(run.end),
+                        end: run.end,
+                        work: run.work,
+                    });
+                }
                 cx.timer(
                     run.end,
                     Fw::Done {
@@ -307,4 +364,13 @@ impl Dispatch {
         }
         self.dispatch_blocks(cx.chip)
     }
+}
+
+/// Adds `now - base` (one block's work on a core) to `sum`.
+fn add_delta(sum: &mut CoreStats, now: &CoreStats, base: &CoreStats) {
+    for ((s, n), b) in sum.pipes.iter_mut().zip(&now.pipes).zip(&base.pipes) {
+        s.busy_cycles += n.busy_cycles.saturating_sub(b.busy_cycles);
+        s.instructions += n.instructions.saturating_sub(b.instructions);
+    }
+    sum.cube_macs += now.cube_macs.saturating_sub(base.cube_macs);
 }

@@ -46,7 +46,7 @@ pub use device::{
     QueueId, StreamId,
 };
 pub use dispatch::{
-    KERNEL_HEADER_BYTES, KERNEL_MAGIC, KERNEL_NEEDS_VALUES, MAX_KERNEL_INSTRUCTIONS,
+    KERNEL_HEADER_BYTES, KERNEL_MAGIC, KERNEL_NEEDS_VALUES, KernelProfile, MAX_KERNEL_INSTRUCTIONS,
 };
 pub use error::{BlockedTask, DeviceError, TaskRef};
 pub use memory::{ALLOC_ALIGN, HOST_BASE, RESERVED_LOW};

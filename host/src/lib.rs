@@ -18,6 +18,7 @@
 
 pub mod atc;
 pub mod bench;
+pub mod calibrate;
 pub mod conformance;
 pub mod demo;
 pub mod examples;

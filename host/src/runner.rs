@@ -163,6 +163,7 @@ pub fn run<S: TraceSink>(
         RuntimeOptions {
             input_fusion_size: req.input_fusion_size,
             exec_mode,
+            profile: false,
         },
     )?;
     let m = rt

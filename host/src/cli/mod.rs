@@ -14,6 +14,7 @@ macro_rules! say {
 }
 
 mod bench;
+mod calibrate;
 mod compile;
 mod conformance;
 mod demo;
@@ -66,6 +67,9 @@ enum Command {
     /// Performance figures of the simulator and its kernels.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Simulated times against published measurements of real chips: every calibration
+    /// target's workload built, compiled and run timing-only on its preset.
+    Calibrate(calibrate::CalibrateArgs),
     /// Run the built-in demo: gear models compiled and run in every mode, results checked.
     Demo(demo::DemoArgs),
     /// Run the ONNX backend node tests (onnx 1.22.0) on the simulator and print the
@@ -103,6 +107,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Ops => ops::run(),
         Command::Run(a) => run::run(&a),
         Command::Bench(c) => bench::run(c),
+        Command::Calibrate(a) => calibrate::run(&a),
         Command::Demo(a) => demo::run(&a),
         Command::Conformance(a) => conformance::run(&a),
         Command::Study(c) => study::run(c),

@@ -48,6 +48,8 @@ pub struct RuntimeOptions {
     pub input_fusion_size: i64,
     /// Simulate values and time, or time only.
     pub exec_mode: ExecMode,
+    /// Keep a profile of every AI core kernel a run launches ([`RunReport::kernels`]).
+    pub profile: bool,
 }
 
 impl Default for RuntimeOptions {
@@ -55,6 +57,7 @@ impl Default for RuntimeOptions {
         RuntimeOptions {
             input_fusion_size: DEFAULT_INPUT_FUSION_SIZE,
             exec_mode: ExecMode::Full,
+            profile: false,
         }
     }
 }
@@ -97,6 +100,13 @@ pub struct RunReport {
     pub outputs: Vec<Tensor>,
     /// Simulated time from the first copy of the run to the end of the last.
     pub device_time_ps: u64,
+    /// Simulated time of the model's execution alone, from `aclmdlExecute`'s submission to the
+    /// end of its last task: the figure ais_bench reports as NPU compute time (copies and
+    /// the dims read-back excluded). On the dynamic-shape path, the whole run.
+    pub execute_ps: u64,
+    /// Every AI core kernel the run launched, oldest first, when [`RuntimeOptions::profile`]
+    /// is on (empty otherwise).
+    pub kernels: Vec<gearsim_firmware::KernelProfile>,
     /// Host-to-device bytes moved (staging spans count whole).
     pub h2d_bytes: u64,
     /// Host-to-device transfers.
@@ -197,6 +207,7 @@ impl<S: TraceSink> Runtime<S> {
     pub fn new(cfg: ChipConfig, sink: S, opts: RuntimeOptions) -> Result<Runtime<S>, RuntimeError> {
         let mut dev = Device::new(cfg, sink);
         dev.set_exec_mode(opts.exec_mode);
+        dev.set_profiling(opts.profile);
         let stream = dev.create_stream()?;
         let fusion = opts.input_fusion_size.clamp(0, MAX_INPUT_FUSION_SIZE) as u64;
         let host_lane = if dev.chip_mut().sink_mut().enabled() {
@@ -808,9 +819,11 @@ impl<S: TraceSink> Runtime<S> {
             kind: d.mode,
             dims: dims.clone(),
         });
+        let exec_start = self.dev.now().0;
         self.models[m.0 as usize]
             .loaded
             .execute(&mut self.dev, self.stream)?;
+        let execute_ps = self.dev.now().0 - exec_start;
         let mut outputs = self.read_outputs(m, gear, &mut t)?;
         trim_direct_outputs(&desc, inputs, &mut outputs);
         let reason = match gear {
@@ -824,6 +837,8 @@ impl<S: TraceSink> Runtime<S> {
             cur_dynamic_dims: dims,
             outputs,
             device_time_ps: self.dev.now().0 - start,
+            execute_ps,
+            kernels: self.dev.take_profile(),
             h2d_bytes: t.h2d_bytes,
             h2d_transfers: t.h2d,
             d2h_bytes: t.d2h_bytes,
@@ -1008,7 +1023,9 @@ impl<S: TraceSink> Runtime<S> {
                 ));
             }
         };
+        let exec_start = self.dev.now().0;
         model.loaded.execute(&mut self.dev, self.stream)?;
+        let execute_ps = self.dev.now().0 - exec_start;
         let n = d.gears.first().map_or(0, Vec::len);
         let raw = copy::d2h(
             &mut self.dev,
@@ -1055,6 +1072,8 @@ impl<S: TraceSink> Runtime<S> {
             cur_dynamic_dims: dims,
             outputs,
             device_time_ps: self.dev.now().0 - start,
+            execute_ps,
+            kernels: self.dev.take_profile(),
             h2d_bytes: t.h2d_bytes,
             h2d_transfers: t.h2d,
             d2h_bytes: t.d2h_bytes,
@@ -1112,6 +1131,8 @@ impl<S: TraceSink> Runtime<S> {
         self.models[m.0 as usize].dynamic = Some(dynamic);
         let (outputs, t) = result?;
         let report = RunReport {
+            execute_ps: self.dev.now().0 - start,
+            kernels: self.dev.take_profile(),
             path: RunPath::Dynamic,
             reason,
             gear: None,

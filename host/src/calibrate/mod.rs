@@ -1,0 +1,486 @@
+//! `gearsim calibrate`: simulated times against published measurements of real chips.
+//!
+//! The targets (`targets.csv`, from `spec/calibration.md`) name a workload, a chip preset, a
+//! batch, a precision and the measured figure. Each workload is built here ([`nets`]: the
+//! network's structure with seeded random weights — timing does not depend on values),
+//! compiled for its batch on its preset, loaded, run once to warm up and once measured, in
+//! timing-only mode, with a kernel profile. The figure compared is the model's execution
+//! alone (`aclmdlExecute` to its last task), the time ais_bench reports as NPU compute time.
+//!
+//! ```text
+//!   targets.csv ─▶ Row ─▶ nets::Net::onnx ─▶ compile ─▶ Runtime (timing-only, profile) ─▶ Outcome
+//!                                                                      │
+//!                          table, summary, CSV, SVG  ◀── per-kernel ───┘
+//! ```
+
+pub mod nets;
+
+use std::fmt::Write as _;
+
+use gearsim_firmware::KernelProfile;
+use gearsim_isa::Pipe;
+use gearsim_sim::{ChipConfig, ExecMode};
+
+use crate::runtime::{Runtime, RuntimeOptions};
+use crate::study::svg::{Figure, Panel, Series, render};
+use gearsim_compiler::ir::{DataType, Tensor};
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, compile};
+use nets::{DType, Net};
+
+/// The committed targets.
+pub const TARGETS: &str = include_str!("targets.csv");
+
+/// A row is within the band when simulated / measured is within ±20%.
+pub const BAND: f64 = 0.20;
+
+/// One calibration target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// Target id in calibration.md (`M1`).
+    pub id: String,
+    /// The workload.
+    pub net: Net,
+    /// Chip preset.
+    pub chip: String,
+    /// Images per execution.
+    pub batch: i64,
+    /// atc precision mode of the measurement.
+    pub precision: String,
+    /// Whether the measurement had AIPP on the first layer.
+    pub aipp: bool,
+    /// Published throughput, images per second.
+    pub fps: f64,
+    /// Where the figure is published.
+    pub source: String,
+}
+
+impl Row {
+    /// The measured time of one execution, in microseconds.
+    pub fn measured_us(&self) -> f64 {
+        1e6 * self.batch as f64 / self.fps
+    }
+}
+
+/// Parses a targets table; errors name the line and field.
+pub fn parse_targets(text: &str, file: &str) -> Result<Vec<Row>, String> {
+    let mut rows = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line_no = i + 1;
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = line.splitn(8, ',').map(str::trim).collect();
+        let at = |field: &str, msg: String| format!("{file}:{line_no}: field `{field}`: {msg}");
+        if f.len() != 8 {
+            return Err(format!(
+                "{file}:{line_no}: expected 8 comma-separated fields (id,net,chip,batch,precision,aipp,fps,source), got {}",
+                f.len()
+            ));
+        }
+        let net = Net::parse(f[1]).ok_or_else(|| {
+            at(
+                "net",
+                format!("expected resnet18 or resnet50, got `{}`", f[1]),
+            )
+        })?;
+        ChipConfig::preset(f[2]).map_err(|e| at("chip", e.to_string()))?;
+        let batch: i64 = f[3].parse().ok().filter(|b| *b >= 1).ok_or_else(|| {
+            at(
+                "batch",
+                format!("expected a positive integer, got `{}`", f[3]),
+            )
+        })?;
+        let aipp = match f[5] {
+            "on" => true,
+            "off" => false,
+            other => return Err(at("aipp", format!("expected on or off, got `{other}`"))),
+        };
+        let fps: f64 = f[6]
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite() && *v > 0.0)
+            .ok_or_else(|| at("fps", format!("expected a positive number, got `{}`", f[6])))?;
+        rows.push(Row {
+            id: f[0].to_string(),
+            net,
+            chip: f[2].to_string(),
+            batch,
+            precision: f[4].to_string(),
+            aipp,
+            fps,
+            source: f[7].to_string(),
+        });
+    }
+    Ok(rows)
+}
+
+/// One kernel of a run as the per-kernel table shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelLine {
+    /// Kernel (op) name.
+    pub name: String,
+    /// From its task's start to its last block's end, in microseconds.
+    pub us: f64,
+    /// Blocks it launched.
+    pub block_dim: u32,
+    /// Share of the chip's cube capacity busy over its duration (all cores).
+    pub cube: f64,
+    /// Share of the chip's MTE2 capacity busy over its duration (all cores).
+    pub mte2: f64,
+}
+
+/// The simulated figure of one row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    /// The row.
+    pub row: Row,
+    /// Simulated execution time, in microseconds.
+    pub simulated_us: f64,
+    /// Its kernels in launch order.
+    pub kernels: Vec<KernelLine>,
+    /// What the reproduction leaves out of the measured setup.
+    pub notes: Vec<String>,
+    /// Why the row could not be simulated (then the time is 0 and the row is out of band).
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    /// Simulated over measured.
+    pub fn ratio(&self) -> f64 {
+        self.simulated_us / self.row.measured_us()
+    }
+
+    /// Whether the ratio is within the ±20% band.
+    pub fn in_band(&self) -> bool {
+        self.error.is_none() && (self.ratio() - 1.0).abs() <= BAND
+    }
+}
+
+fn kernel_line(k: &KernelProfile, cfg: &ChipConfig) -> KernelLine {
+    let ps = k.end.0.saturating_sub(k.launched.0).max(1) as f64;
+    let chip_cycles = ps * cfg.core.clock_mhz as f64 / 1e6 * f64::from(cfg.core.count);
+    let busy = |pipe: Pipe| {
+        Pipe::EXECUTING
+            .iter()
+            .position(|p| *p == pipe)
+            .map_or(0.0, |i| k.work.pipes[i].busy_cycles as f64)
+    };
+    KernelLine {
+        name: k.name.clone(),
+        us: ps / 1e6,
+        block_dim: k.block_dim,
+        cube: busy(Pipe::M) / chip_cycles,
+        mte2: busy(Pipe::Mte2) / chip_cycles,
+    }
+}
+
+/// Builds, compiles and runs one row; a row that cannot be built, compiled or run is an
+/// outcome with its error (the table reports every row).
+pub fn run_row(row: &Row) -> Outcome {
+    simulate(row).unwrap_or_else(|e| Outcome {
+        row: row.clone(),
+        simulated_us: 0.0,
+        kernels: Vec::new(),
+        notes: Vec::new(),
+        error: Some(e),
+    })
+}
+
+fn simulate(row: &Row) -> Result<Outcome, String> {
+    let cfg = ChipConfig::preset(&row.chip).map_err(|e| e.to_string())?;
+    let mut notes = Vec::new();
+    // Until atc's precision modes exist, force_fp16 is reproduced by converting the model to
+    // fp16 before compiling, as a user of a chip without the option would.
+    let dtype = DType::F16;
+    if row.aipp {
+        notes.push("AIPP not reproduced (the input is fed as fp16 NCHW)".to_string());
+    }
+    let onnx = row.net.onnx(row.batch, dtype, 1);
+    let opts = CompileOptions {
+        gear: GearOptions::default(),
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        target: crate::target::for_chip(&cfg),
+    };
+    let name = format!("{}_b{}.onnx", row.net.name(), row.batch);
+    let om = compile(&onnx, &name, &opts)
+        .map_err(|e| e.to_string())?
+        .om_bytes()
+        .map_err(|e| format!("{name}: {e}"))?;
+    drop(onnx);
+    let mut rt = Runtime::new(
+        cfg.clone(),
+        gearsim_traces::NullSink,
+        RuntimeOptions {
+            exec_mode: ExecMode::TimingOnly,
+            profile: true,
+            ..RuntimeOptions::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let m = rt.load(&om).map_err(|e| format!("{name}: {e}"))?;
+    let n = (row.batch * 3 * 224 * 224) as usize;
+    let input = Tensor::new(
+        DataType::F16,
+        vec![row.batch, 3, 224, 224],
+        vec![0u8; n * 2],
+    )
+    .map_err(|e| e.to_string())?;
+    let inputs = [input];
+    rt.run(m, &inputs).map_err(|e| format!("{name}: {e}"))?;
+    let report = rt.run(m, &inputs).map_err(|e| format!("{name}: {e}"))?;
+    Ok(Outcome {
+        row: row.clone(),
+        simulated_us: report.execute_ps as f64 / 1e6,
+        kernels: report
+            .kernels
+            .iter()
+            .map(|k| kernel_line(k, &cfg))
+            .collect(),
+        notes,
+        error: None,
+    })
+}
+
+/// Geometric mean of simulated / measured, and the geometric-mean error (the factor
+/// `exp(mean |ln ratio|) - 1`), over the rows that ran.
+pub fn summary(outcomes: &[Outcome]) -> (f64, f64) {
+    let ran: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_none()).collect();
+    if ran.is_empty() {
+        return (1.0, 0.0);
+    }
+    let n = ran.len() as f64;
+    let logs: Vec<f64> = ran.iter().map(|o| o.ratio().ln()).collect();
+    let mean = logs.iter().sum::<f64>() / n;
+    let abs = logs.iter().map(|l| l.abs()).sum::<f64>() / n;
+    (mean.exp(), abs.exp() - 1.0)
+}
+
+/// The table of every row, then the summary line.
+pub fn table(outcomes: &[Outcome]) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{:<4} {:<9} {:<11} {:>5} {:>12} {:>12} {:>7} {:>9} {:>9}  notes",
+        "id", "net", "chip", "batch", "measured_us", "simulated_us", "ratio", "meas_fps", "sim_fps"
+    );
+    for x in outcomes {
+        let r = &x.row;
+        if let Some(e) = &x.error {
+            let _ = writeln!(
+                o,
+                "{:<4} {:<9} {:<11} {:>5} {:>12.1} {:>12} {:>7} {:>9.0} {:>9}  FAILED: {e}",
+                r.id,
+                r.net.name(),
+                r.chip,
+                r.batch,
+                r.measured_us(),
+                "-",
+                "-",
+                r.fps,
+                "-"
+            );
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "{:<4} {:<9} {:<11} {:>5} {:>12.1} {:>12.1} {:>7.3} {:>9.0} {:>9.0}  {}{}",
+            r.id,
+            r.net.name(),
+            r.chip,
+            r.batch,
+            r.measured_us(),
+            x.simulated_us,
+            x.ratio(),
+            r.fps,
+            1e6 * r.batch as f64 / x.simulated_us,
+            if x.in_band() { "" } else { "OUT OF BAND; " },
+            x.notes.join("; ")
+        );
+    }
+    let (gm, err) = summary(outcomes);
+    let failed = outcomes.iter().filter(|x| x.error.is_some()).count();
+    if let Some(worst) = outcomes
+        .iter()
+        .filter(|x| x.error.is_none())
+        .max_by(|a, b| a.ratio().ln().abs().total_cmp(&b.ratio().ln().abs()))
+    {
+        let inside = outcomes.iter().filter(|x| x.in_band()).count();
+        let _ = writeln!(
+            o,
+            "summary: {} rows, {inside} within ±{:.0}%, {failed} failed; geometric mean of simulated/measured {gm:.3}, geometric-mean error {:.1}%; worst {} {} batch {} (ratio {:.3})",
+            outcomes.len(),
+            BAND * 100.0,
+            err * 100.0,
+            worst.row.id,
+            worst.row.net.name(),
+            worst.row.batch,
+            worst.ratio()
+        );
+    }
+    o
+}
+
+/// The per-kernel table of one outcome: kernels grouped by name in launch order, with their
+/// count, time, share of the execution and utilisation.
+pub fn kernel_table(x: &Outcome) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} {} batch {}: {:.1} us simulated, {} kernels",
+        x.row.id,
+        x.row.net.name(),
+        x.row.batch,
+        x.simulated_us,
+        x.kernels.len()
+    );
+    let _ = writeln!(
+        o,
+        "  {:<48} {:>9} {:>6} {:>6} {:>7} {:>7}",
+        "kernel", "us", "share", "blocks", "cube%", "mte2%"
+    );
+    for k in &x.kernels {
+        let _ = writeln!(
+            o,
+            "  {:<48} {:>9.1} {:>5.1}% {:>6} {:>6.1}% {:>6.1}%",
+            k.name,
+            k.us,
+            100.0 * k.us / x.simulated_us,
+            k.block_dim,
+            100.0 * k.cube,
+            100.0 * k.mte2
+        );
+    }
+    o
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+/// The rows as CSV (one line per row, header first).
+pub fn csv(outcomes: &[Outcome]) -> String {
+    let mut o = String::from(
+        "id,net,chip,batch,precision,aipp,measured_us,simulated_us,ratio,in_band,kernels,notes,source\n",
+    );
+    for x in outcomes {
+        let r = &x.row;
+        let _ = writeln!(
+            o,
+            "{},{},{},{},{},{},{:.3},{:.3},{:.4},{},{},{},{}",
+            r.id,
+            r.net.name(),
+            r.chip,
+            r.batch,
+            r.precision,
+            if r.aipp { "on" } else { "off" },
+            r.measured_us(),
+            x.simulated_us,
+            if x.error.is_some() { 0.0 } else { x.ratio() },
+            x.in_band(),
+            x.kernels.len(),
+            csv_field(&match &x.error {
+                Some(e) => format!("failed: {e}"),
+                None => x.notes.join("; "),
+            }),
+            csv_field(&r.source)
+        );
+    }
+    o
+}
+
+/// Simulated against measured time, log-log, with the ±20% band: one line per target id and
+/// network through its batch sweep.
+pub fn svg(outcomes: &[Outcome]) -> String {
+    let (lo, hi) = outcomes
+        .iter()
+        .flat_map(|x| [x.simulated_us, x.row.measured_us()])
+        .fold((f64::INFINITY, 0f64), |(l, h), v| (l.min(v), h.max(v)));
+    let (lo, hi) = if lo.is_finite() {
+        (lo / 1.5, hi * 1.5)
+    } else {
+        (1.0, 10.0)
+    };
+    let line = |label: &str, f: f64, dashed: bool| Series {
+        label: label.into(),
+        color: "#888888".into(),
+        dashed,
+        points: vec![(lo, lo * f), (hi, hi * f)],
+    };
+    let mut series = vec![
+        line("simulated = measured", 1.0, false),
+        line("±20%", 1.0 + BAND, true),
+        line("±20%", 1.0 - BAND, true),
+    ];
+    let colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
+    let mut keys: Vec<(String, Net)> = outcomes
+        .iter()
+        .map(|x| (x.row.id.clone(), x.row.net))
+        .collect();
+    keys.dedup();
+    for (i, (id, net)) in keys.iter().enumerate() {
+        let mut points: Vec<(f64, f64)> = outcomes
+            .iter()
+            .filter(|x| &x.row.id == id && x.row.net == *net && x.error.is_none())
+            .map(|x| (x.row.measured_us(), x.simulated_us))
+            .collect();
+        points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        series.push(Series {
+            label: format!("{id} {} (batch sweep)", net.name()),
+            color: colors[i % colors.len()].into(),
+            dashed: false,
+            points,
+        });
+    }
+    render(&Figure {
+        title: "gearsim calibrate: simulated vs measured execution time".into(),
+        subtitle:
+            "one point per batch; dashed: ±20% band; timing-only, device time of aclmdlExecute"
+                .into(),
+        x_label: "measured (µs)".into(),
+        y_label: "simulated (µs)".into(),
+        columns: 1,
+        panels: vec![Panel {
+            title: "execution time per batch".into(),
+            series,
+        }],
+        shared_y: false,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_committed_targets_parse() {
+        let rows = parse_targets(TARGETS, "targets.csv").unwrap();
+        assert_eq!(rows.len(), 14);
+        assert!(rows.iter().any(|r| r.id == "M4" && r.batch == 64));
+        let m1 = &rows[0];
+        assert!(
+            (m1.measured_us() - 349.0).abs() < 1.0,
+            "{}",
+            m1.measured_us()
+        );
+    }
+
+    #[test]
+    fn bad_rows_name_line_and_field() {
+        let e = parse_targets("M1,resnet18,ascend310p,0,force_fp16,on,1,x", "t.csv").unwrap_err();
+        assert!(e.contains("t.csv:1") && e.contains("batch"), "{e}");
+        let e = parse_targets("\nM1,vgg,ascend310p,1,force_fp16,on,1,x", "t.csv").unwrap_err();
+        assert!(e.contains("t.csv:2") && e.contains("net"), "{e}");
+        let e = parse_targets("M1,resnet18,nochip,1,force_fp16,on,1,x", "t.csv").unwrap_err();
+        assert!(e.contains("chip"), "{e}");
+        let e = parse_targets("M1,resnet18", "t.csv").unwrap_err();
+        assert!(e.contains("expected 8"), "{e}");
+    }
+}

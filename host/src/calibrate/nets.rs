@@ -1,0 +1,420 @@
+//! The calibration workloads as ONNX models: torchvision's ResNet-18 and ResNet-50 (v1.5: the
+//! stride of a bottleneck sits on its 3×3 convolution) with seeded random weights, in the form
+//! `torch.onnx.export` gives an eval-mode model — each BatchNorm folded into the convolution
+//! before it (a bias), then `Relu`, `MaxPool`, residual `Add`, `GlobalAveragePool`, `Flatten`
+//! and `Gemm`. Timing does not depend on values, so random weights reproduce the measured
+//! setup; they are scaled (He initialisation) so that a full-mode run stays finite.
+//!
+//! Built here rather than downloaded or exported so that `gearsim calibrate` needs nothing but
+//! the binary: the structure is a public fact, the weights are made up.
+
+use gearsim_compiler::onnx::proto::{
+    AttributeProto, GraphProto, ModelProto, NodeProto, OperatorSetIdProto, TensorProto,
+    TensorShapeProto, TypeProto, ValueInfoProto, tensor_shape_proto, type_proto,
+};
+use prost::Message as _;
+
+/// A network the calibration table names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Net {
+    /// torchvision `resnet18`: BasicBlocks [2, 2, 2, 2].
+    ResNet18,
+    /// torchvision `resnet50` (v1.5): Bottlenecks [3, 4, 6, 3].
+    ResNet50,
+}
+
+impl Net {
+    /// Every network, in table order.
+    pub const ALL: [Net; 2] = [Net::ResNet18, Net::ResNet50];
+
+    /// `resnet18` / `resnet50`, as the targets table spells them.
+    pub fn name(self) -> &'static str {
+        match self {
+            Net::ResNet18 => "resnet18",
+            Net::ResNet50 => "resnet50",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(s: &str) -> Option<Net> {
+        Net::ALL.into_iter().find(|n| n.name() == s)
+    }
+
+    /// Multiply-accumulates of one image (convolutions and the classifier).
+    pub fn macs_per_image(self) -> u64 {
+        let mut b = Builder::new(DType::F32, 0);
+        b.count_only = true;
+        self.build_into(&mut b);
+        b.macs
+    }
+
+    fn build_into(self, b: &mut Builder) {
+        let x = b.stem();
+        let x = match self {
+            Net::ResNet18 => b.layers(x, &[2, 2, 2, 2], false),
+            Net::ResNet50 => b.layers(x, &[3, 4, 6, 3], true),
+        };
+        b.head(x);
+    }
+
+    /// The ONNX model for `batch` images (`batch` ≤ 0: a `-1` batch axis) in element type
+    /// `dtype`, weights drawn from `seed`.
+    pub fn onnx(self, batch: i64, dtype: DType, seed: u64) -> Vec<u8> {
+        let mut b = Builder::new(dtype, seed);
+        self.build_into(&mut b);
+        b.finish(self.name(), batch)
+    }
+}
+
+/// Element type of the model's inputs, weights and activations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DType {
+    /// float32 (as exported; atc's precision mode decides what the chip computes in).
+    F32,
+    /// float16 (a model converted to fp16 before compiling).
+    F16,
+}
+
+impl DType {
+    fn onnx(self) -> i32 {
+        match self {
+            DType::F32 => 1,
+            DType::F16 => 10,
+        }
+    }
+}
+
+/// A value flowing through the graph: its name, channels and spatial size.
+#[derive(Debug, Clone)]
+struct Value {
+    name: String,
+    c: i64,
+    hw: i64,
+}
+
+struct Builder {
+    dtype: DType,
+    rng: u64,
+    nodes: Vec<NodeProto>,
+    inits: Vec<TensorProto>,
+    macs: u64,
+    /// Count MACs only (no tensors drawn).
+    count_only: bool,
+}
+
+fn ints(name: &str, v: &[i64]) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        ints: v.to_vec(),
+        r#type: 7,
+        ..Default::default()
+    }
+}
+
+fn int(name: &str, v: i64) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        i: v,
+        r#type: 2,
+        ..Default::default()
+    }
+}
+
+fn float(name: &str, v: f32) -> AttributeProto {
+    AttributeProto {
+        name: name.into(),
+        f: v,
+        r#type: 1,
+        ..Default::default()
+    }
+}
+
+impl Builder {
+    fn new(dtype: DType, seed: u64) -> Builder {
+        Builder {
+            dtype,
+            rng: seed ^ 0x2545_f491_4f6c_dd1d,
+            nodes: Vec::new(),
+            inits: Vec::new(),
+            macs: 0,
+            count_only: false,
+        }
+    }
+
+    /// A uniform draw in [-1, 1) (64-bit LCG, high bits).
+    fn draw(&mut self) -> f32 {
+        self.rng = self
+            .rng
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.rng >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// An initializer of `dims` with values uniform in ±`scale`.
+    fn weight(&mut self, name: &str, dims: &[i64], scale: f32) -> String {
+        if self.count_only {
+            return name.into();
+        }
+        let n: i64 = dims.iter().product();
+        let mut raw = Vec::with_capacity(n as usize * 4);
+        for _ in 0..n {
+            let v = self.draw() * scale;
+            match self.dtype {
+                DType::F32 => raw.extend_from_slice(&v.to_le_bytes()),
+                DType::F16 => raw.extend_from_slice(&half::f16::from_f32(v).to_le_bytes()),
+            }
+        }
+        self.inits.push(TensorProto {
+            dims: dims.to_vec(),
+            data_type: self.dtype.onnx(),
+            name: name.into(),
+            raw_data: Some(raw),
+            ..Default::default()
+        });
+        name.into()
+    }
+
+    fn node(
+        &mut self,
+        op: &str,
+        name: &str,
+        inputs: Vec<String>,
+        attrs: Vec<AttributeProto>,
+    ) -> String {
+        let out = format!("{name}_output_0");
+        self.nodes.push(NodeProto {
+            input: inputs,
+            output: vec![out.clone()],
+            name: name.into(),
+            op_type: op.into(),
+            attribute: attrs,
+            ..Default::default()
+        });
+        out
+    }
+
+    /// A convolution with its BatchNorm folded in (a bias), optionally followed by ReLU.
+    #[allow(clippy::too_many_arguments)]
+    fn conv(&mut self, x: &Value, name: &str, c: i64, k: i64, stride: i64, relu: bool) -> Value {
+        let pad = k / 2;
+        let hw = (x.hw + 2 * pad - k) / stride + 1;
+        self.macs += (c * x.c * k * k * hw * hw) as u64;
+        let fan_in = (x.c * k * k) as f32;
+        let w = self.weight(
+            &format!("{name}.weight"),
+            &[c, x.c, k, k],
+            (6.0 / fan_in).sqrt(),
+        );
+        let b = self.weight(&format!("{name}.bias"), &[c], 0.1);
+        let y = self.node(
+            "Conv",
+            &format!("/{name}/Conv"),
+            vec![x.name.clone(), w, b],
+            vec![
+                ints("dilations", &[1, 1]),
+                int("group", 1),
+                ints("kernel_shape", &[k, k]),
+                ints("pads", &[pad, pad, pad, pad]),
+                ints("strides", &[stride, stride]),
+            ],
+        );
+        let y = if relu {
+            self.node("Relu", &format!("/{name}/Relu"), vec![y], vec![])
+        } else {
+            y
+        };
+        Value { name: y, c, hw }
+    }
+
+    /// conv1 (7×7/2, BN, ReLU) and the 3×3/2 max pool.
+    fn stem(&mut self) -> Value {
+        let x = Value {
+            name: "input".into(),
+            c: 3,
+            hw: 224,
+        };
+        let x = self.conv(&x, "conv1", 64, 7, 2, true);
+        let hw = (x.hw + 2 - 3) / 2 + 1;
+        let y = self.node(
+            "MaxPool",
+            "/maxpool/MaxPool",
+            vec![x.name],
+            vec![
+                int("ceil_mode", 0),
+                ints("kernel_shape", &[3, 3]),
+                ints("pads", &[1, 1, 1, 1]),
+                ints("strides", &[2, 2]),
+            ],
+        );
+        Value { name: y, c: 64, hw }
+    }
+
+    /// The four stages of BasicBlocks or Bottlenecks.
+    fn layers(&mut self, mut x: Value, blocks: &[usize], bottleneck: bool) -> Value {
+        for (stage, &n) in blocks.iter().enumerate() {
+            let width = 64i64 << stage;
+            for i in 0..n {
+                let stride = if stage > 0 && i == 0 { 2 } else { 1 };
+                let p = format!("layer{}.{i}", stage + 1);
+                x = if bottleneck {
+                    self.bottleneck(&x, &p, width, stride)
+                } else {
+                    self.basic(&x, &p, width, stride)
+                };
+            }
+        }
+        x
+    }
+
+    fn residual(&mut self, p: &str, y: &Value, shortcut: &Value) -> Value {
+        let s = self.node(
+            "Add",
+            &format!("/{p}/Add"),
+            vec![y.name.clone(), shortcut.name.clone()],
+            vec![],
+        );
+        let r = self.node("Relu", &format!("/{p}/relu/Relu"), vec![s], vec![]);
+        Value {
+            name: r,
+            c: y.c,
+            hw: y.hw,
+        }
+    }
+
+    fn basic(&mut self, x: &Value, p: &str, c: i64, stride: i64) -> Value {
+        let y = self.conv(x, &format!("{p}/conv1"), c, 3, stride, true);
+        let y = self.conv(&y, &format!("{p}/conv2"), c, 3, 1, false);
+        let shortcut = if stride != 1 || x.c != c {
+            self.conv(
+                x,
+                &format!("{p}/downsample/downsample.0"),
+                c,
+                1,
+                stride,
+                false,
+            )
+        } else {
+            x.clone()
+        };
+        self.residual(p, &y, &shortcut)
+    }
+
+    fn bottleneck(&mut self, x: &Value, p: &str, width: i64, stride: i64) -> Value {
+        let out = width * 4;
+        let y = self.conv(x, &format!("{p}/conv1"), width, 1, 1, true);
+        let y = self.conv(&y, &format!("{p}/conv2"), width, 3, stride, true);
+        let y = self.conv(&y, &format!("{p}/conv3"), out, 1, 1, false);
+        let shortcut = if stride != 1 || x.c != out {
+            self.conv(
+                x,
+                &format!("{p}/downsample/downsample.0"),
+                out,
+                1,
+                stride,
+                false,
+            )
+        } else {
+            x.clone()
+        };
+        self.residual(p, &y, &shortcut)
+    }
+
+    /// Global average pool, flatten and the 1000-class fully connected layer.
+    fn head(&mut self, x: Value) {
+        let p = self.node(
+            "GlobalAveragePool",
+            "/avgpool/GlobalAveragePool",
+            vec![x.name],
+            vec![],
+        );
+        let f = self.node("Flatten", "/Flatten", vec![p], vec![int("axis", 1)]);
+        self.macs += (x.c * 1000) as u64;
+        let w = self.weight("fc.weight", &[1000, x.c], (1.0 / x.c as f32).sqrt());
+        let b = self.weight("fc.bias", &[1000], 0.01);
+        // The graph output is named `output`, as the exports of torchvision models name it.
+        self.nodes.push(NodeProto {
+            input: vec![f, w, b],
+            output: vec!["output".into()],
+            name: "/fc/Gemm".into(),
+            op_type: "Gemm".into(),
+            attribute: vec![float("alpha", 1.0), float("beta", 1.0), int("transB", 1)],
+            ..Default::default()
+        });
+    }
+
+    fn finish(self, name: &str, batch: i64) -> Vec<u8> {
+        let elem = self.dtype.onnx();
+        let info = |n: &str, dims: &[i64]| {
+            use tensor_shape_proto::dimension::Value as D;
+            ValueInfoProto {
+                name: n.into(),
+                r#type: Some(TypeProto {
+                    value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                        elem_type: elem,
+                        shape: Some(TensorShapeProto {
+                            dim: dims
+                                .iter()
+                                .map(|&d| tensor_shape_proto::Dimension {
+                                    value: Some(if d > 0 {
+                                        D::DimValue(d)
+                                    } else {
+                                        D::DimParam("batch".into())
+                                    }),
+                                    denotation: String::new(),
+                                })
+                                .collect(),
+                        }),
+                    })),
+                }),
+                doc_string: String::new(),
+            }
+        };
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 17,
+            }],
+            producer_name: "gearsim calibrate".into(),
+            graph: Some(GraphProto {
+                node: self.nodes,
+                name: name.into(),
+                initializer: self.inits,
+                input: vec![info("input", &[batch, 3, 224, 224])],
+                output: vec![info("output", &[batch, 1000])],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_match_the_published_counts() {
+        // torchvision: ResNet-18 1.814 GMACs, ResNet-50 4.089 GMACs per 224×224 image.
+        let r18 = Net::ResNet18.macs_per_image() as f64 / 1e9;
+        let r50 = Net::ResNet50.macs_per_image() as f64 / 1e9;
+        assert!((r18 - 1.814).abs() < 0.01, "{r18}");
+        assert!((r50 - 4.089).abs() < 0.02, "{r50}");
+    }
+
+    #[test]
+    fn the_models_decode_and_weights_are_seeded() {
+        let a = Net::ResNet18.onnx(1, DType::F16, 7);
+        let b = Net::ResNet18.onnx(1, DType::F16, 7);
+        assert_eq!(a, b);
+        let m = ModelProto::decode(a.as_slice()).unwrap();
+        let g = m.graph.unwrap();
+        // 20 convolutions (BN folded), 17 ReLUs, 8 residual Adds, pool, flatten, Gemm.
+        let count = |op: &str| g.node.iter().filter(|n| n.op_type == op).count();
+        assert_eq!(count("Conv"), 20);
+        assert_eq!(count("Add"), 8);
+        assert_eq!(count("Relu"), 17);
+        assert_eq!(count("Gemm"), 1);
+    }
+}

@@ -1,0 +1,96 @@
+//! `gearsim calibrate`: every calibration target simulated on its preset and compared with
+//! its published measurement; prints the table and a summary, and writes the CSV and the
+//! SVG figure when asked.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, anyhow};
+use clap::Args;
+use gearsim_traces::atomic::write_atomic;
+
+use super::Failure;
+use gearsim_host::calibrate::{
+    Row, TARGETS, csv, kernel_table, parse_targets, run_row, svg, table,
+};
+use gearsim_host::study::parallel_map;
+
+#[derive(Args)]
+pub struct CalibrateArgs {
+    /// A targets table instead of the committed one (same columns:
+    /// id,net,chip,batch,precision,aipp,fps,source).
+    #[arg(long = "targets", value_name = "FILE.csv")]
+    targets: Option<PathBuf>,
+    /// Only these target ids (comma-separated, e.g. M1,M4).
+    #[arg(long = "only", value_delimiter = ',')]
+    only: Vec<String>,
+    /// Only these batches (comma-separated).
+    #[arg(long = "batch", value_delimiter = ',')]
+    batch: Vec<i64>,
+    /// Print the per-kernel table of every row (kernel, time, share, blocks, cube %, MTE2 %).
+    #[arg(long = "kernels")]
+    kernels: bool,
+    /// Write the rows as CSV here.
+    #[arg(long = "csv", value_name = "FILE.csv")]
+    csv: Option<PathBuf>,
+    /// Write the figure (simulated vs measured, log-log, ±20% band) here.
+    #[arg(long = "svg", value_name = "FILE.svg")]
+    svg: Option<PathBuf>,
+    /// Simulate on this many threads (default: one per host core).
+    #[arg(long = "threads")]
+    threads: Option<usize>,
+}
+
+/// The rows the arguments select.
+fn rows(a: &CalibrateArgs) -> Result<Vec<Row>> {
+    let rows = match &a.targets {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).with_context(|| format!("{}", p.display()))?;
+            parse_targets(&text, &p.display().to_string()).map_err(|e| anyhow!(e))?
+        }
+        None => parse_targets(TARGETS, "targets.csv").map_err(|e| anyhow!(e))?,
+    };
+    for id in &a.only {
+        if !rows.iter().any(|r| &r.id == id) {
+            return Err(anyhow!(
+                "--only: no target has id `{id}` (ids: {})",
+                rows.iter()
+                    .map(|r| r.id.as_str())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .into_iter()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+    }
+    let chosen: Vec<Row> = rows
+        .into_iter()
+        .filter(|r| a.only.is_empty() || a.only.contains(&r.id))
+        .filter(|r| a.batch.is_empty() || a.batch.contains(&r.batch))
+        .collect();
+    if chosen.is_empty() {
+        return Err(anyhow!("no target row matches --only / --batch"));
+    }
+    Ok(chosen)
+}
+
+pub fn run(a: &CalibrateArgs) -> Result<(), Failure> {
+    let rows = rows(a)?;
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let outcomes = parallel_map(&rows, threads, run_row, |_, _| {});
+    say!("{}", table(&outcomes).trim_end());
+    if a.kernels {
+        for x in &outcomes {
+            say!("\n{}", kernel_table(x).trim_end());
+        }
+    }
+    if let Some(p) = &a.csv {
+        write_atomic(p, csv(&outcomes).as_bytes()).with_context(|| format!("{}", p.display()))?;
+    }
+    if let Some(p) = &a.svg {
+        write_atomic(p, svg(&outcomes).as_bytes()).with_context(|| format!("{}", p.display()))?;
+    }
+    Ok(())
+}
