@@ -56,6 +56,13 @@ pub struct Row {
 }
 
 impl Row {
+    /// The workload as an ONNX model (what the row compiles).
+    pub fn model(&self) -> Vec<u8> {
+        // Until atc's precision modes exist, force_fp16 is reproduced by converting the model
+        // to fp16 before compiling, as a user of a compiler without the option would.
+        self.net.onnx(self.batch, DType::F16, 1)
+    }
+
     /// The measured time of one execution, in microseconds.
     pub fn measured_us(&self) -> f64 {
         1e6 * self.batch as f64 / self.fps
@@ -191,13 +198,10 @@ pub fn run_row(row: &Row) -> Outcome {
 fn simulate(row: &Row) -> Result<Outcome, String> {
     let cfg = ChipConfig::preset(&row.chip).map_err(|e| e.to_string())?;
     let mut notes = Vec::new();
-    // Until atc's precision modes exist, force_fp16 is reproduced by converting the model to
-    // fp16 before compiling, as a user of a chip without the option would.
-    let dtype = DType::F16;
     if row.aipp {
         notes.push("AIPP not reproduced (the input is fed as fp16 NCHW)".to_string());
     }
-    let onnx = row.net.onnx(row.batch, dtype, 1);
+    let onnx = row.model();
     let opts = CompileOptions {
         gear: GearOptions::default(),
         getnext_sink: false,

@@ -35,6 +35,10 @@ pub struct CalibrateArgs {
     /// Write the figure (simulated vs measured, log-log, ±20% band) here.
     #[arg(long = "svg", value_name = "FILE.svg")]
     svg: Option<PathBuf>,
+    /// Also write each row's generated workload here as `<net>_b<batch>.onnx` (to compile or
+    /// inspect it with the other commands).
+    #[arg(long = "models_dir", value_name = "DIR")]
+    models_dir: Option<PathBuf>,
     /// Simulate on this many threads (default: one per host core).
     #[arg(long = "threads")]
     threads: Option<usize>,
@@ -79,6 +83,13 @@ pub fn run(a: &CalibrateArgs) -> Result<(), Failure> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    if let Some(dir) = &a.models_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
+        for r in &rows {
+            let p = dir.join(format!("{}_b{}.onnx", r.net.name(), r.batch));
+            write_atomic(&p, &r.model()).with_context(|| format!("{}", p.display()))?;
+        }
+    }
     let outcomes = parallel_map(&rows, threads, run_row, |_, _| {});
     say!("{}", table(&outcomes).trim_end());
     if a.kernels {

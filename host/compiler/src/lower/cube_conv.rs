@@ -361,45 +361,76 @@ fn cube(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerError> {
         )?);
         runtime_bias = Some(ws);
     }
-    let mut ws_bytes = 0u64;
+    // A kernel's code grows with its output channels (every co block is unrolled); a node
+    // whose kernel would pass the instruction limit runs as several kernels, each over a
+    // slice of its output channels, one after the other.
+    let mut parts = 1u64;
+    let written = loop {
+        let part = mg.div_ceil(parts).next_multiple_of(16).min(mg);
+        let mut written = Vec::new();
+        let mut too_long = false;
+        'groups: for g in 0..s.group {
+            for q in 0..mg.div_ceil(part) {
+                let m_lo = q * part;
+                let bias = match (&bias_values, runtime_bias) {
+                    (Some(_), _) => BiasKind::Constant,
+                    (None, Some(_)) => BiasKind::Runtime {
+                        offset: (g * mg + m_lo) / 16 * FRACTAL_C,
+                    },
+                    (None, None) => BiasKind::None,
+                };
+                let p = Problem {
+                    s: *s,
+                    cg,
+                    c_off: g * cg,
+                    mg: part.min(mg - m_lo),
+                    m_off: g * mg + m_lo,
+                    out,
+                    bias,
+                };
+                let plan = Plan::new(&p, &ctx.target.core).map_err(|e| ctx.error(e))?;
+                let mut suffix = if s.group > 1 {
+                    format!("g{g}")
+                } else {
+                    String::new()
+                };
+                if part < mg {
+                    suffix.push_str(&format!("m{}", p.m_off));
+                }
+                let mut a = Asm::new(&kernel_name(ctx, &suffix));
+                Gen::new(&mut a, &p, &plan, &ctx.target.core).emit();
+                if a.too_long() {
+                    too_long = true;
+                    break 'groups;
+                }
+                written.push((a, p, plan));
+            }
+        }
+        if too_long && part > 16 {
+            parts *= 2;
+            continue;
+        }
+        break written;
+    };
     let mut kernels = Vec::new();
-    for g in 0..s.group {
-        let bias = match (&bias_values, runtime_bias) {
-            (Some(_), _) => BiasKind::Constant,
-            (None, Some(_)) => BiasKind::Runtime {
-                offset: g * mg / 16 * FRACTAL_C,
-            },
-            (None, None) => BiasKind::None,
-        };
-        let p = Problem {
-            s: *s,
-            cg,
-            c_off: g * cg,
-            mg,
-            m_off: g * mg,
-            out,
-            bias,
-        };
-        let plan = Plan::new(&p, &ctx.target.core).map_err(|e| ctx.error(e))?;
+    for (a, p, plan) in written {
         let mut consts = identity_fractal();
         consts.extend(pack_weights(&weights, &p, &plan));
         if let Some(v) = &bias_values {
-            consts.extend(row_fractals(&v[(g * mg) as usize..((g + 1) * mg) as usize]));
+            consts.extend(row_fractals(
+                &v[p.m_off as usize..(p.m_off + p.mg) as usize],
+            ));
         }
-        let consts = b.derive(DataType::F16, consts);
-        ws_bytes = ws_bytes.max(plan.ws_total);
-        let suffix = if s.group > 1 {
-            format!("g{g}")
-        } else {
-            String::new()
-        };
-        kernels.push((kernel_name(ctx, &suffix), p, plan, consts));
+        kernels.push((a, plan, b.derive(DataType::F16, consts)));
     }
-    // The groups run one after the other, so they share one workspace.
+    // The kernels run one after the other, so they share one workspace.
+    let ws_bytes = kernels
+        .iter()
+        .map(|(_, plan, _)| plan.ws_total)
+        .max()
+        .unwrap_or(0);
     let ws = b.scratch(ws_bytes);
-    for (name, p, plan, consts) in kernels {
-        let mut a = Asm::new(&name);
-        Gen::new(&mut a, &p, &plan, &ctx.target.core).emit();
+    for (a, plan, consts) in kernels {
         let bias = runtime_bias.unwrap_or(consts);
         let args = vec![x, consts, Operand::Output(0), ws, bias];
         b.kernels
@@ -773,20 +804,28 @@ impl Plan {
             .map(|(a, b)| (b - 1) / s.ho - a / s.ho + 1)
             .max()
             .unwrap_or(1);
-        // Fixed-height band loads read up to a tile past the piece's rows.
-        self.piece_rows = s.sh * (most.min(s.ho) + 2 * limit_rows(most, s.ho) + self.ihi + 1);
-        if self.pws() > u64::from(u16::MAX) {
+        // Fixed-height band loads read up to a tile past the piece's rows. A piece's run of
+        // workspace rows is a DMA gap, so where tall blocks (large batches) would make it
+        // longer than the field allows, tiles are kept lower instead.
+        let mut limit = limit_rows(most, s.ho);
+        loop {
+            self.piece_rows = s.sh * (most.min(s.ho) + 2 * limit + self.ihi + 1);
+            if self.pws() <= units::BURST_GAP_MAX || limit == 1 {
+                break;
+            }
+            limit -= 1;
+        }
+        if self.pws() > units::BURST_GAP_MAX {
             return Err(format!(
                 "a workspace row run of {} units exceeds a DMA gap ({} units max)",
                 self.pws(),
-                u16::MAX
+                units::BURST_GAP_MAX
             ));
         }
         // Tile height and L0 step: the best cube rate per tile that fits, tiles no taller than
         // a third of a block's rows (so a block has tiles to overlap).
         let planes = self.planes(s);
         let mut best: Option<(f64, u64, u64)> = None;
-        let limit = limit_rows(most, s.ho);
         for rt in 1..=limit {
             let nb = self.nb(s, rt);
             let kb = ((l0b - 1) / 2 / nb)

@@ -75,6 +75,11 @@ impl Asm {
         }
     }
 
+    /// Whether the kernel has reached the instruction limit (its `finish` will fail).
+    pub fn too_long(&self) -> bool {
+        matches!(self.b.error(), Some(BuildError::TooManyInstructions { .. }))
+    }
+
     /// The kernel's name.
     pub fn name(&self) -> &str {
         &self.name
