@@ -32,6 +32,7 @@
 use gearsim_isa::{DType, Pipe, ReduceOp, SReg, units};
 
 use super::dma;
+use super::queue::{self, VECIN, VECOUT};
 use super::stream::{Dir, copy};
 use super::vec::View;
 use super::writer::{Asm, Reg};
@@ -59,7 +60,7 @@ const REGION: u64 = units::REPEAT_BYTES;
 /// row).
 const SLACK: u64 = 512;
 /// Flag id of the one-time resident loads (0 and 1 are the double buffer's).
-const RESIDENT_FLAG: u32 = 2;
+const RESIDENT_FLAG: usize = 2;
 /// Bytes of a DMA block (the unit of burst lengths and gaps) and of a splat.
 const BLOCK: u64 = units::BLOCK_BYTES;
 /// Most repeats one vector instruction takes in normal-mask mode (8-bit field).
@@ -808,10 +809,7 @@ pub fn emit(job: &Job<'_>, plan: &Plan, a: &mut Asm) {
     e.residents(a);
     e.main_loop(a);
     a.comment("consume the flags the last tiles set");
-    for k in 0..2 {
-        a.wait_flag(Pipe::V, Pipe::Mte2, k);
-        a.wait_flag(Pipe::Mte3, Pipe::V, k);
-    }
+    queue::drain(a, &[VECIN, VECOUT], 2);
 }
 
 impl Emit<'_> {
@@ -848,10 +846,7 @@ impl Emit<'_> {
             }
         }
         a.comment("both input buffers and both output buffers start free");
-        for k in 0..2 {
-            a.set_flag(Pipe::V, Pipe::Mte2, k);
-            a.set_flag(Pipe::Mte3, Pipe::V, k);
-        }
+        queue::prime(a, &[VECIN, VECOUT], 2);
     }
 
     /// Resident inputs and constants, loaded and prepared once per block.
@@ -890,8 +885,7 @@ impl Emit<'_> {
             }
         }
         if loads {
-            a.set_flag(Pipe::Mte2, Pipe::V, RESIDENT_FLAG);
-            a.wait_flag(Pipe::Mte2, Pipe::V, RESIDENT_FLAG);
+            queue::barrier(a, Pipe::Mte2, Pipe::V, RESIDENT_FLAG);
         }
         for (i, kind) in self.plan.kinds.iter().enumerate() {
             let inp = &self.job.inputs[i];
@@ -1041,7 +1035,7 @@ impl Emit<'_> {
         let l = &self.plan.layout;
         let rows_mode = !matches!(self.plan.mode, Mode::Chunk);
         a.comment(format_args!("---- tile of {v} in buffer {k}"));
-        a.wait_flag(Pipe::V, Pipe::Mte2, k);
+        VECIN.alloc(a, k);
         for (i, kind) in self.plan.kinds.iter().enumerate() {
             let inp = &job.inputs[i];
             let (fmt, e) = (inp.fmt, inp.fmt.ub_bytes());
@@ -1083,9 +1077,9 @@ impl Emit<'_> {
                 }
             }
         }
-        a.set_flag(Pipe::Mte2, Pipe::V, k);
-        a.wait_flag(Pipe::Mte2, Pipe::V, k);
-        a.wait_flag(Pipe::Mte3, Pipe::V, k);
+        VECIN.enque(a, k);
+        VECIN.deque(a, k);
+        VECOUT.alloc(a, k);
         self.prepare(a, k, v);
         self.run_body(a, k, v);
         for (o, out) in job.outputs.iter().enumerate() {
@@ -1095,9 +1089,9 @@ impl Emit<'_> {
                 }
             }
         }
-        a.set_flag(Pipe::V, Pipe::Mte2, k);
-        a.set_flag(Pipe::V, Pipe::Mte3, k);
-        a.wait_flag(Pipe::V, Pipe::Mte3, k);
+        VECIN.free(a, k);
+        VECOUT.enque(a, k);
+        VECOUT.deque(a, k);
         for (o, out) in job.outputs.iter().enumerate() {
             let fmt = out.fmt;
             self.gm_addr(a, r.addr, job.inputs.len() + o);
@@ -1119,7 +1113,7 @@ impl Emit<'_> {
                 }
             }
         }
-        a.set_flag(Pipe::Mte3, Pipe::V, k);
+        VECOUT.free(a, k);
     }
 
     /// Vector work before the body: gather spread words, replicate rows, build splats.

@@ -26,6 +26,7 @@ use gearsim_isa::units::{BLOCK_BYTES, FRACTAL_BYTES_F32};
 use gearsim_isa::{DType, Pipe, SReg, SType, Space};
 use gemm::{Addend, BatchDim, Gemm, OutType, Src};
 
+use super::queue::{self, VECOUT};
 use super::stream::{Io, Stream, Tile};
 use super::writer::{Asm, Reg};
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
@@ -216,30 +217,29 @@ pub(crate) fn expand_kernel(
     if (f16_buf + chunk * 32) > ctx.target.core.ub_bytes {
         return Err(ctx.error("the addend expansion needs 96 KiB of unified buffer"));
     }
-    a.set_flag(Pipe::Mte3, Pipe::V, 0);
+    // One staging buffer, handed from V to the stores and back each chunk.
+    VECOUT.free(&mut a, 0);
     let fracs = len.div_ceil(16);
     let mut at = 0;
     while at < fracs {
         let nf = (fracs - at).min(chunk / 16);
         let first = at * 16;
         let elems = (len - first).min(nf * 16);
-        a.wait_flag(Pipe::Mte3, Pipe::V, 0);
+        VECOUT.alloc(&mut a, 0);
         match mode {
             Expand::Cols => {
                 a.mask_count(t2, nf * 16);
                 a.movi(t0, f32_buf as i64);
                 a.movi(t1, 0);
                 a.vdup(DType::F32, t0, t1);
-                a.set_flag(Pipe::V, Pipe::Mte2, 0);
-                a.wait_flag(Pipe::V, Pipe::Mte2, 0);
+                queue::barrier(&mut a, Pipe::V, Pipe::Mte2, 0);
                 a.movi(
                     t0,
                     if ty == OutType::F16 { f16_buf } else { f32_buf } as i64,
                 );
                 a.addi(t1, src, first * es);
                 a.copy_gm_to_ub_pad(t0, t1, 1, elems * es);
-                a.set_flag(Pipe::Mte2, Pipe::V, 0);
-                a.wait_flag(Pipe::Mte2, Pipe::V, 0);
+                queue::barrier(&mut a, Pipe::Mte2, Pipe::V, 0);
                 if ty == OutType::F16 {
                     a.mask_count(t2, elems);
                     a.movi(t0, f32_buf as i64);
@@ -249,8 +249,8 @@ pub(crate) fn expand_kernel(
                 a.mask_count(t2, nf * 16);
                 a.movi(t0, f32_buf as i64);
                 a.vmuls(DType::F32, t0, t0, scale_reg);
-                a.set_flag(Pipe::V, Pipe::Mte3, 0);
-                a.wait_flag(Pipe::V, Pipe::Mte3, 0);
+                VECOUT.enque(&mut a, 0);
+                VECOUT.deque(&mut a, 0);
                 for r in 0..16 {
                     a.addi(t1, dst, at * FRACTAL_BYTES_F32 + r * 64);
                     a.copy_ub_to_gm(t1, t0, nf, 2).src_gap(0).dst_gap(30);
@@ -297,16 +297,16 @@ pub(crate) fn expand_kernel(
                 a.mask_count(t2, nf * 256);
                 a.movi(t0, f32_buf as i64);
                 a.vmuls(DType::F32, t0, t0, scale_reg);
-                a.set_flag(Pipe::V, Pipe::Mte3, 0);
-                a.wait_flag(Pipe::V, Pipe::Mte3, 0);
+                VECOUT.enque(&mut a, 0);
+                VECOUT.deque(&mut a, 0);
                 a.addi(t1, dst, at * FRACTAL_BYTES_F32);
                 a.copy_ub_to_gm(t1, t0, 1, nf * FRACTAL_BYTES_F32 / BLOCK_BYTES);
             }
         }
-        a.set_flag(Pipe::Mte3, Pipe::V, 0);
+        VECOUT.free(&mut a, 0);
         at += nf;
     }
-    a.wait_flag(Pipe::Mte3, Pipe::V, 0);
+    VECOUT.alloc(&mut a, 0);
     ctx.kernel(a, 1, operands.to_vec())
 }
 

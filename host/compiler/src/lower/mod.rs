@@ -5,6 +5,7 @@
 //!   lower_node(ctx) ─▶ table of lowerings by op type ─▶ Lowered::Kernels { kernels, derived }
 //!                                                     └▶ Lowered::Alias (Reshape, Flatten, ...)
 //!   writer.rs  ─ the assembly writer every kernel is built with
+//!   queue.rs   ─ the flag handshakes between pipes (queues, chains, one-shot barriers)
 //!   stream.rs  ─ the double-buffered GM→UB→V→UB→GM pipeline element-wise kernels share
 //!   bcast.rs   ─ the broadcasting variant: canonical broadcast form, chunk / row tiles, splats,
 //!                one-byte and int64 tensors spread one element per 32-byte block
@@ -30,6 +31,7 @@ pub mod dma;
 pub mod elementwise;
 pub mod movement;
 pub mod pool;
+pub mod queue;
 pub mod reduce;
 pub mod stream;
 pub mod vec;

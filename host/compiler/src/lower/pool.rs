@@ -62,6 +62,7 @@
 use gearsim_isa::{Cmp, DType, Pipe, ReduceOp, units};
 
 use super::dma::{self, Dir};
+use super::queue;
 use super::reduce::{
     Addr, BLK, F32, FIELD, Flow, K, Mask, NEG_INF, Opd, REP, Spread, args, flow_fini, flow_init,
     round8,
@@ -1507,8 +1508,7 @@ impl Pool {
             self.build_scale(k, regs, fs);
         }
         // The loads overwrite what V has just filled.
-        k.a.set_flag(Pipe::V, Pipe::Mte2, 2);
-        k.a.wait_flag(Pipe::V, Pipe::Mte2, 2);
+        queue::barrier(&mut k.a, Pipe::V, Pipe::Mte2, 2);
         if let What::MaxIndices { .. } = self.what {
             let cols = self.w.k * self.reps * 32;
             dma(
@@ -1532,8 +1532,7 @@ impl Pool {
                 rows,
                 rows,
             );
-            k.a.set_flag(Pipe::Mte2, Pipe::V, 2);
-            k.a.wait_flag(Pipe::Mte2, Pipe::V, 2);
+            queue::barrier(&mut k.a, Pipe::Mte2, Pipe::V, 2);
         }
     }
 

@@ -26,6 +26,7 @@
 use gearsim_isa::{DType, Pipe, ProgramBuilder, ReduceOp, SReg, units};
 
 use super::dma::{self, Dir};
+use super::queue::{self, Chain, VECOUT};
 use super::vec::{BinOp, ScalarOp, UnOp};
 use super::writer::{Asm, Reg};
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
@@ -58,6 +59,9 @@ pub(super) const FIELD: u64 = units::REPEAT_MAX;
 const MAX_BURSTS: u64 = units::BURST_COUNT_MAX;
 /// UB bytes a kernel leaves unused (results of partial vbreduce groups spill this far).
 const UB_SLACK: u64 = 1024;
+/// Flag id of the result buffer an item's reduction hands to MTE3 (0 and 1 are the tile flow's
+/// two buffers), so the next item's result waits only for the previous store.
+const OUT_FLAG: usize = 2;
 
 /// The bits of f32 negative infinity (the identity of max).
 pub(super) const NEG_INF: u32 = 0xff80_0000;
@@ -459,23 +463,27 @@ pub(super) fn round8(n: u64) -> u64 {
 
 // ---- the double-buffered tile flow ------------------------------------------------------------
 
-/// Which pipe frees a tile buffer: V when tiles are only read, MTE3 when they are stored.
-fn free_pipe(stores: bool) -> Pipe {
-    if stores { Pipe::Mte3 } else { Pipe::V }
+/// The pipes a tile buffer passes through: MTE2 loads it, V computes on it, and MTE3 stores
+/// it when the flow stores tiles; the last of them frees it for the next load.
+fn chain(stores: bool) -> Chain {
+    Chain {
+        stages: if stores {
+            &[Pipe::Mte2, Pipe::V, Pipe::Mte3]
+        } else {
+            &[Pipe::Mte2, Pipe::V]
+        },
+        nbuf: 2,
+    }
 }
 
 /// Marks both tile buffers free (before the first flow of a kernel).
 pub(super) fn flow_init(k: &mut K, stores: bool) {
-    for b in 0..2 {
-        k.a.set_flag(free_pipe(stores), Pipe::Mte2, b);
-    }
+    chain(stores).prologue(&mut k.a);
 }
 
 /// Consumes the buffer-free flags the last flow left set.
 pub(super) fn flow_fini(k: &mut K, stores: bool) {
-    for b in 0..2 {
-        k.a.wait_flag(free_pipe(stores), Pipe::Mte2, b);
-    }
+    chain(stores).epilogue(&mut k.a);
 }
 
 /// A step of a flow: gets the buffer (0 or 1) and whether it is the flow's last tile.
@@ -496,29 +504,27 @@ pub(super) struct Flow<'a> {
 }
 
 impl Flow<'_> {
+    fn chain(&self) -> Chain {
+        chain(self.store.is_some())
+    }
+
     fn load_tile(&self, k: &mut K, b: usize, last: bool) {
-        let free = free_pipe(self.store.is_some());
-        k.a.wait_flag(free, Pipe::Mte2, b);
+        self.chain().begin(&mut k.a, 0, b);
         (self.load)(k, b, last);
-        k.a.set_flag(Pipe::Mte2, Pipe::V, b);
+        self.chain().end(&mut k.a, 0, b);
     }
 
     fn iteration(&self, k: &mut K, b: usize, next: Option<bool>, last: bool) {
         if let Some(next_last) = next {
             self.load_tile(k, 1 - b, next_last);
         }
-        k.a.wait_flag(Pipe::Mte2, Pipe::V, b);
+        self.chain().begin(&mut k.a, 1, b);
         (self.compute)(k, b, last);
-        match self.store {
-            Some(store) => {
-                k.a.set_flag(Pipe::V, Pipe::Mte3, b);
-                k.a.wait_flag(Pipe::V, Pipe::Mte3, b);
-                store(k, b, last);
-                k.a.set_flag(Pipe::Mte3, Pipe::Mte2, b);
-            }
-            None => {
-                k.a.set_flag(Pipe::V, Pipe::Mte2, b);
-            }
+        self.chain().end(&mut k.a, 1, b);
+        if let Some(store) = self.store {
+            self.chain().begin(&mut k.a, 2, b);
+            store(k, b, last);
+            self.chain().end(&mut k.a, 2, b);
         }
     }
 
@@ -1202,8 +1208,7 @@ impl RowKernel<'_> {
                     self.len,
                 );
             }
-            k.a.set_flag(Pipe::Mte2, Pipe::V, 3);
-            k.a.wait_flag(Pipe::Mte2, Pipe::V, 3);
+            queue::barrier(&mut k.a, Pipe::Mte2, Pipe::V, 3);
         }
         let (jl, js) = (k.a.reg(), k.a.reg());
         spread.first(&mut k, jl);
@@ -1840,8 +1845,7 @@ fn bn_params(ctx: &LowerCtx<'_>, c: u64, eps: f32, vectors: bool) -> Result<Kern
     for i in 0..4 {
         dma_rows(&mut k, true, Addr::Ub(v[i]), ptr[i], 1, c, c);
     }
-    k.a.set_flag(Pipe::Mte2, Pipe::V, 0);
-    k.a.wait_flag(Pipe::Mte2, Pipe::V, 0);
+    queue::barrier(&mut k.a, Pipe::Mte2, Pipe::V, 0);
     let m = Mask::Count(cp);
     let e = k.f32_reg(eps);
     // a = scale / sqrt(var + eps); b = B - mean * a.
@@ -1872,8 +1876,7 @@ fn bn_params(ctx: &LowerCtx<'_>, c: u64, eps: f32, vectors: bool) -> Result<Kern
         1,
     );
     if vectors {
-        k.a.set_flag(Pipe::V, Pipe::Mte3, 0);
-        k.a.wait_flag(Pipe::V, Pipe::Mte3, 0);
+        queue::barrier(&mut k.a, Pipe::V, Pipe::Mte3, 0);
         for (i, out) in [(4, 4), (5, 5)] {
             dma_rows(&mut k, false, Addr::Ub(v[i]), ptr[out], 1, c, c);
         }
@@ -1905,8 +1908,7 @@ fn bn_params(ctx: &LowerCtx<'_>, c: u64, eps: f32, vectors: bool) -> Result<Kern
                 }
             }
         }
-        k.a.set_flag(Pipe::V, Pipe::Mte3, 0);
-        k.a.wait_flag(Pipe::V, Pipe::Mte3, 0);
+        queue::barrier(&mut k.a, Pipe::V, Pipe::Mte3, 0);
         for p in 0..2usize {
             for lane in 0..BLK {
                 let t = tables[p * BLK as usize + lane as usize];
@@ -2208,7 +2210,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
     let scale = p.scale.map(|s| k.f32_reg(s));
     let l = p.l;
     flow_init(&mut k, false);
-    k.a.set_flag(Pipe::Mte3, Pipe::V, 2);
+    VECOUT.free(&mut k.a, OUT_FLAG);
     repeat_loop(&mut k, items, spread.per_block, &|k| {
         k.mul_imm(g, item, l * F32);
         k.a.add(g, ptr[0], g);
@@ -2237,7 +2239,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
         }
         .emit(k);
         halve(k, ProgramBuilder::vadd, acc, chunk, REP);
-        k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
+        VECOUT.alloc(&mut k.a, OUT_FLAG);
         k.vred(
             false,
             ReduceOp::Sum,
@@ -2257,16 +2259,16 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
                 1,
             );
         }
-        k.a.set_flag(Pipe::V, Pipe::Mte3, 2);
-        k.a.wait_flag(Pipe::V, Pipe::Mte3, 2);
+        VECOUT.enque(&mut k.a, OUT_FLAG);
+        VECOUT.deque(&mut k.a, OUT_FLAG);
         let t = k.tmp(1);
         k.mul_imm(t, item, F32);
         k.a.add(t, ptr[1], t);
         dma_rows(k, false, Addr::Ub(slot), t, 1, 1, 1);
-        k.a.set_flag(Pipe::Mte3, Pipe::V, 2);
+        VECOUT.free(&mut k.a, OUT_FLAG);
         k.a.add_imm(item, 1);
     });
-    k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
+    VECOUT.alloc(&mut k.a, OUT_FLAG);
     flow_fini(&mut k, false);
     finish(ctx, k, spread.blocks, Vec::new())
 }
@@ -2318,7 +2320,7 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
     let zero = k.a.constant(0);
     let scale = p.scale.map(|s| k.f32_reg(s));
     flow_init(&mut k, false);
-    k.a.set_flag(Pipe::Mte3, Pipe::V, 2);
+    VECOUT.free(&mut k.a, OUT_FLAG);
     repeat_loop(&mut k, items, spread.per_block, &|k| {
         // g = x + (o * L * I + i0) * 4, gy = y + (o * I + i0) * 4.
         let (t0, t1) = (k.tmp(0), k.tmp(1));
@@ -2360,7 +2362,7 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
             store: None,
         }
         .emit(k);
-        k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
+        VECOUT.alloc(&mut k.a, OUT_FLAG);
         match scale {
             Some(s) => k.vsc(
                 ProgramBuilder::vmuls,
@@ -2378,13 +2380,13 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
                 1,
             ),
         }
-        k.a.set_flag(Pipe::V, Pipe::Mte3, 2);
-        k.a.wait_flag(Pipe::V, Pipe::Mte3, 2);
+        VECOUT.enque(&mut k.a, OUT_FLAG);
+        VECOUT.deque(&mut k.a, OUT_FLAG);
         dma_rows(k, false, Addr::Ub(outb), gy, 1, ic, ic);
-        k.a.set_flag(Pipe::Mte3, Pipe::V, 2);
+        VECOUT.free(&mut k.a, OUT_FLAG);
         k.a.add_imm(item, 1);
     });
-    k.a.wait_flag(Pipe::Mte3, Pipe::V, 2);
+    VECOUT.alloc(&mut k.a, OUT_FLAG);
     flow_fini(&mut k, false);
     finish(ctx, k, spread.blocks, Vec::new())
 }
@@ -2400,8 +2402,7 @@ fn fill(ctx: &LowerCtx<'_>, n: u64, v: f32) -> Result<Kernel, LowerError> {
     let ptr = args(&mut k, 1);
     let r = k.f32_reg(v);
     k.vdup(Opd::ub(buf), r, Mask::Count(chunk), 1);
-    k.a.set_flag(Pipe::V, Pipe::Mte3, 0);
-    k.a.wait_flag(Pipe::V, Pipe::Mte3, 0);
+    queue::barrier(&mut k.a, Pipe::V, Pipe::Mte3, 0);
     let g = k.a.reg();
     k.a.mov(g, ptr[0]);
     let mut done = 0;

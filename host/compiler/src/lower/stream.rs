@@ -2,7 +2,7 @@
 //! the tensors, and tiles of it flow GM →MTE2→ UB →V→ UB →MTE3→ GM through two buffers, so
 //! MTE2 loads tile i+1 while V computes tile i and MTE3 stores tile i−1 (Ascend C's double
 //! buffer with the TQue flag pattern: MTE2→V "data ready", V→MTE2 "input buffer free",
-//! V→MTE3 "result ready", MTE3→V "output buffer free").
+//! V→MTE3 "result ready", MTE3→V "output buffer free"; `queue.rs`'s `VECIN` and `VECOUT`).
 //!
 //! Every length is static: the blocks get `per_block` elements except the last, which gets the
 //! rest; within a block full tiles run in pairs (buffer 0, buffer 1), then an odd full tile and
@@ -10,9 +10,10 @@
 //! instruction per operation and tails need no special code; a tail whose bytes are not a
 //! multiple of 32 moves with the byte-granular DMA.
 
-use gearsim_isa::{Pipe, SReg};
+use gearsim_isa::SReg;
 
 use super::dma;
+use super::queue::{self, VECIN, VECOUT};
 use super::writer::{Asm, Reg};
 use crate::CoreSpec;
 
@@ -168,10 +169,7 @@ impl Stream<'_> {
             count,
         };
         a.comment("both input buffers and both output buffers start free");
-        for k in 0..2 {
-            a.set_flag(Pipe::V, Pipe::Mte2, k);
-            a.set_flag(Pipe::Mte3, Pipe::V, k);
-        }
+        queue::prime(a, &[VECIN, VECOUT], 2);
         let last = self.n - (u64::from(plan.block_dim) - 1) * plan.per_block;
         if last == plan.per_block {
             ctx.slice(a, plan.per_block);
@@ -189,10 +187,7 @@ impl Stream<'_> {
             a.place(&done);
         }
         a.comment("consume the flags the last tiles set");
-        for k in 0..2 {
-            a.wait_flag(Pipe::V, Pipe::Mte2, k);
-            a.wait_flag(Pipe::Mte3, Pipe::V, k);
-        }
+        queue::drain(a, &[VECIN, VECOUT], 2);
     }
 }
 
@@ -239,7 +234,7 @@ impl Emit<'_> {
         for (r, off) in self.ub.iter().zip(&self.bufs[k]) {
             a.movi(*r, *off as i64);
         }
-        a.wait_flag(Pipe::V, Pipe::Mte2, k);
+        VECIN.alloc(a, k);
         for i in 0..n_in {
             copy(
                 a,
@@ -250,9 +245,9 @@ impl Emit<'_> {
             );
             a.add_imm(self.ptrs[i], (len * self.io[i].elem) as i64);
         }
-        a.set_flag(Pipe::Mte2, Pipe::V, k);
-        a.wait_flag(Pipe::Mte2, Pipe::V, k);
-        a.wait_flag(Pipe::Mte3, Pipe::V, k);
+        VECIN.enque(a, k);
+        VECIN.deque(a, k);
+        VECOUT.alloc(a, k);
         a.mask_count(self.mask, len);
         let tile = Tile {
             ins: self.ub[..n_in].to_vec(),
@@ -262,9 +257,9 @@ impl Emit<'_> {
             consts: self.consts.to_vec(),
         };
         (self.s.body)(a, &tile);
-        a.set_flag(Pipe::V, Pipe::Mte2, k);
-        a.set_flag(Pipe::V, Pipe::Mte3, k);
-        a.wait_flag(Pipe::V, Pipe::Mte3, k);
+        VECIN.free(a, k);
+        VECOUT.enque(a, k);
+        VECOUT.deque(a, k);
         for i in n_in..self.io.len() {
             copy(
                 a,
@@ -275,7 +270,7 @@ impl Emit<'_> {
             );
             a.add_imm(self.ptrs[i], (len * self.io[i].elem) as i64);
         }
-        a.set_flag(Pipe::Mte3, Pipe::V, k);
+        VECOUT.free(a, k);
     }
 }
 

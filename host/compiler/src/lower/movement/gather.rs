@@ -17,6 +17,7 @@
 
 use gearsim_isa::{SType, Space};
 
+use super::super::queue;
 use super::super::writer::{Asm, Reg};
 use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::kit::{
@@ -281,8 +282,7 @@ fn rows_load(a: &mut Asm, s: &Sub, g: &Regs, chain: &Chain, ly: &Layout, k: usiz
     a.movi(g.ub, (base + ly.idx_at) as i64);
     kit::dma(a, true, g.ub, g.ip, &Xfer::contiguous(s.count * ly.ie));
     // The scalar unit reads the indices: wait for their load.
-    a.set_flag(Pipe::Mte2, Pipe::S, k);
-    a.wait_flag(Pipe::Mte2, Pipe::S, k);
+    queue::barrier(a, Pipe::Mte2, Pipe::S, k);
     chain.begin(a, 0, k);
     a.movi(slot, base as i64);
     let top = a.new_label("row");

@@ -1,7 +1,7 @@
 //! What every movement kernel is built from: the split of tasks over blocks, the task loop that
-//! rotates buffers, flag chains between the pipes a buffer passes through, the decomposition of
-//! a task index into addresses, and DMA emission that picks 32-byte bursts or byte-granular
-//! copies.
+//! rotates buffers, flag chains between the pipes a buffer passes through (`queue.rs`'s
+//! [`Chain`]), the decomposition of a task index into addresses, and DMA emission that picks
+//! 32-byte bursts or byte-granular copies.
 //!
 //! A kernel is a list of jobs. A job is a static loop body over a range of task indices (one
 //! tile each); different tile shapes (a full tile, the remainder along an axis) are different
@@ -74,52 +74,8 @@ pub fn tile_bytes(total: u64, core: &CoreSpec, max: u64) -> u64 {
 /// A pipe of the flag instructions (the kernels here use S, V, MTE2 and MTE3).
 pub use gearsim_isa::Pipe;
 
-/// The pipes a buffer passes through in order; the last one hands it back to the first. Each
-/// consecutive pair uses flag id `k` for buffer `k`, so a stage starts on buffer `k` only when
-/// the previous stage finished with it (Ascend C's TQue pattern, one queue per buffer).
-#[derive(Debug, Clone, Copy)]
-pub struct Chain {
-    /// Stages in order.
-    pub stages: &'static [Pipe],
-    /// Buffers rotated.
-    pub nbuf: usize,
-}
-
-impl Chain {
-    fn last(&self) -> Pipe {
-        self.stages[self.stages.len() - 1]
-    }
-
-    /// Every buffer starts free.
-    pub fn prologue(&self, a: &mut Asm) {
-        for k in 0..self.nbuf {
-            a.set_flag(self.last(), self.stages[0], k);
-        }
-    }
-
-    /// Consumes the "free" flags the last tasks set.
-    pub fn epilogue(&self, a: &mut Asm) {
-        for k in 0..self.nbuf {
-            a.wait_flag(self.last(), self.stages[0], k);
-        }
-    }
-
-    /// Stage `i` waits for buffer `k`.
-    pub fn begin(&self, a: &mut Asm, i: usize, k: usize) {
-        let prev = if i == 0 {
-            self.last()
-        } else {
-            self.stages[i - 1]
-        };
-        a.wait_flag(prev, self.stages[i], k);
-    }
-
-    /// Stage `i` is done with buffer `k`.
-    pub fn end(&self, a: &mut Asm, i: usize, k: usize) {
-        let next = self.stages[(i + 1) % self.stages.len()];
-        a.set_flag(self.stages[i], next, k);
-    }
-}
+/// The flag chain a buffer passes round (it lives with the other handshakes).
+pub use super::super::queue::Chain;
 
 /// One digit of a task index: its radix and what one step of it adds to each address.
 #[derive(Debug, Clone, PartialEq, Eq)]
