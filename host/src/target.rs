@@ -23,6 +23,10 @@ pub fn for_chip(cfg: &ChipConfig) -> Target {
             l0b_bytes: cfg.core.l0b_bytes,
             l0c_bytes: cfg.core.l0c_bytes,
             event_ids: cfg.core.event_ids,
+            gm_read_bytes_per_cycle: cfg.mte.gm_read_bytes_per_cycle,
+            memory_bytes_per_cycle: (cfg.memory.hbm_bytes_per_second
+                / (cfg.core.clock_mhz * 1_000_000))
+                .max(1),
         },
     }
 }

@@ -67,4 +67,9 @@ pub struct CoreSpec {
     pub l0c_bytes: u64,
     /// Event ids per pipe pair (how many buffers a queue can rotate through).
     pub event_ids: u8,
+    /// Bytes one core's MTE2 reads from GM per core cycle (tiling estimates only).
+    pub gm_read_bytes_per_cycle: u64,
+    /// Bytes per core cycle the whole chip reads from device memory (HBM / DDR; tiling
+    /// estimates only).
+    pub memory_bytes_per_cycle: u64,
 }

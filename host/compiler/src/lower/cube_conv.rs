@@ -434,7 +434,7 @@ fn cube(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerError> {
         let bias = runtime_bias.unwrap_or(consts);
         let args = vec![x, consts, Operand::Output(0), ws, bias];
         b.kernels
-            .push(ctx.kernel(a, plan.blocks.len() as u32, args)?);
+            .push(ctx.kernel(a, plan.block_dim() as u32, args)?);
     }
     Ok(b.finish())
 }
@@ -520,8 +520,13 @@ struct Plan {
     /// rows go through, and its workspace band is announced.
     item_first: u64,
     item_steps: u64,
-    /// Each block's output rows (global `n · Ho + oh`), start and end.
+    /// Each row block's output rows (global `n · Ho + oh`), start and end.
     blocks: Vec<(u64, u64)>,
+    /// The co blocks of each output-channel group, start and end. Block `b` of the kernel
+    /// computes row block `b / groups` for channel group `b % groups`: when the output has
+    /// few rows, splitting the channels too keeps every core busy and lets each stream only
+    /// its share of the weights.
+    co_groups: Vec<(u64, u64)>,
     /// Images a block's rows touch, at most; padded rows a piece keeps per column phase.
     pieces: u64,
     piece_rows: u64,
@@ -604,6 +609,7 @@ impl Plan {
             item_first: 0,
             item_steps: 1,
             blocks: Vec::new(),
+            co_groups: vec![(0, 1)],
             pieces: 1,
             piece_rows: 1,
             ws_total: 0,
@@ -789,11 +795,25 @@ impl Plan {
         let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
         let row_cost =
             (self.co_blocks * mb * self.c1 * t) as f64 * self.wq as f64 / 16.0 / CUBE_EFFICIENCY;
+        let groups = self.channel_groups(p, core, row_cost, total, cores);
+        self.co_groups = (0..groups)
+            .map(|g| {
+                (
+                    g * self.co_blocks / groups,
+                    (g + 1) * self.co_blocks / groups,
+                )
+            })
+            .collect();
+        let widest = self.co_groups.iter().map(|(a, b)| b - a).max().unwrap_or(1);
         self.blocks = distribute(
             total,
             s.ho,
-            cores.min(total),
-            row_cost,
+            (cores / groups).max(1).min(total),
+            if groups == 1 {
+                row_cost
+            } else {
+                row_cost * widest as f64 / self.co_blocks as f64
+            },
             BLOCK_OVERHEAD_CYCLES,
             PIECE_CYCLES,
         );
@@ -896,8 +916,57 @@ impl Plan {
         // The next tile's rows were staged at the start of the tile before, so they are in
         // from the first step on.
         self.item_first = 0;
-        self.ws_total = self.blocks.len() as u64 * self.ws_block(s);
+        self.ws_total = self.block_dim() * self.ws_block(s);
         Ok(())
+    }
+
+    /// Blocks of the kernel: every row block for every channel group.
+    fn block_dim(&self) -> u64 {
+        self.blocks.len() as u64 * self.co_groups.len() as u64
+    }
+
+    /// How many output-channel groups to split the co blocks into: the count whose busiest
+    /// block finishes first by a planning estimate (its share of the products against its
+    /// share of the weights read at one core's load rate, every block's weights sharing the
+    /// chip's memory bandwidth). One group unless the rows alone leave cores idle or make
+    /// every core stream all the weights.
+    fn channel_groups(
+        &self,
+        p: &Problem,
+        core: &CoreSpec,
+        row_cost: f64,
+        total: u64,
+        cores: u64,
+    ) -> u64 {
+        let weights = (p.mg.div_ceil(16) * self.c1 * self.taps() * FRACTAL) as f64;
+        let per_core = core.gm_read_bytes_per_cycle.max(1) as f64;
+        let chip = core.memory_bytes_per_cycle.max(1) as f64;
+        // Every block relayouts the input rows of its output rows, whatever its channels:
+        // each input row read, written to the workspace and read back in bands.
+        let s = &p.s;
+        let relayout_row = (3 * s.sh * self.c1 * UNIT * s.w) as f64 / per_core;
+        let estimate = |groups: u64| -> f64 {
+            let row_blocks = (cores / groups).max(1).min(total);
+            let rows = total.div_ceil(row_blocks) as f64;
+            let share = self.co_blocks.div_ceil(groups) as f64 / self.co_blocks as f64;
+            let compute = rows * row_cost * share;
+            let load = weights * share / per_core;
+            // Weights are read from memory once; the other row blocks' reads hit the L2.
+            let memory = weights / chip;
+            compute.max(load).max(memory)
+                + rows * relayout_row
+                + BLOCK_OVERHEAD_CYCLES * share * self.co_blocks as f64
+        };
+        let most = self.co_blocks.min(cores).max(1);
+        let mut best = (estimate(1), 1);
+        for groups in 2..=most {
+            let e = estimate(groups);
+            // A clear gain only: more groups repeat the relayout of the rows per group.
+            if e < best.0 * 0.9 {
+                best = (e, groups);
+            }
+        }
+        best.1
     }
 }
 
@@ -1122,6 +1191,8 @@ struct Gen<'a> {
     /// The co block being written and whether its pass relayouts the input.
     cb: u64,
     relayout: bool,
+    /// Whether the current pass is the block's first (it loads what later passes reuse).
+    first_pass: bool,
 }
 
 /// Whether a stage load also brings the stage's resident weights.
@@ -1203,6 +1274,7 @@ impl<'a> Gen<'a> {
             ub,
             cb: 0,
             relayout: true,
+            first_pass: true,
         }
     }
 
@@ -1290,14 +1362,39 @@ impl<'a> Gen<'a> {
         a.tiling("relayout_blocks", plan.cr as i64);
         a.tiling("relayout_steps", plan.item_steps as i64);
         a.tiling("relayout_ub_rows", plan.ub_rows as i64);
-        a.tiling("block_dim", plan.blocks.len() as i64);
+        a.tiling("channel_groups", plan.co_groups.len() as i64);
+        a.tiling("block_dim", plan.block_dim() as i64);
         a.tiling("ub_bytes", self.ub.end as i64);
         self.prologue();
-        for cb in 0..plan.co_blocks {
-            self.cb = cb;
-            self.relayout = cb == 0;
-            self.pass();
+        let groups = plan.co_groups.len() as u64;
+        let end = self.a.new_label("groups_done");
+        for (g, &(lo, hi)) in plan.co_groups.iter().enumerate() {
+            let other = self.a.new_label("other_group");
+            if groups > 1 {
+                self.a.comment(format_args!(
+                    "channel group {g}: co blocks {lo}..{hi} (blocks with block_idx % {groups} == {g})"
+                ));
+                let [t0, t1, _, _] = self.r.t;
+                self.a.sreg(t0, SReg::BlockIdx);
+                self.movi(t1, groups);
+                self.a.remu(t0, t0, t1);
+                self.movi(t1, g as u64);
+                let l = self.a.label(&other);
+                self.a.bne(t0, t1, l);
+            }
+            for cb in lo..hi {
+                self.cb = cb;
+                self.first_pass = cb == lo;
+                self.relayout = cb == lo;
+                self.pass();
+            }
+            if groups > 1 {
+                let l = self.a.label(&end);
+                self.a.jmp(l);
+                self.a.place(&other);
+            }
         }
+        self.a.place(&end);
         self.epilogue();
     }
 
@@ -1447,6 +1544,11 @@ impl<'a> Gen<'a> {
         let [t0, t1, _, _] = self.r.t;
         let done = self.a.new_label("range_done");
         self.a.sreg(t1, SReg::BlockIdx);
+        let groups = self.plan.co_groups.len() as u64;
+        if groups > 1 {
+            self.movi(t0, groups);
+            self.a.divu(t1, t1, t0);
+        }
         self.range_tree(&blocks, 0, blocks.len(), t0, t1, &done);
         self.a.place(&done);
     }
@@ -1496,7 +1598,7 @@ impl<'a> Gen<'a> {
             "pass {cb}: output channels from {}",
             cb * 16 * plan.mb
         ));
-        if cb > 0 {
+        if !self.first_pass {
             // The resident weights, bias and UB buffers change: let every pipe finish first.
             self.a.pipe_barrier(Pipe::All);
         }
@@ -1511,7 +1613,7 @@ impl<'a> Gen<'a> {
         self.descriptor_with(row, rcur, true, false);
         if self.relayout {
             self.relayout_prep(row, rcur);
-            self.relayout_nd2nz(0, t3, cb == 0);
+            self.relayout_nd2nz(0, t3, self.first_pass);
             self.a.mov(rn, rn2);
             self.a.mov(rws, rws2);
         }
@@ -1546,7 +1648,7 @@ impl<'a> Gen<'a> {
             self.a
                 .comment("the first tile's rows through the cube to the workspace");
             self.wait(Pipe::Mte2, Pipe::Mte1, ev::STAGING[0]);
-            if cb == 0 {
+            if self.first_pass {
                 // The identity, loaded behind the first `nd2nz`, reaches L0B before any row.
                 self.movi(t0, self.l1.ident);
                 self.movi(t1, self.l0.ident);
@@ -1561,7 +1663,7 @@ impl<'a> Gen<'a> {
             self.a.mov(rws, rws2);
         }
         // Needed from the first drain on only.
-        if cb == 0 {
+        if self.first_pass {
             self.a.sreg(t2, SReg::Args);
             self.a.ld(Space::Gm, SType::U64, out, t2).off(arg::OUT * 8);
         }
