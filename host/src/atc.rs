@@ -12,6 +12,7 @@ use serde_json::{Value as Json, json};
 
 use crate::files::OmMap;
 use crate::verify::{ModelView, Report, verify};
+use gearsim_compiler::fusion::{self, FusionSwitches};
 use gearsim_compiler::ir::DataType;
 use gearsim_compiler::options::DynamicMode;
 use gearsim_compiler::pipeline::{CompileOptions, Compiled, MapIndexEngine, TableLayout, compile};
@@ -349,4 +350,58 @@ fn write_json(out: &mut String, v: &Json, indent: usize) {
         }
         other => out.push_str(&other.to_string()),
     }
+}
+
+/// atc's `--fusion_switch_file`: a JSON object `{"Switch": {"GraphFusion": {...}, "UBFusion":
+/// {...}}}` whose inner objects map a pass name, or `ALL`, to `"on"` or `"off"` (`ALL` first,
+/// then the named passes). gearsim's passes are [`fusion::Pass::ALL`]; a name it does not
+/// know is an error naming the file, the section and the known names.
+pub fn fusion_switches(text: &str, file: &str) -> Result<FusionSwitches, String> {
+    let doc: Json = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "{file}:{}:{}: the fusion switch file is not valid JSON: {e}",
+            e.line(),
+            e.column()
+        )
+    })?;
+    let switch = doc
+        .get("Switch")
+        .and_then(Json::as_object)
+        .ok_or_else(|| format!("{file}: expected an object with a \"Switch\" object"))?;
+    let mut s = FusionSwitches::all_on();
+    for (section, passes) in switch {
+        if section != "GraphFusion" && section != "UBFusion" {
+            return Err(format!(
+                "{file}: Switch.{section}: expected GraphFusion or UBFusion"
+            ));
+        }
+        let passes = passes
+            .as_object()
+            .ok_or_else(|| format!("{file}: Switch.{section}: expected an object"))?;
+        let value = |name: &str, v: &Json| -> Result<bool, String> {
+            match v.as_str() {
+                Some("on") => Ok(true),
+                Some("off") => Ok(false),
+                _ => Err(format!(
+                    "{file}: Switch.{section}.{name}: expected \"on\" or \"off\", got {v}"
+                )),
+            }
+        };
+        if let Some(v) = passes.get("ALL") {
+            let on = value("ALL", v)?;
+            for p in fusion::Pass::ALL {
+                s.set(p, on);
+            }
+        }
+        for (name, v) in passes.iter().filter(|(n, _)| *n != "ALL") {
+            let pass = fusion::Pass::parse(name).ok_or_else(|| {
+                format!(
+                    "{file}: Switch.{section}: unknown fusion pass `{name}` (gearsim's passes: ALL, {})",
+                    fusion::Pass::ALL.map(fusion::Pass::name).join(", ")
+                )
+            })?;
+            s.set(pass, value(name, v)?);
+        }
+    }
+    Ok(s)
 }

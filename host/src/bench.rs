@@ -238,6 +238,7 @@ pub fn runtime_figures(cfg: &ChipConfig) -> Result<Vec<RuntimeFigure>, String> {
             getnext_sink: sink,
             table_layout: Default::default(),
             mapindex_engine: Default::default(),
+            fusion: Default::default(),
             target: crate::target::for_chip(cfg),
         };
         let c = compile(crate::demo::CNN, "cnn.onnx", &opts).map_err(|e| e.to_string())?;
@@ -410,6 +411,7 @@ pub mod speed {
                 getnext_sink: false,
                 table_layout: Default::default(),
                 mapindex_engine: Default::default(),
+                fusion: Default::default(),
                 target: crate::target::for_chip(cfg),
             };
             compile(self.onnx(), &format!("{}.onnx", self.name()), &opts)

@@ -504,6 +504,7 @@ fn run_data_set(
         getnext_sink: false,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
+        fusion: Default::default(),
         target: target::for_chip(chip),
     };
     let name = "model.onnx";

@@ -116,6 +116,7 @@ fn compile_case(c: &Case, cfg: &ChipConfig, sink: bool) -> Result<Vec<u8>> {
         getnext_sink: sink,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
+        fusion: Default::default(),
         target: target::for_chip(cfg),
     };
     let compiled = compile(c.onnx, &format!("{}.onnx", c.name), &opts)?;

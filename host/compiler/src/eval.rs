@@ -36,6 +36,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::fusion::FUSED_ACTIVATION;
 use super::infer::{InferError, OpCtx, OpError, Registry};
 use super::ir::{Attr, DataType, Graph, Model, Node, Tensor, TensorDesc, shape_values};
 use super::ops;
@@ -415,7 +416,22 @@ impl Evaluator<'_> {
     }
 
     /// Evaluates one operator node on its input values.
+    /// A node's outputs, with the activation the fusion pass folded into it applied to its
+    /// first output.
     fn node(&self, node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, EvalError> {
+        let mut outs = self.unfused(node, inputs)?;
+        if let (Some(act), Some(first)) = (node.string(FUSED_ACTIVATION), outs.first()) {
+            let absorbed = Node::new(format!("{}/{act}", node.name), act, vec![None], Vec::new());
+            let y = self.unfused(&absorbed, &[Some(first)])?;
+            outs[0] = y
+                .into_iter()
+                .next()
+                .ok_or_else(|| value_err(node, format!("the fused {act} gave no output")))?;
+        }
+        Ok(outs)
+    }
+
+    fn unfused(&self, node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, EvalError> {
         for (i, t) in inputs.iter().enumerate() {
             if let Some(t) = t {
                 check_tensor(t).map_err(|p| value_err(node, format!("input {i}: {p}")))?;

@@ -21,6 +21,7 @@
 
 pub mod emit;
 pub mod eval;
+pub mod fusion;
 pub mod gear;
 pub mod infer;
 pub mod ir;

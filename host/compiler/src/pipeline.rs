@@ -14,6 +14,7 @@ use gearsim_isa::om::{DynamicDesc, IoDesc, MemoryDesc, ModelDesc, OmWriter, Sect
 use gearsim_isa::omtask::encode_kernels;
 
 use super::emit::{self, EmitError, Emitted};
+use super::fusion::{self, FusionSwitches};
 use super::gear::{self, GearError, GearInput, GearSpec};
 use super::infer::{self, InferError, Known, Registry};
 use super::ir::{
@@ -40,6 +41,8 @@ pub struct CompileOptions {
     pub mapindex_engine: MapIndexEngine,
     /// The chip.
     pub target: Target,
+    /// Which fusion passes run (atc's `--fusion_switch_file`; all by default).
+    pub fusion: FusionSwitches,
 }
 
 /// Why a model did not compile.
@@ -195,8 +198,10 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
             (before, after, Some(spec), branch_dims)
         }
     };
+    // 5. Fusion, then lowering, memory plan and task streams.
+    let mut after = after;
+    fusion::fuse_model(&mut after, &opts.fusion);
     verify(&after, file)?;
-    // 5-7. Lowering, memory plan and task streams.
     let emitted =
         emit::emit(&after, spec.as_ref(), &opts.target).map_err(|error| CompileError::Emit {
             file: file.into(),

@@ -207,6 +207,7 @@ fn simulate(row: &Row) -> Result<Outcome, String> {
         getnext_sink: false,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
+        fusion: Default::default(),
         target: crate::target::for_chip(&cfg),
     };
     let name = format!("{}_b{}.onnx", row.net.name(), row.batch);

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::anyhow;
+use anyhow::{Context, anyhow};
 use clap::Args;
 use gearsim_compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
 use gearsim_host::atc;
@@ -44,6 +44,10 @@ pub struct CompileArgs {
     /// Write every kernel's tiling and disassembly into DIR (one .s file per kernel).
     #[arg(long = "dump_kernels", value_name = "DIR")]
     dump_kernels: Option<PathBuf>,
+    /// Fusion passes to switch on or off (atc's format: {"Switch": {"GraphFusion": {"ALL":
+    /// "off"}, "UBFusion": {...}}}); every pass runs by default.
+    #[arg(long = "fusion_switch_file", value_name = "FILE.json")]
+    fusion_switch_file: Option<PathBuf>,
     /// Hybrid mode: also store the source graph, so input shapes that match no gear run a
     /// dynamic-shape path (op by op, kernels cached by shape) instead of failing with E13025.
     #[arg(long = "hybrid")]
@@ -74,12 +78,21 @@ pub fn run(a: &CompileArgs) -> Result<(), Failure> {
         )
     })?;
     let chip = a.chip.config()?;
+    let fusion = match &a.fusion_switch_file {
+        None => Default::default(),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("--fusion_switch_file {}", p.display()))?;
+            atc::fusion_switches(&text, &p.display().to_string()).map_err(|e| anyhow!(e))?
+        }
+    };
     let opts = CompileOptions {
         gear: a.gear.options(),
         getnext_sink: a.getnext_sink,
         table_layout,
         mapindex_engine,
         target: target::for_chip(&chip),
+        fusion,
     };
     let om = atc::om_path(&a.output);
     let dumps = atc::Dumps {

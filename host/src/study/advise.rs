@@ -647,6 +647,7 @@ fn compile_gears(
         getnext_sink: false,
         table_layout: layout(),
         mapindex_engine: MapIndexEngine::default(),
+        fusion: Default::default(),
         target: target::for_chip(&a.chip),
     };
     let fail = |message: String| StudyError::Compile {

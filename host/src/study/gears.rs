@@ -682,6 +682,7 @@ pub fn run_point(study: &GearStudy, p: &Point) -> Result<Vec<Row>, StudyError> {
         getnext_sink: false,
         table_layout: p.layout,
         mapindex_engine: p.engine,
+        fusion: Default::default(),
         target: target::for_chip(&study.chip),
     };
     let started = Instant::now();

@@ -41,6 +41,7 @@ fn options(input_shape: &str, mode: &str, gears: &str) -> CompileOptions {
         getnext_sink: false,
         table_layout: TableLayout::GearMajor,
         mapindex_engine: MapIndexEngine::AiCore,
+        fusion: Default::default(),
         target: atc::target(&ChipConfig::preset("ascend910").unwrap()),
     }
 }

@@ -222,6 +222,7 @@ fn seed_options(sink: bool) -> CompileOptions {
         getnext_sink: sink,
         table_layout: TableLayout::GearMajor,
         mapindex_engine: MapIndexEngine::AiCore,
+        fusion: Default::default(),
         target: atc::target(&ChipConfig::preset("ascend910").unwrap()),
     }
 }

@@ -113,6 +113,7 @@ impl Seed {
             getnext_sink: false,
             table_layout: TableLayout::GearMajor,
             mapindex_engine: MapIndexEngine::AiCore,
+            fusion: Default::default(),
             target: atc::target(&ChipConfig::preset("ascend910").unwrap()),
         }
     }

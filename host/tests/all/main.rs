@@ -11,6 +11,7 @@ mod compile;
 mod corpus;
 mod device_run;
 mod eval;
+mod fusion;
 mod fuzz_npy;
 mod fuzz_om;
 mod fuzz_onnx;

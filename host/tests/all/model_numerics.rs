@@ -37,6 +37,7 @@ fn compiled(model: &str, gear: GearOptions) -> Compiled {
         getnext_sink: false,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
+        fusion: Default::default(),
         target: atc::target(&cfg()),
     };
     compile(&bytes, model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))
@@ -238,6 +239,7 @@ fn f16_conv_chain(middle: bool) -> Compiled {
         getnext_sink: false,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
+        fusion: Default::default(),
         target: atc::target(&cfg()),
     };
     compile(&m.encode_to_vec(), "chain.onnx", &opts).unwrap_or_else(|e| panic!("{e}"))

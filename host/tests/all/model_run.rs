@@ -66,6 +66,7 @@ fn options(sink: bool) -> CompileOptions {
         getnext_sink: sink,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
+        fusion: Default::default(),
         target: atc::target(&cfg()),
     }
 }

@@ -32,6 +32,7 @@ fn compiled(model: &str, gear: GearOptions, sink: bool) -> Compiled {
         getnext_sink: sink,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
+        fusion: Default::default(),
         target: atc::target(&cfg()),
     };
     compile(&bytes, model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))

@@ -70,6 +70,7 @@ fn om(s: &Suite, sink: bool) -> Vec<u8> {
         getnext_sink: sink,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
+        fusion: Default::default(),
         target: atc::target(&cfg()),
     };
     compile(&bytes, s.model, &opts)

@@ -29,6 +29,7 @@ fn om(model: &str, gear: &GearOptions, sink: bool) -> Vec<u8> {
         getnext_sink: sink,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
+        fusion: Default::default(),
         target: atc::target(&cfg),
     };
     compile(&bytes, model, &opts)

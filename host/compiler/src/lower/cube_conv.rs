@@ -52,7 +52,7 @@
 use gearsim_isa::{DType, Pipe, SReg, SType, Space, units};
 
 use super::super::writer::{Asm, Reg};
-use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
+use super::super::{Epilogue, LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::gemm::OutType;
 use super::{Build, Expand, const_values, cube_type, dims_of, expand_kernel, runtime_f16};
 use crate::CoreSpec;
@@ -282,7 +282,8 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         )));
     }
     if s.group > 1 && s.group == s.c {
-        return super::depthwise::lower(ctx, &s);
+        let lowered = super::depthwise::lower(ctx, &s)?;
+        return super::super::elementwise::with_epilogue_kernel(ctx, lowered, Epilogue::of(ctx)?);
     }
     let fractal = |d: Option<&TensorDesc>| d.is_some_and(|d| d.format == Format::Nc1hwc0);
     if fractal(ctx.inputs.first().copied().flatten()) || fractal(ctx.outputs.first()) {
@@ -303,6 +304,8 @@ struct Problem {
     m_off: u64,
     out: OutType,
     bias: BiasKind,
+    /// What the drain computes on the output before it leaves (a fused activation).
+    epilogue: Epilogue,
 }
 
 /// Where the bias fractals (`[ceil(M/16)][16][16]` f32, each row one channel's value) are.
@@ -338,6 +341,7 @@ fn cube(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerError> {
     let mut b = Build::default();
     let x = runtime_f16(ctx, &mut b, 0, s.n * s.c * s.h * s.w, "x")?;
     let (cg, mg) = (s.c / s.group, s.m / s.group);
+    let epilogue = Epilogue::of(ctx)?;
     let bias_values = const_values(ctx, 2);
     let mut runtime_bias = None;
     if let (Some(bd), None) = (ctx.inputs.get(2).copied().flatten(), &bias_values) {
@@ -387,16 +391,20 @@ fn cube(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerError> {
                     m_off: g * mg + m_lo,
                     out,
                     bias,
+                    epilogue,
                 };
                 let plan = Plan::new(&p, &ctx.target.core).map_err(|e| ctx.error(e))?;
-                let mut suffix = if s.group > 1 {
-                    format!("g{g}")
-                } else {
-                    String::new()
-                };
-                if part < mg {
-                    suffix.push_str(&format!("m{}", p.m_off));
+                let mut parts = Vec::new();
+                if s.group > 1 {
+                    parts.push(format!("g{g}"));
                 }
+                if part < mg {
+                    parts.push(format!("m{}", p.m_off));
+                }
+                if epilogue != Epilogue::None {
+                    parts.push(epilogue.suffix().to_string());
+                }
+                let suffix = parts.join("_");
                 let mut a = Asm::new(&kernel_name(ctx, &suffix));
                 Gen::new(&mut a, &p, &plan, &ctx.target.core).emit();
                 if a.too_long() {
@@ -2629,6 +2637,12 @@ impl<'a> Gen<'a> {
             self.movi(t0, self.ub.out);
             self.movi(t1, self.ub.work);
             self.a.vconv(DType::F16, DType::F32, t0, t1);
+        }
+        if p.epilogue == Epilogue::Relu {
+            self.a.comment("the fused activation, in place");
+            self.a.mask_count(t2, mbp * nb * units::FRACTAL_ELEMS);
+            self.movi(t0, self.ub.out);
+            self.a.vrelu(p.out.dtype(), t0, t0);
         }
         self.set(Pipe::V, Pipe::Mte3, ev::DRAIN);
     }

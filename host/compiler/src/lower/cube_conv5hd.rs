@@ -28,7 +28,7 @@ use gearsim_isa::units;
 use gearsim_isa::{DType, Pipe, SReg, SType, Space};
 
 use super::super::writer::{Asm, Reg};
-use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
+use super::super::{Epilogue, LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::conv::{ConvShape, distribute_by};
 use super::{Build, Expand, const_values, cube_type, expand_kernel};
 use crate::CoreSpec;
@@ -562,8 +562,14 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         }
         (None, None) => None,
     };
-    let mut a = Asm::new(&kernel_name(ctx, "5hd"));
-    let gen_ = Gen::new(&mut a, s, &plan, bias.is_some());
+    let epilogue = Epilogue::of(ctx)?;
+    let name = match epilogue {
+        Epilogue::None => kernel_name(ctx, "5hd"),
+        e => kernel_name(ctx, &format!("5hd_{}", e.suffix())),
+    };
+    let mut a = Asm::new(&name);
+    let mut gen_ = Gen::new(&mut a, s, &plan, bias.is_some());
+    gen_.epilogue = epilogue;
     if gen_.ub_end() > ctx.target.core.ub_bytes {
         return Err(ctx.error(format!(
             "the output tile needs {} bytes of unified buffer; it has {}",
@@ -694,6 +700,8 @@ struct Gen<'a> {
     /// whether the block's code has waited for the bias.
     groups_waited: usize,
     bias_waited: bool,
+    /// What the drain computes on the output tile before it leaves.
+    epilogue: Epilogue,
     /// The K-fractal groups of this block's first tile.
     groups: Vec<(u64, u64)>,
 }
@@ -724,6 +732,7 @@ impl<'a> Gen<'a> {
             groups_waited: 0,
             bias_waited: false,
             groups: Vec::new(),
+            epilogue: Epilogue::None,
         }
     }
 
@@ -1069,6 +1078,11 @@ impl<'a> Gen<'a> {
                 if p + 1 == pieces.len() {
                     self.set(Pipe::V, Pipe::M, ev::L0C[half as usize]);
                 }
+            }
+            if self.epilogue == Epilogue::Relu {
+                self.a.mask_count(t2, mf * n * 256);
+                self.a.movi(t0, out_at as i64);
+                self.a.vrelu(DType::F16, t0, t0);
             }
             self.set(Pipe::V, Pipe::Mte3, ev::PIECES[p]);
             self.wait(Pipe::V, Pipe::Mte3, ev::PIECES[p]);

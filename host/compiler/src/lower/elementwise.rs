@@ -23,7 +23,7 @@ use super::bcast::{self, Body, BodyFn, ByteKind, Const, Fmt, Job};
 use super::stream::{Io, Stream, Tile};
 use super::vec::{BinOp, ScalarOp, UnOp, View, Vx};
 use super::writer::{Asm, Reg};
-use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
+use super::{Epilogue, Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
 use crate::ir::{Attr, DataType, Tensor, TensorDesc, shape_values};
 
 /// The lowering of an element-wise op type.
@@ -393,15 +393,20 @@ pub fn arith(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     check_type(ctx, "the output", out.dtype, types)?;
     let ty = body_type(out.dtype);
     let e = out.dtype.size() as u64;
+    let epilogue = Epilogue::of(ctx)?;
     let body = |a: &mut Asm, t: &Body| {
         let mut vx = Vx { a, tmp: t.tmp };
         vx.vbin(vop, ty, t.outs[0], t.ins[0], t.ins[1]);
+        if epilogue == Epilogue::Relu {
+            vx.vun(ProgramBuilder::vrelu, ty, t.outs[0], t.outs[0]);
+        }
     };
     let (da, db) = (dims(ctx, a)?, dims(ctx, b)?);
     if da == db {
         let n = da.iter().product();
         let ins = [(Operand::Input(0), e), (Operand::Input(1), e)];
-        return stream_lowering(ctx, kernel_name(ctx, ""), n, &ins, e, Vec::new(), &body);
+        let name = kernel_name(ctx, epilogue.suffix());
+        return stream_lowering(ctx, name, n, &ins, e, Vec::new(), &body);
     }
     let ins = [src(ctx, 0, Fmt::Plain(e))?, src(ctx, 1, Fmt::Plain(e))?];
     broadcast_lowering(
@@ -950,4 +955,45 @@ fn i64_to_f32(vx: &mut Vx<'_>, t: &Body, o: View, bits: Reg) {
     vx.muls(s2, s2, 2.0f32.powi(32));
     vx.vconv(DType::F32, DType::I32, s1, lo, Round::Rint);
     vx.vbin(ProgramBuilder::vadd, DType::F32, o, s1, s2);
+}
+
+/// `lowered` followed by its node's epilogue as a kernel of its own, in place on output 0:
+/// for the lowerings that cannot compute it in their own drain (the fused node still saves
+/// its activation's output buffer).
+pub fn with_epilogue_kernel(
+    ctx: &LowerCtx<'_>,
+    lowered: Lowered,
+    epilogue: Epilogue,
+) -> Result<Lowered, LowerError> {
+    if epilogue == Epilogue::None {
+        return Ok(lowered);
+    }
+    let Lowered::Kernels {
+        mut kernels,
+        derived,
+        workspace_bytes,
+    } = lowered
+    else {
+        return Err(ctx.error("an epilogue needs the node's kernels to write its output"));
+    };
+    let out = output(ctx)?;
+    check_type(ctx, "the output", out.dtype, &NUMERIC)?;
+    let ty = body_type(out.dtype);
+    let e = out.dtype.size() as u64;
+    let n = dims(ctx, out)?.iter().product();
+    let body = |a: &mut Asm, t: &Body| {
+        Vx { a, tmp: t.tmp }.vun(ProgramBuilder::vrelu, ty, t.outs[0], t.ins[0]);
+    };
+    let name = kernel_name(ctx, epilogue.suffix());
+    let ins = [(Operand::Output(0), e)];
+    if let Lowered::Kernels { kernels: more, .. } =
+        stream_lowering(ctx, name, n, &ins, e, Vec::new(), &body)?
+    {
+        kernels.extend(more);
+    }
+    Ok(Lowered::Kernels {
+        kernels,
+        derived,
+        workspace_bytes,
+    })
 }

@@ -201,6 +201,36 @@ pub fn lower_node(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     f(ctx)
 }
 
+/// What a kernel computes on its output before writing it: the activation the fusion pass
+/// folded into the node (`fusion::FUSED_ACTIVATION`), if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Epilogue {
+    /// The output as the op computes it.
+    None,
+    /// `max(y, 0)`.
+    Relu,
+}
+
+impl Epilogue {
+    /// The node's epilogue; an activation no kernel computes is an error (the fusion pass
+    /// only folds ones that the producer's lowering does).
+    pub fn of(ctx: &LowerCtx<'_>) -> Result<Epilogue, LowerError> {
+        match ctx.node.string(crate::fusion::FUSED_ACTIVATION) {
+            None => Ok(Epilogue::None),
+            Some("Relu") => Ok(Epilogue::Relu),
+            Some(other) => Err(ctx.error(format!("no kernel computes a fused {other}"))),
+        }
+    }
+
+    /// The kernel-name suffix that shows it (`relu`), empty for none.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Epilogue::None => "",
+            Epilogue::Relu => "relu",
+        }
+    }
+}
+
 fn alias_input0(_: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     Ok(Lowered::Alias { input: 0 })
 }
