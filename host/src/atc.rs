@@ -251,6 +251,11 @@ pub fn info_json(desc: &ModelDesc, file_bytes: u64) -> Json {
     let mut out = json!({
         "name": desc.name,
         "soc_version": desc.soc_version,
+        "build_options": desc
+            .build_options
+            .iter()
+            .map(|(k, v)| (k.clone(), Json::String(v.clone())))
+            .collect::<serde_json::Map<String, Json>>(),
         "file_bytes": file_bytes,
         "inputs": desc.inputs.iter().map(io_json).collect::<Vec<_>>(),
         "outputs": desc.outputs.iter().map(io_json).collect::<Vec<_>>(),

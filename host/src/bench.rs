@@ -239,6 +239,7 @@ pub fn runtime_figures(cfg: &ChipConfig) -> Result<Vec<RuntimeFigure>, String> {
             table_layout: Default::default(),
             mapindex_engine: Default::default(),
             fusion: Default::default(),
+            precision: Default::default(),
             target: crate::target::for_chip(cfg),
         };
         let c = compile(crate::demo::CNN, "cnn.onnx", &opts).map_err(|e| e.to_string())?;
@@ -412,6 +413,7 @@ pub mod speed {
                 table_layout: Default::default(),
                 mapindex_engine: Default::default(),
                 fusion: Default::default(),
+                precision: Default::default(),
                 target: crate::target::for_chip(cfg),
             };
             compile(self.onnx(), &format!("{}.onnx", self.name()), &opts)

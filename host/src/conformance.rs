@@ -505,6 +505,8 @@ fn run_data_set(
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
+        // Node tests check each operator in the model's own types, not atc's default fp16.
+        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: target::for_chip(chip),
     };
     let name = "model.onnx";

@@ -117,6 +117,7 @@ fn compile_case(c: &Case, cfg: &ChipConfig, sink: bool) -> Result<Vec<u8>> {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
+        precision: Default::default(),
         target: target::for_chip(cfg),
     };
     let compiled = compile(c.onnx, &format!("{}.onnx", c.name), &opts)?;

@@ -484,6 +484,11 @@ impl<'a> Decoder<'a> {
         let n = self.len(field, 8)?;
         (0..n).map(|_| self.u64(field)).collect()
     }
+    /// Whether every byte was read.
+    pub fn at_end(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+
     /// Fails unless every byte was read.
     pub fn finish(&self) -> Result<(), OmError> {
         if self.at != self.bytes.len() {
@@ -570,6 +575,10 @@ pub struct ModelDesc {
     pub dynamic: Option<DynamicDesc>,
     /// Memory totals.
     pub memory: MemoryDesc,
+    /// The atc options the model was built with that change what it computes or how fast
+    /// (`precision_mode`, `fusion_switch`), as name and value; empty in files written before
+    /// they were recorded.
+    pub build_options: Vec<(String, String)>,
 }
 
 fn encode_io(e: &mut Encoder, io: &IoDesc) {
@@ -655,6 +664,11 @@ impl ModelDesc {
         e.u64s(&m.per_gear_feature_map);
         e.u64(m.input_bytes);
         e.u64(m.output_bytes);
+        e.len(self.build_options.len());
+        for (k, v) in &self.build_options {
+            e.str(k);
+            e.str(v);
+        }
         e.bytes
     }
 
@@ -721,6 +735,13 @@ impl ModelDesc {
             input_bytes: d.u64("input_bytes")?,
             output_bytes: d.u64("output_bytes")?,
         };
+        let mut build_options = Vec::new();
+        if !d.at_end() {
+            let n = d.len("build_options", 8)?;
+            for _ in 0..n {
+                build_options.push((d.str("build option")?, d.str("build option value")?));
+            }
+        }
         d.finish()?;
         Ok(ModelDesc {
             name,
@@ -729,6 +750,7 @@ impl ModelDesc {
             outputs,
             dynamic,
             memory,
+            build_options,
         })
     }
 }
@@ -769,6 +791,7 @@ mod tests {
                 input_bytes: 96,
                 output_bytes: 0,
             },
+            build_options: vec![("precision_mode".into(), "force_fp16".into())],
         };
         let mut w = OmWriter::new();
         w.section(SectionKind::Desc, desc.encode());

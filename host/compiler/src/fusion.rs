@@ -91,6 +91,16 @@ impl FusionSwitches {
         }
     }
 
+    /// The passes switched off, as `off: A, B`, or `all on`.
+    pub fn describe(&self) -> String {
+        if self.off.is_empty() {
+            "all on".into()
+        } else {
+            let off: Vec<&str> = self.off.iter().map(|p| p.name()).collect();
+            format!("off: {}", off.join(", "))
+        }
+    }
+
     /// Whether `pass` runs.
     pub fn on(&self, pass: Pass) -> bool {
         !self.off.contains(&pass)

@@ -32,6 +32,7 @@ pub mod onnx;
 pub mod ops;
 pub mod options;
 pub mod pipeline;
+pub mod precision;
 pub mod symbolic;
 
 /// What the compiler needs to know about the target chip.

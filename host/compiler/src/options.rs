@@ -49,7 +49,7 @@ pub struct OptionError {
 }
 
 impl OptionError {
-    fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> Self {
         OptionError {
             code,
             message: message.into(),

@@ -23,6 +23,7 @@ use super::ir::{
 use super::memory;
 use super::onnx::{self, OnnxError};
 use super::options::{self, Binding, DynamicMode, GearOptions, OptionError, ParsedOptions};
+use super::precision::{self, PrecisionMode};
 use super::symbolic::{Dim, Symbol};
 use super::{Target, ops};
 
@@ -43,6 +44,8 @@ pub struct CompileOptions {
     pub target: Target,
     /// Which fusion passes run (atc's `--fusion_switch_file`; all by default).
     pub fusion: FusionSwitches,
+    /// Which fp32 ops compute in fp16 (atc's `--precision_mode`; `force_fp16` by default).
+    pub precision: PrecisionMode,
 }
 
 /// Why a model did not compile.
@@ -208,10 +211,14 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
             error,
         })?;
     let name = model_name(file);
-    let desc = match &spec {
+    let mut desc = match &spec {
         None => static_desc(&name, &opts.target, &after.graph, &emitted),
         Some(spec) => dynamic_desc(&name, opts, spec, &after, &branch_dims, &emitted),
     };
+    desc.build_options = vec![
+        ("precision_mode".into(), opts.precision.name().into()),
+        ("fusion_switch".into(), opts.fusion.describe()),
+    ];
     Ok(Compiled {
         before,
         after,
@@ -240,6 +247,7 @@ fn static_graph(
     })?;
     let mut after = model.clone();
     infer::fold_constants(&mut after.graph, &known);
+    precision::apply(&mut after.graph, opts.precision, &precision::const_node);
     Ok((model, after))
 }
 
@@ -312,7 +320,22 @@ fn gear_graph(
                 }
             })?;
         infer::fold_constants(b, &known);
-        localize_static_constants(b, &cloned.const_inputs[i], registry);
+        // Root constants reach the branch as inputs; converting one makes a branch constant
+        // (stored once: identical constants of all branches share their bytes).
+        let root_constants: BTreeMap<NodeId, &super::ir::Tensor> = cloned.const_inputs[i]
+            .iter()
+            .map(|(id, t)| (*id, t))
+            .collect();
+        let constant = |g: &Graph, v: Value| {
+            precision::const_node(g, v)
+                .or_else(|| root_constants.get(&v.node).map(|t| (*t).clone()))
+        };
+        let (_, moved) = precision::apply(b, opts.precision, &constant);
+        let seeds: Vec<(NodeId, super::ir::Tensor)> = cloned.const_inputs[i]
+            .iter()
+            .filter_map(|(id, t)| moved.get(id.0 as usize).map(|m| (*m, t.clone())))
+            .collect();
+        localize_static_constants(b, &seeds, registry);
         // Folding made new Const nodes; they belong to the branch too.
         for n in &mut b.nodes {
             n.attrs
@@ -827,6 +850,7 @@ fn static_desc(name: &str, target: &Target, g: &Graph, e: &Emitted) -> ModelDesc
         outputs,
         dynamic: None,
         memory,
+        build_options: Vec::new(),
     }
 }
 
@@ -1008,6 +1032,7 @@ fn dynamic_desc(
             output_bytes,
         }),
         memory,
+        build_options: Vec::new(),
     }
 }
 

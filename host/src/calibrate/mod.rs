@@ -26,6 +26,7 @@ use crate::study::svg::{Figure, Panel, Series, render};
 use gearsim_compiler::ir::{DataType, Tensor};
 use gearsim_compiler::options::GearOptions;
 use gearsim_compiler::pipeline::{CompileOptions, compile};
+use gearsim_compiler::precision::PrecisionMode;
 use nets::{DType, Net};
 
 /// The committed targets.
@@ -56,11 +57,15 @@ pub struct Row {
 }
 
 impl Row {
-    /// The workload as an ONNX model (what the row compiles).
+    /// The workload as an ONNX model (what the row compiles): fp32, as exported; the row's
+    /// precision mode decides what the chip computes in.
     pub fn model(&self) -> Vec<u8> {
-        // Until atc's precision modes exist, force_fp16 is reproduced by converting the model
-        // to fp16 before compiling, as a user of a compiler without the option would.
-        self.net.onnx(self.batch, DType::F16, 1)
+        self.net.onnx(self.batch, DType::F32, 1)
+    }
+
+    /// The row's atc precision mode.
+    pub fn precision_mode(&self) -> Result<PrecisionMode, String> {
+        PrecisionMode::parse(&self.precision).map_err(|e| e.to_string())
     }
 
     /// The measured time of one execution, in microseconds.
@@ -109,6 +114,7 @@ pub fn parse_targets(text: &str, file: &str) -> Result<Vec<Row>, String> {
             .ok()
             .filter(|v: &f64| v.is_finite() && *v > 0.0)
             .ok_or_else(|| at("fps", format!("expected a positive number, got `{}`", f[6])))?;
+        PrecisionMode::parse(f[4]).map_err(|e| at("precision", e.to_string()))?;
         rows.push(Row {
             id: f[0].to_string(),
             net,
@@ -199,7 +205,10 @@ fn simulate(row: &Row) -> Result<Outcome, String> {
     let cfg = ChipConfig::preset(&row.chip).map_err(|e| e.to_string())?;
     let mut notes = Vec::new();
     if row.aipp {
-        notes.push("AIPP not reproduced (the input is fed as fp16 NCHW)".to_string());
+        notes.push(
+            "AIPP not reproduced (the input is fed as fp32 NCHW and cast on the device)"
+                .to_string(),
+        );
     }
     let onnx = row.model();
     let opts = CompileOptions {
@@ -208,6 +217,7 @@ fn simulate(row: &Row) -> Result<Outcome, String> {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
+        precision: row.precision_mode()?,
         target: crate::target::for_chip(&cfg),
     };
     let name = format!("{}_b{}.onnx", row.net.name(), row.batch);
@@ -229,9 +239,9 @@ fn simulate(row: &Row) -> Result<Outcome, String> {
     let m = rt.load(&om).map_err(|e| format!("{name}: {e}"))?;
     let n = (row.batch * 3 * 224 * 224) as usize;
     let input = Tensor::new(
-        DataType::F16,
+        DataType::F32,
         vec![row.batch, 3, 224, 224],
-        vec![0u8; n * 2],
+        vec![0u8; n * 4],
     )
     .map_err(|e| e.to_string())?;
     let inputs = [input];

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, anyhow};
 use clap::Args;
 use gearsim_compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
+use gearsim_compiler::precision::PrecisionMode;
 use gearsim_host::atc;
 use gearsim_host::target;
 
@@ -48,6 +49,10 @@ pub struct CompileArgs {
     /// "off"}, "UBFusion": {...}}}); every pass runs by default.
     #[arg(long = "fusion_switch_file", value_name = "FILE.json")]
     fusion_switch_file: Option<PathBuf>,
+    /// Which fp32 ops compute in fp16: force_fp16 (atc's default on these chips),
+    /// allow_fp32_to_fp16, must_keep_origin_dtype or allow_mix_precision.
+    #[arg(long = "precision_mode", default_value = "force_fp16")]
+    precision_mode: String,
     /// Hybrid mode: also store the source graph, so input shapes that match no gear run a
     /// dynamic-shape path (op by op, kernels cached by shape) instead of failing with E13025.
     #[arg(long = "hybrid")]
@@ -86,6 +91,7 @@ pub fn run(a: &CompileArgs) -> Result<(), Failure> {
             atc::fusion_switches(&text, &p.display().to_string()).map_err(|e| anyhow!(e))?
         }
     };
+    let precision = PrecisionMode::parse(&a.precision_mode)?;
     let opts = CompileOptions {
         gear: a.gear.options(),
         getnext_sink: a.getnext_sink,
@@ -93,6 +99,7 @@ pub fn run(a: &CompileArgs) -> Result<(), Failure> {
         mapindex_engine,
         target: target::for_chip(&chip),
         fusion,
+        precision,
     };
     let om = atc::om_path(&a.output);
     let dumps = atc::Dumps {

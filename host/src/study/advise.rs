@@ -648,6 +648,7 @@ fn compile_gears(
         table_layout: layout(),
         mapindex_engine: MapIndexEngine::default(),
         fusion: Default::default(),
+        precision: Default::default(),
         target: target::for_chip(&a.chip),
     };
     let fail = |message: String| StudyError::Compile {

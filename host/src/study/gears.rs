@@ -683,6 +683,7 @@ pub fn run_point(study: &GearStudy, p: &Point) -> Result<Vec<Row>, StudyError> {
         table_layout: p.layout,
         mapindex_engine: p.engine,
         fusion: Default::default(),
+        precision: Default::default(),
         target: target::for_chip(&study.chip),
     };
     let started = Instant::now();

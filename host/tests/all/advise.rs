@@ -308,9 +308,15 @@ fn a_model_that_mixes_its_batch_is_never_padded() {
     );
     let p = adv.proposal();
     assert_eq!(p.padded, 0.0);
-    // Two gears, three shapes: the least frequent shape takes the dynamic path.
-    assert_eq!(p.gears, vec![vec![1], vec![2]]);
-    assert!((p.hybrid - 0.2).abs() < 1e-9);
+    // Two gears, three shapes: the shape that is no gear takes the dynamic path (which one
+    // depends on what each path costs), none is padded.
+    assert_eq!(p.gears.len(), 2);
+    let share = [(1, 0.5), (2, 0.3), (3, 0.2)]
+        .iter()
+        .find(|(b, _)| !p.gears.contains(&vec![*b]))
+        .map(|(_, s)| *s)
+        .unwrap();
+    assert!((p.hybrid - share).abs() < 1e-9, "{} vs {share}", p.hybrid);
     // The same model with padding off says why.
     let mut never = a.clone();
     never.pad = PadPolicy::Never;

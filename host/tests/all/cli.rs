@@ -439,3 +439,49 @@ fn bench_speed_prints_one_line_per_figure_with_counts_identical_on_every_run() {
         text(&o).1
     );
 }
+
+#[test]
+fn compile_rejects_a_bad_precision_mode_or_fusion_switch_file_and_writes_nothing() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/models/cnn.onnx")
+        .display()
+        .to_string();
+    let out = scratch("bad_options_model");
+    let om = scratch("bad_options_model.om");
+    std::fs::write(&om, b"previous").unwrap();
+    let out_s = out.display().to_string();
+    let o = gearsim(&[
+        "compile",
+        "--model",
+        &model,
+        "--output",
+        &out_s,
+        "--precision_mode",
+        "fp8",
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("E10001") && err.contains("--precision_mode"),
+        "{err}"
+    );
+    let switch = scratch("switch.json");
+    std::fs::write(
+        &switch,
+        r#"{"Switch": {"UBFusion": {"NoSuchPass": "off"}}}"#,
+    )
+    .unwrap();
+    let o = gearsim(&[
+        "compile",
+        "--model",
+        &model,
+        "--output",
+        &out_s,
+        "--fusion_switch_file",
+        &switch.display().to_string(),
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("unknown fusion pass `NoSuchPass`"), "{err}");
+    assert_eq!(std::fs::read(&om).unwrap(), b"previous");
+}

@@ -42,6 +42,7 @@ fn options(input_shape: &str, mode: &str, gears: &str) -> CompileOptions {
         table_layout: TableLayout::GearMajor,
         mapindex_engine: MapIndexEngine::AiCore,
         fusion: Default::default(),
+        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: atc::target(&ChipConfig::preset("ascend910").unwrap()),
     }
 }

@@ -294,8 +294,12 @@ fn om_files() -> Vec<(String, Vec<u8>)> {
             let mut plain = ModelDesc::decode(d).unwrap();
             let per_gear = plain.memory.per_gear_feature_map.len();
             plain.dynamic = None;
-            // The flag is the u32 just before the memory totals.
-            let at = plain.encode().len() - 4 - (44 + 8 * per_gear);
+            // The flag is the u32 just before the memory totals (and the build options,
+            // a count and its strings, after them).
+            let mut bare = plain.clone();
+            bare.build_options.clear();
+            let options = plain.encode().len() - bare.encode().len() + 4;
+            let at = plain.encode().len() - options - 4 - (44 + 8 * per_gear);
             put_u32(d, at, 7);
         }),
     );

@@ -223,6 +223,7 @@ fn seed_options(sink: bool) -> CompileOptions {
         table_layout: TableLayout::GearMajor,
         mapindex_engine: MapIndexEngine::AiCore,
         fusion: Default::default(),
+        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: atc::target(&ChipConfig::preset("ascend910").unwrap()),
     }
 }

@@ -25,6 +25,7 @@ fn options(fusion: FusionSwitches, cfg: &ChipConfig) -> CompileOptions {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion,
+        precision: Default::default(),
         target: atc::target(cfg),
     }
 }

@@ -114,6 +114,7 @@ impl Seed {
             table_layout: TableLayout::GearMajor,
             mapindex_engine: MapIndexEngine::AiCore,
             fusion: Default::default(),
+            precision: Default::default(),
             target: atc::target(&ChipConfig::preset("ascend910").unwrap()),
         }
     }

@@ -38,6 +38,7 @@ fn compiled(model: &str, gear: GearOptions) -> Compiled {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
+        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: atc::target(&cfg()),
     };
     compile(&bytes, model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))
@@ -240,6 +241,7 @@ fn f16_conv_chain(middle: bool) -> Compiled {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
+        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: atc::target(&cfg()),
     };
     compile(&m.encode_to_vec(), "chain.onnx", &opts).unwrap_or_else(|e| panic!("{e}"))

@@ -67,6 +67,7 @@ fn options(sink: bool) -> CompileOptions {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
+        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: atc::target(&cfg()),
     }
 }

@@ -33,6 +33,7 @@ fn compiled(model: &str, gear: GearOptions, sink: bool) -> Compiled {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
+        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: atc::target(&cfg()),
     };
     compile(&bytes, model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))

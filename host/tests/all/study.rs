@@ -280,6 +280,7 @@ fn a_sorted_table_model_computes_what_a_gear_major_one_does_in_both_modes() {
             table_layout: layout,
             mapindex_engine: engine,
             fusion: Default::default(),
+            precision: Default::default(),
             target: atc::target(&chip()),
         };
         compile(&seed_model(), "gear_dims.onnx", &opts)

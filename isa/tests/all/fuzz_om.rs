@@ -62,6 +62,7 @@ fn sample_desc() -> ModelDesc {
             input_bytes: 132,
             output_bytes: 128,
         },
+        build_options: vec![("precision_mode".into(), "force_fp16".into())],
     }
 }
 

@@ -71,6 +71,7 @@ fn om(s: &Suite, sink: bool) -> Vec<u8> {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
+        precision: Default::default(),
         target: atc::target(&cfg()),
     };
     compile(&bytes, s.model, &opts)

@@ -30,6 +30,7 @@ fn om(model: &str, gear: &GearOptions, sink: bool) -> Vec<u8> {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
+        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: atc::target(&cfg),
     };
     compile(&bytes, model, &opts)

@@ -1,0 +1,78 @@
+//! atc's `--precision_mode` end to end: an fp32 model compiled with `force_fp16` (the
+//! default) computes its convolutions and element-wise ops in fp16 between casts at the
+//! model's edges, keeps its fp32 interface, and agrees with the same model kept in fp32 within
+//! fp16's precision; the mode is recorded in the `.om` for `gearsim info`.
+
+use gearsim_compiler::ir::{DataType, Tensor};
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, compile};
+use gearsim_compiler::precision::PrecisionMode;
+use gearsim_host::atc;
+use gearsim_host::runtime::{Runtime, RuntimeOptions};
+use gearsim_sim::ChipConfig;
+use gearsim_traces::NullSink;
+
+fn run(mode: PrecisionMode) -> (Vec<f32>, Vec<(String, String)>, usize) {
+    let cfg = ChipConfig::preset("ascend310p").unwrap();
+    let opts = CompileOptions {
+        gear: GearOptions {
+            input_shape: Some("input:-1,3,32,32".into()),
+            dynamic_batch_size: Some("1,2".into()),
+            ..GearOptions::default()
+        },
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        fusion: Default::default(),
+        precision: mode,
+        target: atc::target(&cfg),
+    };
+    let c = compile(gearsim_host::demo::CNN, "cnn.onnx", &opts).unwrap();
+    let f16_convs = c.after.subgraphs[1]
+        .nodes
+        .iter()
+        .filter(|n| n.op == "Conv" && n.outputs[0].dtype == DataType::F16)
+        .count();
+    let om = c.om_bytes().unwrap();
+    let mut rt = Runtime::new(cfg, NullSink, RuntimeOptions::default()).unwrap();
+    let m = rt.load(&om).unwrap();
+    let desc = rt.desc(m).unwrap().clone();
+    let n = 2 * 3 * 32 * 32;
+    let data: Vec<u8> = (0..n)
+        .flat_map(|i| (((i * 7919) % 211) as f32 / 50.0 - 2.0).to_le_bytes())
+        .collect();
+    let x = Tensor::new(DataType::F32, vec![2, 3, 32, 32], data).unwrap();
+    let r = rt.run(m, &[x]).unwrap();
+    assert_eq!(
+        r.outputs[0].dtype,
+        DataType::F32,
+        "the interface stays fp32"
+    );
+    let y: Vec<f32> = r.outputs[0]
+        .data
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    (y, desc.build_options, f16_convs)
+}
+
+#[test]
+fn force_fp16_agrees_with_fp32_within_fp16_precision() {
+    let (half, opts, f16_convs) = run(PrecisionMode::ForceFp16);
+    let (full, _, f32_convs) = run(PrecisionMode::MustKeepOriginDtype);
+    assert!(f16_convs >= 3, "{f16_convs} convolutions in fp16");
+    assert_eq!(f32_convs, 0);
+    assert!(opts.contains(&("precision_mode".into(), "force_fp16".into())));
+    let scale = full.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    for (i, (a, b)) in half.iter().zip(&full).enumerate() {
+        // A few fp16 roundings per layer over eight layers.
+        assert!(
+            (a - b).abs() <= 2e-2 * scale,
+            "output {i}: fp16 {a}, fp32 {b} (scale {scale})"
+        );
+    }
+    assert!(
+        half != full,
+        "fp16 computation rounds differently somewhere"
+    );
+}
