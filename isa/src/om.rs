@@ -664,10 +664,14 @@ impl ModelDesc {
         e.u64s(&m.per_gear_feature_map);
         e.u64(m.input_bytes);
         e.u64(m.output_bytes);
-        e.len(self.build_options.len());
-        for (k, v) in &self.build_options {
-            e.str(k);
-            e.str(v);
+        // Written only when there are any, so a file from before they were recorded and its
+        // re-encoding are the same bytes.
+        if !self.build_options.is_empty() {
+            e.len(self.build_options.len());
+            for (k, v) in &self.build_options {
+                e.str(k);
+                e.str(v);
+            }
         }
         e.bytes
     }
@@ -738,6 +742,12 @@ impl ModelDesc {
         let mut build_options = Vec::new();
         if !d.at_end() {
             let n = d.len("build_options", 8)?;
+            if n == 0 {
+                return Err(OmError::Corrupt(
+                    "model description: an empty build_options list (none is written as no list)"
+                        .into(),
+                ));
+            }
             for _ in 0..n {
                 build_options.push((d.str("build option")?, d.str("build option value")?));
             }

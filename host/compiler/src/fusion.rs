@@ -4,6 +4,7 @@
 //!
 //! ```text
 //!   Conv ─▶ Relu          ⇒  Conv {_fused_activation = Relu}       (the cube kernel's drain)
+//!   MatMul / Gemm ─▶ Relu ⇒  MatMul {_fused_activation = Relu}     (the GEMM kernel's drain)
 //!   Add / Sub / Mul ─▶ Relu  ⇒  Add {_fused_activation = Relu}     (one vector pass)
 //! ```
 //!
@@ -27,18 +28,25 @@ pub const FUSED_NODES: &str = "_fused_nodes";
 pub enum Pass {
     /// A convolution's activation in the cube kernel's drain.
     ConvActivation,
+    /// A MatMul's or Gemm's activation in the GEMM kernel's drain.
+    MatMulActivation,
     /// An element-wise arithmetic op's activation in the same vector pass.
     ElemwiseActivation,
 }
 
 impl Pass {
     /// Every pass.
-    pub const ALL: [Pass; 2] = [Pass::ConvActivation, Pass::ElemwiseActivation];
+    pub const ALL: [Pass; 3] = [
+        Pass::ConvActivation,
+        Pass::MatMulActivation,
+        Pass::ElemwiseActivation,
+    ];
 
     /// The name a fusion switch file uses.
     pub fn name(self) -> &'static str {
         match self {
             Pass::ConvActivation => "ConvActivationFusionPass",
+            Pass::MatMulActivation => "MatMulActivationFusionPass",
             Pass::ElemwiseActivation => "ElemwiseActivationFusionPass",
         }
     }
@@ -52,6 +60,7 @@ impl Pass {
     fn producer(self, op: &str) -> bool {
         match self {
             Pass::ConvActivation => op == "Conv",
+            Pass::MatMulActivation => matches!(op, "MatMul" | "Gemm"),
             Pass::ElemwiseActivation => matches!(op, "Add" | "Sub" | "Mul"),
         }
     }

@@ -298,7 +298,7 @@ fn om_files() -> Vec<(String, Vec<u8>)> {
             // a count and its strings, after them).
             let mut bare = plain.clone();
             bare.build_options.clear();
-            let options = plain.encode().len() - bare.encode().len() + 4;
+            let options = plain.encode().len() - bare.encode().len();
             let at = plain.encode().len() - options - 4 - (44 + 8 * per_gear);
             put_u32(d, at, 7);
         }),

@@ -518,10 +518,29 @@ fn conv_runtime_weights_are_an_error() {
 
 #[test]
 fn conv_too_wide_row_is_an_error() {
-    let e = lowering_error(&Case::new(1, 16, (2, 700), 16, 1), true);
+    let e = lowering_error(&Case::new(1, 16, (3, 700), 16, 3), true);
     assert!(
         e.contains("Conv") && e.contains("700") && e.contains("does not fit"),
         "{e}"
+    );
+}
+
+#[test]
+fn pointwise_convs_run_as_products_at_any_row_width_and_stride() {
+    // A 1x1 conv has no window, so the product per image takes any row width; strides
+    // subsample first. Both against the reference, with bias.
+    let names = |r: &Ran| -> Vec<String> { r.kernels.iter().map(|k| k.name.clone()).collect() };
+    let r = cube(&Case::new(2, 16, (2, 700), 32, 1).bias(), 40);
+    assert!(
+        names(&r).iter().any(|k| k.contains("1x1")),
+        "{:?}",
+        names(&r)
+    );
+    let r = cube(&Case::new(3, 48, (9, 13), 24, 1).stride(2), 41);
+    assert!(
+        names(&r).iter().any(|k| k.contains("Slice")),
+        "{:?}",
+        names(&r)
     );
 }
 

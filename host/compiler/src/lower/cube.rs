@@ -70,6 +70,48 @@ impl Build {
         Operand::Workspace(at)
     }
 
+    /// Appends the kernels of a sub-op's lowering (a TransData, a strided Slice this node
+    /// runs first): its inputs are re-pointed by `input`, its output to `output`, its
+    /// constants and workspace appended to this node's. An alias has no kernel to append.
+    pub fn inline(
+        &mut self,
+        lowered: Lowered,
+        input: &dyn Fn(usize) -> Operand,
+        output: Operand,
+        rename: impl Fn(String) -> String,
+    ) -> Result<(), String> {
+        let Lowered::Kernels {
+            kernels,
+            derived,
+            workspace_bytes,
+        } = lowered
+        else {
+            return Err("internal error: the sub-op is an alias, not a kernel".into());
+        };
+        let d0 = self.derived.len();
+        self.derived.extend(derived);
+        let ws = match workspace_bytes {
+            0 => 0,
+            bytes => match self.scratch(bytes) {
+                Operand::Workspace(at) => at,
+                _ => 0,
+            },
+        };
+        for mut k in kernels {
+            k.name = rename(k.name);
+            for op in &mut k.args {
+                *op = match *op {
+                    Operand::Input(i) => input(i),
+                    Operand::Output(_) => output,
+                    Operand::Derived(i) => Operand::Derived(d0 + i),
+                    Operand::Workspace(at) => Operand::Workspace(ws + at),
+                };
+            }
+            self.kernels.push(k);
+        }
+        Ok(())
+    }
+
     pub fn finish(self) -> Lowered {
         Lowered::Kernels {
             kernels: self.kernels,
@@ -430,7 +472,7 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         }
     };
     let g = Gemm {
-        name: kernel_name(ctx, ""),
+        name: kernel_name(ctx, super::Epilogue::of(ctx)?.suffix()),
         batch,
         m: m_eff,
         n,
@@ -442,6 +484,7 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         ldc: n,
         alpha: 1.0,
         addend: None,
+        relu: super::Epilogue::of(ctx)? == super::Epilogue::Relu,
     };
     let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
     if let Operand2::Constant(v) = &a_src {
@@ -533,7 +576,7 @@ fn gemm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         _ => None,
     };
     let g = Gemm {
-        name: kernel_name(ctx, ""),
+        name: kernel_name(ctx, super::Epilogue::of(ctx)?.suffix()),
         batch: Vec::new(),
         m,
         n,
@@ -545,6 +588,7 @@ fn gemm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         ldc: n,
         alpha,
         addend,
+        relu: super::Epilogue::of(ctx)? == super::Epilogue::Relu,
     };
     let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
     if let Some(v) = &a_const {
@@ -641,4 +685,149 @@ fn gemm_addend(
         Expand::Rows => Addend::Rows { arg: 3 },
         Expand::Cols | Expand::Fill => Addend::Cols { arg: 3 },
     })
+}
+
+/// A 1×1 convolution without padding, in one group, NCHW on both sides: per image a product
+/// `Y[n] (M × Ho·Wo) = W (M × C) · X[n] (C × Ho·Wo)`, which the GEMM kernel runs with the
+/// weights packed once and shared by every image, the bias added per output channel and a
+/// fused activation in its drain (GE runs these as matmuls too: no window, no relayout). A
+/// stride first subsamples X with a strided Slice into the workspace.
+pub(crate) fn conv_1x1(ctx: &LowerCtx<'_>, s: &conv::ConvShape) -> Result<Lowered, LowerError> {
+    let out_type = cube_type(ctx, &ctx.outputs[0])?;
+    let weights = const_values(ctx, 1).ok_or_else(|| {
+        ctx.error("Conv weights must be a constant (the cube kernel packs them when compiling)")
+    })?;
+    let epilogue = super::Epilogue::of(ctx)?;
+    let mut b = Build::default();
+    let (hw_in, hw) = (s.h * s.w, s.ho * s.wo);
+    let mut x = runtime_f16(ctx, &mut b, 0, s.n * s.c * hw_in, "x")?;
+    if s.sh > 1 || s.sw > 1 {
+        let xs = b.scratch(s.n * s.c * hw * 2);
+        subsample(ctx, &mut b, s, x, xs)?;
+        x = xs;
+    }
+    let mut args = vec![Operand::Input(1), x, Operand::Output(0)];
+    let addend = match (const_values(ctx, 2), ctx.inputs.get(2).copied().flatten()) {
+        (Some(v), _) => {
+            args.push(b.derive(DataType::F32, gemm::row_fractals(&v, 1.0)));
+            Some(Addend::Rows { arg: 3 })
+        }
+        (None, Some(bd)) => {
+            let ws = b.scratch(s.m.div_ceil(16) * FRACTAL_BYTES_F32);
+            let name = kernel_name(ctx, "expand_bias");
+            let ty = cube_type(ctx, bd)?;
+            b.kernels.push(expand_kernel(
+                ctx,
+                &name,
+                Expand::Rows,
+                s.m,
+                ty,
+                1.0,
+                [Operand::Input(2), ws],
+            )?);
+            args.push(ws);
+            Some(Addend::Rows { arg: 3 })
+        }
+        (None, None) => None,
+    };
+    let es = out_type_bytes(out_type);
+    let batch = if s.n > 1 {
+        vec![BatchDim {
+            size: s.n,
+            a: 0,
+            b: s.c * hw * 2,
+            c: s.m * hw * es,
+        }]
+    } else {
+        Vec::new()
+    };
+    let suffix = match epilogue {
+        super::Epilogue::None => "1x1".to_string(),
+        e => format!("1x1_{}", e.suffix()),
+    };
+    let g = Gemm {
+        name: kernel_name(ctx, &suffix),
+        batch,
+        m: s.m,
+        n: hw,
+        k: s.c,
+        a: Src::Packed { arg: 0 },
+        b: Src::Rows {
+            arg: 1,
+            trans: false,
+            ld: hw,
+        },
+        out: 2,
+        out_type,
+        ldc: hw,
+        alpha: 1.0,
+        addend,
+        relu: epilogue == super::Epilogue::Relu,
+    };
+    let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
+    args[0] = b.derive(DataType::F16, gemm::pack_a(&weights, 1, s.m, s.c, &plan));
+    let mut asm = Asm::new(&g.name);
+    gemm::emit(&g, &plan, &ctx.target.core, &mut asm);
+    b.kernels.push(ctx.kernel(asm, plan.block_dim, args)?);
+    Ok(b.finish())
+}
+
+/// `X[:, :, ::sh, ::sw]` of f16 `src` into `dst` (the movement kernels' strided Slice).
+fn subsample(
+    ctx: &LowerCtx<'_>,
+    b: &mut Build,
+    s: &conv::ConvShape,
+    src: Operand,
+    dst: Operand,
+) -> Result<(), LowerError> {
+    use crate::ir::{Node, fixed_shape};
+    let desc = |d: &[u64]| {
+        TensorDesc::new(
+            DataType::F16,
+            fixed_shape(&d.iter().map(|v| *v as i64).collect::<Vec<_>>()),
+        )
+    };
+    let (din, dout) = (desc(&[s.n, s.c, s.h, s.w]), desc(&[s.n, s.c, s.ho, s.wo]));
+    let ints = |v: &[i64]| Tensor::from_i64s(vec![v.len() as i64], v);
+    let params = [
+        ints(&[0, 0]),
+        ints(&[s.h as i64, s.w as i64]),
+        ints(&[2, 3]),
+        ints(&[s.sh as i64, s.sw as i64]),
+    ];
+    let pdesc: Vec<TensorDesc> = params.iter().map(TensorDesc::of).collect();
+    let node = Node::new(
+        format!("{}/subsample", ctx.node.name),
+        "Slice",
+        vec![],
+        vec![dout],
+    );
+    let mut inputs = vec![Some(&din)];
+    inputs.extend(pdesc.iter().map(Some));
+    let mut values = vec![None];
+    values.extend(params.iter().map(Some));
+    let sub = LowerCtx {
+        node: &node,
+        inputs,
+        values,
+        outputs: &node.outputs,
+        target: ctx.target,
+    };
+    let lower =
+        super::lowering("Slice").ok_or_else(|| ctx.error("internal error: no Slice lowering"))?;
+    let lowered = lower(&sub).map_err(|e| ctx.error(e.message))?;
+    // The Slice's bounds are compile-time constants: its kernels read only the data.
+    if let Lowered::Kernels { kernels, .. } = &lowered {
+        if kernels
+            .iter()
+            .flat_map(|k| &k.args)
+            .any(|a| matches!(a, Operand::Input(i) if *i > 0))
+        {
+            return Err(
+                ctx.error("internal error: the subsampling Slice reads its bounds on the device")
+            );
+        }
+    }
+    b.inline(lowered, &|_| src, dst, |name| name)
+        .map_err(|e| ctx.error(e))
 }

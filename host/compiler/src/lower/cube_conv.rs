@@ -289,6 +289,9 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     if fractal(ctx.inputs.first().copied().flatten()) || fractal(ctx.outputs.first()) {
         return super::conv5hd::lower(ctx, &s);
     }
+    if s.kh == 1 && s.kw == 1 && s.pt + s.pb + s.pl + s.pr == 0 && s.group == 1 {
+        return super::conv_1x1(ctx, &s);
+    }
     cube(ctx, &s)
 }
 

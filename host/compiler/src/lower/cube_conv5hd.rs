@@ -628,43 +628,12 @@ fn transdata(
     };
     let lower = super::super::lowering("Transpose")
         .ok_or_else(|| ctx.error("internal error: no Transpose lowering"))?;
-    match lower(&sub).map_err(|e| ctx.error(e.message))? {
-        Lowered::Alias { .. } => {
-            return Err(
-                ctx.error("internal error: a TransData of one pixel per plane needs no kernel")
-            );
-        }
-        Lowered::Kernels {
-            kernels,
-            derived,
-            workspace_bytes,
-        } => {
-            let d0 = b.derived.len();
-            b.derived.extend(derived);
-            let ws = if workspace_bytes > 0 {
-                match b.scratch(workspace_bytes) {
-                    Operand::Workspace(at) => at,
-                    _ => 0,
-                }
-            } else {
-                0
-            };
-            for mut k in kernels {
-                // Named for what it does in this node (GE's TransData), not the Transpose it is.
-                k.name = k.name.replacen("Transpose", "TransData", 1);
-                for op in &mut k.args {
-                    *op = match *op {
-                        Operand::Input(_) => src,
-                        Operand::Output(_) => dst,
-                        Operand::Derived(i) => Operand::Derived(d0 + i),
-                        Operand::Workspace(at) => Operand::Workspace(ws + at),
-                    };
-                }
-                b.kernels.push(k);
-            }
-        }
-    }
-    Ok(())
+    let lowered = lower(&sub).map_err(|e| ctx.error(e.message))?;
+    // Named for what it does in this node (GE's TransData), not the Transpose it is.
+    b.inline(lowered, &|_| src, dst, |name| {
+        name.replacen("Transpose", "TransData", 1)
+    })
+    .map_err(|e| ctx.error(e))
 }
 
 /// UB addresses: the bias fractals, the f32 work tile, the f16 output tile.

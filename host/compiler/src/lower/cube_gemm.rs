@@ -185,6 +185,8 @@ pub struct Gemm {
     pub alpha: f32,
     /// Added term.
     pub addend: Option<Addend>,
+    /// `max(c, 0)` on the way out (a fused ReLU).
+    pub relu: bool,
 }
 
 /// The static tiling of a [`Gemm`].
@@ -1715,6 +1717,11 @@ impl Kern<'_> {
                 a.movi(r.t0, out_buf as i64);
                 a.vconv(DType::F16, DType::F32, r.t0, r.t1);
             }
+        }
+        if g.relu {
+            a.mask_count(r.t2, count);
+            a.movi(r.t0, out_buf as i64);
+            a.vrelu(g.out_type.dtype(), r.t0, r.t0);
         }
         a.set_flag(Pipe::V, Pipe::Mte3, u);
     }
