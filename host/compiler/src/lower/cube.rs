@@ -687,6 +687,29 @@ fn gemm_addend(
     })
 }
 
+/// A Conv's runtime bias (input 2, `m` values) expanded on the device into row fractals in
+/// the node's workspace (one value per output channel, as the drains add it).
+pub(crate) fn runtime_bias(
+    ctx: &LowerCtx<'_>,
+    b: &mut Build,
+    bias: &TensorDesc,
+    m: u64,
+) -> Result<Operand, LowerError> {
+    let ws = b.scratch(m.div_ceil(16) * FRACTAL_BYTES_F32);
+    let name = kernel_name(ctx, "expand_bias");
+    let ty = cube_type(ctx, bias)?;
+    b.kernels.push(expand_kernel(
+        ctx,
+        &name,
+        Expand::Rows,
+        m,
+        ty,
+        1.0,
+        [Operand::Input(2), ws],
+    )?);
+    Ok(ws)
+}
+
 /// A 1×1 convolution without padding, in one group, NCHW on both sides: per image a product
 /// `Y[n] (M × Ho·Wo) = W (M × C) · X[n] (C × Ho·Wo)`, which the GEMM kernel runs with the
 /// weights packed once and shared by every image, the bias added per output channel and a
@@ -713,19 +736,7 @@ pub(crate) fn conv_1x1(ctx: &LowerCtx<'_>, s: &conv::ConvShape) -> Result<Lowere
             Some(Addend::Rows { arg: 3 })
         }
         (None, Some(bd)) => {
-            let ws = b.scratch(s.m.div_ceil(16) * FRACTAL_BYTES_F32);
-            let name = kernel_name(ctx, "expand_bias");
-            let ty = cube_type(ctx, bd)?;
-            b.kernels.push(expand_kernel(
-                ctx,
-                &name,
-                Expand::Rows,
-                s.m,
-                ty,
-                1.0,
-                [Operand::Input(2), ws],
-            )?);
-            args.push(ws);
+            args.push(runtime_bias(ctx, &mut b, bd, s.m)?);
             Some(Addend::Rows { arg: 3 })
         }
         (None, None) => None,

@@ -54,7 +54,7 @@ use gearsim_isa::{DType, Pipe, SReg, SType, Space, units};
 use super::super::writer::{Asm, Reg};
 use super::super::{Epilogue, LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::gemm::OutType;
-use super::{Build, Expand, const_values, cube_type, dims_of, expand_kernel, runtime_f16};
+use super::{Build, const_values, cube_type, dims_of, runtime_f16};
 use crate::CoreSpec;
 use crate::ir::{DataType, Format, TensorDesc};
 
@@ -354,19 +354,7 @@ fn cube(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerError> {
                  make the bias a constant"
             )));
         }
-        let ws = b.scratch(s.m.div_ceil(16) * FRACTAL_C);
-        let name = kernel_name(ctx, "expand_bias");
-        let ty = cube_type(ctx, bd)?;
-        b.kernels.push(expand_kernel(
-            ctx,
-            &name,
-            Expand::Rows,
-            s.m,
-            ty,
-            1.0,
-            [Operand::Input(2), ws],
-        )?);
-        runtime_bias = Some(ws);
+        runtime_bias = Some(super::runtime_bias(ctx, &mut b, bd, s.m)?);
     }
     // A kernel's code grows with its output channels (every co block is unrolled); a node
     // whose kernel would pass the instruction limit runs as several kernels, each over a

@@ -37,7 +37,7 @@ use super::super::writer::{Asm, Reg};
 use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::conv::ConvShape;
 use super::gemm::OutType;
-use super::{Build, Expand, const_values, cube_type, expand_kernel};
+use super::{Build, const_values, cube_type};
 use crate::CoreSpec;
 use crate::ir::DataType;
 
@@ -118,19 +118,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
     let xp = b.scratch(g.xp_bytes);
     let mut runtime_bias = None;
     if let (Some(bd), None) = (ctx.inputs.get(2).copied().flatten(), &bias_values) {
-        let ws = b.scratch(s.m.div_ceil(units::C0) * units::FRACTAL_BYTES_F32);
-        let name = kernel_name(ctx, "expand_bias");
-        let ty = cube_type(ctx, bd)?;
-        b.kernels.push(expand_kernel(
-            ctx,
-            &name,
-            Expand::Rows,
-            s.m,
-            ty,
-            1.0,
-            [Operand::Input(2), ws],
-        )?);
-        runtime_bias = Some(ws);
+        runtime_bias = Some(super::runtime_bias(ctx, &mut b, bd, s.m)?);
     }
     let consts = b.derive(DataType::F32, consts);
 
