@@ -72,7 +72,10 @@ pub fn assign_fractal_formats(
             outputs: &node.outputs,
             target,
         };
-        conv::conv_shape(&ctx).is_ok_and(|s| conv5hd::supports(&s, &target.core).is_ok())
+        // A pointwise convolution runs on the GEMM kernel over NCHW without any relayout, so
+        // keeping its sides 5HD gains nothing and costs the conversions around the region.
+        conv::conv_shape(&ctx)
+            .is_ok_and(|s| !conv::is_pointwise(&s) && conv5hd::supports(&s, &target.core).is_ok())
     };
     // Full-size operands of an agnostic op (its other operands are scalars); None when an
     // operand broadcasts, so the op is not agnostic here.

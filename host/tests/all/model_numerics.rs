@@ -202,18 +202,18 @@ fn f16_conv_chain(middle: bool) -> Compiled {
     let mut initializer = vec![
         f16_init("w1", &[32, 16, 3, 3], 1),
         f16_init("b1", &[32], 2),
-        f16_init("w3", &[16, 32, 1, 1], 5),
+        f16_init("w3", &[16, 32, 3, 3], 5),
     ];
     if middle {
         nodes.extend([
             conv("conv2", &["r1", "w2", "b2"], "c2", 3),
             node("Add", "residual", &["c2", "r1"], &["a2"]),
             node("Relu", "relu2", &["a2"], &["r2"]),
-            conv("conv3", &["r2", "w3"], "y", 1),
+            conv("conv3", &["r2", "w3"], "y", 3),
         ]);
         initializer.extend([f16_init("w2", &[32, 32, 3, 3], 3), f16_init("b2", &[32], 4)]);
     } else {
-        nodes.push(conv("conv3", &["r1", "w3"], "y", 1));
+        nodes.push(conv("conv3", &["r1", "w3"], "y", 3));
     }
     let m = ModelProto {
         ir_version: 8,

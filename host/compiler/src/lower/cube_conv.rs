@@ -289,10 +289,16 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     if fractal(ctx.inputs.first().copied().flatten()) || fractal(ctx.outputs.first()) {
         return super::conv5hd::lower(ctx, &s);
     }
-    if s.kh == 1 && s.kw == 1 && s.pt + s.pb + s.pl + s.pr == 0 && s.group == 1 {
+    if is_pointwise(&s) {
         return super::conv_1x1(ctx, &s);
     }
     cube(ctx, &s)
+}
+
+/// Whether a convolution is a product per image: 1×1, no padding, one group (it runs on the
+/// GEMM kernel, `cube::conv_1x1`).
+pub(crate) fn is_pointwise(s: &ConvShape) -> bool {
+    s.kh == 1 && s.kw == 1 && s.pt + s.pb + s.pl + s.pr == 0 && s.group == 1
 }
 
 /// One group's product: its channel slices of X, W and Y.
