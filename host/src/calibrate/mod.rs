@@ -336,7 +336,49 @@ pub fn table(outcomes: &[Outcome]) -> String {
             worst.ratio()
         );
     }
+    for (id, net, measured, simulated) in saturation(outcomes) {
+        let _ = writeln!(
+            o,
+            "saturation: {id} {} reaches 95% of its best throughput at batch {measured} measured, {simulated} simulated",
+            net.name()
+        );
+    }
     o
+}
+
+/// Where a batch sweep saturates: the first batch whose throughput reaches 95% of the sweep's
+/// best, measured and simulated, per target id and network with at least three batches.
+pub fn saturation(outcomes: &[Outcome]) -> Vec<(String, Net, i64, i64)> {
+    let mut keys: Vec<(String, Net)> = outcomes
+        .iter()
+        .map(|x| (x.row.id.clone(), x.row.net))
+        .collect();
+    keys.dedup();
+    let first_at = |points: &[(i64, f64)]| {
+        let best = points.iter().fold(0f64, |m, p| m.max(p.1));
+        points
+            .iter()
+            .find(|p| p.1 >= 0.95 * best)
+            .map_or(0, |p| p.0)
+    };
+    let mut out = Vec::new();
+    for (id, net) in keys {
+        let mut sweep: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|x| x.row.id == id && x.row.net == net && x.error.is_none())
+            .collect();
+        if sweep.len() < 3 {
+            continue;
+        }
+        sweep.sort_by_key(|x| x.row.batch);
+        let measured: Vec<(i64, f64)> = sweep.iter().map(|x| (x.row.batch, x.row.fps)).collect();
+        let simulated: Vec<(i64, f64)> = sweep
+            .iter()
+            .map(|x| (x.row.batch, 1e6 * x.row.batch as f64 / x.simulated_us))
+            .collect();
+        out.push((id, net, first_at(&measured), first_at(&simulated)));
+    }
+    out
 }
 
 /// The per-kernel table of one outcome: kernels grouped by name in launch order, with their
@@ -463,10 +505,11 @@ pub fn svg(outcomes: &[Outcome]) -> String {
         y_label: "simulated (µs)".into(),
         columns: 1,
         panels: vec![Panel {
-            title: "execution time per batch".into(),
+            title: "one point per batch".into(),
             series,
         }],
         shared_y: false,
+        x_log_ticks: true,
     })
 }
 

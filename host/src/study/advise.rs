@@ -1270,6 +1270,7 @@ pub fn figure(adv: &Advice) -> Figure {
         columns: 2,
         panels: vec![time, memory],
         shared_y: false,
+        x_log_ticks: false,
     }
 }
 

@@ -892,6 +892,7 @@ pub fn figure(rows: &[Row], chip: &str) -> Figure {
         columns: lengths.len().max(1),
         panels,
         shared_y: true,
+        x_log_ticks: false,
     }
 }
 

@@ -46,6 +46,9 @@ pub struct Figure {
     /// Whether the panels of a row share one y range (easier comparison along a row); else
     /// each panel fits its own.
     pub shared_y: bool,
+    /// X ticks at 1-2-5 steps of each decade (a continuous axis) instead of at the points'
+    /// own x values (a sweep's settings).
+    pub x_log_ticks: bool,
 }
 
 const PANEL_W: f64 = 300.0;
@@ -167,6 +170,9 @@ pub fn render(fig: &Figure) -> String {
         .collect();
     x_ticks.sort_by(f64::total_cmp);
     x_ticks.dedup();
+    if fig.x_log_ticks {
+        x_ticks = log_ticks(x_lo, x_hi);
+    }
     let y_values = |panels: &[Panel]| -> Vec<f64> {
         panels
             .iter()
@@ -330,6 +336,7 @@ mod tests {
             y_label: "cycles".into(),
             columns: 2,
             shared_y: true,
+            x_log_ticks: false,
             panels: vec![Panel {
                 title: "p".into(),
                 series: vec![Series {
