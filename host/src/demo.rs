@@ -36,7 +36,8 @@ struct Case {
     /// A gear vector that is no gear.
     unmatched: Vec<i64>,
     /// Relative tolerance of the dynamic path against the reference (as a fraction of the
-    /// output's largest magnitude): the cube multiplies f32 as f16.
+    /// output's largest magnitude): the models are compiled with atc's default precision
+    /// mode, `force_fp16`, so both paths compute the fp32 models in fp16.
     tolerance: f64,
 }
 
@@ -64,7 +65,8 @@ fn cases() -> Vec<Case> {
             },
             shapes: |g| vec![vec![1, 1, 40, g[0]], vec![1, g[1]], vec![g[2], g[3]]],
             unmatched: vec![33, 7, 3, 5],
-            tolerance: 1e-6,
+            // Element-wise ops in fp16: a few roundings of 2^-11.
+            tolerance: 2e-3,
         },
     ]
 }

@@ -33,6 +33,7 @@ use gearsim_compiler::ir::{Format, Graph, Model, NodeId, Tensor, Value, fixed_sh
 use gearsim_compiler::lower::{LowerCtx, Lowered, Operand, lower_node};
 use gearsim_compiler::onnx;
 use gearsim_compiler::ops;
+use gearsim_compiler::precision::{self, PrecisionMode};
 
 /// Kernels lowered for one op configuration, loaded on the device.
 struct CachedOp {
@@ -71,6 +72,9 @@ pub struct DynamicModel {
     model: Model,
     /// Model input name → its layout name, from the description.
     formats: BTreeMap<String, String>,
+    /// The precision mode the model was compiled with (what its gear branches compute in);
+    /// files that do not record one computed in the model's types.
+    precision: PrecisionMode,
     cache: BTreeMap<String, CachedOp>,
     /// Per value name, its buffer.
     buffers: BTreeMap<String, Buffer>,
@@ -89,7 +93,17 @@ impl DynamicModel {
     pub fn new(graph: &[u8], desc: &ModelDesc) -> Result<DynamicModel, RuntimeError> {
         let imported = onnx::import(graph, &format!("{} (hybrid source graph)", desc.name))
             .map_err(DynamicError::from)?;
+        let precision = match desc
+            .build_options
+            .iter()
+            .find(|(k, _)| k == "precision_mode")
+        {
+            Some((_, v)) => PrecisionMode::parse(v)
+                .map_err(|e| DynamicError::Graph(format!("the model's build options: {e}")))?,
+            None => PrecisionMode::MustKeepOriginDtype,
+        };
         Ok(DynamicModel {
+            precision,
             model: imported.model,
             formats: desc
                 .inputs
@@ -131,6 +145,9 @@ impl DynamicModel {
         let known =
             infer_graph(&mut g, &ops::standard(), self.model.opset).map_err(DynamicError::from)?;
         fold_constants(&mut g, &known);
+        // The same types as the gear branches: fp32 ops the mode computes in fp16 do so here
+        // too, with casts at the edges.
+        precision::apply(&mut g, self.precision, &precision::const_node);
         Ok(g)
     }
 

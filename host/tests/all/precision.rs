@@ -76,3 +76,54 @@ fn force_fp16_agrees_with_fp32_within_fp16_precision() {
         "fp16 computation rounds differently somewhere"
     );
 }
+
+/// The hybrid dynamic-shape path computes in the types the gear branches do: a `force_fp16`
+/// model's dynamic path runs its fp32 ops in fp16 (casts at the edges, so it lowers more op
+/// configurations than the same model kept in fp32) and agrees with the gear path.
+#[test]
+fn the_dynamic_path_follows_the_models_precision_mode() {
+    let cfg = ChipConfig::preset("ascend310p").unwrap();
+    let run = |mode: PrecisionMode| {
+        let opts = CompileOptions {
+            gear: GearOptions {
+                input_shape: Some("input:-1,3,32,32".into()),
+                dynamic_batch_size: Some("1,2".into()),
+                ..GearOptions::default()
+            },
+            getnext_sink: false,
+            table_layout: Default::default(),
+            mapindex_engine: Default::default(),
+            fusion: Default::default(),
+            precision: mode,
+            target: atc::target(&cfg),
+        };
+        let c = compile(gearsim_host::demo::CNN, "cnn.onnx", &opts).unwrap();
+        let mut rt = Runtime::new(cfg.clone(), NullSink, RuntimeOptions::default()).unwrap();
+        let m = rt.load(&c.hybrid_om_bytes().unwrap()).unwrap();
+        let data: Vec<u8> = (0..2 * 3 * 32 * 32)
+            .flat_map(|i| (((i * 7919) % 211) as f32 / 50.0 - 2.0).to_le_bytes())
+            .collect();
+        let x = Tensor::new(DataType::F32, vec![2, 3, 32, 32], data).unwrap();
+        let gear = rt.run(m, std::slice::from_ref(&x)).unwrap().outputs;
+        let dynamic = rt.run_dynamic_path(m, &[x]).unwrap().outputs;
+        let lowered = rt.dynamic_stats(m).unwrap().unwrap().lowered;
+        (gear, dynamic, lowered)
+    };
+    let (gear, dynamic, half_ops) = run(PrecisionMode::ForceFp16);
+    let (_, _, full_ops) = run(PrecisionMode::MustKeepOriginDtype);
+    assert!(
+        half_ops > full_ops,
+        "{half_ops} vs {full_ops} op configurations"
+    );
+    let f = |t: &Tensor| -> Vec<f32> {
+        t.data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let (g, d) = (f(&gear[0]), f(&dynamic[0]));
+    let scale = g.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
+    for (a, b) in g.iter().zip(&d) {
+        assert!((a - b).abs() <= 1e-2 * scale, "gear {a}, dynamic {b}");
+    }
+}
