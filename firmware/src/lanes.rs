@@ -31,6 +31,20 @@ fn lane<S: TraceSink>(sink: &mut S, process: &str, thread: String, kind: LaneKin
     })
 }
 
+/// The lane kept for `key` in `map`, registered with the sink on first use (so the thread
+/// name is formatted once per lane, not per record).
+fn cached<K: Ord, S: TraceSink>(
+    map: &mut BTreeMap<K, LaneId>,
+    key: K,
+    sink: &mut S,
+    process: &str,
+    thread: impl FnOnce() -> String,
+    kind: LaneKind,
+) -> LaneId {
+    *map.entry(key)
+        .or_insert_with(|| lane(sink, process, thread(), kind))
+}
+
 /// What a span of a task says: where it is, its kind and the name it was submitted with.
 fn detail<S: TraceSink>(sink: &mut S, at: TaskRef, kind: TaskKind, name: Option<&str>) -> StrId {
     let text = match name {
@@ -52,16 +66,18 @@ impl Lanes {
 
     /// The lane of `stream` (`model`: the model it belongs to).
     fn stream<S: TraceSink>(&mut self, sink: &mut S, stream: u32, model: Option<u32>) -> LaneId {
-        if let Some(l) = self.streams.get(&stream) {
-            return *l;
-        }
-        let thread = match model {
+        let thread = || match model {
             None => format!("stream {stream}"),
             Some(m) => format!("stream {stream} (model {m})"),
         };
-        let l = lane(sink, "streams", thread, LaneKind::Stream);
-        self.streams.insert(stream, l);
-        l
+        cached(
+            &mut self.streams,
+            stream,
+            sink,
+            "streams",
+            thread,
+            LaneKind::Stream,
+        )
     }
 
     /// The scheduler fetched a descriptor (`name`: the task's submitted name).
@@ -165,14 +181,14 @@ impl Lanes {
         if !sink.enabled() {
             return;
         }
-        let lane = match self.aicpu.get(&cpu) {
-            Some(l) => *l,
-            None => {
-                let l = lane(sink, "aicpu", format!("aicpu {cpu}"), LaneKind::AiCpu);
-                self.aicpu.insert(cpu, l);
-                l
-            }
-        };
+        let lane = cached(
+            &mut self.aicpu,
+            cpu,
+            sink,
+            "aicpu",
+            || format!("aicpu {cpu}"),
+            LaneKind::AiCpu,
+        );
         let name = self.name(sink, kernel);
         let detail = sink.intern(&format!("{at}: {kernel}"));
         sink.record(Record::Span {
@@ -231,14 +247,14 @@ impl Lanes {
         if !sink.enabled() {
             return;
         }
-        let lane = match self.queues.get(&queue) {
-            Some(l) => *l,
-            None => {
-                let l = lane(sink, "queues", format!("queue {queue}"), LaneKind::Queue);
-                self.queues.insert(queue, l);
-                l
-            }
-        };
+        let lane = cached(
+            &mut self.queues,
+            queue,
+            sink,
+            "queues",
+            || format!("queue {queue}"),
+            LaneKind::Queue,
+        );
         let depth_name = self.name(sink, "depth");
         let name = self.name(sink, what);
         sink.record(Record::Counter {

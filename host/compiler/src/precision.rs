@@ -222,22 +222,23 @@ fn cast(
     }
     let constant = constant_of(g, v).and_then(|t| convert(&t, to));
     let src = g.node(v.node);
+    // Node names are unique: a second output's cast names its output.
+    let of = if v.output == 0 {
+        src.name.clone()
+    } else {
+        format!("{}_{}", src.name, v.output)
+    };
     let mut desc = g.desc(v).clone();
     desc.dtype = to;
     let node = match constant {
         Some(t) => {
-            let mut n = Node::new(
-                format!("{}_{}", src.name, to.name()),
-                "Const",
-                vec![],
-                vec![desc],
-            );
+            let mut n = Node::new(format!("{of}_{}", to.name()), "Const", vec![], vec![desc]);
             n.attrs.insert("value".into(), Attr::Tensor(t));
             n
         }
         None => {
             let mut n = Node::new(
-                format!("{}_cast_{}", src.name, to.name()),
+                format!("{of}_cast_{}", to.name()),
                 "Cast",
                 vec![Some(v)],
                 vec![desc],

@@ -47,7 +47,7 @@ pub struct Row {
     /// Images per execution.
     pub batch: i64,
     /// atc precision mode of the measurement.
-    pub precision: String,
+    pub precision: PrecisionMode,
     /// Whether the measurement had AIPP on the first layer.
     pub aipp: bool,
     /// Published throughput, images per second.
@@ -61,11 +61,6 @@ impl Row {
     /// precision mode decides what the chip computes in.
     pub fn model(&self) -> Vec<u8> {
         self.net.onnx(self.batch, DType::F32, 1)
-    }
-
-    /// The row's atc precision mode.
-    pub fn precision_mode(&self) -> Result<PrecisionMode, String> {
-        PrecisionMode::parse(&self.precision).map_err(|e| e.to_string())
     }
 
     /// The measured time of one execution, in microseconds.
@@ -114,13 +109,13 @@ pub fn parse_targets(text: &str, file: &str) -> Result<Vec<Row>, String> {
             .ok()
             .filter(|v: &f64| v.is_finite() && *v > 0.0)
             .ok_or_else(|| at("fps", format!("expected a positive number, got `{}`", f[6])))?;
-        PrecisionMode::parse(f[4]).map_err(|e| at("precision", e.to_string()))?;
+        let precision = PrecisionMode::parse(f[4]).map_err(|e| at("precision", e.to_string()))?;
         rows.push(Row {
             id: f[0].to_string(),
             net,
             chip: f[2].to_string(),
             batch,
-            precision: f[4].to_string(),
+            precision,
             aipp,
             fps,
             source: f[7].to_string(),
@@ -217,7 +212,7 @@ fn simulate(row: &Row) -> Result<Outcome, String> {
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
         fusion: Default::default(),
-        precision: row.precision_mode()?,
+        precision: row.precision,
         target: crate::target::for_chip(&cfg),
     };
     let name = format!("{}_b{}.onnx", row.net.name(), row.batch);
@@ -436,7 +431,7 @@ pub fn csv(outcomes: &[Outcome]) -> String {
             r.net.name(),
             r.chip,
             r.batch,
-            r.precision,
+            r.precision.name(),
             if r.aipp { "on" } else { "off" },
             r.measured_us(),
             x.simulated_us,

@@ -50,3 +50,38 @@ pub fn assert_close(got: &[f32], want: &[f64], rtol: f64, atol: f64, what: &str)
         );
     }
 }
+
+/// The demo CNN's compile options for dynamic batch 1 and 2 on `cfg` with the given fusion
+/// switches and precision mode (the fusion and precision tests compare these).
+pub fn cnn_options(
+    cfg: &ChipConfig,
+    fusion: gearsim_compiler::fusion::FusionSwitches,
+    precision: gearsim_compiler::precision::PrecisionMode,
+) -> gearsim_compiler::pipeline::CompileOptions {
+    gearsim_compiler::pipeline::CompileOptions {
+        gear: gearsim_compiler::options::GearOptions {
+            input_shape: Some("input:-1,3,32,32".into()),
+            dynamic_batch_size: Some("1,2".into()),
+            ..Default::default()
+        },
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        fusion,
+        precision,
+        target: gearsim_host::atc::target(cfg),
+    }
+}
+
+/// A deterministic fp32 input of the demo CNN at batch 2, values in [-2, 2.2].
+pub fn cnn_input() -> Tensor {
+    let data: Vec<u8> = (0..2 * 3 * 32 * 32)
+        .flat_map(|i| (((i * 7919) % 211) as f32 / 50.0 - 2.0).to_le_bytes())
+        .collect();
+    Tensor::new(
+        gearsim_compiler::ir::DataType::F32,
+        vec![2, 3, 32, 32],
+        data,
+    )
+    .unwrap()
+}

@@ -8,33 +8,21 @@ use gearsim_compiler::fusion::{FUSED_ACTIVATION, FusionSwitches};
 use gearsim_compiler::ir::{DataType, Tensor};
 use gearsim_compiler::options::GearOptions;
 use gearsim_compiler::pipeline::{CompileOptions, compile};
+use gearsim_compiler::precision::PrecisionMode;
 use gearsim_host::atc;
 use gearsim_host::calibrate::nets::{DType, Net};
 use gearsim_host::runtime::{Runtime, RuntimeOptions};
+
+use super::device_run::{cnn_input, cnn_options};
 use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::NullSink;
-
-fn options(fusion: FusionSwitches, cfg: &ChipConfig) -> CompileOptions {
-    CompileOptions {
-        gear: GearOptions {
-            input_shape: Some("input:-1,3,32,32".into()),
-            dynamic_batch_size: Some("1,2".into()),
-            ..GearOptions::default()
-        },
-        getnext_sink: false,
-        table_layout: Default::default(),
-        mapindex_engine: Default::default(),
-        fusion,
-        precision: Default::default(),
-        target: atc::target(cfg),
-    }
-}
 
 /// Runs the demo CNN (conv, batch norm, ReLU, residual Add, depthwise, pooling, Gemm) at batch
 /// 2 with fusion on or off: its outputs and the kernels it launched.
 fn run_cnn(fusion: FusionSwitches) -> (Vec<Tensor>, usize, usize) {
     let cfg = ChipConfig::preset("ascend310p").unwrap();
-    let c = compile(gearsim_host::demo::CNN, "cnn.onnx", &options(fusion, &cfg)).unwrap();
+    let opts = cnn_options(&cfg, fusion, PrecisionMode::default());
+    let c = compile(gearsim_host::demo::CNN, "cnn.onnx", &opts).unwrap();
     // The branch of gear [2], the one the run takes.
     let fused_nodes = c.after.subgraphs[1]
         .nodes
@@ -51,12 +39,7 @@ fn run_cnn(fusion: FusionSwitches) -> (Vec<Tensor>, usize, usize) {
     )
     .unwrap();
     let m = rt.load(&c.om_bytes().unwrap()).unwrap();
-    let n = 2 * 3 * 32 * 32;
-    let data: Vec<u8> = (0..n)
-        .flat_map(|i| (((i * 7919) % 211) as f32 / 50.0 - 2.0).to_le_bytes())
-        .collect();
-    let x = Tensor::new(DataType::F32, vec![2, 3, 32, 32], data).unwrap();
-    let r = rt.run(m, &[x]).unwrap();
+    let r = rt.run(m, &[cnn_input()]).unwrap();
     (r.outputs, r.kernels.len(), fused_nodes)
 }
 
@@ -81,7 +64,7 @@ fn fused_and_unfused_compiles_agree_bit_for_bit() {
 fn resnet_blocks_fuse_their_activations_into_conv_and_add() {
     let cfg = ChipConfig::preset("ascend310p").unwrap();
     let onnx = Net::ResNet18.onnx(1, DType::F16, 3);
-    let mut opts = options(FusionSwitches::all_on(), &cfg);
+    let mut opts = cnn_options(&cfg, FusionSwitches::all_on(), PrecisionMode::default());
     opts.gear = GearOptions::default();
     let c = compile(&onnx, "resnet18.onnx", &opts).unwrap();
     let g = &c.after.graph;

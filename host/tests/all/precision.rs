@@ -3,30 +3,19 @@
 //! model's edges, keeps its fp32 interface, and agrees with the same model kept in fp32 within
 //! fp16's precision; the mode is recorded in the `.om` for `gearsim info`.
 
-use gearsim_compiler::ir::{DataType, Tensor};
-use gearsim_compiler::options::GearOptions;
-use gearsim_compiler::pipeline::{CompileOptions, compile};
+use gearsim_compiler::fusion::FusionSwitches;
+use gearsim_compiler::ir::DataType;
+use gearsim_compiler::pipeline::compile;
 use gearsim_compiler::precision::PrecisionMode;
-use gearsim_host::atc;
 use gearsim_host::runtime::{Runtime, RuntimeOptions};
 use gearsim_sim::ChipConfig;
 use gearsim_traces::NullSink;
 
+use super::device_run::{cnn_input, cnn_options, f32s};
+
 fn run(mode: PrecisionMode) -> (Vec<f32>, Vec<(String, String)>, usize) {
     let cfg = ChipConfig::preset("ascend310p").unwrap();
-    let opts = CompileOptions {
-        gear: GearOptions {
-            input_shape: Some("input:-1,3,32,32".into()),
-            dynamic_batch_size: Some("1,2".into()),
-            ..GearOptions::default()
-        },
-        getnext_sink: false,
-        table_layout: Default::default(),
-        mapindex_engine: Default::default(),
-        fusion: Default::default(),
-        precision: mode,
-        target: atc::target(&cfg),
-    };
+    let opts = cnn_options(&cfg, FusionSwitches::default(), mode);
     let c = compile(gearsim_host::demo::CNN, "cnn.onnx", &opts).unwrap();
     let f16_convs = c.after.subgraphs[1]
         .nodes
@@ -37,22 +26,13 @@ fn run(mode: PrecisionMode) -> (Vec<f32>, Vec<(String, String)>, usize) {
     let mut rt = Runtime::new(cfg, NullSink, RuntimeOptions::default()).unwrap();
     let m = rt.load(&om).unwrap();
     let desc = rt.desc(m).unwrap().clone();
-    let n = 2 * 3 * 32 * 32;
-    let data: Vec<u8> = (0..n)
-        .flat_map(|i| (((i * 7919) % 211) as f32 / 50.0 - 2.0).to_le_bytes())
-        .collect();
-    let x = Tensor::new(DataType::F32, vec![2, 3, 32, 32], data).unwrap();
-    let r = rt.run(m, &[x]).unwrap();
+    let r = rt.run(m, &[cnn_input()]).unwrap();
     assert_eq!(
         r.outputs[0].dtype,
         DataType::F32,
         "the interface stays fp32"
     );
-    let y: Vec<f32> = r.outputs[0]
-        .data
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
+    let y = f32s(&r.outputs[0]);
     (y, desc.build_options, f16_convs)
 }
 
@@ -84,26 +64,11 @@ fn force_fp16_agrees_with_fp32_within_fp16_precision() {
 fn the_dynamic_path_follows_the_models_precision_mode() {
     let cfg = ChipConfig::preset("ascend310p").unwrap();
     let run = |mode: PrecisionMode| {
-        let opts = CompileOptions {
-            gear: GearOptions {
-                input_shape: Some("input:-1,3,32,32".into()),
-                dynamic_batch_size: Some("1,2".into()),
-                ..GearOptions::default()
-            },
-            getnext_sink: false,
-            table_layout: Default::default(),
-            mapindex_engine: Default::default(),
-            fusion: Default::default(),
-            precision: mode,
-            target: atc::target(&cfg),
-        };
+        let opts = cnn_options(&cfg, FusionSwitches::default(), mode);
         let c = compile(gearsim_host::demo::CNN, "cnn.onnx", &opts).unwrap();
         let mut rt = Runtime::new(cfg.clone(), NullSink, RuntimeOptions::default()).unwrap();
         let m = rt.load(&c.hybrid_om_bytes().unwrap()).unwrap();
-        let data: Vec<u8> = (0..2 * 3 * 32 * 32)
-            .flat_map(|i| (((i * 7919) % 211) as f32 / 50.0 - 2.0).to_le_bytes())
-            .collect();
-        let x = Tensor::new(DataType::F32, vec![2, 3, 32, 32], data).unwrap();
+        let x = cnn_input();
         let gear = rt.run(m, std::slice::from_ref(&x)).unwrap().outputs;
         let dynamic = rt.run_dynamic_path(m, &[x]).unwrap().outputs;
         let lowered = rt.dynamic_stats(m).unwrap().unwrap().lowered;
@@ -115,13 +80,7 @@ fn the_dynamic_path_follows_the_models_precision_mode() {
         half_ops > full_ops,
         "{half_ops} vs {full_ops} op configurations"
     );
-    let f = |t: &Tensor| -> Vec<f32> {
-        t.data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect()
-    };
-    let (g, d) = (f(&gear[0]), f(&dynamic[0]));
+    let (g, d) = (f32s(&gear[0]), f32s(&dynamic[0]));
     let scale = g.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6);
     for (a, b) in g.iter().zip(&d) {
         assert!((a - b).abs() <= 1e-2 * scale, "gear {a}, dynamic {b}");

@@ -65,9 +65,14 @@ impl Build {
 
     /// `bytes` of workspace, 512-byte aligned; returns its operand.
     pub fn scratch(&mut self, bytes: u64) -> Operand {
+        Operand::Workspace(self.scratch_at(bytes))
+    }
+
+    /// `bytes` of workspace, 512-byte aligned; returns its offset in the node's workspace.
+    fn scratch_at(&mut self, bytes: u64) -> u64 {
         let at = self.workspace.div_ceil(512) * 512;
         self.workspace = at + bytes.max(1);
-        Operand::Workspace(at)
+        at
     }
 
     /// Appends the kernels of a sub-op's lowering (a TransData, a strided Slice this node
@@ -92,10 +97,7 @@ impl Build {
         self.derived.extend(derived);
         let ws = match workspace_bytes {
             0 => 0,
-            bytes => match self.scratch(bytes) {
-                Operand::Workspace(at) => at,
-                _ => 0,
-            },
+            bytes => self.scratch_at(bytes),
         };
         for mut k in kernels {
             k.name = rename(k.name);

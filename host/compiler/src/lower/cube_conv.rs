@@ -2081,7 +2081,6 @@ impl<'a> Gen<'a> {
             return;
         }
         let (s, plan) = (self.s, self.plan);
-        let sx = self.r.sx;
         let [_, t1, t2, t3] = self.r.t;
         let blk = plan.blk(&s);
         let ub_row = self.ub_row(slot, q);
@@ -2092,15 +2091,7 @@ impl<'a> Gen<'a> {
             let id = ev::RELAYOUT[item % 2];
             let (la, lc) = (self.l0.rl_a[item % 2], self.l0.rl_c[item % 2]);
             self.wait(Pipe::M, Pipe::Mte1, id);
-            for c in g0..g1 {
-                self.movi(t2, la + (c - g0) * blk * FRACTAL);
-                self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
-                self.a
-                    .load_l0a(t2, t3, blk)
-                    .src_stride(plan.c1)
-                    .dst_stride(1)
-                    .transpose(true);
-            }
+            self.transpose_blocks(la, q, g0..g1);
             self.set(Pipe::Mte1, Pipe::M, id);
             self.wait(Pipe::Mte1, Pipe::M, id);
             self.wait(Pipe::V, Pipe::M, id);
@@ -2132,15 +2123,24 @@ impl<'a> Gen<'a> {
     /// MTE1 of a one-round relayout row: every channel block of the staged row transposed
     /// into the relayout L0A buffer of `slot`.
     fn item_mte1(&mut self, slot: usize, q: u64) {
+        let plan = self.plan;
+        let id = ev::RELAYOUT[slot];
+        let la = self.l0.rl_a[slot];
+        self.wait(Pipe::M, Pipe::Mte1, id);
+        self.transpose_blocks(la, q, 0..plan.c1);
+        self.set(Pipe::Mte1, Pipe::M, id);
+    }
+
+    /// MTE1: channel blocks `cs` of staged relayout row `q` (at `sx`), each transposed into
+    /// the relayout L0A buffer at `la`, the first of them at its start.
+    fn transpose_blocks(&mut self, la: u64, q: u64, cs: std::ops::Range<u64>) {
         let (s, plan) = (self.s, self.plan);
         let sx = self.r.sx;
         let [_, _, t2, t3] = self.r.t;
         let blk = plan.blk(&s);
-        let id = ev::RELAYOUT[slot];
-        let la = self.l0.rl_a[slot];
-        self.wait(Pipe::M, Pipe::Mte1, id);
-        for c in 0..plan.c1 {
-            self.movi(t2, la + c * blk * FRACTAL);
+        let first = cs.start;
+        for c in cs {
+            self.movi(t2, la + (c - first) * blk * FRACTAL);
             self.addi(t3, sx, (self.staged_row(q) + c * FRACTAL) as i64, t3);
             self.a
                 .load_l0a(t2, t3, blk)
@@ -2148,7 +2148,6 @@ impl<'a> Gen<'a> {
                 .dst_stride(1)
                 .transpose(true);
         }
-        self.set(Pipe::Mte1, Pipe::M, id);
     }
 
     /// M of a one-round relayout row: the transposed blocks times the identity into L0C.
