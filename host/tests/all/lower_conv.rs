@@ -311,9 +311,31 @@ fn conv_3x3_pad0_f32() {
     cube(&Case::new(3, 3, (7, 7), 4, 3).f32(), 11);
 }
 
+/// A wide map with few weights keeps them resident (its blocks have several tiles to reuse
+/// them over).
 #[test]
 fn conv_3x3_wide_56() {
-    cube(&Case::new(1, 16, (56, 56), 16, 3).pad(1), 12);
+    let r = cube(&Case::new(1, 16, (56, 56), 16, 3).pad(1), 12);
+    assert_eq!(tiling(&r, "streamed_weights"), Some(0));
+}
+
+/// The tiling value `name` of the run's conv kernel.
+fn tiling(r: &Ran, name: &str) -> Option<i64> {
+    r.kernels
+        .iter()
+        .flat_map(|k| &k.tiling)
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| *v)
+}
+
+/// Deep channels on a small map (ResNet's last stage): the weights stream through L1 with the
+/// bands, one tile per block, the channels split over the blocks.
+#[test]
+fn conv_3x3_deep_small_map_streams_its_weights() {
+    let r = cube(&Case::new(1, 128, (7, 7), 96, 3).pad(1).bias(), 15);
+    assert_eq!(tiling(&r, "streamed_weights"), Some(1));
+    let r = cube(&Case::new(2, 96, (5, 6), 80, 3).pad(1).f32(), 16);
+    assert_eq!(tiling(&r, "streamed_weights"), Some(1));
 }
 
 #[test]

@@ -46,6 +46,12 @@
 //! multiplies. Shapes are static, but row counts are not: the K loop and the drain exist once per
 //! tile height `1..=RT` and are entered by a jump.
 //!
+//! **Weights.** A co block's weights stay resident in L1 over the block's tiles, loaded with its
+//! first tile (a pass per co block, a barrier between passes). Where every block's rows are one
+//! tile and the weights are what the kernel mostly reads (deep channels on small maps), they
+//! stream instead: each stage group's weights come into its stage buffer with its bands,
+//! double-buffered against the products, and one pass covers the block's channels.
+//!
 //! Grouped convolutions run one kernel per group; depthwise ones go to the vector unit
 //! (`cube_depthwise`).
 
@@ -317,6 +323,17 @@ struct Problem {
     epilogue: Epilogue,
 }
 
+impl Problem {
+    /// Whether the weights are more than twice the input's bytes (weight-bound layers: deep,
+    /// narrow maps).
+    fn weights_heavy(&self) -> bool {
+        let s = &self.s;
+        let weights = self.mg * self.cg * s.kh * s.kw;
+        let input = s.n * self.cg * s.h * s.w;
+        weights > 2 * input
+    }
+}
+
 /// Where the bias fractals (`[ceil(M/16)][16][16]` f32, each row one channel's value) are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BiasKind {
@@ -507,6 +524,12 @@ struct Plan {
     r_first: u64,
     /// Output rows of a block's last tile, at most (its drain is the block's tail).
     r_last: u64,
+    /// Whether the weights stream through L1 with the bands (each stage group's weights in its
+    /// stage buffer, loaded with every tile) instead of staying resident per co block. A block
+    /// whose rows are one tile reuses no weights across tiles, so streaming costs no extra
+    /// traffic and lets one pass cover the block's whole channel range, its weight loads
+    /// double-buffered against the products (resident weights load before the pass's products).
+    stream: bool,
     /// Output-channel fractals per co block, co blocks.
     mb: u64,
     co_blocks: u64,
@@ -583,11 +606,16 @@ impl Plan {
             }
         }
         let margin = margin.max(0) as u64;
-        let mut wq = wq as u64;
-        if s.wo < 16 {
-            // Narrow rows: every row starts a fractal, so no burst ever spills.
-            wq = wq.next_multiple_of(16);
-        }
+        // A row's first burst may start up to a 32-byte block before the row (the drain's
+        // spill, into rows written later), but never before the tile's first row: in GM rows
+        // are `Wo` apart, closer than their `Wq` in L0C, so narrow outputs need a pitch whose
+        // row starts sit near a block start (a multiple of 16 always does).
+        let es = p.out.bytes();
+        let spill_safe =
+            |wq: u64| (1..=s.ho).all(|r| (r * wq % 16) % (units::BLOCK_BYTES / es) <= r * s.wo);
+        let wq = (wq as u64..)
+            .find(|&wq| spill_safe(wq) || wq % 16 == 0)
+            .unwrap_or(wq as u64);
         for tap in &mut taps {
             let phi = tap.plane % sw;
             let jj = (tap.j * s.dw) / sw;
@@ -605,6 +633,7 @@ impl Plan {
             rt: 1,
             r_first: 1,
             r_last: 1,
+            stream: false,
             mb: 1,
             co_blocks: 1,
             kb: 1,
@@ -619,8 +648,17 @@ impl Plan {
             piece_rows: 1,
             ws_total: 0,
         };
-        plan.choose(p, core)?;
-        Ok(plan)
+        let mut streamed = plan.clone();
+        let resident = plan.choose(p, core).map(|()| plan.estimate(p, core));
+        match (resident, streamed.choose_streamed(p, core)) {
+            // Streaming also gives up overlapping a block's relayout with its products, which
+            // the estimate undercounts: it is taken where the resident weights need several
+            // passes per block (each reloading the bands behind a full barrier) or where the
+            // weights, not the input rows, are most of what the kernel reads.
+            (Ok(r), Some(st)) if st < r && (plan.passes() > 1 || p.weights_heavy()) => Ok(streamed),
+            (Err(_), Some(_)) => Ok(streamed),
+            (resident, _) => resident.map(|_| plan),
+        }
     }
 
     fn planes(&self, s: &ConvShape) -> u64 {
@@ -689,9 +727,25 @@ impl Plan {
         self.batch_rows(s) * self.c1 * self.blk(s) * FRACTAL
     }
 
-    /// Bytes of the resident weights of one co block.
+    /// Bytes of the weights of one co block.
     fn weight_bytes(&self) -> u64 {
         self.mb * self.c1 * self.taps() * FRACTAL
+    }
+
+    /// Bytes of the resident weights in L1 (none when they stream).
+    fn resident_bytes(&self) -> u64 {
+        if self.stream { 0 } else { self.weight_bytes() }
+    }
+
+    /// Bytes of one L1 stage-group buffer: its bands, and when the weights stream their
+    /// weights after them.
+    fn group_bytes(&self, s: &ConvShape) -> u64 {
+        let weights = if self.stream {
+            self.mb * self.taps() * FRACTAL
+        } else {
+            0
+        };
+        self.sg * (self.stage_bytes(s) + weights)
     }
 
     /// Output-channel fractals of co block `cb` (the last may be narrower).
@@ -764,35 +818,39 @@ impl Plan {
 
     /// Picks co blocks, tile height, L0 step, relayout grouping and the rows of each block.
     fn choose(&mut self, p: &Problem, core: &CoreSpec) -> Result<(), String> {
+        let t = self.taps();
+        self.relayout_items(&p.s, core)?;
+        // The widest co block whose resident weights leave L1 room for the bands: fewer
+        // passes, each reloading the bands and loading its weights before its products.
+        let w_bytes = |mb: u64| mb * self.c1 * t * FRACTAL;
+        let mut last = None;
+        for mb in (1..=p.mg.div_ceil(16).min(MB_RESIDENT_MAX)).rev() {
+            if w_bytes(mb) > core.l1_bytes * 3 / 4 {
+                continue;
+            }
+            let mut plan = self.clone();
+            match plan.choose_for(p, core, mb) {
+                Ok(()) => {
+                    *self = plan;
+                    return Ok(());
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            format!(
+                "the weights of 16 output channels ({} B) do not fit three quarters of L1 ({} B)",
+                w_bytes(1),
+                core.l1_bytes
+            )
+        }))
+    }
+
+    /// `choose` for co blocks of `mb` fractals.
+    fn choose_for(&mut self, p: &Problem, core: &CoreSpec, mb: u64) -> Result<(), String> {
         let s = &p.s;
         let t = self.taps();
-        let (l0a, l0b, l0c) = (
-            core.l0a_bytes / FRACTAL,
-            core.l0b_bytes / FRACTAL,
-            core.l0c_bytes / FRACTAL_C,
-        );
-        let blk = self.blk(s);
-        // Relayout items: as many channel blocks of a row as a quarter of L0A holds.
-        if blk > l0a / 4 || blk > l0c / 4 {
-            return Err(format!(
-                "an input row of {} pixels does not fit the relayout buffers (L0A {} B, L0C {} B)",
-                s.w, core.l0a_bytes, core.l0c_bytes
-            ));
-        }
-        self.cr = (l0a / 4 / blk).clamp(1, self.c1);
-        let rl = self.cr * blk;
         let w_bytes = |mb: u64| mb * self.c1 * t * FRACTAL;
-        let mut mb = p.mg.div_ceil(16).min(4);
-        while mb > 1 && w_bytes(mb) > core.l1_bytes / 2 {
-            mb -= 1;
-        }
-        if w_bytes(mb) > core.l1_bytes / 2 {
-            return Err(format!(
-                "the weights of 16 output channels ({} B) do not fit half of L1 ({} B)",
-                w_bytes(mb),
-                core.l1_bytes
-            ));
-        }
         self.mb = mb;
         self.co_blocks = p.mg.div_ceil(16 * mb);
         // Rows per block, balanced for the dispatch stagger.
@@ -823,12 +881,7 @@ impl Plan {
             PIECE_CYCLES,
         );
         let most = self.blocks.iter().map(|(a, b)| b - a).max().unwrap_or(1);
-        self.pieces = self
-            .blocks
-            .iter()
-            .map(|(a, b)| (b - 1) / s.ho - a / s.ho + 1)
-            .max()
-            .unwrap_or(1);
+        self.pieces = self.most_pieces(s);
         // Fixed-height band loads read up to a tile past the piece's rows. A piece's run of
         // workspace rows is a DMA gap, so where tall blocks (large batches) would make it
         // longer than the field allows, tiles are kept lower instead.
@@ -852,16 +905,9 @@ impl Plan {
         let planes = self.planes(s);
         let mut best: Option<(f64, u64, u64)> = None;
         for rt in 1..=limit {
-            let nb = self.nb(s, rt);
-            let kb = ((l0b - 1) / 2 / nb)
-                .min(l0a.saturating_sub(2 * rl) / (2 * mb))
-                .min(t);
-            if kb == 0 || 2 * mb * nb + 2 * rl > l0c {
+            let Some(kb) = self.l0_step(s, core, mb, rt) else {
                 continue;
-            }
-            if 16 * nb > u64::from(u16::MAX) {
-                continue;
-            }
+            };
             self.rt = rt;
             self.kb = kb;
             let l1 = w_bytes(mb)
@@ -902,13 +948,150 @@ impl Plan {
         // Stage groups: as many stages as L1 holds, at most half of them, so the next tile's
         // first group loads while the current tile's second half multiplies (a whole band
         // behind one notice would hold the first tile back).
-        let l1_of = |sg: u64| {
-            w_bytes(mb) + 2 * sg * self.stage_bytes(s) + 2 * self.staging_bytes(s) + FRACTAL
-        };
         self.sg = (1..=self.c1.div_ceil(2))
             .rev()
-            .find(|sg| l1_of(*sg) <= core.l1_bytes)
+            .find(|&sg| {
+                self.sg = sg;
+                self.l1_bytes(s) <= core.l1_bytes
+            })
             .unwrap_or(1);
+        self.finish(s);
+        Ok(())
+    }
+
+    /// Taps per L0 step for a tile of `rt` rows over `mb` co fractals (double-buffered L0A /
+    /// L0B, two L0C halves next to the relayout buffers), if such a tile fits at all.
+    fn l0_step(&self, s: &ConvShape, core: &CoreSpec, mb: u64, rt: u64) -> Option<u64> {
+        let (l0a, l0b, l0c) = (
+            core.l0a_bytes / FRACTAL,
+            core.l0b_bytes / FRACTAL,
+            core.l0c_bytes / FRACTAL_C,
+        );
+        let rl = self.cr * self.blk(s);
+        let nb = self.nb(s, rt);
+        let kb = ((l0b - 1) / 2 / nb)
+            .min(l0a.saturating_sub(2 * rl) / (2 * mb))
+            .min(self.taps());
+        let fits = kb > 0 && 2 * mb * nb + 2 * rl <= l0c && 16 * nb <= u64::from(u16::MAX);
+        fits.then_some(kb)
+    }
+
+    /// Images the rows of the busiest row block touch.
+    fn most_pieces(&self, s: &ConvShape) -> u64 {
+        self.blocks
+            .iter()
+            .map(|(a, b)| (b - 1) / s.ho - a / s.ho + 1)
+            .max()
+            .unwrap_or(1)
+    }
+
+    /// Relayout items: as many channel blocks of a row as a quarter of L0A holds (`cr`).
+    fn relayout_items(&mut self, s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
+        let blk = self.blk(s);
+        let (l0a, l0c) = (core.l0a_bytes / FRACTAL, core.l0c_bytes / FRACTAL_C);
+        if blk > l0a / 4 || blk > l0c / 4 {
+            return Err(format!(
+                "an input row of {} pixels does not fit the relayout buffers (L0A {} B, L0C {} B)",
+                s.w, core.l0a_bytes, core.l0c_bytes
+            ));
+        }
+        self.cr = (l0a / 4 / blk).clamp(1, self.c1);
+        Ok(())
+    }
+
+    /// L1 bytes the plan uses: resident weights, two stage groups, two staging areas and
+    /// the identity fractal.
+    fn l1_bytes(&self, s: &ConvShape) -> u64 {
+        self.resident_bytes() + 2 * self.group_bytes(s) + 2 * self.staging_bytes(s) + FRACTAL
+    }
+
+    /// The plan with streamed weights (`stream`), when one fits: every block's rows are one
+    /// tile of one image, the channel groups chosen by the planning estimate. Returns that
+    /// estimate (cycles of the busiest block).
+    fn choose_streamed(&mut self, p: &Problem, core: &CoreSpec) -> Option<f64> {
+        let s = &p.s;
+        let t = self.taps();
+        self.relayout_items(s, core).ok()?;
+        self.stream = true;
+        let total = s.n * s.ho;
+        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+        let fractals = p.mg.div_ceil(16);
+        let mut best: Option<(f64, Plan)> = None;
+        for groups in 1..=fractals.min(cores) {
+            let mb = fractals.div_ceil(groups);
+            // The drain's bias add steps over a fractal row's `mb` fractals in 32-byte blocks.
+            if fractals.div_ceil(mb) != groups
+                || (p.bias != BiasKind::None && 32 * mb > units::BLOCK_STRIDE_MAX)
+            {
+                continue;
+            }
+            let mut plan = self.clone();
+            plan.mb = mb;
+            plan.co_blocks = groups;
+            plan.co_groups = (0..groups).map(|g| (g, g + 1)).collect();
+            let row_cost = (mb * self.c1 * t) as f64 * self.wq as f64 / 16.0 / CUBE_EFFICIENCY;
+            plan.blocks = distribute(
+                total,
+                s.ho,
+                (cores / groups).max(1).min(total),
+                row_cost,
+                BLOCK_OVERHEAD_CYCLES,
+                PIECE_CYCLES,
+            );
+            plan.pieces = plan.most_pieces(s);
+            if plan.pieces > 1 {
+                continue;
+            }
+            let rt = plan.blocks.iter().map(|(a, b)| b - a).max().unwrap_or(1);
+            plan.piece_rows = s.sh * (rt.min(s.ho) + 2 * rt + self.ihi + 1);
+            let Some(kb) = plan.l0_step(s, core, mb, rt) else {
+                continue;
+            };
+            if plan.pws() > units::BURST_GAP_MAX {
+                continue;
+            }
+            (plan.rt, plan.r_first, plan.r_last, plan.kb) = (rt, rt, rt, kb);
+            plan.ub_rows = plan.batch_rows(s);
+            if plan.ub_layout(p).end > core.ub_bytes {
+                plan.ub_rows = 2;
+                if plan.ub_layout(p).end > core.ub_bytes {
+                    continue;
+                }
+            }
+            // Stage groups small enough that the first is in soon and the weights stream
+            // double-buffered, large enough that a group's load outlasts its notice's wait for
+            // the load latency.
+            let enough = GROUP_LOAD_CYCLES * core.gm_read_bytes_per_cycle.max(1);
+            plan.sg = 1;
+            while plan.sg < self.c1.div_ceil(2) && plan.group_bytes(s) < enough {
+                plan.sg += 1;
+            }
+            while plan.sg > 1 && plan.l1_bytes(s) > core.l1_bytes {
+                plan.sg -= 1;
+            }
+            if plan.l1_bytes(s) > core.l1_bytes {
+                continue;
+            }
+            plan.finish(s);
+            let e = plan.estimate(p, core);
+            // A clear gain, or as fast by the estimate (which the memory floor may decide) with
+            // a clearly less busy block.
+            let better = best.as_ref().is_none_or(|(b, bp)| {
+                e < *b * 0.95
+                    || (e <= *b * 1.05
+                        && plan.block_cycles(p, core) < 0.9 * bp.block_cycles(p, core))
+            });
+            if better {
+                best = Some((e, plan));
+            }
+        }
+        let (e, plan) = best?;
+        *self = plan;
+        Some(e)
+    }
+
+    /// The relayout steps and the workspace size, once the tiling is chosen.
+    fn finish(&mut self, s: &ConvShape) {
         // The next tile's first group is loaded once the current tile's group G - 2 is done
         // (its buffer is free then), so its rows must be in the workspace by that step.
         let steps = self.c1 * self.steps();
@@ -922,7 +1105,11 @@ impl Plan {
         // from the first step on.
         self.item_first = 0;
         self.ws_total = self.block_dim() * self.ws_block(s);
-        Ok(())
+    }
+
+    /// Passes (co blocks) of the busiest block.
+    fn passes(&self) -> u64 {
+        self.co_groups.iter().map(|(a, b)| b - a).max().unwrap_or(1)
     }
 
     /// Blocks of the kernel: every row block for every channel group.
@@ -955,10 +1142,12 @@ impl Plan {
             let rows = total.div_ceil(row_blocks) as f64;
             let share = self.co_blocks.div_ceil(groups) as f64 / self.co_blocks as f64;
             let compute = rows * row_cost * share;
+            // A pass's resident weights come in before its products (behind the barrier that
+            // ends the pass before), so they add to the block's time.
             let load = weights * share / per_core;
             // Weights are read from memory once; the other row blocks' reads hit the L2.
             let memory = weights / chip;
-            compute.max(load).max(memory)
+            (compute + load).max(memory)
                 + rows * relayout_row
                 + BLOCK_OVERHEAD_CYCLES * share * self.co_blocks as f64
         };
@@ -975,6 +1164,41 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Planning estimate of the busiest block's cycles: per pass its weight load (resident
+    /// weights come in before the pass's products, streamed ones overlap them) and per tile
+    /// the larger of its products and its loads; the first tile's relayout; at least the
+    /// time the chip's memory takes to deliver every weight once.
+    fn estimate(&self, p: &Problem, core: &CoreSpec) -> f64 {
+        let chip = core.memory_bytes_per_cycle.max(1) as f64;
+        let all_weights = (p.mg.div_ceil(16) * self.c1 * self.taps() * FRACTAL) as f64;
+        self.block_cycles(p, core).max(all_weights / chip)
+    }
+
+    /// `estimate` without the memory floor: the busiest block's own cycles.
+    fn block_cycles(&self, p: &Problem, core: &CoreSpec) -> f64 {
+        let s = &p.s;
+        let per_core = core.gm_read_bytes_per_cycle.max(1) as f64;
+        let most = self.blocks.iter().map(|(a, b)| b - a).max().unwrap_or(1);
+        let tiles = if most <= self.rt {
+            1.0
+        } else {
+            (most.div_ceil(self.rt) + 1) as f64
+        };
+        let passes = self.passes() as f64;
+        let compute = self.tile_cycles(s, self.mb, self.rt, self.kb) as f64 / CUBE_EFFICIENCY;
+        let bands = (self.c1 * self.stage_bytes(s)) as f64 / per_core;
+        let weights = self.weight_bytes() as f64 / per_core;
+        let relayout_row = (3 * s.sh * self.c1 * UNIT * s.w) as f64 / per_core;
+        let pass = if self.stream {
+            tiles * compute.max(bands + weights)
+        } else {
+            weights + tiles * compute.max(bands)
+        };
+        passes * pass + relayout_row * self.rt.min(most) as f64 + BLOCK_OVERHEAD_CYCLES * passes
+    }
+}
+
 /// The tallest tile `choose` may pick for blocks of at most `most` rows.
 fn limit_rows(most: u64, ho: u64) -> u64 {
     most.div_ceil(3).clamp(1, ho)
@@ -983,6 +1207,13 @@ fn limit_rows(most: u64, ho: u64) -> u64 {
 /// Cycles the cube pipe stalls each time it hands an L0 buffer back (the `mmad` latency that
 /// `set_flag` waits for); used for planning only.
 const CUBE_DRAIN: u64 = 32;
+/// Output-channel fractals of a co block with resident weights, at most (the drain's bias
+/// add steps over a fractal row's co fractals in 32-byte blocks: 32 · mb must stay a block
+/// stride).
+const MB_RESIDENT_MAX: u64 = 4;
+/// Cycles a streamed stage group's load should take at least: several times the memory
+/// latency its notice waits out (planning only).
+const GROUP_LOAD_CYCLES: u64 = 1500;
 /// Fraction of the cube rate a tile reaches; used to balance rows per block only.
 const CUBE_EFFICIENCY: f64 = 0.85;
 
@@ -1203,9 +1434,11 @@ struct Gen<'a> {
 /// Whether a stage load also brings the stage's resident weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Weights {
-    /// Never (the stage's weights are resident or preloaded).
+    /// Never (preloaded: the pass's first group).
+    Preloaded,
+    /// Resident weights never (they came with the pass's first tile); streamed ones always.
     No,
-    /// When the tile is the pass's first (`first`).
+    /// Resident weights when the tile is the pass's first (`first`); streamed ones always.
     IfFirst,
 }
 
@@ -1243,8 +1476,8 @@ impl<'a> Gen<'a> {
             ydone: reg(),
             t: [reg(), reg(), reg(), reg()],
         };
-        let band = plan.sg * plan.stage_bytes(&s);
-        let weights = plan.weight_bytes();
+        let band = plan.group_bytes(&s);
+        let weights = plan.resident_bytes();
         let staging = plan.staging_bytes(&s);
         let l1 = L1Layout {
             weights: 0,
@@ -1360,6 +1593,7 @@ impl<'a> Gen<'a> {
         a.tiling("wo", s.wo as i64);
         a.tiling("margin", plan.margin as i64);
         a.tiling("channel_blocks", plan.c1 as i64);
+        a.tiling("streamed_weights", i64::from(plan.stream));
         a.tiling("co_fractals", plan.mb as i64);
         a.tiling("co_blocks", plan.co_blocks as i64);
         a.tiling("taps_per_step", plan.kb as i64);
@@ -1699,7 +1933,7 @@ impl<'a> Gen<'a> {
         if self.relayout {
             self.workspace_ready();
         }
-        self.load_group(0, self.stage_buffer(0, 0), bsrc, Weights::No);
+        self.load_group(0, self.stage_buffer(0, 0), bsrc, Weights::Preloaded);
         if self.relayout {
             self.workspace_taken();
             // The second tile's staged rows (above), announced behind the first band.
@@ -2298,12 +2532,16 @@ impl<'a> Gen<'a> {
             let at = self.l1.stage[sb] + (stage - stages.start) * plan.stage_bytes(&self.s);
             self.load_stage(stage, at, band);
         }
-        if weights == Weights::IfFirst {
+        if plan.stream && weights != Weights::Preloaded {
+            for stage in stages {
+                self.weights_load(stage, sb);
+            }
+        } else if weights == Weights::IfFirst {
             let skip = self.a.new_label("weights_resident");
             let l = self.a.label(&skip);
             self.a.beq(first, zero, l);
             for stage in stages {
-                self.weights_load(stage);
+                self.weights_load(stage, sb);
             }
             self.a.place(&skip);
         }
@@ -2344,14 +2582,30 @@ impl<'a> Gen<'a> {
         }
     }
 
-    /// MTE2: stage `stage`'s resident weights of the current pass into L1.
-    fn weights_load(&mut self, stage: u64) {
+    /// The L1 address of stage `stage`'s weights of the current pass: resident, or after the
+    /// bands in stage-group buffer `sb` when they stream.
+    fn l1_weights(&self, stage: u64, sb: usize) -> u64 {
+        let plan = self.plan;
+        if plan.stream {
+            let gi = stage / plan.sg;
+            self.l1.stage[sb]
+                + plan.sg * plan.stage_bytes(&self.s)
+                + (stage - gi * plan.sg) * self.stage_weights()
+        } else {
+            self.l1.weights + stage * self.stage_weights()
+        }
+    }
+
+    /// MTE2: stage `stage`'s weights of the current pass into L1 (stage-group buffer `sb` when
+    /// they stream).
+    fn weights_load(&mut self, stage: u64, sb: usize) {
         let plan = self.plan;
         let consts = self.r.consts;
         let [t0, t1, _, _] = self.r.t;
         let sw_bytes = self.stage_weights();
         let gm = WEIGHTS_OFF + self.cb * plan.weight_bytes() + stage * sw_bytes;
-        self.movi(t0, self.l1.weights + stage * sw_bytes);
+        let dst = self.l1_weights(stage, sb);
+        self.movi(t0, dst);
         self.addi(t1, consts, gm as i64, t1);
         self.a
             .copy_gm_to_l1(t0, t1, 1, sw_bytes / units::BLOCK_BYTES);
@@ -2361,8 +2615,9 @@ impl<'a> Gen<'a> {
     /// relayout, so they are off the first tile's critical path); the group's flag covers them.
     fn preload_weights(&mut self) {
         self.a.comment("the first stage group's resident weights");
+        let sb = self.stage_buffer(0, 0);
         for stage in 0..self.plan.sg.min(self.plan.c1) {
-            self.weights_load(stage);
+            self.weights_load(stage, sb);
         }
     }
 
@@ -2515,7 +2770,7 @@ impl<'a> Gen<'a> {
             self.wait(Pipe::Mte2, Pipe::Mte1, ev::STAGE[sb]);
         }
         self.wait(Pipe::M, Pipe::Mte1, ev::L0[b]);
-        let weights = self.l1.weights + stage * self.stage_weights() + j * mbp * plan.kb * FRACTAL;
+        let weights = self.l1_weights(stage, sb) + j * mbp * plan.kb * FRACTAL;
         self.movi(t0, self.l0.a[b]);
         self.movi(t1, weights);
         self.a.load_l0a(t0, t1, mbp * kbj);
