@@ -36,7 +36,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::fusion::FUSED_ACTIVATION;
+use super::fusion::{FUSED_ACTIVATION, FUSED_RESIDUAL, RESIDUAL_INPUT};
 use super::infer::{InferError, OpCtx, OpError, Registry};
 use super::ir::{Attr, DataType, Graph, Model, Node, Tensor, TensorDesc, shape_values};
 use super::ops;
@@ -419,7 +419,35 @@ impl Evaluator<'_> {
     /// A node's outputs, with the activation the fusion pass folded into it applied to its
     /// first output.
     fn node(&self, node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, EvalError> {
-        let mut outs = self.unfused(node, inputs)?;
+        let residual = node.int(FUSED_RESIDUAL).is_some();
+        let own = if residual {
+            &inputs[..RESIDUAL_INPUT.min(inputs.len())]
+        } else {
+            inputs
+        };
+        let mut outs = self.unfused(node, own)?;
+        if residual {
+            // The kernel adds the residual to its output as an f16 Add would, before the
+            // activation.
+            let r = inputs.get(RESIDUAL_INPUT).copied().flatten();
+            let (Some(r), Some(first)) = (r, outs.first()) else {
+                return Err(value_err(
+                    node,
+                    "the fused residual input is missing".into(),
+                ));
+            };
+            let add = Node::new(
+                format!("{}/Add", node.name),
+                "Add",
+                vec![None, None],
+                Vec::new(),
+            );
+            let y = self.unfused(&add, &[Some(first), Some(r)])?;
+            outs[0] = y
+                .into_iter()
+                .next()
+                .ok_or_else(|| value_err(node, "the fused Add gave no output".into()))?;
+        }
         if let (Some(act), Some(first)) = (node.string(FUSED_ACTIVATION), outs.first()) {
             let absorbed = Node::new(format!("{}/{act}", node.name), act, vec![None], Vec::new());
             let y = self.unfused(&absorbed, &[Some(first)])?;

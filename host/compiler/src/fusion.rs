@@ -6,8 +6,12 @@
 //!   Conv ─▶ Relu          ⇒  Conv {_fused_activation = Relu}       (the cube kernel's drain)
 //!   MatMul / Gemm ─▶ Relu ⇒  MatMul {_fused_activation = Relu}     (the GEMM kernel's drain)
 //!   Add / Sub / Mul ─▶ Relu  ⇒  Add {_fused_activation = Relu}     (one vector pass)
+//!   Conv 1×1 ─▶ Add(·, r) [─▶ Relu] ⇒ Conv(x, w, b, r) {_fused_residual}  (the GEMM's drain)
 //! ```
 //!
+//! The residual pass runs first, so a ReLU after the Add then folds into the convolution: the
+//! kernel computes `relu(conv(x) + r)` with the residual `r` read in its drain (ResNet's
+//! bottleneck ends), instead of writing `conv(x)` and reading it back in an Add kernel.
 //! A producer takes its consumer's activation when it is that value's only reader and the
 //! lowering of the producer computes the activation in its epilogue. The fused node keeps the
 //! producer's name and lists the names of the nodes it absorbed in `_fused_nodes`, so
@@ -22,6 +26,11 @@ use super::ir::{Attr, Graph, Model, NodeId, Value};
 pub const FUSED_ACTIVATION: &str = "_fused_activation";
 /// The attribute listing the names of the nodes a node absorbed.
 pub const FUSED_NODES: &str = "_fused_nodes";
+/// The attribute marking a convolution whose input 3 is a residual added to its output
+/// (before its activation).
+pub const FUSED_RESIDUAL: &str = "_fused_residual";
+/// The input index of a fused residual.
+pub const RESIDUAL_INPUT: usize = 3;
 
 /// A fusion pass gearsim runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -32,14 +41,17 @@ pub enum Pass {
     MatMulActivation,
     /// An element-wise arithmetic op's activation in the same vector pass.
     ElemwiseActivation,
+    /// A residual Add into the drain of the pointwise convolution that makes one operand.
+    ConvResidualAdd,
 }
 
 impl Pass {
     /// Every pass.
-    pub const ALL: [Pass; 3] = [
+    pub const ALL: [Pass; 4] = [
         Pass::ConvActivation,
         Pass::MatMulActivation,
         Pass::ElemwiseActivation,
+        Pass::ConvResidualAdd,
     ];
 
     /// The name a fusion switch file uses.
@@ -48,6 +60,7 @@ impl Pass {
             Pass::ConvActivation => "ConvActivationFusionPass",
             Pass::MatMulActivation => "MatMulActivationFusionPass",
             Pass::ElemwiseActivation => "ElemwiseActivationFusionPass",
+            Pass::ConvResidualAdd => "ConvResidualAddFusionPass",
         }
     }
 
@@ -62,6 +75,7 @@ impl Pass {
             Pass::ConvActivation => op == "Conv",
             Pass::MatMulActivation => matches!(op, "MatMul" | "Gemm"),
             Pass::ElemwiseActivation => matches!(op, "Add" | "Sub" | "Mul"),
+            Pass::ConvResidualAdd => false,
         }
     }
 }
@@ -131,8 +145,124 @@ pub fn fuse_model(m: &mut Model, switches: &FusionSwitches) -> usize {
 
 /// Runs the switched-on passes over one graph; returns how many nodes were absorbed.
 pub fn fuse(g: &mut Graph, switches: &FusionSwitches) -> usize {
+    let residuals = if switches.on(Pass::ConvResidualAdd) {
+        fuse_residuals(g)
+    } else {
+        0
+    };
+    residuals + fuse_activations(g, switches)
+}
+
+/// Records that node `into` absorbed the node named `name`.
+fn absorb(g: &mut Graph, into: NodeId, name: String) {
+    let p = g.node_mut(into);
+    let mut absorbed = match p.attrs.remove(FUSED_NODES) {
+        Some(Attr::Strs(v)) => v,
+        _ => Vec::new(),
+    };
+    absorbed.push(name);
+    p.attrs.insert(FUSED_NODES.into(), Attr::Strs(absorbed));
+}
+
+/// Whether `id` is a convolution the GEMM kernel runs (1×1, no padding, one group), whose
+/// drain can add a residual.
+fn pointwise_conv(g: &Graph, id: NodeId) -> bool {
+    let node = g.node(id);
+    let weights = node.inputs.get(1).copied().flatten().map(|w| g.desc(w));
+    let unit_kernel = weights
+        .is_some_and(|w| w.shape.len() == 4 && w.shape[2..].iter().all(|d| d.fixed() == Some(1)));
+    node.op == "Conv"
+        && node.inputs.len() <= RESIDUAL_INPUT
+        && unit_kernel
+        && node.int("group").is_none_or(|g| g == 1)
+        && node.ints("pads").is_none_or(|p| p.iter().all(|x| *x == 0))
+        && node
+            .string("auto_pad")
+            .is_none_or(|a| a == "NOTSET" || a == "VALID")
+}
+
+/// Folds `Add(conv(x), r)` into the convolution as its residual input when the convolution is
+/// pointwise, its f16 output is read by the Add only, `r` has the output's shape and type and
+/// is made before the convolution runs (nodes run in order).
+fn fuse_residuals(g: &mut Graph) -> usize {
     let consumers = g.consumers();
-    let mut absorbed_nodes = Vec::new();
+    let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
+    for i in 0..g.nodes.len() {
+        let add = NodeId(i as u32);
+        let node = g.node(add);
+        if node.op != "Add"
+            || node.inputs.len() != 2
+            || node.outputs.len() != 1
+            || node.attr(FUSED_ACTIVATION).is_some()
+        {
+            continue;
+        }
+        let out = node.outputs[0].clone();
+        let operands: Vec<Value> = node.inputs.iter().flatten().copied().collect();
+        if operands.len() != 2 || out.dtype != super::ir::DataType::F16 {
+            continue;
+        }
+        let pick = (0..2).find(|&k| {
+            let (conv, r) = (operands[k], operands[1 - k]);
+            let only_reader = consumers
+                .get(&conv)
+                .is_some_and(|rs| rs.len() == 1 && rs[0].0 == add);
+            let c = g.node(conv.node);
+            conv.output == 0
+                && c.outputs.len() == 1
+                && only_reader
+                && pointwise_conv(g, conv.node)
+                && c.attr(FUSED_ACTIVATION).is_none()
+                && c.outputs[0].dtype == out.dtype
+                && c.outputs[0].shape == out.shape
+                && g.desc(r).dtype == out.dtype
+                && g.desc(r).shape == out.shape
+                && r.node.0 < conv.node.0
+        });
+        let Some(k) = pick else {
+            continue;
+        };
+        let (conv, r) = (operands[k], operands[1 - k]);
+        let add_name = node.name.clone();
+        let c = g.node_mut(conv.node);
+        c.inputs.resize(RESIDUAL_INPUT, None);
+        c.inputs.push(Some(r));
+        c.attrs.insert(FUSED_RESIDUAL.into(), Attr::Int(1));
+        absorb(g, conv.node, add_name);
+        rewire.insert(
+            Value {
+                node: add,
+                output: 0,
+            },
+            conv,
+        );
+    }
+    remove_absorbed(g, &rewire)
+}
+
+/// Removes the absorbed nodes (the keys of `rewire`, each a node's only output) and points
+/// their readers at what replaces them; returns how many were removed.
+fn remove_absorbed(g: &mut Graph, rewire: &BTreeMap<Value, Value>) -> usize {
+    if rewire.is_empty() {
+        return 0;
+    }
+    let mut keep = vec![true; g.nodes.len()];
+    for v in rewire.keys() {
+        keep[v.node.0 as usize] = false;
+    }
+    for n in &mut g.nodes {
+        for v in n.inputs.iter_mut().flatten() {
+            if let Some(to) = rewire.get(v) {
+                *v = *to;
+            }
+        }
+    }
+    g.retain(&keep)
+}
+
+/// Folds activations into their producers; returns how many were absorbed.
+fn fuse_activations(g: &mut Graph, switches: &FusionSwitches) -> usize {
+    let consumers = g.consumers();
     // Readers of an absorbed activation read its producer's output instead.
     let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
     for i in 0..g.nodes.len() {
@@ -162,14 +292,10 @@ pub fn fuse(g: &mut Graph, switches: &FusionSwitches) -> usize {
             continue;
         }
         let (act_name, act_op) = (node.name.clone(), node.op.clone());
-        let p = g.node_mut(input.node);
-        p.attrs.insert(FUSED_ACTIVATION.into(), Attr::Str(act_op));
-        let mut absorbed = match p.attrs.remove(FUSED_NODES) {
-            Some(Attr::Strs(v)) => v,
-            _ => Vec::new(),
-        };
-        absorbed.push(act_name);
-        p.attrs.insert(FUSED_NODES.into(), Attr::Strs(absorbed));
+        g.node_mut(input.node)
+            .attrs
+            .insert(FUSED_ACTIVATION.into(), Attr::Str(act_op));
+        absorb(g, input.node, act_name);
         rewire.insert(
             Value {
                 node: act,
@@ -177,23 +303,8 @@ pub fn fuse(g: &mut Graph, switches: &FusionSwitches) -> usize {
             },
             input,
         );
-        absorbed_nodes.push(i);
     }
-    if rewire.is_empty() {
-        return 0;
-    }
-    let mut keep = vec![true; g.nodes.len()];
-    for i in absorbed_nodes {
-        keep[i] = false;
-    }
-    for n in &mut g.nodes {
-        for v in n.inputs.iter_mut().flatten() {
-            if let Some(to) = rewire.get(v) {
-                *v = *to;
-            }
-        }
-    }
-    g.retain(&keep)
+    remove_absorbed(g, &rewire)
 }
 
 #[cfg(test)]
@@ -248,6 +359,55 @@ mod tests {
         assert_eq!(fuse(&mut g, &FusionSwitches::default()), 1);
         assert!(g.find("relu1").is_some());
         assert!(g.find("relu2").is_none());
+    }
+
+    /// x ─ Conv(k×k) ─ Add(·, r) ─ Relu ─ out, the residual `r` made before the Conv or after.
+    fn residual_graph(k: i64, r_first: bool) -> Graph {
+        let mut g = Graph::new("g");
+        let v = |node| Some(Value { node, output: 0 });
+        let x = g.add(Node::new("x", "Data", vec![], vec![desc()]));
+        let w = TensorDesc::new(DataType::F16, fixed_shape(&[16, 16, k, k]));
+        let w = g.add(Node::new("w", "Const", vec![], vec![w]));
+        let r = r_first.then(|| g.add(Node::new("r", "Relu", vec![v(x)], vec![desc()])));
+        let conv = g.add(Node::new("conv", "Conv", vec![v(x), v(w)], vec![desc()]));
+        let r = r.unwrap_or_else(|| g.add(Node::new("r", "Relu", vec![v(x)], vec![desc()])));
+        let add = g.add(Node::new("add", "Add", vec![v(conv), v(r)], vec![desc()]));
+        let relu = g.add(Node::new("relu", "Relu", vec![v(add)], vec![desc()]));
+        g.add(Node::new("out", "NetOutput", vec![v(relu)], vec![]));
+        g
+    }
+
+    #[test]
+    fn a_residual_add_folds_into_a_pointwise_conv_made_after_its_shortcut() {
+        let mut g = residual_graph(1, true);
+        assert_eq!(fuse(&mut g, &FusionSwitches::default()), 2);
+        g.check().unwrap();
+        let conv = g.node(g.find("conv").unwrap());
+        assert_eq!(conv.int(FUSED_RESIDUAL), Some(1));
+        assert_eq!(conv.inputs.len(), RESIDUAL_INPUT + 1);
+        assert_eq!(conv.inputs[RESIDUAL_INPUT].map(|v| v.node), g.find("r"));
+        assert_eq!(conv.string(FUSED_ACTIVATION), Some("Relu"));
+        assert_eq!(
+            conv.attr(FUSED_NODES),
+            Some(&Attr::Strs(vec!["add".into(), "relu".into()]))
+        );
+        // A 3×3 conv keeps its Add (only the GEMM drain adds a residual), and so does a conv
+        // whose shortcut is made after it (nodes run in order); the Add takes the ReLU.
+        for (k, r_first) in [(3, true), (1, false)] {
+            let mut g = residual_graph(k, r_first);
+            assert_eq!(fuse(&mut g, &FusionSwitches::default()), 1);
+            assert!(g.find("add").is_some());
+            assert!(
+                g.node(g.find("conv").unwrap())
+                    .int(FUSED_RESIDUAL)
+                    .is_none()
+            );
+        }
+        let mut off = FusionSwitches::default();
+        off.set(Pass::ConvResidualAdd, false);
+        let mut g = residual_graph(1, true);
+        assert_eq!(fuse(&mut g, &off), 1);
+        assert!(g.find("add").is_some());
     }
 
     #[test]

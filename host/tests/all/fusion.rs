@@ -4,7 +4,7 @@
 //! atc's format, or names a pass gearsim does not have, is rejected before anything is
 //! written.
 
-use gearsim_compiler::fusion::{FUSED_ACTIVATION, FusionSwitches};
+use gearsim_compiler::fusion::{FUSED_ACTIVATION, FUSED_RESIDUAL, FusionSwitches, Pass};
 use gearsim_compiler::ir::{DataType, Tensor};
 use gearsim_compiler::options::GearOptions;
 use gearsim_compiler::pipeline::{CompileOptions, compile};
@@ -69,7 +69,9 @@ fn resnet_blocks_fuse_their_activations_into_conv_and_add() {
     let c = compile(&onnx, "resnet18.onnx", &opts).unwrap();
     let g = &c.after.graph;
     let count = |op: &str| g.nodes.iter().filter(|n| n.op == op).count();
-    // 17 ReLUs: 9 after a convolution, 8 after a residual Add; none is left.
+    // 17 ReLUs: 9 after a convolution, 8 after a residual Add; none is left. The 3 Adds that
+    // take a downsampling 1×1 convolution's output fold into that convolution (made after
+    // the block's last 3×3 one, its drain adds that one's output), their ReLUs with them.
     assert_eq!(count("Relu"), 0);
     let fused = |op: &str| {
         g.nodes
@@ -77,8 +79,14 @@ fn resnet_blocks_fuse_their_activations_into_conv_and_add() {
             .filter(|n| n.op == op && n.string(FUSED_ACTIVATION) == Some("Relu"))
             .count()
     };
-    assert_eq!(fused("Conv"), 9);
-    assert_eq!(fused("Add"), 8);
+    assert_eq!(fused("Conv"), 12);
+    assert_eq!(fused("Add"), 5);
+    let residuals = g
+        .nodes
+        .iter()
+        .filter(|n| n.op == "Conv" && n.attr(FUSED_RESIDUAL).is_some())
+        .count();
+    assert_eq!(residuals, 3);
     let names: Vec<&str> = c.emitted.kernels.iter().map(|k| k.name.as_str()).collect();
     assert!(names.iter().any(|n| n.ends_with("_relu")), "{names:?}");
     // Timing: the fused network is faster (fewer launches, one pass less over each tensor).
@@ -137,4 +145,48 @@ fn fusion_switch_files_are_checked() {
     let e = atc::fusion_switches(r#"{"Switch": {"UBFusion": {"ALL": "maybe"}}}"#, "f.json")
         .unwrap_err();
     assert!(e.contains("expected \"on\" or \"off\""), "{e}");
+}
+
+/// ResNet-50's residual Adds fold into the pointwise convolutions that end its bottlenecks
+/// (the drain reads the shortcut), the ReLU after them too; the outputs are bit-identical to
+/// the compile without the residual pass (the drain adds in f16 as the Add kernel does).
+#[test]
+fn resnet50_residual_adds_fold_into_their_pointwise_convolutions() {
+    let cfg = ChipConfig::preset("ascend310p").unwrap();
+    let onnx = Net::ResNet50.onnx(1, DType::F16, 5);
+    let mut on = cnn_options(&cfg, FusionSwitches::all_on(), PrecisionMode::default());
+    on.gear = GearOptions::default();
+    let mut off = on.clone();
+    off.fusion.set(Pass::ConvResidualAdd, false);
+    let run = |opts: &CompileOptions| {
+        let c = compile(&onnx, "resnet50.onnx", opts).unwrap();
+        let residuals = c
+            .after
+            .graph
+            .nodes
+            .iter()
+            .filter(|n| n.attr(FUSED_RESIDUAL).is_some())
+            .count();
+        let adds = c.after.graph.nodes.iter().filter(|n| n.op == "Add").count();
+        let mut rt = Runtime::new(cfg.clone(), NullSink, RuntimeOptions::default()).unwrap();
+        let m = rt.load(&c.om_bytes().unwrap()).unwrap();
+        let bytes = (0..3 * 224 * 224)
+            .flat_map(|i| half::f16::from_f32((i % 251) as f32 / 125.0 - 1.0).to_le_bytes())
+            .collect();
+        let x = Tensor::new(DataType::F16, vec![1, 3, 224, 224], bytes).unwrap();
+        let r = rt.run(m, &[x]).unwrap();
+        (r.outputs, r.execute_ps, residuals, adds)
+    };
+    let (fused, fused_ps, residuals, adds) = run(&on);
+    let (plain, plain_ps, none, plain_adds) = run(&off);
+    assert_eq!((residuals, adds), (16, 0));
+    assert_eq!((none, plain_adds), (0, 16));
+    assert!(
+        fused_ps < plain_ps,
+        "fused {fused_ps} ps, unfused {plain_ps} ps"
+    );
+    for (a, b) in fused.iter().zip(&plain) {
+        assert_eq!(a.dims, b.dims);
+        assert!(a.data == b.data, "fused and unfused outputs differ");
+    }
 }

@@ -495,6 +495,7 @@ fn every_plan_fits_the_core() {
             ldc: n,
             alpha: 1.0,
             addend: None,
+            residual: None,
             relu: false,
         };
         let p = g.plan(&core).unwrap();
@@ -693,6 +694,7 @@ fn forced_plans_cover_every_schedule() {
                 ldc: n as u64,
                 alpha: 1.0,
                 addend: None,
+                residual: None,
                 relu: false,
             };
             let got = run_plan(&g, plan, &[a_bytes, b_bytes, Vec::new()], m * n * 2);
@@ -733,6 +735,7 @@ fn forced_plans_with_a_full_c_share_ub_sets_between_groups() {
                 ldc: n as u64,
                 alpha: 0.5,
                 addend: Some(Addend::Full { arg: 3, beta }),
+                residual: None,
                 relu: false,
             };
             let c_bytes: Vec<u8> = cv.iter().flat_map(|x| x.to_le_bytes()).collect();

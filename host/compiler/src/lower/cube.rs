@@ -30,6 +30,7 @@ use super::queue::{self, VECOUT};
 use super::stream::{Io, Stream, Tile};
 use super::writer::{Asm, Reg};
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
+use crate::fusion::RESIDUAL_INPUT;
 use crate::ir::{DataType, Tensor, TensorDesc, shape_values};
 
 /// The lowering of an op type of this module.
@@ -486,6 +487,7 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         ldc: n,
         alpha: 1.0,
         addend: None,
+        residual: None,
         relu: super::Epilogue::of(ctx)? == super::Epilogue::Relu,
     };
     let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
@@ -590,6 +592,7 @@ fn gemm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         ldc: n,
         alpha,
         addend,
+        residual: None,
         relu: super::Epilogue::of(ctx)? == super::Epilogue::Relu,
     };
     let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
@@ -715,8 +718,9 @@ pub(crate) fn runtime_bias(
 /// A 1×1 convolution without padding, in one group, NCHW on both sides: per image a product
 /// `Y[n] (M × Ho·Wo) = W (M × C) · X[n] (C × Ho·Wo)`, which the GEMM kernel runs with the
 /// weights packed once and shared by every image, the bias added per output channel and a
-/// fused activation in its drain (GE runs these as matmuls too: no window, no relayout). A
-/// stride first subsamples X with a strided Slice into the workspace.
+/// fused activation in its drain (GE runs these as matmuls too: no window, no relayout), after
+/// a fused residual (input 3) when the fusion pass folded an Add into it. A stride first
+/// subsamples X with a strided Slice into the workspace.
 pub(crate) fn conv_1x1(ctx: &LowerCtx<'_>, s: &conv::ConvShape) -> Result<Lowered, LowerError> {
     let out_type = cube_type(ctx, &ctx.outputs[0])?;
     let weights = const_values(ctx, 1).ok_or_else(|| {
@@ -742,6 +746,21 @@ pub(crate) fn conv_1x1(ctx: &LowerCtx<'_>, s: &conv::ConvShape) -> Result<Lowere
             Some(Addend::Rows { arg: 3 })
         }
         (None, None) => None,
+    };
+    // A fused residual Add: the residual (shaped as the output) is read in the drain.
+    let residual = match ctx.inputs.get(RESIDUAL_INPUT).copied().flatten() {
+        None => None,
+        Some(r) if r.dtype == DataType::F16 && out_type == OutType::F16 => {
+            args.push(Operand::Input(RESIDUAL_INPUT));
+            Some(args.len() - 1)
+        }
+        Some(r) => {
+            return Err(ctx.error(format!(
+                "a fused residual needs f16 on both sides (residual {}, output {})",
+                r.dtype.name(),
+                ctx.outputs[0].dtype.name()
+            )));
+        }
     };
     let es = out_type_bytes(out_type);
     let batch = if s.n > 1 {
@@ -775,6 +794,7 @@ pub(crate) fn conv_1x1(ctx: &LowerCtx<'_>, s: &conv::ConvShape) -> Result<Lowere
         ldc: hw,
         alpha: 1.0,
         addend,
+        residual,
         relu: epilogue == super::Epilogue::Relu,
     };
     let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;

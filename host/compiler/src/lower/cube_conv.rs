@@ -292,11 +292,18 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         return super::super::elementwise::with_epilogue_kernel(ctx, lowered, Epilogue::of(ctx)?);
     }
     let fractal = |d: Option<&TensorDesc>| d.is_some_and(|d| d.format == Format::Nc1hwc0);
-    if fractal(ctx.inputs.first().copied().flatten()) || fractal(ctx.outputs.first()) {
+    let residual = ctx.node.int(crate::fusion::FUSED_RESIDUAL).is_some();
+    if !residual && (fractal(ctx.inputs.first().copied().flatten()) || fractal(ctx.outputs.first()))
+    {
         return super::conv5hd::lower(ctx, &s);
     }
     if is_pointwise(&s) {
         return super::conv_1x1(ctx, &s);
+    }
+    if residual {
+        return Err(ctx.error(
+            "internal error: a residual was fused into a convolution that is not pointwise",
+        ));
     }
     cube(ctx, &s)
 }

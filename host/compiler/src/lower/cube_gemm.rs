@@ -42,6 +42,11 @@
 //! the next tile's loads. In the block's last tile the last two steps run group by group with
 //! both L0 buffers held, so the write-back nothing else overlaps starts a step earlier.
 //!
+//! **Residual.** A fused residual Add (a pointwise convolution's, see `fusion`) reads its
+//! group's block of the residual into UB beside the drain set (MTE2, one padded burst per row
+//! and fractal column, laid out as the f16 result) and adds it in f16 after the conversion,
+//! before the ReLU: the same two roundings as the unfused convolution and Add kernels.
+//!
 //! **Planning.** The planner ranks tile shapes with a stage-level model of a block's pipeline
 //! (MTE2 with its flag latency and stage ring, MTE1, the cube with its flag latency, the
 //! hand-over between tiles, the last write-back), then tries every staging for the best few.
@@ -129,6 +134,10 @@ impl OutType {
     }
 }
 
+/// The first V ⇄ MTE2 event id of the residual buffers (id 0 is the bias area's; the full-C
+/// addend, which never comes with a residual, uses ids from 0).
+const RESIDUAL_FLAG: u64 = 1;
+
 /// A term added to `alpha · A·B` in f32 before the output is written.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Addend {
@@ -185,6 +194,9 @@ pub struct Gemm {
     pub alpha: f32,
     /// Added term.
     pub addend: Option<Addend>,
+    /// An f16 argument laid out as C (same pitch and batch strides) added to the f16 result
+    /// before the ReLU (a fused residual Add); needs an f16 output.
+    pub residual: Option<usize>,
     /// `max(c, 0)` on the way out (a fused ReLU).
     pub relu: bool,
 }
@@ -331,6 +343,9 @@ impl Gemm {
         }
         if let Some(Addend::Full { .. }) = self.addend {
             bytes += frac * FRACTAL_C;
+        }
+        if self.residual.is_some() {
+            bytes += frac * FRACTAL;
         }
         bytes
     }
@@ -622,6 +637,8 @@ struct Regs {
     b_base: Reg,
     c_base: Reg,
     e_base: Option<Reg>,
+    /// The residual's address minus C's (the residual is laid out as C).
+    r_delta: Option<Reg>,
     /// Always 0.
     zero: Reg,
     /// Which call site the producer or consumer code returns to.
@@ -673,10 +690,12 @@ struct Layout {
     stage_a_bytes: u64,
     l0a_half: u64,
     l0b_half: u64,
-    /// UB, per drain buffer set: f32 work buffer, f16 out buffer, C buffer; then the bias area.
+    /// UB, per drain buffer set: f32 work buffer, f16 out buffer, C buffer, residual buffer;
+    /// then the bias area.
     work: Vec<u64>,
     out16: Vec<u64>,
     cbuf: Vec<u64>,
+    res: Vec<u64>,
     bias: u64,
 }
 
@@ -756,7 +775,15 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
     a.tiling("tiles", tiles as i64);
     a.tiling("block_dim", i64::from(plan.block_dim));
     a.tiling("l1_stages", plan.stages as i64);
-    let nbuf = g.ub_sets(plan, core.ub_bytes).unwrap_or(1);
+    let mut nbuf = g.ub_sets(plan, core.ub_bytes).unwrap_or(1);
+    if g.residual.is_some() {
+        // Each set's residual buffer takes an event id of its own after the bias area's.
+        nbuf = nbuf.min(
+            u64::from(core.event_ids)
+                .saturating_sub(RESIDUAL_FLAG)
+                .max(1),
+        );
+    }
     let per_group = plan.per_group();
     let frac = plan.mb * per_group;
     let mut ub = 0;
@@ -765,7 +792,7 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
         ub += bytes;
         at
     };
-    let (mut work, mut out16, mut cbuf) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut work, mut out16, mut cbuf, mut res) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..nbuf {
         let w = if g.f32_work() {
             take(frac * FRACTAL_C)
@@ -783,6 +810,11 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
         } else {
             0
         });
+        res.push(if g.residual.is_some() {
+            take(frac * FRACTAL)
+        } else {
+            0
+        });
     }
     let bias = take(g.ub_bias_bytes(plan.mb, plan.nb));
     a.tiling("drain_groups", plan.nb.div_ceil(per_group) as i64);
@@ -796,6 +828,7 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
         work,
         out16,
         cbuf,
+        res,
         bias,
     };
     let has_e = matches!(
@@ -808,6 +841,7 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
         b_base: a.reg(),
         c_base: a.reg(),
         e_base: has_e.then(|| a.reg()),
+        r_delta: g.residual.map(|_| a.reg()),
         zero: a.reg(),
         ret: a.reg(),
         p_tile: a.reg(),
@@ -929,6 +963,11 @@ impl Kern<'_> {
                 op(a, Pipe::V, Pipe::Mte2, u);
             }
         }
+        if self.g.residual.is_some() {
+            for u in 0..self.nbuf {
+                op(a, Pipe::V, Pipe::Mte2, RESIDUAL_FLAG + u);
+            }
+        }
     }
 
     fn emit(&self, a: &mut Asm) {
@@ -966,6 +1005,10 @@ impl Kern<'_> {
         ) = (r.e_base, g.addend)
         {
             load_arg(a, e, arg);
+        }
+        if let (Some(d), Some(arg)) = (r.r_delta, g.residual) {
+            load_arg(a, d, arg);
+            a.sub(d, d, r.c_base);
         }
         if let (Some(reg), Some(Addend::Scalar { value })) = (r.scalar, g.addend) {
             a.movi(reg, i64::from(value.to_bits()));
@@ -1486,7 +1529,7 @@ impl Kern<'_> {
                     if let Some(p) = prev {
                         a.comment("drain the previous tile");
                         for gi in 0..prev_groups {
-                            self.drain_v(a, p, gi, r.d_e);
+                            self.drain_v(a, p, gi, r.d_out, r.d_e);
                             if !spread {
                                 self.drain_mte3(a, p, gi, r.d_out, true);
                             }
@@ -1620,7 +1663,7 @@ impl Kern<'_> {
         let groups = self.groups(sh).len();
         let each = groups as u64 > self.nbuf;
         for gi in 0..groups {
-            self.drain_v(a, sh, gi, e);
+            self.drain_v(a, sh, gi, out, e);
             self.drain_mte3(a, sh, gi, out, each);
         }
         if !each {
@@ -1635,7 +1678,7 @@ impl Kern<'_> {
 
     /// The V part of draining group `gi`: L0C → UB, the epilogue in f32 (with the addend
     /// block the MTE2 loads first for a full C).
-    fn drain_v(&self, a: &mut Asm, sh: TileShape, gi: usize, e: Reg) {
+    fn drain_v(&self, a: &mut Asm, sh: TileShape, gi: usize, out: Reg, e: Reg) {
         let (g, lay, r) = (self.g, &self.lay, &self.r);
         let (n0, n) = self.groups(sh)[gi];
         let u = gi as u64 % self.nbuf;
@@ -1657,6 +1700,22 @@ impl Kern<'_> {
                     .dst_gap(64 - len.div_ceil(units::BLOCK_BYTES) * units::BLOCK_BYTES);
             }
             a.set_flag(Pipe::Mte2, Pipe::V, u);
+        }
+        if let Some(d) = r.r_delta {
+            // MTE2: this group's block of the residual, in the f16 out buffer's layout.
+            a.wait_flag(Pipe::V, Pipe::Mte2, RESIDUAL_FLAG + u);
+            for x in 0..n {
+                let nb = n0 + x;
+                let valid = (sh.cols - nb * 16).min(16);
+                a.movi(r.t0, (lay.res[ui] + x * sh.mb * FRACTAL) as i64);
+                a.add(r.t1, out, d);
+                a.addi(r.t1, r.t1, nb * 16 * 2);
+                let len = valid * 2;
+                a.copy_gm_to_ub_pad(r.t0, r.t1, sh.rows, len)
+                    .src_gap(g.ldc * 2 - len)
+                    .dst_gap(0);
+            }
+            a.set_flag(Pipe::Mte2, Pipe::V, RESIDUAL_FLAG + u);
         }
         a.wait_flag(Pipe::M, Pipe::V, gi);
         a.wait_flag(Pipe::Mte3, Pipe::V, u);
@@ -1717,6 +1776,14 @@ impl Kern<'_> {
                 a.movi(r.t0, out_buf as i64);
                 a.vconv(DType::F16, DType::F32, r.t0, r.t1);
             }
+        }
+        if r.r_delta.is_some() {
+            a.wait_flag(Pipe::Mte2, Pipe::V, RESIDUAL_FLAG + u);
+            a.mask_count(r.t2, count);
+            a.movi(r.t0, out_buf as i64);
+            a.movi(r.t1, lay.res[ui] as i64);
+            a.vadd(DType::F16, r.t0, r.t0, r.t1);
+            a.set_flag(Pipe::V, Pipe::Mte2, RESIDUAL_FLAG + u);
         }
         if g.relu {
             a.mask_count(r.t2, count);
