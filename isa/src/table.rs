@@ -83,6 +83,14 @@ formats! {
         repeat: u8 = 1, dst_blk: u8 = 1, src0_blk: u8 = 1, src1_blk: u8 = 1,
         dst_rep: u8 = 8, src0_rep: u8 = 8, src1_rep: u8 = 8,
     }
+    /// Gather by a bit pattern (Ascend's GatherMask): the elements whose pattern bit is 1 (and
+    /// that the mask enables), packed contiguously at `dst` repeat after repeat; repeat `r`
+    /// reads the pattern's bits from word `r · pat_rep` on (a word is one bit per element of
+    /// a repeat; `pat_rep = 0` reuses one word).
+    VGather {
+        #[suffix] ty: DType, dst: Reg, src: Reg, pattern: Reg,
+        repeat: u8 = 1, src_rep: u8 = 8, pat_rep: u8 = 1,
+    }
     /// Reduction; `dst_rep` is the distance between results in elements.
     VReduce {
         #[suffix] op: ReduceOp, #[suffix] ty: DType, dst: Reg, src: Reg,
@@ -288,6 +296,8 @@ instructions! {
     Vcmps = 0x6b, vcmps, V, VecSimple, VCmpS, [F16, F32, I32];
     /// Select element-wise by a bit mask.
     Vsel = 0x6c, vsel, V, VecSimple, VSel, [F16, F32, I32, I16];
+    /// Gather the elements a bit pattern selects, packed (GatherMask).
+    Vgather = 0x72, vgather, V, VecSimple, VGather, [F16, F32, I32, I16];
     /// Reduce each repeat (all its elements) to one value.
     Vreduce = 0x70, vreduce, V, VecReduce, VReduce, [F16, F32, I32];
     /// Reduce each 32-byte block to one value (8 results per repeat).

@@ -8,7 +8,7 @@
 
 use crate::spec::{Format, field_max};
 use crate::table::{
-    Dma, DmaPad, Flag, Img2col, VBin, VCmp, VConv, VDup, VReduce, VScalar, VSel, VUn,
+    Dma, DmaPad, Flag, Img2col, VBin, VCmp, VConv, VDup, VGather, VReduce, VScalar, VSel, VUn,
 };
 
 /// Bytes in one block: the unit of DMA lengths and gaps and of vector block strides, and the
@@ -67,6 +67,7 @@ const _: () = {
         field_max(VConv::FIELDS, "repeat"),
         field_max(VCmp::FIELDS, "repeat"),
         field_max(VSel::FIELDS, "repeat"),
+        field_max(VGather::FIELDS, "repeat"),
         field_max(VReduce::FIELDS, "repeat"),
     ];
     let mut i = 0;

@@ -313,7 +313,7 @@ fn slice_ref(x: &Tensor, bounds: &[(usize, i64, i64, i64)]) -> Tensor {
     })
 }
 
-fn check_slice(dt: DataType, dims: &[i64], bounds: &[(usize, i64, i64, i64)], seed: u64) {
+fn check_slice(dt: DataType, dims: &[i64], bounds: &[(usize, i64, i64, i64)], seed: u64) -> Ran {
     let x = rand_tensor(dt, dims, seed);
     let col = |f: fn(&(usize, i64, i64, i64)) -> i64| {
         let v: Vec<i64> = bounds.iter().map(f).collect();
@@ -332,6 +332,7 @@ fn check_slice(dt: DataType, dims: &[i64], bounds: &[(usize, i64, i64, i64)], se
         &slice_ref(&x, bounds),
         &format!("Slice {} {dims:?} {bounds:?}", dt.name()),
     );
+    r
 }
 
 /// A Slice case: the input dims and its (axis, start, end, step) per sliced axis.
@@ -360,6 +361,35 @@ fn slice_with_steps_negative_steps_and_clamped_bounds() {
     {
         for (j, (dims, b)) in cases.iter().enumerate() {
             check_slice(dt, dims, b, (i * 100 + j) as u64);
+        }
+    }
+}
+
+/// Steps through the last axis (a strided convolution's subsampling) run the row-gather
+/// kernel: rows loaded whole, every `sw`-th element packed by `vgather`. Tasks cross planes
+/// where the rows stay evenly spaced (`H = sh · Ho`) and stay in one plane otherwise; rows
+/// longer than a repeat, offsets, rank 1 and both element sizes.
+#[test]
+fn slices_stepping_through_the_last_axis_gather_rows() {
+    let cases: Vec<SliceCase> = vec![
+        (vec![3, 4, 8, 10], vec![(2, 0, 8, 2), (3, 0, 10, 2)]),
+        (vec![2, 3, 57, 57], vec![(2, 0, 57, 2), (3, 0, 57, 2)]),
+        (vec![2, 5, 7, 300], vec![(2, 1, 7, 3), (3, 1, 299, 2)]),
+        (vec![6, 41], vec![(1, 2, 40, 4)]),
+        (vec![100], vec![(0, 1, 100, 3)]),
+        (vec![2, 16, 14, 14], vec![(2, 0, 14, 2), (3, 1, 14, 2)]),
+    ];
+    for (i, dt) in [DataType::F16, DataType::F32, DataType::I32]
+        .into_iter()
+        .enumerate()
+    {
+        for (j, (dims, b)) in cases.iter().enumerate() {
+            let r = check_slice(dt, dims, b, (i * 100 + j + 50) as u64);
+            let gathered = r
+                .kernels
+                .iter()
+                .any(|k| k.tiling.iter().any(|(n, _)| n == "rows_per_task"));
+            assert!(gathered, "{} {dims:?} {b:?} ran the copy engine", dt.name());
         }
     }
 }

@@ -13,7 +13,7 @@ mod vector;
 
 use gearsim_isa::{
     DType, Dma, DmaPad, FMatrix, Img2col, Instruction, L0cToGm, L0cToUb, Load2d, Mmad, Nd2Nz, Pipe,
-    TimingClass, VBin, VCmp, VCmpS, VConv, VDup, VReduce, VScalar, VSel, VUn,
+    TimingClass, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce, VScalar, VSel, VUn,
 };
 
 use crate::config::ChipConfig;
@@ -198,6 +198,7 @@ pub(crate) enum PipeOp<'a> {
     Cmp(&'a VCmp),
     Cmps(&'a VCmpS),
     Sel(&'a VSel),
+    Gather(&'a VGather),
     Reduce(&'a VReduce, bool),
     L0cToUb(&'a L0cToUb),
     Burst(&'a Dma, Buffer, Buffer),
@@ -243,6 +244,7 @@ impl<'a> PipeOp<'a> {
             Instruction::Vcmp(f) => PipeOp::Cmp(f),
             Instruction::Vcmps(f) => PipeOp::Cmps(f),
             Instruction::Vsel(f) => PipeOp::Sel(f),
+            Instruction::Vgather(f) => PipeOp::Gather(f),
             Instruction::Vreduce(f) => PipeOp::Reduce(f, false),
             Instruction::Vbreduce(f) => PipeOp::Reduce(f, true),
             Instruction::CopyL0cToUb(f) => PipeOp::L0cToUb(f),
@@ -325,6 +327,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Cmp(f) => [g(f.dst), g(f.src0), g(f.src1), 0],
             PipeOp::Cmps(f) => [g(f.dst), g(f.src), g(f.scalar), 0],
             PipeOp::Sel(f) => [g(f.dst), g(f.src0), g(f.src1), g(f.sel)],
+            PipeOp::Gather(f) => [g(f.dst), g(f.src), g(f.pattern), 0],
             PipeOp::Reduce(f, _) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToUb(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Burst(f, ..) => [g(f.dst), g(f.src), 0, 0],
@@ -349,6 +352,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Cmp(f) => vector::plan_cmp(f, ops),
             PipeOp::Cmps(f) => vector::plan_cmps(f, ops),
             PipeOp::Sel(f) => vector::plan_sel(f, ops),
+            PipeOp::Gather(f) => vector::plan_gather(f, ops),
             PipeOp::Reduce(f, per_block) => vector::plan_reduce(f, ops, per_block),
             PipeOp::L0cToUb(f) => cube::plan_l0c_to_ub(f, ops),
             PipeOp::Burst(f, from, to) => dma::plan_burst(f, ops, from, to)?,
@@ -384,6 +388,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Cmp(f) => vector::cmp(bufs, f, ops),
             PipeOp::Cmps(f) => vector::cmps(bufs, f, ops),
             PipeOp::Sel(f) => vector::sel(bufs, f, ops),
+            PipeOp::Gather(f) => vector::gather(bufs, f, ops),
             PipeOp::Reduce(f, per_block) => vector::reduce(bufs, f, ops, per_block),
             PipeOp::L0cToUb(f) => cube::l0c_to_ub(bufs, f, ops),
             PipeOp::Burst(f, from, to) => dma::burst(bufs, mem, f, ops, from, to),

@@ -8,7 +8,8 @@
 //! every host. Integer ops wrap.
 
 use gearsim_isa::{
-    Cmp, DType, ReduceOp, Round, VBin, VCmp, VCmpS, VConv, VDup, VReduce, VScalar, VSel, VUn,
+    Cmp, DType, ReduceOp, Round, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce, VScalar, VSel,
+    VUn,
 };
 use half::f16;
 
@@ -252,6 +253,54 @@ pub(super) fn plan_sel(f: &VSel, ops: &Operands) -> Plan {
             Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e).access(r, true),
         ],
     )
+}
+
+/// Bytes of one pattern word of a gather (one bit per element of a repeat).
+fn pattern_word(elems: u64) -> u64 {
+    elems / 8
+}
+
+pub(super) fn plan_gather(f: &VGather, ops: &Operands) -> Plan {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, p, _] = ops.regs;
+    let words = if r == 0 {
+        0
+    } else {
+        (r - 1) * u64::from(f.pat_rep) + 1
+    };
+    plan_of(
+        r,
+        &[
+            Opnd::new(s, 1, f.src_rep, f.ty, e).access(r, false),
+            Access::range(Buffer::Ub, p, words * pattern_word(e), false),
+            // As many elements as every repeat could select (the pattern decides how many).
+            Access::range(Buffer::Ub, d, r * e * f.ty.size() as u64, true),
+        ],
+    )
+}
+
+pub(super) fn gather(bufs: &mut Buffers, f: &VGather, ops: &Operands) -> Result<(), Fault> {
+    let e = elems_per_repeat(f.ty);
+    let r = repeats(ops.mask, f.repeat, e);
+    let [d, s, p, _] = ops.regs;
+    let os = Opnd::new(s, 1, f.src_rep, f.ty, e);
+    let size = f.ty.size();
+    let per_block = e / 8;
+    let ub = bufs.ub_mut();
+    let mut out = d as usize;
+    for rep in 0..r {
+        let word = p + rep * u64::from(f.pat_rep) * pattern_word(e);
+        for i in 0..e {
+            if !enabled(ops.mask, rep, i, e) || !get_bit(ub, word, i) {
+                continue;
+            }
+            let at = os.block_addr(rep, i / per_block) + ((i % per_block) as usize) * size;
+            ub.copy_within(at..at + size, out);
+            out += size;
+        }
+    }
+    Ok(())
 }
 
 fn reduce_results(r: u64, per_block: bool) -> u64 {

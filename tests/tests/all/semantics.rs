@@ -1463,6 +1463,64 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// Checks vgather: the enabled elements of each repeat (source repeat stride `src_rep`
+    /// blocks) whose bit in pattern word `r * pat_rep` is set, packed at dst in order; the
+    /// rest of dst is left as it was.
+    fn gather(&mut self, ty: Ty, repeat: u64, src_rep: u64, pat_rep: u64, mask: Mask) {
+        let e = ty.per_repeat();
+        let pb = e / 8;
+        let reps = mask.repeats(repeat, e);
+        let src_stride = st(1, src_rep);
+        let a = self.raw(ty, src_stride.slots(reps, pb).max(1));
+        let words = if reps == 0 {
+            1
+        } else {
+            (reps - 1) * pat_rep + 1
+        };
+        let pattern = pack(
+            &self.raw(Ty::I16, (words * e).div_ceil(16) as usize),
+            Ty::I16,
+        );
+        let d0 = self.raw(ty, (reps * e).max(1) as usize);
+        let body = format!(
+            "{} vgather.{} x24, x20, x21, repeat={repeat}, src_rep={src_rep}, pat_rep={pat_rep}\n",
+            mask.asm(),
+            ty.name(),
+        );
+        let got = unpack(
+            &self
+                .sim
+                .ub(&[&pack(&a, ty), &pattern], &pack(&d0, ty), &body),
+            ty,
+        );
+        let mut want = d0.clone();
+        let mut k = 0;
+        for r in 0..reps {
+            for i in 0..e {
+                if mask.on(r, i, e) && bit(&pattern, r * pat_rep * e + i) {
+                    want[k] = a[src_stride.at(r, i, pb)];
+                    k += 1;
+                }
+            }
+        }
+        assert_elems(ty, Tol::Bits, &got, &want, &body);
+    }
+}
+
+/// vgather in every type: one pattern word reused, consecutive words, a strided source, both
+/// mask modes.
+#[test]
+fn vector_gather_every_type() {
+    let mut lab = Lab::new(0x5e_0010);
+    for &ty in ALL {
+        lab.gather(ty, 3, 8, 0, Mask::Full);
+        lab.gather(ty, 2, 8, 1, Mask::Full);
+    }
+    lab.gather(Ty::F16, 3, 12, 1, Mask::Bits(u128::MAX >> 5));
+    lab.gather(Ty::F32, 9, 8, 2, Mask::Count(300));
+}
+
 /// vsel in every type, strided and masked.
 #[test]
 fn vector_select_every_type() {

@@ -17,6 +17,7 @@ mod copy;
 mod gather;
 mod kit;
 mod shuffle;
+mod stride;
 
 use super::{LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
 use crate::ir::TensorDesc;
@@ -388,6 +389,16 @@ fn slice(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     }
     if len == dims && step.iter().all(|s| *s == 1) {
         return Ok(Lowered::Alias { input: 0 });
+    }
+    let strided = stride::Strided {
+        dims: &dims,
+        start: &start,
+        step: &step,
+        len: &len,
+        elem: e,
+    };
+    if let Some(lowered) = stride::lower(ctx, &strided)? {
+        return Ok(lowered);
     }
     let (sin, sout) = (strides(&dims), strides(&len));
     let src_off: i64 = (0..rank).map(|a| start[a] * (sin[a] * e) as i64).sum();
