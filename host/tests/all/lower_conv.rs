@@ -338,6 +338,27 @@ fn conv_3x3_deep_small_map_streams_its_weights() {
     assert_eq!(tiling(&r, "streamed_weights"), Some(1));
 }
 
+/// Narrow f16 rows (`Wo < 16`) keep the pitch the windows need: the drain packs each
+/// channel's rows with a block transpose and `vgather` (f32 outputs keep a pitch of 16).
+#[test]
+fn narrow_rows_are_packed_in_the_drain() {
+    for (c, seed) in [
+        (Case::new(4, 32, (7, 7), 48, 3).pad(1).bias(), 17),
+        (Case::new(3, 16, (9, 5), 20, 3), 18),
+        (Case::new(2, 17, (10, 10), 33, 3).pad(1), 19),
+        (Case::new(16, 64, (7, 7), 64, 3).pad(1), 20),
+    ] {
+        let r = cube(&c, seed);
+        assert_eq!(tiling(&r, "packed_rows"), Some(1), "{c:?}");
+        assert!(
+            tiling(&r, "row_pitch").is_some_and(|p| p % 16 != 0),
+            "{c:?}"
+        );
+    }
+    let r = cube(&Case::new(3, 3, (7, 7), 4, 3).f32(), 11);
+    assert_eq!(tiling(&r, "packed_rows"), Some(0));
+}
+
 #[test]
 fn conv_3x3_many_channels() {
     cube(&Case::new(1, 64, (14, 14), 96, 3).pad(1).bias(), 13);

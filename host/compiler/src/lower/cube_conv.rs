@@ -27,8 +27,12 @@
 //! cannot start a UB burst (UB bursts are 32-byte aligned), so it is written from the fractal's
 //! start with the GM address moved back by the offset ("spill"): the bytes before the row start
 //! land in the previous row, which is written later — rows go out in descending order — and so
-//! ends up right. Tiles never spill into each other (a tile starts at a row start); narrow
-//! outputs (`Wo < 16`) use a pitch that is a multiple of 16 instead.
+//! ends up right. Tiles never spill into each other (a tile starts at a row start). Narrow
+//! outputs (`Wo < 16`), whose spill could reach before the tile, use a pitch that is a
+//! multiple of 16, or, for f16 outputs where that would waste a fifth of the positions or
+//! more, keep the window's pitch and *pack* instead: V transposes the tile's blocks to
+//! channel-major order and `vgather`s each channel's real pixels with the row pattern (a
+//! constant), and MTE3 writes each channel's rows of the tile with one burst.
 //!
 //! **Schedule.** Blocks get contiguous runs of output rows, more to the blocks the scheduler starts
 //! first (it dispatches one block per slot, so the last block starts about `cores × slot` cycles
@@ -110,6 +114,8 @@ mod ev {
     pub const WORKSPACE: u8 = 0;
     /// MTE2 ⇄ V: the bias fractals of a co block.
     pub const BIAS: u8 = 0;
+    /// MTE2 → V: the narrow drain's row pattern is in UB (once).
+    pub const PATTERN: u8 = 1;
 }
 
 /// A Conv node's geometry, every attribute resolved (1-D convs have `h = kh = 1`).
@@ -450,6 +456,12 @@ fn cube(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerError> {
                 &v[p.m_off as usize..(p.m_off + p.mg) as usize],
             ));
         }
+        if plan.narrow {
+            if consts.len() as u64 != pattern_offset(&plan, &p) {
+                return Err(ctx.error("internal error: the row pattern's offset is off"));
+            }
+            consts.extend(plan.row_pattern(&p.s));
+        }
         kernels.push((a, plan, b.derive(DataType::F16, consts)));
     }
     // The kernels run one after the other, so they share one workspace.
@@ -537,6 +549,11 @@ struct Plan {
     /// traffic and lets one pass cover the block's whole channel range, its weight loads
     /// double-buffered against the products (resident weights load before the pass's products).
     stream: bool,
+    /// Narrow f16 output rows (`Wo < 16`) at the pitch the windows need, not a multiple of 16:
+    /// the drain packs each channel's rows in UB (a block transpose, then `vgather` with the
+    /// row pattern) and writes each channel's rows of a tile with one burst, so no burst has
+    /// to start inside a fractal (the spill, which narrow rows cannot take).
+    narrow: bool,
     /// Output-channel fractals per co block, co blocks.
     mb: u64,
     co_blocks: u64,
@@ -620,8 +637,12 @@ impl Plan {
         let es = p.out.bytes();
         let spill_safe =
             |wq: u64| (1..=s.ho).all(|r| (r * wq % 16) % (units::BLOCK_BYTES / es) <= r * s.wo);
+        // Packing costs vector work per tile; it pays where the pitch of 16 would waste a fifth
+        // of the cube's positions or more.
+        let padded = (wq as u64).next_multiple_of(16);
+        let narrow = !spill_safe(wq as u64) && p.out == OutType::F16 && 4 * padded >= 5 * wq as u64;
         let wq = (wq as u64..)
-            .find(|&wq| spill_safe(wq) || wq % 16 == 0)
+            .find(|&wq| narrow || spill_safe(wq) || wq % 16 == 0)
             .unwrap_or(wq as u64);
         for tap in &mut taps {
             let phi = tap.plane % sw;
@@ -641,6 +662,7 @@ impl Plan {
             r_first: 1,
             r_last: 1,
             stream: false,
+            narrow,
             mb: 1,
             co_blocks: 1,
             kb: 1,
@@ -785,14 +807,48 @@ impl Plan {
         let row = self.c1 * self.blk(s) * FRACTAL;
         let relayout = take(self.ub_rows * row);
         let zero = take(self.zero_units(s) * UNIT);
+        let packed_slot = (self.rt * s.wo * 2).next_multiple_of(UNIT);
+        let (transposed, packed, pattern) = if self.narrow {
+            (
+                take(self.mb * nb * FRACTAL),
+                take(16 * self.mb * packed_slot),
+                take(self.pattern_bytes(s)),
+            )
+        } else {
+            (0, 0, 0)
+        };
         UbLayout {
             out,
             work,
             bias,
+            transposed,
+            packed,
+            packed_slot,
+            pattern,
             relayout,
             zero,
             end: at,
         }
+    }
+
+    /// The narrow drain's row pattern: one bit per output position of the tallest tile, set
+    /// where the position is a real output pixel (not a junk column of the pitch).
+    fn row_pattern(&self, s: &ConvShape) -> Vec<u8> {
+        let mut bits = vec![0u8; self.pattern_bytes(s) as usize];
+        let end = (self.rt - 1) * self.wq + s.wo;
+        for q in 0..end {
+            if q % self.wq < s.wo {
+                bits[(q / 8) as usize] |= 1 << (q % 8);
+            }
+        }
+        bits
+    }
+
+    /// Bytes of the row pattern (whole blocks).
+    fn pattern_bytes(&self, s: &ConvShape) -> u64 {
+        (self.nb(s, self.rt) * 16)
+            .div_ceil(8)
+            .next_multiple_of(UNIT)
     }
 
     /// Zero units the zero area provides: the longest run any zero write reads.
@@ -979,7 +1035,10 @@ impl Plan {
         let kb = ((l0b - 1) / 2 / nb)
             .min(l0a.saturating_sub(2 * rl) / (2 * mb))
             .min(self.taps());
-        let fits = kb > 0 && 2 * mb * nb + 2 * rl <= l0c && 16 * nb <= u64::from(u16::MAX);
+        // The narrow drain's block transpose steps `nb` blocks per channel in one repeat.
+        let narrow_ok = !self.narrow || 8 * nb <= units::REPEAT_STRIDE_MAX;
+        let fits =
+            kb > 0 && 2 * mb * nb + 2 * rl <= l0c && 16 * nb <= u64::from(u16::MAX) && narrow_ok;
         fits.then_some(kb)
     }
 
@@ -1230,6 +1289,12 @@ struct UbLayout {
     out: u64,
     work: u64,
     bias: u64,
+    /// Narrow drain: the output transposed to channel-major blocks, each channel's packed rows
+    /// (`packed_slot` bytes apart) and the row pattern.
+    transposed: u64,
+    packed: u64,
+    packed_slot: u64,
+    pattern: u64,
     /// The first relayout row (`Plan::ub_rows` rows of `c1 · blk` fractals).
     relayout: u64,
     zero: u64,
@@ -1601,6 +1666,7 @@ impl<'a> Gen<'a> {
         a.tiling("margin", plan.margin as i64);
         a.tiling("channel_blocks", plan.c1 as i64);
         a.tiling("streamed_weights", i64::from(plan.stream));
+        a.tiling("packed_rows", i64::from(plan.narrow));
         a.tiling("co_fractals", plan.mb as i64);
         a.tiling("co_blocks", plan.co_blocks as i64);
         a.tiling("taps_per_step", plan.kb as i64);
@@ -1678,6 +1744,20 @@ impl<'a> Gen<'a> {
         self.a.vdup(DType::F16, t1, zero);
         self.set(Pipe::V, Pipe::Mte3, ev::ZEROED);
         self.wait(Pipe::V, Pipe::Mte3, ev::ZEROED);
+        if self.plan.narrow {
+            self.a.comment("the narrow drain's row pattern, once");
+            let off = pattern_offset(self.plan, self.p);
+            self.a.sreg(t0, SReg::Args);
+            self.a
+                .ld(Space::Gm, SType::U64, t1, t0)
+                .off(arg::CONSTS * 8);
+            self.addi(t1, t1, off as i64, t0);
+            self.movi(t0, self.ub.pattern);
+            let blocks = self.plan.pattern_bytes(&self.s) / units::BLOCK_BYTES;
+            self.a.copy_gm_to_ub(t0, t1, 1, blocks);
+            self.set(Pipe::Mte2, Pipe::V, ev::PATTERN);
+            self.wait(Pipe::Mte2, Pipe::V, ev::PATTERN);
+        }
     }
 
     fn epilogue(&mut self) {
@@ -2830,8 +2910,74 @@ impl<'a> Gen<'a> {
         self.set(Pipe::M, Pipe::Mte1, ev::L0[b]);
     }
 
-    /// `drain_row(row)` when the previous tile had more than `row` rows.
+    /// V, narrow drain: the tile's `nb` fractals of `[position block][channel][16]` blocks
+    /// transposed to `[channel][position block]` (one `vmov` per position block, 8 channels a
+    /// repeat), then each channel's real pixels packed by `vgather` into its slot.
+    fn pack_rows(&mut self, nb: u64) {
+        let [t0, t1, t2, _] = self.r.t;
+        let channels = 16 * self.mbp();
+        let ub = self.ub;
+        self.a
+            .comment("narrow rows: channel-major blocks, then each channel's rows packed");
+        self.movi(t0, u64::MAX);
+        self.a.set_mask(t0, t0);
+        for f in 0..nb {
+            self.movi(t0, ub.transposed + f * UNIT);
+            self.movi(t1, ub.out + f * channels * UNIT);
+            self.a
+                .vmov(DType::F16, t0, t1)
+                .repeat(channels / 8)
+                .dst_blk(nb)
+                .src_blk(1)
+                .dst_rep(8 * nb)
+                .src_rep(8);
+        }
+        let repeats = (nb * 16).div_ceil(units::REPEAT_BYTES / 2);
+        self.movi(t2, ub.pattern);
+        for c in 0..channels {
+            self.movi(t0, ub.packed + c * ub.packed_slot);
+            self.movi(t1, ub.transposed + c * nb * UNIT);
+            self.a
+                .vgather(DType::I16, t0, t1, t2)
+                .repeat(repeats)
+                .src_rep(8)
+                .pat_rep(1);
+        }
+    }
+
+    /// MTE3, narrow drain: the previous tile's rows of every channel, one burst per channel
+    /// (a branch per possible row count, as burst lengths are immediates).
+    fn drain_packed(&mut self) {
+        let (s, p, plan) = (self.s, self.p, self.plan);
+        let (pcout, prev_r) = (self.r.pcout, self.r.prev_r);
+        let [t0, t1, _, _] = self.r.t;
+        let channels = (p.mg - self.cb * 16 * plan.mb).min(16 * self.mbp());
+        let plane = s.ho * s.wo * 2;
+        let slot = self.ub.packed_slot;
+        for rows in 1..=plan.rt {
+            let skip = self.a.new_label("other_rows");
+            self.movi(t0, rows);
+            let l = self.a.label(&skip);
+            self.a.bne(prev_r, t0, l);
+            let len = rows * s.wo * 2;
+            self.movi(t1, self.ub.packed);
+            self.a
+                .copy_ub_to_gm_pad(pcout, t1, channels, len)
+                .src_gap(slot - len.next_multiple_of(UNIT))
+                .dst_gap(plane - len);
+            self.a.place(&skip);
+        }
+    }
+
+    /// `drain_row(row)` when the previous tile had more than `row` rows (narrow rows: the whole
+    /// tile at its last row, which is drained first).
     fn guarded_drain_row(&mut self, row: u64) {
+        if self.plan.narrow {
+            if row + 1 == self.plan.rt {
+                self.drain_packed();
+            }
+            return;
+        }
         let (prev_r, t0) = (self.r.prev_r, self.r.t[0]);
         let skip = self.a.new_label("no_row");
         self.movi(t0, row);
@@ -2902,6 +3048,9 @@ impl<'a> Gen<'a> {
             self.movi(t0, self.ub.out);
             self.a.vrelu(p.out.dtype(), t0, t0);
         }
+        if plan.narrow {
+            self.pack_rows(nb);
+        }
         self.set(Pipe::V, Pipe::Mte3, ev::DRAIN);
     }
 
@@ -2936,6 +3085,17 @@ impl<'a> Gen<'a> {
                 .dst_gap(plane - len);
         }
     }
+}
+
+/// Where the narrow drain's row pattern starts in the constants: after the weights and the
+/// constant bias.
+fn pattern_offset(plan: &Plan, p: &Problem) -> u64 {
+    let bias = if p.bias == BiasKind::Constant {
+        p.mg.div_ceil(16) * FRACTAL_C
+    } else {
+        0
+    };
+    WEIGHTS_OFF + plan_weights_total(plan, p) + bias
 }
 
 /// Bytes of every co block's packed weights.
