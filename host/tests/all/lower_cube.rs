@@ -508,6 +508,45 @@ fn every_plan_fits_the_core() {
     }
 }
 
+/// A residual is added in f16 next to the bias area's flags: a GEMM with an f32 output or a full
+/// C addend cannot take one, and says so instead of emitting a kernel.
+#[test]
+fn a_residual_needs_an_f16_output_and_no_full_c() {
+    let core = gearsim_host::atc::target(&preset()).core;
+    let g = |out_type, addend| Gemm {
+        name: "t".into(),
+        batch: Vec::new(),
+        m: 32,
+        n: 48,
+        k: 16,
+        a: Src::Packed { arg: 0 },
+        b: Src::Rows {
+            arg: 1,
+            trans: false,
+            ld: 48,
+        },
+        out: 2,
+        out_type,
+        ldc: 48,
+        alpha: 1.0,
+        addend,
+        residual: Some(4),
+        relu: true,
+    };
+    assert!(
+        g(OutType::F16, Some(Addend::Rows { arg: 3 }))
+            .plan(&core)
+            .is_ok()
+    );
+    for bad in [
+        g(OutType::F32, None),
+        g(OutType::F16, Some(Addend::Full { arg: 3, beta: 1.0 })),
+    ] {
+        let e = bad.plan(&core).unwrap_err();
+        assert!(e.contains("residual"), "{e}");
+    }
+}
+
 #[test]
 fn the_reference_matmul_reaches_85_percent_of_cube_peak() {
     let f = gearsim_host::bench::matmul(&preset()).unwrap();

@@ -452,6 +452,13 @@ impl Gemm {
     /// stages and UB drain buffers fit the core. Tile shapes are ranked with the deepest
     /// staging that fits; the best few are then tried with every staging.
     pub fn plan(&self, core: &CoreSpec) -> Result<Plan, String> {
+        if self.residual.is_some()
+            && (self.out_type != OutType::F16 || matches!(self.addend, Some(Addend::Full { .. })))
+        {
+            // The residual is added in f16, and its buffers' event ids follow the bias area's
+            // (a full C addend would use the same ids).
+            return Err("a residual needs an f16 output and no full C addend".into());
+        }
         let l0a = core.l0a_bytes / FRACTAL / 2;
         let l0b = core.l0b_bytes / FRACTAL / 2;
         let l0c = core.l0c_bytes / FRACTAL_C;
