@@ -296,12 +296,12 @@ instructions! {
     Vcmps = 0x6b, vcmps, V, VecSimple, VCmpS, [F16, F32, I32];
     /// Select element-wise by a bit mask.
     Vsel = 0x6c, vsel, V, VecSimple, VSel, [F16, F32, I32, I16];
-    /// Gather the elements a bit pattern selects, packed (GatherMask).
-    Vgather = 0x72, vgather, V, VecSimple, VGather, [F16, F32, I32, I16];
     /// Reduce each repeat (all its elements) to one value.
     Vreduce = 0x70, vreduce, V, VecReduce, VReduce, [F16, F32, I32];
     /// Reduce each 32-byte block to one value (8 results per repeat).
     Vbreduce = 0x71, vbreduce, V, VecReduce, VReduce, [F16, F32, I32];
+    /// Gather the elements a bit pattern selects, packed (GatherMask).
+    Vgather = 0x72, vgather, V, VecSimple, VGather, [F16, F32, I32, I16];
     /// Move L0C fractals to UB (the coupled architecture's path out of the cube).
     CopyL0cToUb = 0x74, copy_l0c_to_ub, V, L0cMove, L0cToUb, [F16, F32];
     // ---- DMA ----------------------------------------------------------------------------------

@@ -279,36 +279,29 @@ pub fn table(outcomes: &[Outcome]) -> String {
     );
     for x in outcomes {
         let r = &x.row;
-        if let Some(e) = &x.error {
-            let _ = writeln!(
-                o,
-                "{:<4} {:<9} {:<11} {:>5} {:>12.1} {:>12} {:>7} {:>9.0} {:>9}  FAILED: {e}",
-                r.id,
-                r.net.name(),
-                r.chip,
-                r.batch,
-                r.measured_us(),
-                "-",
-                "-",
-                r.fps,
-                "-"
-            );
-            continue;
-        }
+        // A failed row has no simulated figures; its notes are the failure.
+        let (simulated, ratio, sim_fps, notes) = match &x.error {
+            Some(e) => ("-".into(), "-".into(), "-".into(), format!("FAILED: {e}")),
+            None => (
+                format!("{:.1}", x.simulated_us),
+                format!("{:.3}", x.ratio()),
+                format!("{:.0}", 1e6 * r.batch as f64 / x.simulated_us),
+                format!(
+                    "{}{}",
+                    if x.in_band() { "" } else { "OUT OF BAND; " },
+                    x.notes.join("; ")
+                ),
+            ),
+        };
         let _ = writeln!(
             o,
-            "{:<4} {:<9} {:<11} {:>5} {:>12.1} {:>12.1} {:>7.3} {:>9.0} {:>9.0}  {}{}",
+            "{:<4} {:<9} {:<11} {:>5} {:>12.1} {simulated:>12} {ratio:>7} {:>9.0} {sim_fps:>9}  {notes}",
             r.id,
             r.net.name(),
             r.chip,
             r.batch,
             r.measured_us(),
-            x.simulated_us,
-            x.ratio(),
             r.fps,
-            1e6 * r.batch as f64 / x.simulated_us,
-            if x.in_band() { "" } else { "OUT OF BAND; " },
-            x.notes.join("; ")
         );
     }
     let (gm, err) = summary(outcomes);

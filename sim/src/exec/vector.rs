@@ -255,15 +255,11 @@ pub(super) fn plan_sel(f: &VSel, ops: &Operands) -> Plan {
     )
 }
 
-/// Bytes of one pattern word of a gather (one bit per element of a repeat).
-fn pattern_word(elems: u64) -> u64 {
-    elems / 8
-}
-
 pub(super) fn plan_gather(f: &VGather, ops: &Operands) -> Plan {
     let e = elems_per_repeat(f.ty);
     let r = repeats(ops.mask, f.repeat, e);
     let [d, s, p, _] = ops.regs;
+    // Pattern words (one bit per element of a repeat) up to the last repeat's.
     let words = if r == 0 {
         0
     } else {
@@ -273,7 +269,7 @@ pub(super) fn plan_gather(f: &VGather, ops: &Operands) -> Plan {
         r,
         &[
             Opnd::new(s, 1, f.src_rep, f.ty, e).access(r, false),
-            Access::range(Buffer::Ub, p, words * pattern_word(e), false),
+            bits_access(p, words, e, false),
             // As many elements as every repeat could select (the pattern decides how many).
             Access::range(Buffer::Ub, d, r * e * f.ty.size() as u64, true),
         ],
@@ -290,9 +286,9 @@ pub(super) fn gather(bufs: &mut Buffers, f: &VGather, ops: &Operands) -> Result<
     let ub = bufs.ub_mut();
     let mut out = d as usize;
     for rep in 0..r {
-        let word = p + rep * u64::from(f.pat_rep) * pattern_word(e);
+        let word = rep * u64::from(f.pat_rep) * e;
         for i in 0..e {
-            if !enabled(ops.mask, rep, i, e) || !get_bit(ub, word, i) {
+            if !enabled(ops.mask, rep, i, e) || !get_bit(ub, p, word + i) {
                 continue;
             }
             let at = os.block_addr(rep, i / per_block) + ((i % per_block) as usize) * size;

@@ -498,9 +498,7 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     if let Operand2::Constant(v) = &b_src {
         args[1] = b.derive(DataType::F16, gemm::pack_b(v, g_b, k, n, &plan));
     }
-    let mut asm = Asm::new(&g.name);
-    gemm::emit(&g, &plan, &ctx.target.core, &mut asm);
-    b.kernels.push(ctx.kernel(asm, plan.block_dim, args)?);
+    b.kernels.push(gemm_kernel(ctx, &g, &plan, args)?);
     Ok(b.finish())
 }
 
@@ -602,10 +600,20 @@ fn gemm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     if let Some(v) = &b_const {
         args[1] = b.derive(DataType::F16, gemm::pack_b(v, 1, k, n, &plan));
     }
-    let mut asm = Asm::new(&g.name);
-    gemm::emit(&g, &plan, &ctx.target.core, &mut asm);
-    b.kernels.push(ctx.kernel(asm, plan.block_dim, args)?);
+    b.kernels.push(gemm_kernel(ctx, &g, &plan, args)?);
     Ok(b.finish())
+}
+
+/// The GEMM kernel of `g` under `plan`, over `args`.
+fn gemm_kernel(
+    ctx: &LowerCtx<'_>,
+    g: &Gemm,
+    plan: &gemm::Plan,
+    args: Vec<Operand>,
+) -> Result<Kernel, LowerError> {
+    let mut asm = Asm::new(&g.name);
+    gemm::emit(g, plan, &ctx.target.core, &mut asm);
+    ctx.kernel(asm, plan.block_dim, args)
 }
 
 /// Gemm's `beta · C` as an epilogue addend (argument 3 when it needs one).
@@ -799,9 +807,7 @@ pub(crate) fn conv_1x1(ctx: &LowerCtx<'_>, s: &conv::ConvShape) -> Result<Lowere
     };
     let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
     args[0] = b.derive(DataType::F16, gemm::pack_a(&weights, 1, s.m, s.c, &plan));
-    let mut asm = Asm::new(&g.name);
-    gemm::emit(&g, &plan, &ctx.target.core, &mut asm);
-    b.kernels.push(ctx.kernel(asm, plan.block_dim, args)?);
+    b.kernels.push(gemm_kernel(ctx, &g, &plan, args)?);
     Ok(b.finish())
 }
 

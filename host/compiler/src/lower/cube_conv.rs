@@ -913,7 +913,6 @@ impl Plan {
     fn choose_for(&mut self, p: &Problem, core: &CoreSpec, mb: u64) -> Result<(), String> {
         let s = &p.s;
         let t = self.taps();
-        let w_bytes = |mb: u64| mb * self.c1 * t * FRACTAL;
         self.mb = mb;
         self.co_blocks = p.mg.div_ceil(16 * mb);
         // Rows per block, balanced for the dispatch stagger.
@@ -965,19 +964,16 @@ impl Plan {
         }
         // Tile height and L0 step: the best cube rate per tile that fits, tiles no taller than
         // a third of a block's rows (so a block has tiles to overlap).
-        let planes = self.planes(s);
         let mut best: Option<(f64, u64, u64)> = None;
+        // A tile fits when its bands do one stage at a time (stage groups are sized after).
+        self.sg = 1;
         for rt in 1..=limit {
             let Some(kb) = self.l0_step(s, core, mb, rt) else {
                 continue;
             };
             self.rt = rt;
             self.kb = kb;
-            let l1 = w_bytes(mb)
-                + 2 * planes * self.band_units() * UNIT
-                + 2 * self.staging_bytes(s)
-                + FRACTAL;
-            if l1 > core.l1_bytes || self.ub_layout(p).end > core.ub_bytes {
+            if self.l1_bytes(s) > core.l1_bytes || self.ub_layout(p).end > core.ub_bytes {
                 continue;
             }
             let useful = (rt * s.wo * mb * 16 * self.c1 * t * 16) as f64 / 4096.0;
@@ -1273,9 +1269,9 @@ fn limit_rows(most: u64, ho: u64) -> u64 {
 /// Cycles the cube pipe stalls each time it hands an L0 buffer back (the `mmad` latency that
 /// `set_flag` waits for); used for planning only.
 const CUBE_DRAIN: u64 = 32;
-/// Output-channel fractals of a co block with resident weights, at most (the drain's bias
-/// add steps over a fractal row's co fractals in 32-byte blocks: 32 · mb must stay a block
-/// stride).
+/// Output-channel fractals of a co block with resident weights, at most: wider blocks take
+/// L1 from the bands and L0A from the taps of a step (the streamed plan, whose one tile reuses
+/// nothing, may go wider).
 const MB_RESIDENT_MAX: u64 = 4;
 /// Cycles a streamed stage group's load should take at least: several times the memory
 /// latency its notice waits out (planning only).
