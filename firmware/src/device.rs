@@ -459,10 +459,28 @@ impl<S: TraceSink> Device<S> {
         }
     }
 
+    /// The time user stream `s` has spent executing tasks since it was created (each task from
+    /// its start to its end; waits for the host or for a free slot excluded).
+    pub fn stream_busy(&self, s: StreamId) -> Result<Tick, DeviceError> {
+        Ok(self.user_stream(s)?.busy())
+    }
+
     /// Runs until every task of stream `s` has finished.
     pub fn synchronize(&mut self, s: StreamId) -> Result<(), DeviceError> {
         self.user_stream(s)?;
         self.run_until(|d| d.stream(s.0).finished())
+    }
+
+    /// The host works for `span` (an API call's own cost): the device runs whatever it was
+    /// given meanwhile, and [`Device::now`] is `span` later on return.
+    pub fn host_work(&mut self, span: Tick) -> Result<(), DeviceError> {
+        self.check_running()?;
+        let until = Tick(self.now().0.saturating_add(span.0));
+        let result = self.fw.run_to(&mut self.chip, until);
+        if let Err(e) = &result {
+            self.stopped = Some(e.clone());
+        }
+        result
     }
 
     /// Runs until nothing is left to do.

@@ -14,7 +14,7 @@ use crate::memory::{Allocator, HostMemory, RESERVED_LOW};
 use crate::queues::Staged;
 use crate::scheduler::Scheduler;
 use crate::streams::{StreamState, Streams};
-use crate::timers::Timers;
+use crate::timers::{Fw, Timers};
 
 /// Everything the firmware keeps about the device.
 pub(crate) struct Firmware {
@@ -64,17 +64,6 @@ impl Firmware {
                 return Ok(());
             }
             match cx.chip.run_until_event().map_err(DeviceError::Fault)? {
-                RunEvent::BlockFinished { core, at } => sched.block_finished(&mut cx, core, at)?,
-                RunEvent::Timer { token, .. } => {
-                    if let Some(fw) = cx.timers.fired(token) {
-                        sched.timer_fired(&mut cx, fw)?;
-                    }
-                }
-                RunEvent::TransferDone { token, .. } => {
-                    if let Some(x) = cx.timers.finished(token) {
-                        sched.transfer_done(&mut cx, x)?;
-                    }
-                }
                 RunEvent::Idle { .. } => {
                     if done(&sched.streams) {
                         return Ok(());
@@ -84,6 +73,35 @@ impl Firmware {
                         return Ok(());
                     }
                     return Err(DeviceError::Deadlock { blocked });
+                }
+                event => {
+                    route(sched, &mut cx, event)?;
+                }
+            }
+        }
+    }
+
+    /// Runs the event loop until time `until` while the host does its own work: whatever the
+    /// device has to do meanwhile happens, and the clock stands at `until` on return (an idle
+    /// device with tasks waiting is not a deadlock here: the host may be about to feed it).
+    pub(crate) fn run_to<S: TraceSink>(
+        &mut self,
+        chip: &mut Chip<S>,
+        until: gearsim_sim::Tick,
+    ) -> Result<(), DeviceError> {
+        let (sched, mut cx) = self.split(chip);
+        if until <= cx.now() {
+            return Ok(());
+        }
+        cx.timers.set(cx.chip, until, Fw::HostWake);
+        loop {
+            match cx.chip.run_until_event().map_err(DeviceError::Fault)? {
+                // The wake timer is pending, so the chip is never idle before it fires.
+                RunEvent::Idle { .. } => return Ok(()),
+                event => {
+                    if route(sched, &mut cx, event)? {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -109,4 +127,28 @@ impl Firmware {
         let (sched, mut cx) = self.split(chip);
         sched.enqueue(&mut cx, queue, data, staged);
     }
+}
+
+/// Routes one chip event (not `Idle`) to the scheduler by what its token names; true when it
+/// was the host's wake timer.
+fn route<S: TraceSink>(
+    sched: &mut Scheduler,
+    cx: &mut Ctx<'_, S>,
+    event: RunEvent,
+) -> Result<bool, DeviceError> {
+    match event {
+        RunEvent::BlockFinished { core, at } => sched.block_finished(cx, core, at)?,
+        RunEvent::Timer { token, .. } => match cx.timers.fired(token) {
+            Some(Fw::HostWake) => return Ok(true),
+            Some(fw) => sched.timer_fired(cx, fw)?,
+            None => {}
+        },
+        RunEvent::TransferDone { token, .. } => {
+            if let Some(x) = cx.timers.finished(token) {
+                sched.transfer_done(cx, x)?;
+            }
+        }
+        RunEvent::Idle { .. } => {}
+    }
+    Ok(false)
 }

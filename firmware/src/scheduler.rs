@@ -86,6 +86,8 @@ impl Scheduler {
             Fw::QueueTimeout { stream, index } => {
                 self.streams.queue_timeout(cx.now(), stream, index)
             }
+            // A wake the host no longer waits for (its wait ended in an error).
+            Fw::HostWake => Ok(()),
         }
     }
 

@@ -64,6 +64,8 @@ pub(crate) struct Stream {
     pub state: StreamState,
     /// Earliest time the next task may start (the end of the previous one).
     ready_at: Tick,
+    /// Time spent executing tasks so far (from each task's start to its end).
+    busy: Tick,
 }
 
 impl Stream {
@@ -76,6 +78,11 @@ impl Stream {
 
     pub(crate) fn kind(&self) -> StreamKind {
         self.kind
+    }
+
+    /// Time spent executing tasks so far.
+    pub(crate) fn busy(&self) -> Tick {
+        self.busy
     }
 
     /// Whether a user stream's submission queue is full.
@@ -197,6 +204,7 @@ impl Streams {
             names: BTreeMap::new(),
             state: StreamState::Idle,
             ready_at: Tick::ZERO,
+            busy: Tick::ZERO,
         });
         self.list.len() as u32 - 1
     }
@@ -297,6 +305,7 @@ impl Streams {
         let s = &mut self.list[stream as usize];
         s.pos = next;
         s.ready_at = now;
+        s.busy = Tick(s.busy.0 + now.0.saturating_sub(start.0));
         self.step_later(cx, stream, now);
         Ok(())
     }

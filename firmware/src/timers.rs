@@ -26,6 +26,8 @@ pub(crate) enum Fw {
     PcieData { job: u32 },
     /// A GetNext waited as long as it may.
     QueueTimeout { stream: u32, index: u32 },
+    /// The host's own work (an API call's cost) ends: control returns to the host.
+    HostWake,
 }
 
 /// What a transfer through the shared memory system is for.

@@ -213,8 +213,15 @@ pub struct RuntimeFigure {
     pub batch: i64,
     /// Path and mode (`non-sink`, `non-sink, no merge`, `sink`, `dynamic (first)`, ...).
     pub what: String,
-    /// Simulated device time, in microseconds.
+    /// Device time: the runtime stream's busy time, in microseconds.
     pub device_us: f64,
+    /// The host thread's own work, in microseconds.
+    pub host_us: f64,
+    /// From the call to its return, in microseconds.
+    pub end_to_end_us: f64,
+    /// The model's execution alone (ais_bench's NPU compute time; the whole run on the
+    /// dynamic path), in microseconds.
+    pub execute_us: f64,
     /// Host-to-device transfers and bytes.
     pub h2d: (u64, u64),
     /// Device-to-host transfers and bytes.
@@ -271,6 +278,9 @@ pub fn runtime_figures(cfg: &ChipConfig) -> Result<Vec<RuntimeFigure>, String> {
         batch,
         what: what.into(),
         device_us: r.device_time_ps as f64 / 1e6,
+        host_us: r.host_ps as f64 / 1e6,
+        end_to_end_us: r.end_to_end_ps as f64 / 1e6,
+        execute_us: r.execute_ps as f64 / 1e6,
         h2d: (r.h2d_transfers, r.h2d_bytes),
         d2h: (r.d2h_transfers, r.d2h_bytes),
     };
@@ -306,6 +316,41 @@ pub fn runtime_figures(cfg: &ChipConfig) -> Result<Vec<RuntimeFigure>, String> {
         ));
     }
     Ok(out)
+}
+
+/// calibration.md §3's G1 and G4 as gearsim reproduces them from runtime figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostRatios {
+    /// G1: end to end on the dynamic-shape path (kernels cached) over the gear path, batch 1
+    /// (the static model's throughput over the dynamic one's).
+    pub dynamic_over_static: f64,
+    /// G4, host side: what the non-sink run's host-side gear selection (dims derived on the
+    /// host and uploaded with a synchronous copy, inputs copied before the run) costs end to
+    /// end over the sink run's device-side one, batch 1, in microseconds.
+    pub host_selection_adds_us: f64,
+    /// G4, device side: how much the sink run's device-side selection (GetNext +
+    /// GetDynamicDims) changes the model's execution time, batch 1, in microseconds.
+    pub device_selection_adds_us: f64,
+}
+
+/// G1 and G4 from [`runtime_figures`]' batch-1 rows.
+pub fn host_ratios(figures: &[RuntimeFigure]) -> Result<HostRatios, String> {
+    let row = |what: &str| {
+        figures
+            .iter()
+            .find(|f| f.batch == 1 && f.what == what)
+            .ok_or_else(|| format!("no batch-1 `{what}` figure"))
+    };
+    let (gear, sink, dynamic) = (
+        row("non-sink (gear)")?,
+        row("sink (gear)")?,
+        row("dynamic path, cached")?,
+    );
+    Ok(HostRatios {
+        dynamic_over_static: dynamic.end_to_end_us / gear.end_to_end_us,
+        host_selection_adds_us: gear.end_to_end_us - sink.end_to_end_us,
+        device_selection_adds_us: sink.execute_us - gear.execute_us,
+    })
 }
 
 pub mod speed {

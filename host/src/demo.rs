@@ -248,8 +248,17 @@ pub fn run<S: TraceSink>(
 /// The table header.
 pub fn header() -> String {
     format!(
-        "{:<10} {:<8} {:<14} {:<8} {:>12} {:>14} {:>14}  {}",
-        "model", "mode", "dims", "path", "device us", "H2D B (n)", "D2H B (n)", "check"
+        "{:<10} {:<8} {:<14} {:<8} {:>10} {:>10} {:>10} {:>14} {:>14}  {}",
+        "model",
+        "mode",
+        "dims",
+        "path",
+        "device us",
+        "host us",
+        "e2e us",
+        "H2D B (n)",
+        "D2H B (n)",
+        "check"
     )
 }
 
@@ -264,12 +273,14 @@ impl Row {
             .collect::<Vec<_>>()
             .join(",");
         format!(
-            "{:<10} {:<8} {:<14} {:<8} {:>12.3} {:>14} {:>14}  {}",
+            "{:<10} {:<8} {:<14} {:<8} {:>10.1} {:>10.1} {:>10.1} {:>14} {:>14}  {}",
             self.model,
             self.mode,
             dims,
             r.path.name(),
             r.device_time_ps as f64 / 1e6,
+            r.host_ps as f64 / 1e6,
+            r.end_to_end_ps as f64 / 1e6,
             format!("{} ({})", r.h2d_bytes, r.h2d_transfers),
             format!("{} ({})", r.d2h_bytes, r.d2h_transfers),
             self.check

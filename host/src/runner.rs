@@ -248,6 +248,9 @@ impl RunOutcome {
             "output_dtypes": r.outputs.iter().map(|t| t.dtype.name()).collect::<Vec<_>>(),
             "outputs": self.written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "device_time_us": r.device_time_ps as f64 / 1e6,
+            "execute_us": r.execute_ps as f64 / 1e6,
+            "host_time_us": r.host_ps as f64 / 1e6,
+            "end_to_end_us": r.end_to_end_ps as f64 / 1e6,
             "device_time_us_per_run": self.times_ps.iter().map(|t| *t as f64 / 1e6).collect::<Vec<_>>(),
             "h2d_bytes": r.h2d_bytes,
             "h2d_transfers": r.h2d_transfers,
@@ -298,6 +301,12 @@ impl RunOutcome {
             } else {
                 String::new()
             }
+        ));
+        out.push(format!(
+            "end to end: {:.3} us (host work {:.3} us; model execution {:.3} us)",
+            r.end_to_end_ps as f64 / 1e6,
+            r.host_ps as f64 / 1e6,
+            r.execute_ps as f64 / 1e6
         ));
         out.push(format!(
             "host->device: {} B in {} transfer(s); device->host: {} B in {} transfer(s)",

@@ -70,6 +70,8 @@ pub struct ChipConfig {
     pub scheduler: SchedulerConfig,
     /// Limits of the firmware's built-in kernels.
     pub kernels: KernelLimits,
+    /// The runtime's own work on the host CPU.
+    pub host: HostConfig,
 }
 
 /// AI core organisation and local buffers.
@@ -222,6 +224,34 @@ pub struct PcieConfig {
     pub bytes_per_second: u64,
     /// Fixed cost of one transfer, nanoseconds.
     pub latency_ns: u64,
+}
+
+/// The runtime's own work on the host CPU: what each ACL call costs the calling thread while
+/// the device runs whatever it was given (ascend-hardware.md §6.4; most values are parameters).
+/// Times in nanoseconds.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostConfig {
+    /// A call that only updates host state (`aclmdlSetDynamicBatchSize`, ...).
+    pub api_call_ns: u64,
+    /// Submitting one task to a stream (a kernel launch, a copy, `aclmdlExecute`'s submission).
+    pub submit_ns: u64,
+    /// From a stream's last task ending to `aclrtSynchronizeStream` (or a synchronous
+    /// `aclrtMemcpy`) returning.
+    pub sync_ns: u64,
+    /// Host memory copies into and out of pinned staging buffers, bytes per second.
+    pub staging_bytes_per_second: u64,
+    /// Handing one item to a device data queue (`acltdtSendTensor`).
+    pub queue_send_ns: u64,
+    /// Dynamic-shape path: one node's shape inference (`update_shape`).
+    pub infer_shape_ns: u64,
+    /// Dynamic-shape path: one kernel's tiling, computed on the host (`update_impl`).
+    pub tiling_ns: u64,
+    /// Dynamic-shape path: choosing and loading the kernels of an op configuration not seen
+    /// before (an `update_impl` cache miss).
+    pub kernel_select_ns: u64,
+    /// One device allocation (`aclrtMalloc`; `realloc_if_needed` growing a buffer).
+    pub alloc_ns: u64,
 }
 
 /// AI CPU cores.
@@ -428,6 +458,10 @@ impl ChipConfig {
                 self.memory.hbm_bytes_per_second,
             ),
             ("pcie.bytes_per_second", self.pcie.bytes_per_second),
+            (
+                "host.staging_bytes_per_second",
+                self.host.staging_bytes_per_second,
+            ),
             ("aicpu.clock_mhz", self.aicpu.clock_mhz),
             ("aicpu.mem_bytes_per_cycle", self.aicpu.mem_bytes_per_cycle),
             (

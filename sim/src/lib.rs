@@ -46,8 +46,8 @@ mod time;
 
 pub use chip::{Chip, ChipError, RunEvent};
 pub use config::{
-    AiCpuConfig, ChipConfig, ConfigError, CoreConfig, CubeConfig, KernelLimits, MemoryConfig,
-    MteConfig, PRESETS, PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,
+    AiCpuConfig, ChipConfig, ConfigError, CoreConfig, CubeConfig, HostConfig, KernelLimits,
+    MemoryConfig, MteConfig, PRESETS, PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,
 };
 pub use core::{BlockLaunch, CoreStats, LANES, PipeStats};
 pub use exec::{MaskState, Touch, scalar, touches};

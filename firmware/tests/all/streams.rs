@@ -250,3 +250,53 @@ fn kernels_run_in_waves_and_share_cores() {
         "two 8-block kernels on 8 cores share them: {both}"
     );
 }
+
+/// While the host works, the device runs what it was given: a copy submitted before the host
+/// works for less than the copy takes is still running afterwards, and one the host outlasts
+/// finished meanwhile; either way the clock moved by exactly the host's work.
+#[test]
+fn the_device_runs_while_the_host_works() {
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    let mut dev = device("ascend910", NullSink);
+    let n: u64 = 1 << 20;
+    let host = dev.host_alloc(n).unwrap();
+    let d = dev.alloc(n).unwrap();
+    let s = dev.create_stream().unwrap();
+    let copy = Task::Memcpy(Memcpy {
+        kind: MemcpyKind::HostToDevice,
+        dst: d.0,
+        src: host.0,
+        size: n,
+    });
+    let copy_ps = cfg.scheduler.task_fetch_ns * 1000
+        + cfg.pcie.latency_ns * 1000
+        + n * 1_000_000_000_000 / cfg.pcie.bytes_per_second;
+    for (host_ps, finished) in [(copy_ps / 2, false), (copy_ps * 2, true)] {
+        let t0 = dev.now().0;
+        let busy0 = dev.stream_busy(s).unwrap().0;
+        dev.submit(s, copy, None).unwrap();
+        dev.host_work(gearsim_sim::Tick(host_ps)).unwrap();
+        assert_eq!(dev.now().0 - t0, host_ps);
+        let busy = dev.stream_busy(s).unwrap().0 - busy0;
+        if finished {
+            // Busy from the task's start: the descriptor fetch before it is not the copy's.
+            let fetch = cfg.scheduler.task_fetch_ns * 1000;
+            assert!(
+                (busy + fetch).abs_diff(copy_ps) <= 2000,
+                "busy {busy} ps, copy {copy_ps}"
+            );
+        } else {
+            assert_eq!(busy, 0, "the copy cannot have ended yet");
+        }
+        dev.synchronize(s).unwrap();
+        let end = dev.now().0 - t0;
+        assert_eq!(end, host_ps.max(end), "synchronize never goes back in time");
+        if !finished {
+            assert!(end.abs_diff(copy_ps) <= 2000, "ended after {end} ps");
+        }
+    }
+    // An idle device lets the host's time pass as well.
+    let t0 = dev.now().0;
+    dev.host_work(gearsim_sim::Tick(5_000_000)).unwrap();
+    assert_eq!(dev.now().0 - t0, 5_000_000);
+}

@@ -20,12 +20,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gearsim_firmware::{Device, DevicePtr, HostPtr, KernelHandle, StreamId};
+use gearsim_firmware::{Device, DevicePtr, HostPtr, KernelHandle};
 use gearsim_isa::om::ModelDesc;
 use gearsim_isa::task::{AiCoreKernel, Task};
 use gearsim_traces::TraceSink;
 
-use super::copy::{self, Transfers};
+use super::copy::{self, Link, Transfers};
 use super::error::{DynamicError, RuntimeError};
 use crate::target;
 use gearsim_compiler::infer::{fold_constants, infer_graph};
@@ -81,11 +81,14 @@ pub struct DynamicModel {
     /// Uploaded constants: node name → (value, buffer).
     constants: BTreeMap<String, (Arc<Vec<u8>>, Buffer)>,
     workspace: Option<Buffer>,
-    /// One argument array per cached kernel, rewritten before each launch.
-    args: BTreeMap<(String, usize), DevicePtr>,
+    /// One argument array per launch of a run, in launch order, so that a launch never waits
+    /// for the one before it to read its arguments.
+    args: Vec<Buffer>,
     /// Pinned host staging buffers by size class.
     staging: BTreeMap<String, (HostPtr, u64)>,
     stats: DynamicStats,
+    /// Allocations the host has been charged for.
+    charged_allocs: u64,
 }
 
 impl DynamicModel {
@@ -114,9 +117,10 @@ impl DynamicModel {
             buffers: BTreeMap::new(),
             constants: BTreeMap::new(),
             workspace: None,
-            args: BTreeMap::new(),
+            args: Vec::new(),
             staging: BTreeMap::new(),
             stats: DynamicStats::default(),
+            charged_allocs: 0,
         })
     }
 
@@ -154,14 +158,21 @@ impl DynamicModel {
     /// Runs the graph on `inputs` (the data inputs in model order).
     pub(crate) fn run<S: TraceSink>(
         &mut self,
-        dev: &mut Device<S>,
-        stream: StreamId,
+        mut l: Link<'_, S>,
         inputs: &[Tensor],
         names: &[String],
     ) -> Result<(Vec<Tensor>, Transfers), RuntimeError> {
         self.stats.runs += 1;
         let g = self.shaped_graph(inputs, names)?;
-        let target = target::for_chip(dev.chip().config());
+        let ops = g
+            .nodes
+            .iter()
+            .filter(|n| !matches!(n.op.as_str(), "Data" | "Const" | "NetOutput"))
+            .count() as u64;
+        let infer = l.host.config().infer_shape_ns.saturating_mul(ops);
+        l.host.work(l.dev, "update_shape", infer)?;
+        let target = target::for_chip(l.dev.chip().config());
+        let mut launches = 0usize;
         let mut t = Transfers::default();
         // Where each value lives.
         let mut at: BTreeMap<Value, DevicePtr> = BTreeMap::new();
@@ -176,13 +187,13 @@ impl DynamicModel {
                     let k = names.iter().position(|x| *x == n.name).ok_or_else(|| {
                         DynamicError::Graph(format!("graph input `{}` is no model input", n.name))
                     })?;
-                    let b = self.buffer(dev, &n.name, inputs[k].data.len() as u64)?;
-                    let host = self.stage(dev, &n.name, inputs[k].data.len() as u64)?;
+                    let b = self.buffer(l.dev, &n.name, inputs[k].data.len() as u64)?;
+                    let pinned = self.stage(l.dev, &n.name, inputs[k].data.len() as u64)?;
+                    self.charge_allocs(&mut l)?;
                     copy::h2d(
-                        dev,
-                        stream,
+                        l.reborrow(),
                         &format!("memcpy_h2d input {k}"),
-                        host,
+                        pinned,
                         b.ptr.0,
                         &inputs[k].data,
                         &mut t,
@@ -193,15 +204,15 @@ impl DynamicModel {
                     let value = n.tensor("value").ok_or_else(|| {
                         DynamicError::Graph(format!("constant `{}` has no value", n.name))
                     })?;
-                    let p = self.constant(dev, &n.name, value)?;
+                    let p = self.constant(l.dev, &n.name, value)?;
                     at.insert(v0, p);
                 }
                 "NetOutput" => {}
-                _ => self.node(dev, stream, &g, id, &target, &mut at)?,
+                _ => self.node(&mut l, &g, id, &target, &mut at, &mut launches)?,
             }
         }
         // Outputs.
-        dev.synchronize(stream)?;
+        l.host.sync(l.dev, l.stream)?;
         let net = g
             .nodes
             .iter()
@@ -217,13 +228,12 @@ impl DynamicModel {
                 .get(&v)
                 .copied()
                 .ok_or_else(|| DynamicError::Graph(format!("output {o} was never computed")))?;
-            let host = self.stage(dev, &format!("output {o}"), bytes)?;
+            let pinned = self.stage(l.dev, &format!("output {o}"), bytes)?;
             let data = copy::d2h(
-                dev,
-                stream,
+                l.reborrow(),
                 &format!("memcpy_d2h output {o}"),
                 src.0,
-                host,
+                pinned,
                 bytes,
                 &mut t,
             )?;
@@ -235,12 +245,12 @@ impl DynamicModel {
     /// update_impl + realloc_if_needed + launch for one node.
     fn node<S: TraceSink>(
         &mut self,
-        dev: &mut Device<S>,
-        stream: StreamId,
+        l: &mut Link<'_, S>,
         g: &Graph,
         id: NodeId,
         target: &gearsim_compiler::Target,
         at: &mut BTreeMap<Value, DevicePtr>,
+        launches: &mut usize,
     ) -> Result<(), RuntimeError> {
         let n = g.node(id);
         let in_descs: Vec<Option<_>> = n.inputs.iter().map(|v| v.map(|v| g.desc(v))).collect();
@@ -258,6 +268,9 @@ impl DynamicModel {
         if self.cache.contains_key(&key) {
             self.stats.cache_hits += 1;
         } else {
+            let select = l.host.config().kernel_select_ns;
+            l.host.work(l.dev, "update_impl (new shape)", select)?;
+            let dev = &mut *l.dev;
             let ctx = LowerCtx {
                 node: n,
                 inputs: in_descs.clone(),
@@ -322,7 +335,7 @@ impl DynamicModel {
         let ws_bytes = op.workspace_bytes;
         let mut outs = Vec::new();
         for (k, d) in n.outputs.iter().enumerate() {
-            let b = self.buffer(dev, &format!("{}:{k}", n.name), d.bytes().unwrap_or(0))?;
+            let b = self.buffer(l.dev, &format!("{}:{k}", n.name), d.bytes().unwrap_or(0))?;
             at.insert(
                 Value {
                     node: id,
@@ -333,11 +346,12 @@ impl DynamicModel {
             outs.push(b.ptr);
         }
         let ws = if ws_bytes > 0 {
-            Some(self.workspace(dev, ws_bytes)?)
+            Some(self.workspace(l.dev, ws_bytes)?)
         } else {
             None
         };
-        for (ki, (handle, block_dim, args)) in kernels.iter().enumerate() {
+        self.charge_allocs(l)?;
+        for (handle, block_dim, args) in &kernels {
             let addrs = args
                 .iter()
                 .map(|a| match *a {
@@ -356,30 +370,42 @@ impl DynamicModel {
                     DynamicError::Graph(format!("`{}`: no buffer for {what}", n.name))
                 })?;
             let bytes: Vec<u8> = addrs.iter().flat_map(|a| a.to_le_bytes()).collect();
-            let slot = (key.clone(), ki);
-            let args_ptr = match self.args.get(&slot) {
-                Some(p) => *p,
-                None => {
-                    let p = dev.alloc(bytes.len().max(8) as u64)?;
-                    self.args.insert(slot, p);
-                    p
+            let need = bytes.len().max(8) as u64;
+            if self.args.get(*launches).is_none_or(|b| b.capacity < need) {
+                let b = Buffer {
+                    ptr: l.dev.alloc(need)?,
+                    capacity: need,
+                };
+                if let Some(old) = self.args.get(*launches) {
+                    l.dev.free(old.ptr)?;
+                    self.args[*launches] = b;
+                } else {
+                    self.args.push(b);
                 }
-            };
-            dev.write(args_ptr, &bytes)?;
-            dev.submit(
-                stream,
-                Task::AiCoreKernel(AiCoreKernel {
-                    kernel: handle.addr.0,
-                    args: args_ptr.0,
-                    block_dim: *block_dim,
-                }),
-                Some(&n.name),
-            )?;
-            // The argument array is rewritten by the next launch of the same kernel: wait
-            // for this one first (the runtime's stream runs in order anyway).
-            dev.synchronize(stream)?;
+                let alloc = l.host.config().alloc_ns;
+                l.host.work(l.dev, "argument array", alloc)?;
+            }
+            let args_ptr = self.args[*launches].ptr;
+            *launches += 1;
+            let tiling = l.host.config().tiling_ns;
+            l.host.work(l.dev, "tiling", tiling)?;
+            l.dev.write(args_ptr, &bytes)?;
+            let launch = Task::AiCoreKernel(AiCoreKernel {
+                kernel: handle.addr.0,
+                args: args_ptr.0,
+                block_dim: *block_dim,
+            });
+            l.host.submit(l.dev, l.stream, launch, &n.name)?;
         }
         Ok(())
+    }
+
+    /// Charges the host for the device allocations made since the last charge.
+    fn charge_allocs<S: TraceSink>(&mut self, l: &mut Link<'_, S>) -> Result<(), RuntimeError> {
+        let new = self.stats.reallocs - self.charged_allocs;
+        self.charged_allocs = self.stats.reallocs;
+        let ns = l.host.config().alloc_ns.saturating_mul(new);
+        l.host.work(l.dev, "realloc_if_needed", ns)
     }
 
     /// realloc_if_needed: the buffer named `name`, at least `bytes` long.

@@ -430,15 +430,16 @@ impl LoadedModel {
         dev: &mut Device<S>,
         stream: StreamId,
     ) -> Result<(), LoadError> {
-        dev.submit(
-            stream,
-            Task::ModelExecute(gearsim_isa::task::ModelExecute {
-                model: self.model.0,
-            }),
-            Some(&self.desc.name),
-        )?;
+        dev.submit(stream, self.execute_task(), Some(&self.desc.name))?;
         dev.synchronize(stream)?;
         Ok(())
+    }
+
+    /// The task that runs the model (`aclmdlExecute`'s submission).
+    pub fn execute_task(&self) -> Task {
+        Task::ModelExecute(gearsim_isa::task::ModelExecute {
+            model: self.model.0,
+        })
     }
 
     /// The branch MapIndex selected in the last run (-1 when no gear matched).

@@ -16,11 +16,14 @@
 //!      │  └──────────────▶ dynamic.rs ─ hybrid mode's op-by-op path
 //!      ▼                        │
 //!   copy.rs ◀───────────────────┘  host<->device copies as Memcpy tasks, counted
+//!      │
+//!   host_work.rs ─ what each call costs the host, on the device's timeline
 //! ```
 
 mod copy;
 pub mod dynamic;
 pub mod error;
+mod host_work;
 pub mod load;
 pub mod session;
 

@@ -13,20 +13,23 @@
 //!            write_input ─ execute ─ cur_output_dims / read_output
 //! ```
 //!
-//! Every copy is a `Memcpy` task on the runtime's stream through a pinned host staging buffer, so
-//! PCIe time shows in the device time and the trace; the report counts transfers and bytes. The
-//! output tables are keyed by the gear vector, as GE's are (spec §8.1, §8.5).
+//! Every copy is a synchronous `Memcpy` task on the runtime's stream through a pinned host
+//! staging buffer, so PCIe time shows in the device time and the trace; the report counts
+//! transfers and bytes. Every call also costs the host its own work (`host_work.rs`), so a run
+//! reports device time, host time and end to end apart. The output tables are keyed by the
+//! gear vector, as GE's are (spec §8.1, §8.5).
 
 use std::collections::VecDeque;
 
 use gearsim_firmware::{Device, DevicePtr, HostPtr, HostTensor, StreamId};
 use gearsim_isa::om::{DynamicDesc, IoDesc, ModelDesc, OmFile, SectionKind};
 use gearsim_sim::{ChipConfig, ExecMode};
-use gearsim_traces::{Lane, LaneId, LaneKind, Record, TraceSink};
+use gearsim_traces::{Lane, LaneId, LaneKind, TraceSink};
 
-use super::copy::{self, Transfers};
+use super::copy::{self, Link, Transfers};
 use super::dynamic::DynamicModel;
 use super::error::RuntimeError;
+use super::host_work::Host;
 use super::load::LoadedModel;
 use gearsim_isa::gear::SHAPE_DATA;
 use gearsim_isa::tensor::{DataType, Tensor};
@@ -98,8 +101,17 @@ pub struct RunReport {
     pub cur_dynamic_dims: Vec<i64>,
     /// The outputs at their real shapes.
     pub outputs: Vec<Tensor>,
-    /// Simulated time from the first copy of the run to the end of the last.
+    /// Device time: how long the runtime's stream was executing the run's tasks (its copies
+    /// and the model's execution; waits for the host excluded; a sink item's queue copies
+    /// overlap and are not counted).
     pub device_time_ps: u64,
+    /// Host time: the calling thread's own work in the call (task submissions, wake-ups from
+    /// synchronisation, staging copies, the dynamic path's shape inference and tiling), at the
+    /// chip preset's `[host]` costs.
+    pub host_ps: u64,
+    /// End to end: from the call to its return, what a timer around it on the host measures
+    /// (host work, device time and the waits between them; a sink run from its enqueue).
+    pub end_to_end_ps: u64,
     /// Simulated time of the model's execution alone, from `aclmdlExecute`'s submission to the
     /// end of its last task: the figure ais_bench reports as NPU compute time (copies and
     /// the dims read-back excluded). On the dynamic-shape path, the whole run.
@@ -117,6 +129,15 @@ pub struct RunReport {
     pub d2h_transfers: u64,
     /// Things the user should know (a sink run whose dims matched no gear).
     pub warnings: Vec<String>,
+}
+
+/// Where a run's clocks stood at a moment (picoseconds): simulated time, the host's work so
+/// far, the runtime stream's busy time so far.
+#[derive(Debug, Clone, Copy)]
+struct Clocks {
+    at: u64,
+    host: u64,
+    device: u64,
 }
 
 /// The merged-copy span of a non-sink model (spec §8.3).
@@ -140,10 +161,9 @@ struct CurShape {
     dims: Vec<i64>,
 }
 
-/// An item queued for a sink model: when its copies began and what they moved.
+/// An item queued for a sink model: what its copies moved.
 #[derive(Debug, Clone, Copy)]
 struct Queued {
-    since: u64,
     transfers: Transfers,
 }
 
@@ -166,6 +186,7 @@ struct Model {
 pub struct Runtime<S: TraceSink> {
     pub(crate) dev: Device<S>,
     pub(crate) stream: StreamId,
+    pub(crate) host: Host,
     models: Vec<Model>,
     fusion: u64,
     host_lane: Option<LaneId>,
@@ -219,9 +240,11 @@ impl<S: TraceSink> Runtime<S> {
         } else {
             None
         };
+        let host = Host::new(&mut dev);
         Ok(Runtime {
             dev,
             stream,
+            host,
             models: Vec::new(),
             fusion,
             host_lane,
@@ -243,23 +266,42 @@ impl<S: TraceSink> Runtime<S> {
         self.dev.into_sink()
     }
 
+    /// The device, the runtime's stream and the host, for a copy.
+    fn link(&mut self) -> Link<'_, S> {
+        Link {
+            dev: &mut self.dev,
+            host: &mut self.host,
+            stream: self.stream,
+        }
+    }
+
+    /// Where a run's three clocks stand now: simulated time, host work, device time.
+    fn clocks(&self) -> Result<Clocks, RuntimeError> {
+        Ok(Clocks {
+            at: self.dev.now().0,
+            host: self.host.busy(),
+            device: self.dev.stream_busy(self.stream)?.0,
+        })
+    }
+
+    /// Submits model `m`'s execution (`aclmdlExecute`) and waits for it: the simulated time of
+    /// the execution alone, from the moment the device sees the task to the end of its last.
+    fn execute_model(&mut self, m: ModelId) -> Result<u64, RuntimeError> {
+        let model = &self.models[m.0 as usize].loaded;
+        let (task, name) = (model.execute_task(), model.desc.name.clone());
+        self.host.submit(&mut self.dev, self.stream, task, &name)?;
+        let start = self.dev.now().0;
+        self.dev.synchronize(self.stream)?;
+        let execute_ps = self.dev.now().0 - start;
+        self.host.wake(&mut self.dev)?;
+        Ok(execute_ps)
+    }
+
     /// Records a host API call on the host lane.
     pub(crate) fn host_span(&mut self, name: &str, start: u64, detail: &str) {
-        let Some(lane) = self.host_lane else {
-            return;
-        };
-        let end = self.dev.now().0.max(start);
-        let sink = self.dev.chip_mut().sink_mut();
-        let name = sink.intern(name);
-        let detail = sink.intern(detail);
-        sink.record(Record::Span {
-            lane,
-            name,
-            start,
-            end,
-            pc: 0,
-            detail,
-        });
+        if let Some(lane) = self.host_lane {
+            super::host_work::span(&mut self.dev, lane, name, start, detail);
+        }
     }
 
     fn model(&self, m: ModelId) -> Result<&Model, RuntimeError> {
@@ -532,18 +574,17 @@ impl<S: TraceSink> Runtime<S> {
                 }
             })
             .collect();
-        let host = self.model(m)?.input_host[self.model(m)?.loaded.inputs.len() - 1];
+        let pinned = self.model(m)?.input_host[self.model(m)?.loaded.inputs.len() - 1];
+        self.host.api_call(&mut self.dev, "check gear")?;
         let mut t = Transfers::default();
         copy::h2d(
-            &mut self.dev,
-            self.stream,
+            self.link(),
             "memcpy_h2d gear dims",
-            host,
+            pinned,
             ptr.0,
             &data,
             &mut t,
         )?;
-        self.dev.synchronize(self.stream)?;
         Ok(())
     }
 
@@ -697,18 +738,16 @@ impl<S: TraceSink> Runtime<S> {
                 io.bytes
             )));
         }
-        let host = model.input_host[index];
+        let pinned = model.input_host[index];
         let mut t = Transfers::default();
         copy::h2d(
-            &mut self.dev,
-            self.stream,
+            self.link(),
             &format!("memcpy_h2d input {index}"),
-            host,
+            pinned,
             ptr.0,
             data,
             &mut t,
         )?;
-        self.dev.synchronize(self.stream)?;
         self.host_span("aclrtMemcpy", start, "host to device");
         Ok(())
     }
@@ -718,9 +757,7 @@ impl<S: TraceSink> Runtime<S> {
     pub fn execute(&mut self, m: ModelId) -> Result<(), RuntimeError> {
         let start = self.dev.now().0;
         self.model(m)?;
-        self.models[m.0 as usize]
-            .loaded
-            .execute(&mut self.dev, self.stream)?;
+        self.execute_model(m)?;
         self.host_span("aclmdlExecute", start, "");
         Ok(())
     }
@@ -756,14 +793,13 @@ impl<S: TraceSink> Runtime<S> {
         let model = self.model(m)?;
         let io = &model.loaded.desc.outputs[index];
         let dtype = io_type(io)?;
-        let (ptr, host) = (model.loaded.outputs[index], model.output_host[index]);
+        let (ptr, pinned) = (model.loaded.outputs[index], model.output_host[index]);
         let mut t = Transfers::default();
         let data = copy::d2h(
-            &mut self.dev,
-            self.stream,
+            self.link(),
             &format!("memcpy_d2h output {index}"),
             ptr.0,
-            host,
+            pinned,
             tensor_bytes(dtype, &dims),
             &mut t,
         )?;
@@ -778,7 +814,7 @@ impl<S: TraceSink> Runtime<S> {
     /// gear's real shapes. A hybrid model takes its dynamic-shape path for shapes that match no
     /// gear; any other model rejects them with E13025.
     pub fn run(&mut self, m: ModelId, inputs: &[Tensor]) -> Result<RunReport, RuntimeError> {
-        let start = self.dev.now().0;
+        let start = self.clocks()?;
         let model = self.model(m)?;
         if model.loaded.queue.is_some() {
             return Err(bad(format!(
@@ -819,24 +855,23 @@ impl<S: TraceSink> Runtime<S> {
             kind: d.mode,
             dims: dims.clone(),
         });
-        let exec_start = self.dev.now().0;
-        self.models[m.0 as usize]
-            .loaded
-            .execute(&mut self.dev, self.stream)?;
-        let execute_ps = self.dev.now().0 - exec_start;
+        let execute_ps = self.execute_model(m)?;
         let mut outputs = self.read_outputs(m, gear, &mut t)?;
         trim_direct_outputs(&desc, inputs, &mut outputs);
         let reason = match gear {
             Some(g) => format!("dims [{}] are gear {g}", join(&dims)),
             None => "static model".to_string(),
         };
+        let end = self.clocks()?;
         let report = RunReport {
             path: RunPath::Gear,
             reason,
             gear,
             cur_dynamic_dims: dims,
             outputs,
-            device_time_ps: self.dev.now().0 - start,
+            device_time_ps: end.device - start.device,
+            host_ps: end.host - start.host,
+            end_to_end_ps: end.at - start.at,
             execute_ps,
             kernels: self.dev.take_profile(),
             h2d_bytes: t.h2d_bytes,
@@ -845,7 +880,7 @@ impl<S: TraceSink> Runtime<S> {
             d2h_transfers: t.d2h,
             warnings: Vec::new(),
         };
-        self.host_span("run (non-sink)", start, &report.reason);
+        self.host_span("run (non-sink)", start.at, &report.reason);
         Ok(report)
     }
 
@@ -870,8 +905,7 @@ impl<S: TraceSink> Runtime<S> {
                 merged[i] = true;
             }
             copy::h2d(
-                &mut self.dev,
-                self.stream,
+                self.link(),
                 &format!("memcpy_h2d merged inputs {:?}", mg.members),
                 mg.host,
                 mg.first,
@@ -882,8 +916,7 @@ impl<S: TraceSink> Runtime<S> {
         for (i, x) in inputs.iter().enumerate() {
             if !merged[i] {
                 copy::h2d(
-                    &mut self.dev,
-                    self.stream,
+                    self.link(),
                     &format!("memcpy_h2d input {i}"),
                     hosts[i],
                     ptrs[i].0,
@@ -899,8 +932,7 @@ impl<S: TraceSink> Runtime<S> {
                 .collect();
             let last = ptrs.len() - 1;
             copy::h2d(
-                &mut self.dev,
-                self.stream,
+                self.link(),
                 "memcpy_h2d gear dims",
                 hosts[last],
                 ptrs[last].0,
@@ -930,8 +962,7 @@ impl<S: TraceSink> Runtime<S> {
                 _ => io.max_dims.clone(),
             };
             let data = copy::d2h(
-                &mut self.dev,
-                self.stream,
+                self.link(),
                 &format!("memcpy_d2h output {o}"),
                 ptrs[o].0,
                 hosts[o],
@@ -974,16 +1005,19 @@ impl<S: TraceSink> Runtime<S> {
                 dims: x.dims.clone(),
             })
             .collect();
+        let bytes = inputs.iter().map(|x| x.data.len() as u64).sum();
+        self.host.stage(&mut self.dev, bytes)?;
+        let send = self.host.config().queue_send_ns;
+        self.host.work(&mut self.dev, "acltdtSendTensor", send)?;
         self.dev.enqueue(q, item)?;
         let transfers = Transfers {
             h2d_bytes: inputs.iter().map(|x| x.data.len() as u64).sum(),
             h2d: inputs.len() as u64,
             ..Transfers::default()
         };
-        self.models[m.0 as usize].queued.push_back(Queued {
-            since: start,
-            transfers,
-        });
+        self.models[m.0 as usize]
+            .queued
+            .push_back(Queued { transfers });
         self.host_span("enqueue", start, "");
         Ok(())
     }
@@ -993,7 +1027,7 @@ impl<S: TraceSink> Runtime<S> {
     /// at that gear's size. Dims that match no gear run the last branch, as the hardware does;
     /// the report warns and the outputs are read at the last gear's size.
     pub fn run_queued(&mut self, m: ModelId) -> Result<RunReport, RuntimeError> {
-        let now = self.dev.now().0;
+        let start = self.clocks()?;
         let model = self.model(m)?;
         if model.loaded.queue.is_none() {
             return Err(bad(format!(
@@ -1007,7 +1041,6 @@ impl<S: TraceSink> Runtime<S> {
             .ok_or_else(|| {
                 bad("run_queued: nothing is queued for this model (enqueue its inputs first)")
             })?;
-        let start = queued.since.min(now);
         let mut t = queued.transfers;
         let model = &self.models[m.0 as usize];
         let desc = model.loaded.desc.clone();
@@ -1023,13 +1056,10 @@ impl<S: TraceSink> Runtime<S> {
                 ));
             }
         };
-        let exec_start = self.dev.now().0;
-        model.loaded.execute(&mut self.dev, self.stream)?;
-        let execute_ps = self.dev.now().0 - exec_start;
+        let execute_ps = self.execute_model(m)?;
         let n = d.gears.first().map_or(0, Vec::len);
         let raw = copy::d2h(
-            &mut self.dev,
-            self.stream,
+            self.link(),
             "memcpy_d2h cur_dynamic_dims",
             dims_ptr.0,
             dims_host,
@@ -1065,13 +1095,16 @@ impl<S: TraceSink> Runtime<S> {
             Some(g) => format!("cur_dynamic_dims [{}] are gear {g}", join(&dims)),
             None => format!("cur_dynamic_dims [{}] are no gear", join(&dims)),
         };
+        let end = self.clocks()?;
         let report = RunReport {
             path: RunPath::Gear,
             reason,
             gear,
             cur_dynamic_dims: dims,
             outputs,
-            device_time_ps: self.dev.now().0 - start,
+            device_time_ps: end.device - start.device,
+            host_ps: end.host - start.host,
+            end_to_end_ps: end.at - start.at,
             execute_ps,
             kernels: self.dev.take_profile(),
             h2d_bytes: t.h2d_bytes,
@@ -1080,14 +1113,20 @@ impl<S: TraceSink> Runtime<S> {
             d2h_transfers: t.d2h,
             warnings,
         };
-        self.host_span("run (sink)", now, &report.reason);
+        self.host_span("run (sink)", start.at, &report.reason);
         Ok(report)
     }
 
-    /// A sink run of one item: enqueue, then run it.
+    /// A sink run of one item: enqueue, then run it (end to end and host time include the
+    /// enqueue).
     pub fn run_sink(&mut self, m: ModelId, inputs: &[Tensor]) -> Result<RunReport, RuntimeError> {
+        let start = self.clocks()?;
         self.enqueue(m, inputs)?;
-        self.run_queued(m)
+        let mut report = self.run_queued(m)?;
+        let end = self.clocks()?;
+        report.host_ps = end.host - start.host;
+        report.end_to_end_ps = end.at - start.at;
+        Ok(report)
     }
 
     /// Runs a hybrid model's dynamic-shape path even for shapes that are a gear (to compare the
@@ -1097,7 +1136,7 @@ impl<S: TraceSink> Runtime<S> {
         m: ModelId,
         inputs: &[Tensor],
     ) -> Result<RunReport, RuntimeError> {
-        let start = self.dev.now().0;
+        let start = self.clocks()?;
         let desc = self.model(m)?.loaded.desc.clone();
         check_inputs(&desc, inputs)?;
         let dims = match desc.dynamic.as_ref() {
@@ -1114,7 +1153,7 @@ impl<S: TraceSink> Runtime<S> {
         inputs: &[Tensor],
         dims: Vec<i64>,
         reason: String,
-        start: u64,
+        start: Clocks,
     ) -> Result<RunReport, RuntimeError> {
         let mut dynamic = self.models[m.0 as usize]
             .dynamic
@@ -1127,25 +1166,28 @@ impl<S: TraceSink> Runtime<S> {
                 .map(|i| i.name.clone())
                 .collect()
         };
-        let result = dynamic.run(&mut self.dev, self.stream, inputs, &names);
+        let result = dynamic.run(self.link(), inputs, &names);
         self.models[m.0 as usize].dynamic = Some(dynamic);
         let (outputs, t) = result?;
+        let end = self.clocks()?;
         let report = RunReport {
-            execute_ps: self.dev.now().0 - start,
+            execute_ps: end.at - start.at,
             kernels: self.dev.take_profile(),
             path: RunPath::Dynamic,
             reason,
             gear: None,
             cur_dynamic_dims: dims,
             outputs,
-            device_time_ps: self.dev.now().0 - start,
+            device_time_ps: end.device - start.device,
+            host_ps: end.host - start.host,
+            end_to_end_ps: end.at - start.at,
             h2d_bytes: t.h2d_bytes,
             h2d_transfers: t.h2d,
             d2h_bytes: t.d2h_bytes,
             d2h_transfers: t.d2h,
             warnings: Vec::new(),
         };
-        self.host_span("run (dynamic shape)", start, &report.reason);
+        self.host_span("run (dynamic shape)", start.at, &report.reason);
         Ok(report)
     }
 }

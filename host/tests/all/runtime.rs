@@ -333,3 +333,118 @@ fn hybrid_runs_unmatched_shapes_on_the_dynamic_path_and_caches_kernels() {
     assert!(stats[2].lowered > stats[1].lowered);
     assert!(stats[2].reallocs > stats[1].reallocs);
 }
+
+/// A chip whose host costs are `scale` times the preset's (0: a host that costs nothing).
+fn cfg_host_scaled(scale: u64) -> ChipConfig {
+    let mut c = cfg();
+    let h = &mut c.host;
+    for v in [
+        &mut h.api_call_ns,
+        &mut h.submit_ns,
+        &mut h.sync_ns,
+        &mut h.queue_send_ns,
+        &mut h.infer_shape_ns,
+        &mut h.tiling_ns,
+        &mut h.kernel_select_ns,
+        &mut h.alloc_ns,
+    ] {
+        *v *= scale;
+    }
+    if scale == 0 {
+        h.staging_bytes_per_second = u64::MAX;
+    }
+    c
+}
+
+/// A non-sink run's host work is what its ACL calls cost, item by item: a synchronous copy
+/// per H2D transfer (staging, submission, wake-up), the execution's submission and wake-up,
+/// and a synchronous copy per output; end to end is host work plus device time plus the
+/// dispatch gaps, and the device figures do not depend on the host's costs at all.
+#[test]
+fn host_time_is_the_calls_costs_and_leaves_device_time_alone() {
+    let g = [80, 60, 4, 4];
+    let x = seed_inputs(&g, 3);
+    let om = seed(false).om_bytes().unwrap();
+    let run = |c: ChipConfig| {
+        let mut rt = Runtime::new(c, NullSink, RuntimeOptions::default()).unwrap();
+        let m = rt.load(&om).unwrap();
+        rt.run(m, &x).unwrap()
+    };
+    let (free, costed) = (run(cfg_host_scaled(0)), run(cfg()));
+    assert_eq!(free.host_ps, 0);
+    // Tasks start at other phases of the cores' and the memory system's clocks: a few hundred
+    // ps apart, never more than a cycle per task.
+    let tasks = costed.h2d_transfers + costed.d2h_transfers + 1;
+    assert!(
+        free.execute_ps.abs_diff(costed.execute_ps) <= 1000,
+        "execution {} ps with a free host, {} ps with the preset's",
+        free.execute_ps,
+        costed.execute_ps
+    );
+    assert!(
+        free.device_time_ps.abs_diff(costed.device_time_ps) <= 1000 * tasks,
+        "device time {} ps with a free host, {} ps with the preset's",
+        free.device_time_ps,
+        costed.device_time_ps
+    );
+    assert_eq!(free.outputs.len(), costed.outputs.len());
+    for (a, b) in free.outputs.iter().zip(&costed.outputs) {
+        assert_eq!(a.data, b.data);
+    }
+    let h = cfg().host;
+    let round_trips = costed.h2d_transfers + 1 + costed.d2h_transfers;
+    let staged = costed.h2d_bytes + costed.d2h_bytes;
+    let staging_ps = |bytes: u64| bytes * 1_000_000_000_000 / h.staging_bytes_per_second;
+    let want = round_trips * (h.submit_ns + h.sync_ns) * 1000;
+    // Each staging copy rounds down to a picosecond on its own.
+    let staging = costed.host_ps - want;
+    assert!(
+        staging.abs_diff(staging_ps(staged)) <= round_trips,
+        "host {} ps: {want} ps of submissions and wake-ups, then {staging} ps of staging for \
+         {staged} bytes",
+        costed.host_ps
+    );
+    assert!(costed.end_to_end_ps >= costed.host_ps + costed.device_time_ps);
+    // Every call waits for the device, so nothing overlaps: the host's work adds up, give or
+    // take the clock phases above.
+    assert!(
+        (costed.end_to_end_ps - free.end_to_end_ps).abs_diff(costed.host_ps) <= 1000 * tasks,
+        "the host's work adds to end to end: {} vs {}",
+        costed.end_to_end_ps,
+        free.end_to_end_ps
+    );
+}
+
+/// The dynamic-shape path pays shape inference and tiling on the host for every op and
+/// launches asynchronously: with the preset's costs it is host-bound (end to end well above
+/// device time), slower end to end than the gear path though its device time is about the
+/// same, and a host ten times slower makes it slower still while the device time stays.
+#[test]
+fn the_dynamic_path_is_host_bound_and_slower_than_a_gear_end_to_end() {
+    let c = seed(false);
+    let x = seed_inputs(&[40, 40, 2, 2], 8);
+    let runs = |chip: ChipConfig| {
+        let mut rt = Runtime::new(chip, NullSink, RuntimeOptions::default()).unwrap();
+        let m = rt.load(&c.hybrid_om_bytes().unwrap()).unwrap();
+        let gear = rt.run(m, &x).unwrap();
+        rt.run_dynamic_path(m, &x).unwrap();
+        let cached = rt.run_dynamic_path(m, &x).unwrap();
+        (gear, cached)
+    };
+    let (gear, dynamic) = runs(cfg());
+    assert_eq!(gear.path, RunPath::Gear);
+    assert_eq!(dynamic.path, RunPath::Dynamic);
+    assert!(
+        dynamic.end_to_end_ps > 2 * dynamic.device_time_ps,
+        "host-bound: end to end {} ps, device {} ps",
+        dynamic.end_to_end_ps,
+        dynamic.device_time_ps
+    );
+    assert!(dynamic.end_to_end_ps > gear.end_to_end_ps);
+    let h = cfg().host;
+    let launches = dynamic.kernels.len().max(1) as u64;
+    assert!(dynamic.host_ps >= launches * (h.tiling_ns + h.submit_ns) * 1000);
+    let (_, slow) = runs(cfg_host_scaled(10));
+    assert!(slow.end_to_end_ps > dynamic.end_to_end_ps);
+    assert_eq!(slow.device_time_ps, dynamic.device_time_ps);
+}
