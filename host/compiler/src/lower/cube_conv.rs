@@ -1028,9 +1028,16 @@ impl Plan {
         );
         let rl = self.cr * self.blk(s);
         let nb = self.nb(s, rt);
-        let kb = ((l0b - 1) / 2 / nb)
+        let most = ((l0b - 1) / 2 / nb)
             .min(l0a.saturating_sub(2 * rl) / (2 * mb))
             .min(self.taps());
+        // Steps of equal size: the two L0 buffers alternate, and a step's loads wait for the
+        // product two steps back, so a large step followed by a small one (9 taps as 8 + 1)
+        // leaves the big step's loads and product in series; 5 + 4 lets them overlap.
+        let kb = match most {
+            0 => 0,
+            m => self.taps().div_ceil(self.taps().div_ceil(m)),
+        };
         // The narrow drain's block transpose steps `nb` blocks per channel in one repeat.
         let narrow_ok = !self.narrow || 8 * nb <= units::REPEAT_STRIDE_MAX;
         let fits =
@@ -2611,21 +2618,21 @@ impl<'a> Gen<'a> {
         let (first, zero) = (self.r.first, self.r.zero);
         self.wait(Pipe::Mte1, Pipe::Mte2, ev::STAGE[sb]);
         let stages = gi * plan.sg..((gi + 1) * plan.sg).min(plan.c1);
-        for stage in stages.clone() {
-            let at = self.l1.stage[sb] + (stage - stages.start) * plan.stage_bytes(&self.s);
-            self.load_stage(stage, at, band);
+        if self.s.sh == 1 && self.s.sw == 1 && plan.pws() >= plan.band_units() {
+            self.load_stages(stages.clone(), self.l1.stage[sb], band);
+        } else {
+            for stage in stages.clone() {
+                let at = self.l1.stage[sb] + (stage - stages.start) * plan.stage_bytes(&self.s);
+                self.load_stage(stage, at, band);
+            }
         }
         if plan.stream && weights != Weights::Preloaded {
-            for stage in stages {
-                self.weights_load(stage, sb);
-            }
+            self.weights_load(stages, sb);
         } else if weights == Weights::IfFirst {
             let skip = self.a.new_label("weights_resident");
             let l = self.a.label(&skip);
             self.a.beq(first, zero, l);
-            for stage in stages {
-                self.weights_load(stage, sb);
-            }
+            self.weights_load(stages, sb);
             self.a.place(&skip);
         }
         self.set(Pipe::Mte2, Pipe::Mte1, ev::STAGE[sb]);
@@ -2665,6 +2672,23 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// MTE2: stages `stages` of a stride-1 tile (one plane) whose band is at `band` to L1
+    /// address `at`, as one burst per stage: the stages' runs sit a piece's channel-block
+    /// pitch apart in the workspace and back to back in L1, so one instruction moves the group
+    /// (fewer, larger transfers keep MTE2's queue from holding the scalar unit up).
+    fn load_stages(&mut self, stages: std::ops::Range<u64>, at: u64, band: Reg) {
+        let plan = self.plan;
+        let [t0, t1, _, _] = self.r.t;
+        let len = plan.band_units();
+        let src = (stages.start * plan.pws() * UNIT) as i64 - (plan.margin * UNIT) as i64;
+        self.movi(t0, at);
+        self.addi(t1, band, src, t1);
+        self.a
+            .copy_gm_to_l1(t0, t1, stages.end - stages.start, len)
+            .src_gap(plan.pws() - len)
+            .dst_gap(0);
+    }
+
     /// The L1 address of stage `stage`'s weights of the current pass: resident, or after the
     /// bands in stage-group buffer `sb` when they stream.
     fn l1_weights(&self, stage: u64, sb: usize) -> u64 {
@@ -2679,19 +2703,25 @@ impl<'a> Gen<'a> {
         }
     }
 
-    /// MTE2: stage `stage`'s weights of the current pass into L1 (stage-group buffer `sb` when
-    /// they stream).
-    fn weights_load(&mut self, stage: u64, sb: usize) {
+    /// MTE2: stages `stages`' weights of the current pass into L1 (stage-group buffer `sb`
+    /// when they stream). They are consecutive in GM and in L1, so they move in as few bursts
+    /// as the burst length allows.
+    fn weights_load(&mut self, stages: std::ops::Range<u64>, sb: usize) {
         let plan = self.plan;
         let consts = self.r.consts;
         let [t0, t1, _, _] = self.r.t;
-        let sw_bytes = self.stage_weights();
-        let gm = WEIGHTS_OFF + self.cb * plan.weight_bytes() + stage * sw_bytes;
-        let dst = self.l1_weights(stage, sb);
-        self.movi(t0, dst);
-        self.addi(t1, consts, gm as i64, t1);
-        self.a
-            .copy_gm_to_l1(t0, t1, 1, sw_bytes / units::BLOCK_BYTES);
+        let sw_units = self.stage_weights() / units::BLOCK_BYTES;
+        let per_burst = (units::BURST_LEN_MAX / sw_units).max(1);
+        let mut stage = stages.start;
+        while stage < stages.end {
+            let n = per_burst.min(stages.end - stage);
+            let gm = WEIGHTS_OFF + self.cb * plan.weight_bytes() + stage * self.stage_weights();
+            let dst = self.l1_weights(stage, sb);
+            self.movi(t0, dst);
+            self.addi(t1, consts, gm as i64, t1);
+            self.a.copy_gm_to_l1(t0, t1, 1, n * sw_units);
+            stage += n;
+        }
     }
 
     /// MTE2: the first stage group's weights ahead of the first band load (they need no
@@ -2699,9 +2729,7 @@ impl<'a> Gen<'a> {
     fn preload_weights(&mut self) {
         self.a.comment("the first stage group's resident weights");
         let sb = self.stage_buffer(0, 0);
-        for stage in 0..self.plan.sg.min(self.plan.c1) {
-            self.weights_load(stage, sb);
-        }
+        self.weights_load(0..self.plan.sg.min(self.plan.c1), sb);
     }
 
     /// The K loop of a tile of `rows` rows (parity `parity`), with the pipelines' other work
