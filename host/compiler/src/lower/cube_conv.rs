@@ -1054,7 +1054,11 @@ impl Plan {
             .unwrap_or(1)
     }
 
-    /// Relayout items: as many channel blocks of a row as a quarter of L0A holds (`cr`).
+    /// Relayout items: as many channel blocks of a row (`cr`) as the relayout's share of L0A
+    /// holds. The two relayout buffers share L0A with the two L0 steps' weights, so their
+    /// share is what is left once two steps of the widest co block can each take the whole
+    /// window (one step per stage, the fewest cube hand-backs), within an eighth and a quarter
+    /// of L0A each.
     fn relayout_items(&mut self, s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
         let blk = self.blk(s);
         let (l0a, l0c) = (core.l0a_bytes / FRACTAL, core.l0c_bytes / FRACTAL_C);
@@ -1064,7 +1068,9 @@ impl Plan {
                 s.w, core.l0a_bytes, core.l0c_bytes
             ));
         }
-        self.cr = (l0a / 4 / blk).clamp(1, self.c1);
+        let window_steps = 2 * MB_RESIDENT_MAX * self.taps();
+        let share = (l0a.saturating_sub(window_steps) / 2).clamp(l0a / 8, l0a / 4);
+        self.cr = (share / blk).clamp(1, self.c1);
         Ok(())
     }
 
