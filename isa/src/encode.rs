@@ -133,7 +133,8 @@ impl Instruction {
             if let (Some(dst), Some(src)) = (ty(d), ty(s)) {
                 if !conversion_supported(dst, src) {
                     return Err(format!(
-                        "conversion {src} -> {dst} is not supported (f16<->f32, f32<->i32, f16<->i32)"
+                        "conversion {src} -> {dst} is not supported (f16<->f32, f32<->i32, \
+                         f16<->i32, u8->f16)"
                     ));
                 }
             }
@@ -144,10 +145,10 @@ impl Instruction {
 
 /// Whether `vconv` supports converting `src` to `dst`.
 pub fn conversion_supported(dst: DType, src: DType) -> bool {
-    use DType::{F16, F32, I32};
+    use DType::{F16, F32, I32, U8};
     matches!(
         (dst, src),
-        (F32, F16) | (F16, F32) | (I32, F32) | (F32, I32) | (I32, F16) | (F16, I32)
+        (F32, F16) | (F16, F32) | (I32, F32) | (F32, I32) | (I32, F16) | (F16, I32) | (F16, U8)
     )
 }
 

@@ -231,6 +231,8 @@ operand_enum! {
         I32 = "i32",
         /// Two's-complement 16-bit integer (bitwise ops and bit masks).
         I16 = "i16",
+        /// Unsigned 8-bit integer (image bytes; a conversion source only).
+        U8 = "u8",
     }
 }
 
@@ -238,6 +240,7 @@ impl DType {
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {
+            DType::U8 => 1,
             DType::F16 | DType::I16 => 2,
             DType::F32 | DType::I32 => 4,
         }

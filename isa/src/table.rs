@@ -288,7 +288,7 @@ instructions! {
     Vmins = 0x63, vmins, V, VecSimple, VScalar, [F16, F32, I32];
     /// Fill with a scalar.
     Vdup = 0x64, vdup, V, VecSimple, VDup, [F16, F32, I32, I16];
-    /// Convert between f16, f32 and i32 (spelled `vconv.<dst>.<src>`).
+    /// Convert between f16, f32 and i32, or u8 to f16 (spelled `vconv.<dst>.<src>`).
     Vconv = 0x68, vconv, V, VecConv, VConv;
     /// Compare two vectors into a bit mask.
     Vcmp = 0x6a, vcmp, V, VecSimple, VCmp, [F16, F32, I32];

@@ -102,6 +102,25 @@ fn table_constraints_are_checked() {
             ..
         }
     ));
+    // Bytes only widen to f16, and no arithmetic takes them.
+    let mut b = ProgramBuilder::new("k");
+    b.vconv(DType::F32, DType::U8, Reg::X1, Reg::X2);
+    assert!(matches!(
+        first_error(b),
+        BuildError::Constraint {
+            mnemonic: "vconv",
+            ..
+        }
+    ));
+    let mut b = ProgramBuilder::new("k");
+    b.vadd(DType::U8, Reg::X1, Reg::X2, Reg::X3);
+    assert!(matches!(
+        first_error(b),
+        BuildError::Constraint {
+            mnemonic: "vadd",
+            ..
+        }
+    ));
 }
 
 #[test]

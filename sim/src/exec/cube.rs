@@ -285,7 +285,9 @@ fn store_out(buf: &mut [u8], at: usize, ty: DType, mut v: f32, relu: bool) {
     }
     match ty {
         DType::F16 => buf[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes()),
-        DType::F32 | DType::I32 | DType::I16 => buf[at..at + 4].copy_from_slice(&v.to_le_bytes()),
+        DType::F32 | DType::I32 | DType::I16 | DType::U8 => {
+            buf[at..at + 4].copy_from_slice(&v.to_le_bytes())
+        }
     }
 }
 

@@ -79,6 +79,10 @@ macro_rules! with_type {
                 const $t: DType = DType::I16;
                 $body
             }
+            DType::U8 => {
+                const $t: DType = DType::U8;
+                $body
+            }
         }
     };
 }
@@ -340,6 +344,7 @@ fn ld_f(b: &[u8], a: usize, ty: DType) -> f32 {
         DType::F32 => f32::from_le_bytes(at(b, a)),
         DType::I32 => i32::from_le_bytes(at(b, a)) as f32,
         DType::I16 => f32::from(i16::from_le_bytes(at(b, a))),
+        DType::U8 => f32::from(b[a]),
     }
 }
 
@@ -350,6 +355,7 @@ fn st_f(b: &mut [u8], a: usize, ty: DType, v: f32) {
         DType::F32 => b[a..a + 4].copy_from_slice(&v.to_le_bytes()),
         DType::I32 => b[a..a + 4].copy_from_slice(&(v as i32).to_le_bytes()),
         DType::I16 => b[a..a + 2].copy_from_slice(&(v as i16).to_le_bytes()),
+        DType::U8 => b[a] = v as u8,
     }
 }
 
@@ -358,6 +364,7 @@ fn ld_i(b: &[u8], a: usize, ty: DType) -> i64 {
     match ty {
         DType::I32 | DType::F32 => i64::from(i32::from_le_bytes(at(b, a))),
         DType::I16 | DType::F16 => i64::from(i16::from_le_bytes(at(b, a))),
+        DType::U8 => i64::from(b[a]),
     }
 }
 
@@ -366,6 +373,7 @@ fn st_i(b: &mut [u8], a: usize, ty: DType, v: i64) {
     match ty {
         DType::I32 | DType::F32 => b[a..a + 4].copy_from_slice(&(v as i32).to_le_bytes()),
         DType::I16 | DType::F16 => b[a..a + 2].copy_from_slice(&(v as i16).to_le_bytes()),
+        DType::U8 => b[a] = v as u8,
     }
 }
 
@@ -529,6 +537,7 @@ fn scalar_f(ty: DType, bits: u64) -> f32 {
         DType::F32 => f32::from_bits(bits as u32),
         DType::I32 => (bits as i32) as f32,
         DType::I16 => f32::from(bits as i16),
+        DType::U8 => f32::from(bits as u8),
     }
 }
 
@@ -536,6 +545,7 @@ fn scalar_i(ty: DType, bits: u64) -> i64 {
     match ty {
         DType::I32 | DType::F32 => i64::from(bits as i32),
         DType::I16 | DType::F16 => i64::from(bits as i16),
+        DType::U8 => i64::from(bits as u8),
     }
 }
 
@@ -679,7 +689,7 @@ pub(super) fn conv(bufs: &mut Buffers, f: &VConv, ops: &Operands) -> Result<(), 
                 ub[pd..pd + 2].copy_from_slice(&h.to_bits().to_le_bytes());
             }
             DType::I32 => st_i(ub, pd, DType::I32, i64::from(to_i32(x, f.round))),
-            DType::I16 => st_i(ub, pd, DType::I16, i64::from(to_i32(x, f.round))),
+            DType::I16 | DType::U8 => st_i(ub, pd, f.dst_ty, i64::from(to_i32(x, f.round))),
         }
     });
     Ok(())

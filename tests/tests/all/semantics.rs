@@ -132,11 +132,13 @@ enum Ty {
     F32,
     I32,
     I16,
+    U8,
 }
 
 impl Ty {
     fn size(self) -> usize {
         match self {
+            Ty::U8 => 1,
             Ty::F16 | Ty::I16 => 2,
             Ty::F32 | Ty::I32 => 4,
         }
@@ -148,6 +150,7 @@ impl Ty {
             Ty::F32 => "f32",
             Ty::I32 => "i32",
             Ty::I16 => "i16",
+            Ty::U8 => "u8",
         }
     }
 
@@ -783,6 +786,7 @@ fn bin_ref(op: &str, ty: Ty, a: u64, b: u64, acc: u64) -> u64 {
             "vor" => a | b,
             _ => unreachable!("{op}"),
         },
+        Ty::U8 => unreachable!("u8 is a conversion source only"),
     }
 }
 
@@ -835,6 +839,7 @@ fn un_ref(op: &str, ty: Ty, a: u64) -> u64 {
             "vmov" => a,
             _ => unreachable!("{op}"),
         },
+        Ty::U8 => unreachable!("u8 is a conversion source only"),
     }
 }
 
@@ -1118,6 +1123,7 @@ fn conv_ref(dst: Ty, src: Ty, mode: Rnd, raw: u64) -> u64 {
         Ty::F16 => h(raw),
         Ty::F32 => f64::from(s(raw)),
         Ty::I32 => f64::from(int(raw)),
+        Ty::U8 => raw as f64,
         Ty::I16 => unreachable!(),
     };
     match dst {
@@ -1133,7 +1139,7 @@ fn conv_ref(dst: Ty, src: Ty, mode: Rnd, raw: u64) -> u64 {
             );
             ir(r as i32)
         }
-        Ty::I16 => unreachable!(),
+        Ty::I16 | Ty::U8 => unreachable!(),
     }
 }
 
@@ -1304,6 +1310,11 @@ fn vector_conversions_every_pair_and_rounding_mode() {
     lab.conv((f32, f16, None), sh, &[], f16_any);
     let sh = shape(2, &[st(3, 24), st(1, 9)], Mask::Bits(0xf0f0_0000_ffff_0001));
     lab.conv((f16, f32, Some(Rnd::Floor)), sh, &f32_to_f16, f32_wide);
+    // Image bytes to f16 (exact): every byte value, then strided and masked.
+    let bytes: Vec<u64> = (0..=255).collect();
+    lab.conv((f16, Ty::U8, None), PLAIN, &bytes, |r| r.next_u64() & 0xff);
+    let sh = shape(2, &[st(1, 8), st(2, 16)], Mask::Bits(0xffff_0000_0f0f_f001));
+    lab.conv((f16, Ty::U8, None), sh, &[], |r| r.next_u64() & 0xff);
     // Counter mode: 100 elements of 64 per repeat.
     let sh = shape(5, &[C, st(1, 4)], Mask::Count(100));
     lab.conv((i32, f16, Some(Rnd::Ceil)), sh, &f16_to_i32, f16_any);
