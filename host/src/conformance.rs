@@ -306,7 +306,10 @@ pub fn run_suite_on(
         .collect();
     Ok(Scoreboard {
         cases,
-        ops: registry.ops().into_iter().map(str::to_string).collect(),
+        ops: gearsim_compiler::ops::onnx_ops(&registry)
+            .into_iter()
+            .map(str::to_string)
+            .collect(),
         chip: chip.name.clone(),
     })
 }

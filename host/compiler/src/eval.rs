@@ -912,6 +912,14 @@ impl Kernel<'_> {
             "Softmax" => one(self.softmax()?),
             "ReduceMean" => one(self.reduce(true)?),
             "ReduceSum" => one(self.reduce(false)?),
+            crate::aipp::OP => {
+                let x = self.inputs.first().copied().flatten().ok_or_else(|| {
+                    value_err(self.node, "an AIPP node without its image input".into())
+                })?;
+                let dtype = self.outs.first().map_or(DataType::F32, |o| o.dtype);
+                one(crate::aipp::evaluate(self.node, x, dtype)
+                    .map_err(|e| value_err(self.node, format!("AIPP: expected {e}")))?)
+            }
             other => Err(unsupported(
                 self.node,
                 format!(

@@ -19,6 +19,7 @@
 // their size costs nothing, and clippy's size lint would flag every function returning them.
 #![allow(clippy::result_large_err)]
 
+pub mod aipp;
 pub mod emit;
 pub mod eval;
 pub mod fusion;

@@ -126,8 +126,10 @@ pub struct GearOptions {
     pub input_shape_range: Option<String>,
     /// `--input_hint_shape` (only for the mutual-exclusion checks).
     pub input_hint_shape: Option<String>,
-    /// `--insert_op_conf`, the AIPP configuration (only for the mutual-exclusion checks).
+    /// `--insert_op_conf`: the AIPP configuration file's path, as written.
     pub insert_op_conf: Option<String>,
+    /// The text of that file (the command line reads it; the compiler parses it).
+    pub insert_op_conf_text: Option<String>,
 }
 
 /// The options after the option-time checks.

@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use gearsim_isa::om::{DynamicDesc, IoDesc, MemoryDesc, ModelDesc, OmWriter, SectionKind};
 use gearsim_isa::omtask::encode_kernels;
 
+use super::aipp;
 use super::emit::{self, EmitError, Emitted};
 use super::fusion::{self, FusionSwitches};
 use super::gear::{self, GearError, GearInput, GearSpec};
@@ -110,6 +111,14 @@ pub enum CompileError {
         /// The problem.
         message: String,
     },
+    /// A combination GE accepts that gearsim does not model yet.
+    #[error("{file}: {what} is not supported by gearsim")]
+    Unsupported {
+        /// The model file.
+        file: String,
+        /// What.
+        what: String,
+    },
 }
 
 /// A compiled model (front and middle).
@@ -179,6 +188,28 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
             opts.target.map_index_max_dims,
         )?;
     }
+    // AIPP: the configuration read, and refused with the gear modes gearsim cannot combine it
+    // with (GE's own rule against `--dynamic_dims` came with the option checks).
+    let aipp = match opts
+        .gear
+        .insert_op_conf
+        .as_deref()
+        .filter(|p| !p.is_empty())
+    {
+        None => None,
+        Some(path) => {
+            let text = opts.gear.insert_op_conf_text.as_deref().unwrap_or_default();
+            let ops = aipp::parse(text, path)?;
+            if let Some(p) = &parsed {
+                return Err(CompileError::Unsupported {
+                    file: file.into(),
+                    what: format!("AIPP (--insert_op_conf) with {}", p.mode.option_name()),
+                });
+            }
+            Some((path, ops))
+        }
+    };
+    let aipp_conf = aipp.as_ref().map(|(path, _)| path.to_string());
     // 2. Import.
     let model = onnx::import(bytes, file)?.model;
     let registry = ops::standard();
@@ -186,7 +217,7 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
     // 3-4. Shapes, and the gear passes for a gear model.
     let (before, after, spec, branch_dims) = match parsed {
         None => {
-            let (before, after) = static_graph(model, opts, file, &registry)?;
+            let (before, after) = static_graph(model, opts, file, &registry, aipp)?;
             (before, after, None, Vec::new())
         }
         Some(p) => {
@@ -219,6 +250,9 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
         ("precision_mode".into(), opts.precision.name().into()),
         ("fusion_switch".into(), opts.fusion.describe()),
     ];
+    if let Some(path) = aipp_conf {
+        desc.build_options.push(("insert_op_conf".into(), path));
+    }
     Ok(Compiled {
         before,
         after,
@@ -235,9 +269,13 @@ fn static_graph(
     opts: &CompileOptions,
     file: &str,
     registry: &Registry,
+    aipp: Option<(&str, Vec<aipp::AippOp>)>,
 ) -> Result<(Model, Model), CompileError> {
     apply_static_shapes(&mut model.graph, &opts.gear, file)?;
     apply_format(&mut model.graph, static_format(&opts.gear)?);
+    if let Some((path, ops)) = aipp {
+        aipp::insert(&mut model.graph, &ops, path)?;
+    }
     let known = infer::infer_graph(&mut model.graph, registry, model.opset).map_err(|error| {
         CompileError::Infer {
             file: file.into(),

@@ -93,6 +93,8 @@ const CUBE: &[&str] = &["Conv", "MatMul", "Gemm"];
 /// (the reductions and normalisations have f32 kernels only, so they keep fp32 between casts,
 /// as GE keeps an op whose kernel lacks fp16).
 const FP16_KERNELS: &[&str] = &[
+    // AIPP's output is fp16 on the hardware; in fp32 only where the mode keeps every type.
+    "Aipp",
     "Conv",
     "MatMul",
     "Gemm",

@@ -23,7 +23,7 @@ use gearsim_sim::{ChipConfig, ExecMode};
 
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::study::svg::{Figure, Panel, Series, render};
-use gearsim_compiler::ir::{DataType, Tensor};
+use gearsim_compiler::ir::Tensor;
 use gearsim_compiler::options::GearOptions;
 use gearsim_compiler::pipeline::{CompileOptions, compile};
 use gearsim_compiler::precision::PrecisionMode;
@@ -196,18 +196,29 @@ pub fn run_row(row: &Row) -> Outcome {
     })
 }
 
+/// The AIPP configuration of the rows measured with AIPP on.
+const AIPP_IMAGENET: &str = include_str!("aipp_imagenet.cfg");
+
 fn simulate(row: &Row) -> Result<Outcome, String> {
     let cfg = ChipConfig::preset(&row.chip).map_err(|e| e.to_string())?;
     let mut notes = Vec::new();
-    if row.aipp {
+    let gear = if row.aipp {
         notes.push(
-            "AIPP not reproduced (the input is fed as fp32 NCHW and cast on the device)"
+            "AIPP: a 256x256 RGB888 image cropped to 224x224 and normalised (the configuration \
+             is assumed)"
                 .to_string(),
         );
-    }
+        GearOptions {
+            insert_op_conf: Some("aipp_imagenet.cfg (built in)".into()),
+            insert_op_conf_text: Some(AIPP_IMAGENET.into()),
+            ..GearOptions::default()
+        }
+    } else {
+        GearOptions::default()
+    };
     let onnx = row.model();
     let opts = CompileOptions {
-        gear: GearOptions::default(),
+        gear,
         getnext_sink: false,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
@@ -232,11 +243,14 @@ fn simulate(row: &Row) -> Result<Outcome, String> {
     )
     .map_err(|e| e.to_string())?;
     let m = rt.load(&om).map_err(|e| format!("{name}: {e}"))?;
-    let n = (row.batch * 3 * 224 * 224) as usize;
+    // What the model takes: the image AIPP reads, or the fp32 NCHW tensor.
+    let desc = &rt.desc(m).map_err(|e| e.to_string())?.inputs[0];
+    let dtype = crate::runtime::session::io_type(desc).map_err(|e| e.to_string())?;
+    let n: i64 = desc.dims.iter().product();
     let input = Tensor::new(
-        DataType::F32,
-        vec![row.batch, 3, 224, 224],
-        vec![0u8; n * 4],
+        dtype,
+        desc.dims.clone(),
+        vec![0u8; n as usize * dtype.size()],
     )
     .map_err(|e| e.to_string())?;
     let inputs = [input];

@@ -95,7 +95,7 @@ pub fn run(a: &CompileArgs) -> Result<(), Failure> {
     };
     let precision = PrecisionMode::parse(&a.precision_mode)?;
     let opts = CompileOptions {
-        gear: a.gear.options(),
+        gear: a.gear.options()?,
         getnext_sink: a.getnext_sink,
         table_layout,
         mapindex_engine,

@@ -95,19 +95,33 @@ pub struct GearArgs {
     /// Layout of the inputs: NCHW (default), NHWC or ND.
     #[arg(long = "input_format")]
     input_format: Option<String>,
+    /// Static AIPP configuration (protobuf text, `aipp_op { ... }`): the input it names
+    /// becomes an 8-bit NHWC image pre-processed on the AI core in front of the first layer.
+    #[arg(long = "insert_op_conf", value_name = "FILE")]
+    insert_op_conf: Option<std::path::PathBuf>,
 }
 
 impl GearArgs {
-    /// The compiler's gear options.
-    pub fn options(&self) -> GearOptions {
-        GearOptions {
+    /// The compiler's gear options (the AIPP configuration file read).
+    pub fn options(&self) -> Result<GearOptions> {
+        let (conf, text) = match &self.insert_op_conf {
+            None => (None, None),
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("--insert_op_conf {}: cannot read", p.display()))?;
+                (Some(p.display().to_string()), Some(text))
+            }
+        };
+        Ok(GearOptions {
             input_shape: self.input_shape.clone(),
             dynamic_batch_size: self.dynamic_batch_size.clone(),
             dynamic_image_size: self.dynamic_image_size.clone(),
             dynamic_dims: self.dynamic_dims.clone(),
             input_format: self.input_format.clone(),
+            insert_op_conf: conf,
+            insert_op_conf_text: text,
             ..GearOptions::default()
-        }
+        })
     }
 
     /// Whether any shape or gear option was given (`--input_format` alone is not).

@@ -4,7 +4,7 @@ use super::Failure;
 
 /// Lists the operators.
 pub fn run() -> Result<(), Failure> {
-    for op in gearsim_compiler::ops::standard().ops() {
+    for op in gearsim_compiler::ops::onnx_ops(&gearsim_compiler::ops::standard()) {
         say!("{op}");
     }
     Ok(())

@@ -147,7 +147,7 @@ fn gears(a: &StudyGearsArgs) -> Result<(), Failure> {
         study.workload = Workload::Model(Box::new(ModelWorkload {
             onnx,
             file: path.display().to_string(),
-            gear: a.gear.options(),
+            gear: a.gear.options()?,
         }));
     } else if a.gear.any_shape() {
         return Err(anyhow!(

@@ -450,17 +450,16 @@ fn compile_rejects_a_bad_precision_mode_or_fusion_switch_file_and_writes_nothing
     let om = scratch("bad_options_model.om");
     std::fs::write(&om, b"previous").unwrap();
     let out_s = out.display().to_string();
-    let o = gearsim(&[
-        "compile",
-        "--model",
-        &model,
-        "--output",
-        &out_s,
-        "--precision_mode",
-        "fp8",
-    ]);
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    // `gearsim compile` of the CNN with `extra` flags: it must fail; its stderr.
+    let fails = |extra: &[&str]| {
+        let mut args = vec!["compile", "--model", &model, "--output", &out_s];
+        args.extend_from_slice(extra);
+        let o = gearsim(&args);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{extra:?}: {err}");
+        err
+    };
+    let err = fails(&["--precision_mode", "fp8"]);
     assert!(
         err.contains("E10001") && err.contains("--precision_mode"),
         "{err}"
@@ -471,17 +470,35 @@ fn compile_rejects_a_bad_precision_mode_or_fusion_switch_file_and_writes_nothing
         r#"{"Switch": {"UBFusion": {"NoSuchPass": "off"}}}"#,
     )
     .unwrap();
-    let o = gearsim(&[
-        "compile",
-        "--model",
-        &model,
-        "--output",
-        &out_s,
-        "--fusion_switch_file",
-        &switch.display().to_string(),
-    ]);
-    let (_, err) = text(&o);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let err = fails(&["--fusion_switch_file", &switch.display().to_string()]);
     assert!(err.contains("unknown fusion pass `NoSuchPass`"), "{err}");
+    // A malformed AIPP configuration, a missing one, and AIPP with dynamic dims (GE's E10001).
+    let conf = scratch("bad_aipp.cfg");
+    std::fs::write(
+        &conf,
+        "aipp_op {\n  input_format: RGB888_U8\n  crop: sometimes\n}\n",
+    )
+    .unwrap();
+    let conf_s = conf.display().to_string();
+    let err = fails(&["--insert_op_conf", &conf_s]);
+    assert!(
+        err.contains("E10001") && err.contains("bad_aipp.cfg") && err.contains("line 3"),
+        "{err}"
+    );
+    let err = fails(&["--insert_op_conf", "/no/such.cfg"]);
+    assert!(err.contains("/no/such.cfg: cannot read"), "{err}");
+    std::fs::write(&conf, "aipp_op { input_format: RGB888_U8 }").unwrap();
+    let err = fails(&[
+        "--insert_op_conf",
+        &conf_s,
+        "--input_shape",
+        "input:-1,3,32,32",
+        "--dynamic_dims",
+        "1;2",
+    ]);
+    assert!(
+        err.contains("E10001") && err.contains("The dynamic dims function does not support AIPP."),
+        "{err}"
+    );
     assert_eq!(std::fs::read(&om).unwrap(), b"previous");
 }

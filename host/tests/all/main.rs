@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod advise;
+mod aipp;
 mod calibrate;
 mod cli;
 mod cli_flags;

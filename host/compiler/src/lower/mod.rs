@@ -25,6 +25,7 @@
 //! stored once).
 
 pub mod activation;
+pub mod aipp;
 pub mod bcast;
 pub mod cube;
 pub mod dma;
@@ -191,6 +192,7 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
         .or_else(|| pool::lowering(op))
         .or_else(|| cube::lowering(op))
         .or_else(|| movement::lowering(op))
+        .or_else(|| (op == crate::aipp::OP).then_some(aipp::lower as LowerFn))
 }
 
 /// Lowers one node.

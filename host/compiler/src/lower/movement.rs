@@ -15,7 +15,7 @@
 
 mod copy;
 mod gather;
-mod kit;
+pub(super) mod kit;
 mod shuffle;
 mod stride;
 

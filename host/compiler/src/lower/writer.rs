@@ -96,6 +96,11 @@ impl Asm {
         r
     }
 
+    /// `N` fresh registers.
+    pub fn regs<const N: usize>(&mut self) -> [Reg; N] {
+        std::array::from_fn(|_| self.reg())
+    }
+
     /// Records a tiling parameter (shown in the dump's header and the kernel's description).
     pub fn tiling(&mut self, name: &str, value: i64) {
         self.b.comment(format!("tiling {name} = {value}"));

@@ -45,6 +45,18 @@ pub fn standard() -> Registry {
     r
 }
 
+/// Operators GE inserts itself (no ONNX model names them): registered for inference, left out
+/// of the ONNX operator lists.
+pub const GE_INSERTED: &[&str] = &[crate::aipp::OP];
+
+/// The registry's ONNX operators, sorted.
+pub fn onnx_ops(r: &Registry) -> Vec<&'static str> {
+    r.ops()
+        .into_iter()
+        .filter(|op| !GE_INSERTED.contains(op))
+        .collect()
+}
+
 /// Where a bad value came from, so one helper can blame an attribute or an input.
 #[derive(Clone, Copy, Debug)]
 enum Src<'a> {

@@ -17,6 +17,15 @@ use super::{
 pub(super) fn defs() -> Vec<OpDef> {
     vec![
         OpDef {
+            op: crate::aipp::OP,
+            min_inputs: 1,
+            max_inputs: 1,
+            verify: verify_aipp,
+            infer: infer_aipp,
+            fold: None,
+            static_inputs: &[],
+        },
+        OpDef {
             op: "Conv",
             min_inputs: 2,
             max_inputs: 3,
@@ -850,4 +859,56 @@ fn verify_softmax(ctx: &OpCtx<'_>) -> Result<(), OpError> {
 fn infer_softmax(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
     verify_softmax(ctx)?;
     Ok(vec![ctx.input(0)?.clone()])
+}
+
+/// The AIPP node's parameters and its image input (u8 NHWC with the format's pixel bytes).
+fn aipp_input<'a>(ctx: &OpCtx<'a>) -> Result<(crate::aipp::Params, &'a TensorDesc), OpError> {
+    let p = crate::aipp::Params::of(ctx.node).map_err(|what| {
+        OpError::attr(
+            "crop",
+            what,
+            "missing or malformed",
+            "insert AIPP with --insert_op_conf",
+        )
+    })?;
+    let x = input_of(ctx, 0, &[DataType::U8], "an 8-bit image")?;
+    let pixel = Dim::Fixed(p.format.pixel_bytes() as i64);
+    if x.shape.len() != 4 || x.shape[3] != pixel {
+        return Err(OpError::input(
+            0,
+            format!(
+                "an NHWC image with {} byte(s) per pixel ({})",
+                p.format.pixel_bytes(),
+                p.format.name()
+            ),
+            shape_str(&x.shape),
+            "feed the image the AIPP configuration describes",
+        ));
+    }
+    Ok((p, x))
+}
+
+fn verify_aipp(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    aipp_input(ctx).map(|_| ())
+}
+
+/// `[N, C, crop height, crop width]` in f32, or in f16 once the precision mode made it so
+/// (the type cannot follow from the 8-bit input, so the node's declared one stands).
+fn infer_aipp(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let (p, x) = aipp_input(ctx)?;
+    let declared = ctx.node.outputs.first().map(|d| d.dtype);
+    Ok(vec![TensorDesc {
+        dtype: if declared == Some(DataType::F16) {
+            DataType::F16
+        } else {
+            DataType::F32
+        },
+        shape: vec![
+            x.shape[0].clone(),
+            Dim::Fixed(p.format.channels() as i64),
+            Dim::Fixed(p.crop[2] as i64),
+            Dim::Fixed(p.crop[3] as i64),
+        ],
+        format: crate::ir::Format::Nchw,
+    }])
 }

@@ -19,8 +19,11 @@
 use gearsim_isa::{SReg, SType, Space, units};
 
 use super::super::dma::{self, Dir};
+use super::super::queue;
 use super::super::writer::{Asm, Reg};
+use super::super::{LowerCtx, LowerError, Lowered, Operand};
 use crate::CoreSpec;
+use crate::ir::{DataType, Tensor};
 
 /// Bytes in a DMA block (the UB alignment and the unit of burst lengths and gaps).
 pub const BLOCK: u64 = units::BLOCK_BYTES;
@@ -410,4 +413,100 @@ pub fn first_mask(n: u64) -> i64 {
 pub fn set_mask(a: &mut Asm, zero: Reg, reg: Reg, lo: i64) {
     a.movi(reg, lo);
     a.set_mask(zero, reg);
+}
+
+/// The start of a gather kernel: its constant bit patterns (`bytes` from argument 2) into UB
+/// at `at` behind a barrier, every element of a repeat enabled, the chain's buffers free.
+pub fn gather_prologue(
+    a: &mut Asm,
+    f: &Frame,
+    chain: &Chain,
+    ub: Reg,
+    tmp: Reg,
+    at: u64,
+    bytes: u64,
+) {
+    a.comment("the bit patterns, once; every element of a repeat enabled");
+    f.arg(a, tmp, 2);
+    a.movi(ub, at as i64);
+    a.copy_gm_to_ub(ub, tmp, 1, bytes / BLOCK);
+    queue::barrier(a, Pipe::Mte2, Pipe::V, 0);
+    a.movi(tmp, -1);
+    a.set_mask(tmp, tmp);
+    chain.prologue(a);
+}
+
+/// The end of a gather kernel: `job`'s loop, the chain drained, and the kernel over (input 0,
+/// output 0, the patterns) with the patterns as its derived constant.
+pub fn gather_kernel(
+    ctx: &LowerCtx<'_>,
+    mut a: Asm,
+    f: &Frame,
+    chain: &Chain,
+    job: Job<'_>,
+    blocks: u32,
+    patterns: Vec<u8>,
+) -> Result<Lowered, LowerError> {
+    run_jobs(&mut a, f, chain.nbuf, &[job]);
+    chain.epilogue(&mut a);
+    let kernel = ctx.kernel(
+        a,
+        blocks,
+        vec![Operand::Input(0), Operand::Output(0), Operand::Derived(0)],
+    )?;
+    Ok(Lowered::Kernels {
+        kernels: vec![kernel],
+        derived: vec![Tensor {
+            dtype: DataType::U8,
+            dims: vec![patterns.len() as i64],
+            data: std::sync::Arc::new(patterns),
+        }],
+        workspace_bytes: 0,
+    })
+}
+
+/// Stage 0 of `chain` on buffer `k`: `rows` runs of `bytes` from GM at `src`, `gap` bytes
+/// apart, into UB at `at`, each padded to 32 bytes (`ub` clobbered).
+#[allow(clippy::too_many_arguments)]
+pub fn load_padded_rows(
+    a: &mut Asm,
+    chain: &Chain,
+    k: usize,
+    ub: Reg,
+    at: u64,
+    src: Reg,
+    rows: u64,
+    (bytes, gap): (u64, u64),
+) {
+    chain.begin(a, 0, k);
+    a.movi(ub, at as i64);
+    a.copy_gm_to_ub_pad(ub, src, rows, bytes)
+        .src_gap(gap)
+        .dst_gap(0);
+    chain.end(a, 0, k);
+}
+
+/// The start of a kernel of row tasks, each passing MTE2 -> V -> MTE3 on one of `nbuf`
+/// buffers: its writer (rows per task and row pitch recorded as tiling), the task frame of
+/// `split`, the chain.
+pub fn row_kernel(
+    ctx: &LowerCtx<'_>,
+    split: Split,
+    nbuf: usize,
+    rows: u64,
+    pitch: u64,
+) -> (Asm, Frame, Chain) {
+    let chain = Chain {
+        stages: &[
+            gearsim_isa::Pipe::Mte2,
+            gearsim_isa::Pipe::V,
+            gearsim_isa::Pipe::Mte3,
+        ],
+        nbuf,
+    };
+    let mut a = Asm::new(&super::super::kernel_name(ctx, ""));
+    a.tiling("rows_per_task", rows as i64);
+    a.tiling("row_pitch", pitch as i64);
+    let f = Frame::new(&mut a, split);
+    (a, f, chain)
 }

@@ -15,13 +15,11 @@
 //! pattern and every immediate are static. Rows of consecutive planes are `sh` input rows
 //! apart too when `H = sh · Ho`, so a task may cross planes; otherwise R divides `Ho`.
 
-use gearsim_isa::{DType, Pipe, units};
+use gearsim_isa::{DType, units};
 
-use super::super::queue::{self, Chain};
 use super::super::writer::Asm;
-use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
-use super::kit::{self, BLOCK, Frame, Job, Split, round32};
-use crate::ir::{DataType, Tensor};
+use super::super::{LowerCtx, LowerError, Lowered};
+use super::kit::{self, Job, Split, round32};
 
 /// The slice, per axis: input dims, start, step and output length.
 pub struct Strided<'a> {
@@ -169,34 +167,13 @@ pub fn lower(ctx: &LowerCtx<'_>, s: &Strided<'_>) -> Result<Option<Lowered>, Low
     }
     let pattern = g.pattern(r);
     let split = Split::new(g.rows / r, core);
-    let chain = Chain {
-        stages: &[Pipe::Mte2, Pipe::V, Pipe::Mte3],
-        nbuf,
-    };
-    let mut a = Asm::new(&kernel_name(ctx, ""));
-    a.tiling("rows_per_task", r as i64);
-    a.tiling("row_pitch", g.pitch as i64);
-    let f = Frame::new(&mut a, split);
-    let (x, y, src, dst, ub, t0, t1) = (
-        a.reg(),
-        a.reg(),
-        a.reg(),
-        a.reg(),
-        a.reg(),
-        a.reg(),
-        a.reg(),
-    );
+    let (mut a, f, chain) = kit::row_kernel(ctx, split, nbuf, r, g.pitch);
+    let [x, y, src, dst, ub, t0, t1] = a.regs();
     let pattern_ub = 0u64;
-    let buf = |k: usize| pattern.len() as u64 + k as u64 * g.buffer_bytes(r);
+    let pattern_len = pattern.len() as u64;
+    let buf = |k: usize| pattern_len + k as u64 * g.buffer_bytes(r);
     let packed = |k: usize| buf(k) + r * g.pitch * g.e;
-    a.comment("the pattern, once; every element of a repeat enabled");
-    f.arg(&mut a, t0, 2);
-    a.movi(ub, pattern_ub as i64);
-    a.copy_gm_to_ub(ub, t0, 1, pattern.len() as u64 / BLOCK);
-    queue::barrier(&mut a, Pipe::Mte2, Pipe::V, 0);
-    a.movi(t0, -1);
-    a.set_mask(t0, t0);
-    chain.prologue(&mut a);
+    kit::gather_prologue(&mut a, &f, &chain, ub, t0, pattern_ub, pattern.len() as u64);
     let first = (g.h0 * g.w + g.w0) * g.e;
     let job = Job {
         tasks: split.total,
@@ -222,12 +199,7 @@ pub fn lower(ctx: &LowerCtx<'_>, s: &Strided<'_>) -> Result<Option<Lowered>, Low
             }
             a.add(src, src, x);
             kit::add_imm(a, src, first as i64, t0);
-            chain.begin(a, 0, k);
-            a.movi(ub, buf(k) as i64);
-            a.copy_gm_to_ub_pad(ub, src, r, g.span * g.e)
-                .src_gap(gap)
-                .dst_gap(0);
-            chain.end(a, 0, k);
+            kit::load_padded_rows(a, &chain, k, ub, buf(k), src, r, (g.span * g.e, gap));
         }),
         rest: Box::new(|a: &mut Asm, k: usize, t| {
             chain.begin(a, 1, k);
@@ -246,21 +218,5 @@ pub fn lower(ctx: &LowerCtx<'_>, s: &Strided<'_>) -> Result<Option<Lowered>, Low
             chain.end(a, 2, k);
         }),
     };
-    kit::run_jobs(&mut a, &f, nbuf, &[job]);
-    chain.epilogue(&mut a);
-    let kernel = ctx.kernel(
-        a,
-        split.blocks,
-        vec![Operand::Input(0), Operand::Output(0), Operand::Derived(0)],
-    )?;
-    let count = pattern.len() as i64;
-    Ok(Some(Lowered::Kernels {
-        kernels: vec![kernel],
-        derived: vec![Tensor {
-            dtype: DataType::U8,
-            dims: vec![count],
-            data: std::sync::Arc::new(pattern),
-        }],
-        workspace_bytes: 0,
-    }))
+    kit::gather_kernel(ctx, a, &f, &chain, job, split.blocks, pattern).map(Some)
 }
