@@ -598,8 +598,9 @@ fn node_attrs(op: &AippOp, crop: [u64; 4]) -> BTreeMap<String, Attr> {
 /// static NCHW shapes with the format's channel count, and the crop must be the network's
 /// input size (gearsim does not resize or pad).
 pub fn insert(g: &mut Graph, ops: &[AippOp], path: &str) -> Result<(), OptionError> {
-    let data = g.of_type("Data");
     for op in ops {
+        // Looked up per block: each insertion moves the nodes after it.
+        let data = g.of_type("Data");
         let Some(&id) = data.get(op.rank) else {
             return Err(bad(
                 path,
@@ -619,6 +620,16 @@ pub fn insert(g: &mut Graph, ops: &[AippOp], path: &str) -> Result<(), OptionErr
                 path,
                 op.line,
                 format!("input `{input}` must have a static 4-D NCHW shape for AIPP, it is {desc}"),
+            ));
+        }
+        if desc.format == Format::Nhwc {
+            return Err(bad(
+                path,
+                op.line,
+                format!(
+                    "input `{input}` is NHWC; gearsim applies AIPP to NCHW inputs only \
+                     (--input_format)"
+                ),
             ));
         }
         if !desc.dtype.is_float() {

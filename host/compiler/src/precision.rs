@@ -77,7 +77,7 @@ impl PrecisionMode {
     fn to_fp16(self, op: &str) -> bool {
         match self {
             PrecisionMode::MustKeepOriginDtype => false,
-            PrecisionMode::AllowFp32ToFp16 => CUBE.contains(&op),
+            PrecisionMode::AllowFp32ToFp16 => CUBE.contains(&op) || op == crate::aipp::OP,
             PrecisionMode::ForceFp16 => FP16_KERNELS.contains(&op),
             PrecisionMode::AllowMixPrecision => {
                 FP16_KERNELS.contains(&op) && !SENSITIVE.contains(&op)
@@ -93,7 +93,7 @@ const CUBE: &[&str] = &["Conv", "MatMul", "Gemm"];
 /// (the reductions and normalisations have f32 kernels only, so they keep fp32 between casts,
 /// as GE keeps an op whose kernel lacks fp16).
 const FP16_KERNELS: &[&str] = &[
-    // AIPP's output is fp16 on the hardware; in fp32 only where the mode keeps every type.
+    // AIPP's output is fp16 on the hardware (kept in fp32 only by must_keep_origin_dtype).
     "Aipp",
     "Conv",
     "MatMul",

@@ -107,8 +107,12 @@ impl GearArgs {
         let (conf, text) = match &self.insert_op_conf {
             None => (None, None),
             Some(p) => {
-                let text = std::fs::read_to_string(p)
+                let bytes = std::fs::read(p)
                     .with_context(|| format!("--insert_op_conf {}: cannot read", p.display()))?;
+                // Sample configurations carry a byte-order mark or comments in a local code
+                // page; the fields are ASCII, so anything else only ever reaches an error.
+                let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes);
+                let text = String::from_utf8_lossy(bytes).into_owned();
                 (Some(p.display().to_string()), Some(text))
             }
         };

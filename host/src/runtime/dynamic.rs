@@ -89,6 +89,9 @@ pub struct DynamicModel {
     stats: DynamicStats,
     /// Allocations the host has been charged for.
     charged_allocs: u64,
+    /// Buffers replaced during a run: kernels launched before may still use them (launches
+    /// are asynchronous), so they are freed only once the run has synchronised.
+    retired: Vec<DevicePtr>,
 }
 
 impl DynamicModel {
@@ -121,6 +124,7 @@ impl DynamicModel {
             staging: BTreeMap::new(),
             stats: DynamicStats::default(),
             charged_allocs: 0,
+            retired: Vec::new(),
         })
     }
 
@@ -213,6 +217,9 @@ impl DynamicModel {
         }
         // Outputs.
         l.host.sync(l.dev, l.stream)?;
+        for p in self.retired.drain(..) {
+            l.dev.free(p)?;
+        }
         let net = g
             .nodes
             .iter()
@@ -377,7 +384,7 @@ impl DynamicModel {
                     capacity: need,
                 };
                 if let Some(old) = self.args.get(*launches) {
-                    l.dev.free(old.ptr)?;
+                    self.retired.push(old.ptr);
                     self.args[*launches] = b;
                 } else {
                     self.args.push(b);
@@ -421,7 +428,7 @@ impl DynamicModel {
                 self.stats.reused += 1;
                 return Ok(*b);
             }
-            dev.free(b.ptr)?;
+            self.retired.push(b.ptr);
         }
         let b = Buffer {
             ptr: dev.alloc(bytes)?,
@@ -441,7 +448,7 @@ impl DynamicModel {
             Some(w) if w.capacity >= bytes => Ok(w.ptr),
             old => {
                 if let Some(w) = old {
-                    dev.free(w.ptr)?;
+                    self.retired.push(w.ptr);
                 }
                 let w = Buffer {
                     ptr: dev.alloc(bytes)?,
@@ -471,7 +478,7 @@ impl DynamicModel {
             Some((_, b)) if b.capacity >= bytes.max(1) => *b,
             old => {
                 if let Some((_, b)) = old {
-                    dev.free(b.ptr)?;
+                    self.retired.push(b.ptr);
                 }
                 Buffer {
                     ptr: dev.alloc(bytes.max(1))?,

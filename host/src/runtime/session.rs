@@ -102,15 +102,17 @@ pub struct RunReport {
     /// The outputs at their real shapes.
     pub outputs: Vec<Tensor>,
     /// Device time: how long the runtime's stream was executing the run's tasks (its copies
-    /// and the model's execution; waits for the host excluded; a sink item's queue copies
-    /// overlap and are not counted).
+    /// and the model's execution; waits for the host excluded). A sink item's queue copies
+    /// run beside the stream and count only as far as a GetNext inside the execution waits
+    /// for them.
     pub device_time_ps: u64,
     /// Host time: the calling thread's own work in the call (task submissions, wake-ups from
     /// synchronisation, staging copies, the dynamic path's shape inference and tiling), at the
     /// chip preset's `[host]` costs.
     pub host_ps: u64,
     /// End to end: from the call to its return, what a timer around it on the host measures
-    /// (host work, device time and the waits between them; a sink run from its enqueue).
+    /// (host work, device time and the waits between them; `run_sink` from its enqueue,
+    /// `run_queued` from its own call).
     pub end_to_end_ps: u64,
     /// Simulated time of the model's execution alone, from `aclmdlExecute`'s submission to the
     /// end of its last task: the figure ais_bench reports as NPU compute time (copies and

@@ -164,18 +164,25 @@ fn a_network_behind_aipp_runs_on_the_image() {
     );
     assert_eq!(input.format, "NHWC");
     let x = image(&[2, 36, 40, 3], 7);
-    let mut rt = Runtime::new(cfg, NullSink, RuntimeOptions::default()).unwrap();
-    let m = rt.load(&c.om_bytes().unwrap()).unwrap();
-    let got = rt.run(m, std::slice::from_ref(&x)).unwrap();
-    let feeds = BTreeMap::from([("input".to_string(), x)]);
+    runs_as_evaluated(&cfg, &c, vec![("input", x)], "cnn behind aipp");
+}
+
+/// Runs compiled model `c` on `feeds` (in input order) and checks its first output against
+/// the evaluator on the compiled graph.
+fn runs_as_evaluated(
+    cfg: &ChipConfig,
+    c: &gearsim_compiler::pipeline::Compiled,
+    feeds: Vec<(&str, Tensor)>,
+    what: &str,
+) {
+    let mut rt = Runtime::new(cfg.clone(), NullSink, RuntimeOptions::default()).unwrap();
+    let id = rt.load(&c.om_bytes().unwrap()).unwrap();
+    let inputs: Vec<Tensor> = feeds.iter().map(|(_, t)| t.clone()).collect();
+    let got = rt.run(id, &inputs).unwrap();
+    let feeds: BTreeMap<String, Tensor> =
+        feeds.into_iter().map(|(n, t)| (n.to_string(), t)).collect();
     let want = eval_model(&c.after, &feeds).unwrap();
-    assert_close(
-        &f32s(&got.outputs[0]),
-        &want[0].to_f64s(),
-        1e-3,
-        1e-3,
-        "cnn behind aipp",
-    );
+    assert_close(&f32s(&got.outputs[0]), &want[0].to_f64s(), 1e-3, 1e-3, what);
 }
 
 #[test]
@@ -259,4 +266,55 @@ fn configurations_gear_modes_and_models_aipp_cannot_take_are_refused() {
         e.to_string().contains("aipp.cfg") && e.to_string().contains("line 3"),
         "{e}"
     );
+}
+
+/// Two inputs, each behind its own `aipp_op` (written in either order), run on their images.
+#[test]
+fn each_input_an_aipp_op_names_gets_its_own() {
+    use super::onnx_build::{model, node};
+    use prost::Message as _;
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    let dims = [Some(1), Some(3), Some(4), Some(4)];
+    let m = model(
+        17,
+        vec![node("Add", "add", &["a", "b"], &["y"])],
+        &[("a", &dims[..]), ("b", &dims[..])],
+        &[("y", &dims[..])],
+        vec![],
+    )
+    .encode_to_vec();
+    let first = "aipp_op { related_input_rank: 0 input_format: RGB888_U8 mean_chn_0: 5 }";
+    let second = "aipp_op { related_input_rank: 1 input_format: XRGB8888_U8 \
+                  src_image_size_w: 6 crop: true load_start_pos_w: 2 }";
+    for conf in [format!("{first}\n{second}"), format!("{second}\n{first}")] {
+        let mut o = options(GearOptions::default(), &cfg);
+        o.gear.insert_op_conf_text = Some(conf.clone());
+        let c = compile(&m, "add.onnx", &o).unwrap_or_else(|e| panic!("{conf}: {e}"));
+        let ins: Vec<_> = c
+            .desc
+            .inputs
+            .iter()
+            .map(|i| (i.dtype, i.dims.clone()))
+            .collect();
+        assert_eq!(
+            ins,
+            vec![(2, vec![1, 4, 4, 3]), (2, vec![1, 4, 6, 4])],
+            "{conf}"
+        );
+        let (a, b) = (image(&[1, 4, 4, 3], 1), image(&[1, 4, 6, 4], 2));
+        runs_as_evaluated(&cfg, &c, vec![("a", a), ("b", b)], &conf);
+    }
+    // An NHWC input is refused, not misread.
+    let mut o = options(
+        GearOptions {
+            input_format: Some("NHWC".into()),
+            ..GearOptions::default()
+        },
+        &cfg,
+    );
+    o.gear.insert_op_conf_text = Some(first.into());
+    let Err(e) = compile(&m, "add.onnx", &o) else {
+        panic!("NHWC with AIPP compiled");
+    };
+    assert!(e.to_string().contains("NCHW inputs only"), "{e}");
 }

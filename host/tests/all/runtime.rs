@@ -448,3 +448,74 @@ fn the_dynamic_path_is_host_bound_and_slower_than_a_gear_end_to_end() {
     assert!(slow.end_to_end_ps > dynamic.end_to_end_ps);
     assert_eq!(slow.device_time_ps, dynamic.device_time_ps);
 }
+
+/// The dynamic path launches asynchronously, so a buffer it replaces during a run (a larger
+/// workspace for a later node) must outlive the kernels queued before: with a host that costs
+/// nothing the device lags furthest behind, and the run must still be right.
+#[test]
+fn buffers_replaced_during_an_asynchronous_dynamic_run_outlive_the_kernels_using_them() {
+    use super::onnx_build::{model, node};
+    use prost::Message as _;
+    let mut m = model(
+        17,
+        vec![
+            node("GlobalAveragePool", "gap_a", &["x"], &["a"]),
+            node("Concat", "cat", &["x", "x", "x", "x"], &["c"]),
+            node("GlobalAveragePool", "gap_b", &["c"], &["b"]),
+        ],
+        &[("x", &[Some(1), Some(1), None, None])],
+        &[
+            ("a", &[Some(1), Some(1), Some(1), Some(1)]),
+            ("b", &[Some(1), Some(1), Some(1), Some(1)]),
+        ],
+        vec![],
+    );
+    m.graph.as_mut().unwrap().node[1].attribute.push(
+        gearsim_compiler::onnx::proto::AttributeProto {
+            name: "axis".into(),
+            i: 2,
+            r#type: 2,
+            ..Default::default()
+        },
+    );
+    let c = compile(
+        &m.encode_to_vec(),
+        "gaps.onnx",
+        &CompileOptions {
+            gear: GearOptions {
+                input_shape: Some("x:1,1,-1,-1".into()),
+                dynamic_image_size: Some("8,8;16,16".into()),
+                ..GearOptions::default()
+            },
+            getnext_sink: false,
+            table_layout: Default::default(),
+            mapindex_engine: Default::default(),
+            fusion: Default::default(),
+            precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
+            target: atc::target(&cfg()),
+        },
+    )
+    .unwrap();
+    let source = gearsim_compiler::onnx::import(&c.source, "gaps.onnx")
+        .unwrap()
+        .model;
+    let mut rt = Runtime::new(cfg_host_scaled(0), NullSink, RuntimeOptions::default()).unwrap();
+    let id = rt.load(&c.hybrid_om_bytes().unwrap()).unwrap();
+    let (h, w) = (1024i64, 2048i64);
+    let v: Vec<f32> = (0..h * w)
+        .map(|i| ((i * 7919) % 1000) as f32 / 1000.0)
+        .collect();
+    let x = Tensor::from_f32s(vec![1, 1, h, w], &v);
+    let r = rt.run(id, std::slice::from_ref(&x)).unwrap();
+    assert_eq!(r.path, RunPath::Dynamic);
+    let want = eval_model(&source, &[("x".to_string(), x)].into()).unwrap();
+    for (o, w) in want.iter().enumerate() {
+        assert_close(
+            &f32s(&r.outputs[o]),
+            &w.to_f64s(),
+            1e-5,
+            1e-6,
+            &format!("output {o}"),
+        );
+    }
+}

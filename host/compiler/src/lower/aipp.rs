@@ -133,7 +133,9 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let n = ys[0] as u64;
     let core = &ctx.target.core;
     let nbuf = kit::buffers(core);
-    let gap = g.ws * g.pixel - g.span;
+    let gap = (g.ws * g.pixel)
+        .checked_sub(g.span)
+        .ok_or_else(|| ctx.error("a crop wider than the image"))?;
     if gap > units::PAD_GAP_MAX || g.span > kit::MAX_PAD_LEN {
         return Err(ctx.error(format!(
             "a source row of {} bytes is longer than a DMA burst or gap allows",

@@ -873,6 +873,18 @@ fn aipp_input<'a>(ctx: &OpCtx<'a>) -> Result<(crate::aipp::Params, &'a TensorDes
     })?;
     let x = input_of(ctx, 0, &[DataType::U8], "an 8-bit image")?;
     let pixel = Dim::Fixed(p.format.pixel_bytes() as i64);
+    let fits = |axis: usize, end: u64| match x.shape.get(axis).and_then(Dim::fixed) {
+        Some(n) => end <= n as u64,
+        None => true,
+    };
+    if x.shape.len() == 4 && !(fits(1, p.crop[0] + p.crop[2]) && fits(2, p.crop[1] + p.crop[3])) {
+        return Err(OpError::attr(
+            "crop",
+            format!("a crop inside the {} image", shape_str(&x.shape)),
+            format!("{:?}", p.crop),
+            "crop inside the image",
+        ));
+    }
     if x.shape.len() != 4 || x.shape[3] != pixel {
         return Err(OpError::input(
             0,
