@@ -17,9 +17,10 @@
 //! the smallest gear `g > s` if that beats the dynamic path (`min(t(g), h(s))`); else the hybrid
 //! dynamic path runs it (`h(s)`). Only the batch axis is padded (dynamic batch mode), and only
 //! when the model's rows are independent of each other, which the padding check shows on the
-//! device. The dynamic path's host work (shape inference, tiling, one launch per op) is not
-//! simulated; `host_us_per_op` charges it per op (a parameter: `ascend-hardware.md` §6.4 has no
-//! solid figure).
+//! device. Costs are device times; the dynamic path's host work (shape inference, tiling, one
+//! launch per op) is charged per op by `host_us_per_op`, the study's own parameter so that it
+//! can be swept (`ascend-hardware.md` §6.4 has no solid figure; the runtime's host model, the
+//! preset's `[host]` costs, shows in a run's end-to-end time).
 //!
 //! **Why the optimum is exact.** Without padding the expected cost is `Σ h` minus one saving per
 //! chosen gear, so the best `k`-set holds the `k` largest savings; with padding it is a sum of
