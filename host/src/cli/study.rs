@@ -57,8 +57,8 @@ pub struct StudyAdviseArgs {
     /// check shows independent) or never.
     #[arg(long = "pad", default_value = "auto")]
     pad: String,
-    /// Host time charged per op a dynamic-path run executes (shape inference, tiling, launch;
-    /// not simulated), in microseconds.
+    /// Host time charged per op a dynamic-path run executes (shape inference, tiling, launch),
+    /// in microseconds: the study's parameter, added to the simulated device time.
     #[arg(long = "host_us_per_op", default_value_t = 5.0)]
     host_us_per_op: f64,
     /// Write advise.csv, advise_candidates.csv and advise.svg here (created if missing).
