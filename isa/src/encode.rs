@@ -132,9 +132,13 @@ impl Instruction {
             };
             if let (Some(dst), Some(src)) = (ty(d), ty(s)) {
                 if !conversion_supported(dst, src) {
+                    let known: Vec<String> = CONVERSIONS
+                        .iter()
+                        .map(|(d, s)| format!("{s}->{d}"))
+                        .collect();
                     return Err(format!(
-                        "conversion {src} -> {dst} is not supported (f16<->f32, f32<->i32, \
-                         f16<->i32, u8->f16)"
+                        "conversion {src} -> {dst} is not supported (supported: {})",
+                        known.join(", ")
                     ));
                 }
             }
@@ -143,13 +147,23 @@ impl Instruction {
     }
 }
 
+/// The conversions `vconv` supports, as (destination, source).
+pub const CONVERSIONS: &[(DType, DType)] = {
+    use DType::{F16, F32, I32, U8};
+    &[
+        (F32, F16),
+        (F16, F32),
+        (I32, F32),
+        (F32, I32),
+        (I32, F16),
+        (F16, I32),
+        (F16, U8),
+    ]
+};
+
 /// Whether `vconv` supports converting `src` to `dst`.
 pub fn conversion_supported(dst: DType, src: DType) -> bool {
-    use DType::{F16, F32, I32, U8};
-    matches!(
-        (dst, src),
-        (F32, F16) | (F16, F32) | (I32, F32) | (F32, I32) | (I32, F16) | (F16, I32) | (F16, U8)
-    )
+    CONVERSIONS.contains(&(dst, src))
 }
 
 /// Encodes one instruction.

@@ -571,7 +571,7 @@ impl Params {
     }
 }
 
-/// Builds the `Aipp` node's attributes for `op` on a model input of `dims` (N, C, H, W).
+/// The `Aipp` node's attributes for `op` with its resolved crop [h0, w0, height, width].
 fn node_attrs(op: &AippOp, crop: [u64; 4]) -> BTreeMap<String, Attr> {
     let c = op.format.channels() as usize;
     let mut attrs = BTreeMap::new();

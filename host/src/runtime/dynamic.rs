@@ -27,6 +27,7 @@ use gearsim_traces::TraceSink;
 
 use super::copy::{self, Link, Transfers};
 use super::error::{DynamicError, RuntimeError};
+use super::host_work::costs;
 use crate::target;
 use gearsim_compiler::infer::{fold_constants, infer_graph};
 use gearsim_compiler::ir::{Format, Graph, Model, NodeId, Tensor, Value, fixed_shape};
@@ -173,7 +174,7 @@ impl DynamicModel {
             .iter()
             .filter(|n| !matches!(n.op.as_str(), "Data" | "Const" | "NetOutput"))
             .count() as u64;
-        let infer = l.host.config().infer_shape_ns.saturating_mul(ops);
+        let infer = costs(l.dev).infer_shape_ns.saturating_mul(ops);
         l.host.work(l.dev, "update_shape", infer)?;
         let target = target::for_chip(l.dev.chip().config());
         let mut launches = 0usize;
@@ -275,7 +276,7 @@ impl DynamicModel {
         if self.cache.contains_key(&key) {
             self.stats.cache_hits += 1;
         } else {
-            let select = l.host.config().kernel_select_ns;
+            let select = costs(l.dev).kernel_select_ns;
             l.host.work(l.dev, "update_impl (new shape)", select)?;
             let dev = &mut *l.dev;
             let ctx = LowerCtx {
@@ -389,12 +390,12 @@ impl DynamicModel {
                 } else {
                     self.args.push(b);
                 }
-                let alloc = l.host.config().alloc_ns;
+                let alloc = costs(l.dev).alloc_ns;
                 l.host.work(l.dev, "argument array", alloc)?;
             }
             let args_ptr = self.args[*launches].ptr;
             *launches += 1;
-            let tiling = l.host.config().tiling_ns;
+            let tiling = costs(l.dev).tiling_ns;
             l.host.work(l.dev, "tiling", tiling)?;
             l.dev.write(args_ptr, &bytes)?;
             let launch = Task::AiCoreKernel(AiCoreKernel {
@@ -411,7 +412,7 @@ impl DynamicModel {
     fn charge_allocs<S: TraceSink>(&mut self, l: &mut Link<'_, S>) -> Result<(), RuntimeError> {
         let new = self.stats.reallocs - self.charged_allocs;
         self.charged_allocs = self.stats.reallocs;
-        let ns = l.host.config().alloc_ns.saturating_mul(new);
+        let ns = costs(l.dev).alloc_ns.saturating_mul(new);
         l.host.work(l.dev, "realloc_if_needed", ns)
     }
 

@@ -19,11 +19,15 @@ use super::error::RuntimeError;
 /// The host thread that calls the runtime.
 #[derive(Debug, Clone)]
 pub(crate) struct Host {
-    cfg: HostConfig,
     /// The lane of the host's own work (None: tracing is off).
     lane: Option<LaneId>,
     /// Host work so far, picoseconds.
     busy_ps: u64,
+}
+
+/// The host's costs: the chip preset's `[host]` section.
+pub(crate) fn costs<S: TraceSink>(dev: &Device<S>) -> &HostConfig {
+    &dev.chip().config().host
 }
 
 /// Records a host span on `lane` from `start` to now.
@@ -57,7 +61,6 @@ fn bytes_ps(bytes: u64, rate: u64) -> u64 {
 impl Host {
     /// The host of a runtime over `dev` (its lane is made when `dev` traces).
     pub(crate) fn new<S: TraceSink>(dev: &mut Device<S>) -> Host {
-        let cfg = dev.chip().config().host.clone();
         let sink = dev.chip_mut().sink_mut();
         let lane = sink.enabled().then(|| {
             sink.lane(Lane {
@@ -66,16 +69,7 @@ impl Host {
                 kind: LaneKind::Host,
             })
         });
-        Host {
-            cfg,
-            lane,
-            busy_ps: 0,
-        }
-    }
-
-    /// The costs.
-    pub(crate) fn config(&self) -> &HostConfig {
-        &self.cfg
+        Host { lane, busy_ps: 0 }
     }
 
     /// Host work so far (ps).
@@ -118,7 +112,8 @@ impl Host {
         dev: &mut Device<S>,
         what: &str,
     ) -> Result<(), RuntimeError> {
-        self.work(dev, what, self.cfg.api_call_ns)
+        let ns = costs(dev).api_call_ns;
+        self.work(dev, what, ns)
     }
 
     /// Copies `bytes` between user memory and a pinned staging buffer.
@@ -127,7 +122,7 @@ impl Host {
         dev: &mut Device<S>,
         bytes: u64,
     ) -> Result<(), RuntimeError> {
-        let ps = bytes_ps(bytes, self.cfg.staging_bytes_per_second);
+        let ps = bytes_ps(bytes, costs(dev).staging_bytes_per_second);
         self.work_ps(dev, "staging copy", ps)
     }
 
@@ -139,7 +134,8 @@ impl Host {
         task: Task,
         name: &str,
     ) -> Result<(), RuntimeError> {
-        self.work(dev, "submit", self.cfg.submit_ns)?;
+        let ns = costs(dev).submit_ns;
+        self.work(dev, "submit", ns)?;
         dev.submit(stream, task, Some(name))?;
         Ok(())
     }
@@ -156,7 +152,8 @@ impl Host {
 
     /// The wake-up after a wait for the device.
     pub(crate) fn wake<S: TraceSink>(&mut self, dev: &mut Device<S>) -> Result<(), RuntimeError> {
-        self.work(dev, "synchronize", self.cfg.sync_ns)
+        let ns = costs(dev).sync_ns;
+        self.work(dev, "synchronize", ns)
     }
 }
 
@@ -193,7 +190,7 @@ mod tests {
                 (lo_us as f64..=hi_us as f64).contains(&us),
                 "{preset}: launch + synchronize took {us} us, published {lo_us}-{hi_us} us"
             );
-            let cfg = host.config();
+            let cfg = costs(&dev);
             assert_eq!(host.busy(), (cfg.submit_ns + cfg.sync_ns) * 1000);
         }
     }

@@ -1009,7 +1009,7 @@ impl<S: TraceSink> Runtime<S> {
             .collect();
         let bytes = inputs.iter().map(|x| x.data.len() as u64).sum();
         self.host.stage(&mut self.dev, bytes)?;
-        let send = self.host.config().queue_send_ns;
+        let send = super::host_work::costs(&self.dev).queue_send_ns;
         self.host.work(&mut self.dev, "acltdtSendTensor", send)?;
         self.dev.enqueue(q, item)?;
         let transfers = Transfers {
