@@ -4,12 +4,16 @@
 //! (`lower::cube::conv5hd`).
 //!
 //! A value may be 5HD when it is f16, rank 4 with `C % 16 == 0` (so both formats have the same
-//! size and the memory plan is unchanged), made by a convolution the 5HD kernel runs or by a
-//! layout-agnostic op (element-wise over same-shape operands), and read only by such
-//! convolutions (as their input) or agnostic ops whose output is 5HD too. A connected region of
-//! such values is kept only when some convolution then runs 5HD on both sides: a region whose
-//! every convolution still converts one side would only move the conversion. Graph inputs and
+//! size and the memory plan is unchanged), made by a convolution the 5HD kernel runs, by a
+//! layout-agnostic op (element-wise over same-shape operands) or by a 2-D MaxPool (which pools
+//! NCHW and converts its smaller output), and read only by such convolutions (as their input
+//! or fused residual), agnostic ops whose output is 5HD too, or GlobalAveragePool (whose
+//! `[N, C, 1, 1]` output is the same bytes in both formats). Pointwise convolutions of stride 1
+//! stay on the NCHW GEMM kernel, which runs them faster. A connected region of such values is
+//! kept only when some convolution then runs 5HD on both sides: a region whose every
+//! convolution still converts one side would only move the conversion. Graph inputs and
 //! outputs stay NCHW; a convolution with one NCHW side converts it with a TransData kernel.
+//! So ResNet-18's body, from the first MaxPool to the GlobalAveragePool, is one region.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -72,10 +76,26 @@ pub fn assign_fractal_formats(
             outputs: &node.outputs,
             target,
         };
-        // A pointwise convolution runs on the GEMM kernel over NCHW without any relayout, so
-        // keeping its sides 5HD gains nothing and costs the conversions around the region.
-        conv::conv_shape(&ctx)
-            .is_ok_and(|s| !conv::is_pointwise(&s) && conv5hd::supports(&s, &target.core).is_ok())
+        // A pointwise convolution of stride 1 is a product per image on the GEMM kernel over
+        // NCHW, which beats the window kernel; a strided one would first subsample in a kernel
+        // of its own, which the window kernel's img2col does for free.
+        conv::conv_shape(&ctx).is_ok_and(|s| {
+            (!conv::is_pointwise(&s) || s.sh > 1 || s.sw > 1)
+                && conv5hd::supports(&s, &target.core).is_ok()
+        })
+    };
+    // A 2-D MaxPool (without Indices) may write its output 5HD: it pools NCHW and converts
+    // its (smaller) output, so a region can start after the pool instead of before it.
+    let converting_pool = |id: NodeId| -> bool {
+        let node = g.node(id);
+        node.op == "MaxPool"
+            && node.outputs.len() == 1
+            && node
+                .inputs
+                .first()
+                .copied()
+                .flatten()
+                .is_some_and(|v| shape_values(&g.desc(v).shape).is_some_and(|s| s.len() == 4))
     };
     // Full-size operands of an agnostic op (its other operands are scalars); None when an
     // operand broadcasts, so the op is not agnostic here.
@@ -100,6 +120,10 @@ pub fn assign_fractal_formats(
         .map(NodeId)
         .filter(|id| fractal_conv(*id))
         .collect();
+    let pools: BTreeSet<NodeId> = (0..g.nodes.len() as u32)
+        .map(NodeId)
+        .filter(|id| converting_pool(*id))
+        .collect();
     let agnostic: BTreeMap<NodeId, Vec<Value>> = (0..g.nodes.len() as u32)
         .map(NodeId)
         .filter_map(|id| full_inputs(id).map(|f| (id, f)))
@@ -110,6 +134,7 @@ pub fn assign_fractal_formats(
     };
     let mut set: BTreeSet<Value> = convs
         .iter()
+        .chain(&pools)
         .chain(agnostic.keys())
         .map(|id| out0(*id))
         .filter(|v| candidate(g.desc(*v)))
@@ -125,8 +150,10 @@ pub fn assign_fractal_formats(
                     .is_none_or(|full| full.iter().all(|i| set.contains(i)));
                 let readers_ok = consumers.get(v).is_none_or(|cs| {
                     cs.iter().all(|(c, slot)| {
-                        (convs.contains(c) && *slot == 0)
+                        (convs.contains(c)
+                            && (*slot == 0 || *slot == crate::fusion::RESIDUAL_INPUT))
                             || (agnostic.contains_key(c) && set.contains(&out0(*c)))
+                            || (g.node(*c).op == "GlobalAveragePool" && *slot == 0)
                     })
                 });
                 !(inputs_ok && readers_ok)

@@ -646,3 +646,25 @@ fn conv5hd_wide_rows_and_many_blocks() {
 fn conv5hd_one_pixel_images() {
     cube(&Case::new(4, 32, (1, 1), 16, 1).formats(F5, ND), 45);
 }
+
+#[test]
+fn conv5hd_weights_larger_than_l1_split_output_channels_over_blocks() {
+    // 4.7 MB of packed weights: each block keeps one group of output channels in L1.
+    let r = cube(
+        &Case::new(2, 512, (3, 3), 512, 3).pad(1).formats(F5, F5),
+        46,
+    );
+    assert_eq!(r.kernels.len(), 1);
+}
+
+#[test]
+fn conv5hd_uneven_output_channel_groups_with_bias() {
+    // 20 co fractals do not divide evenly among the groups.
+    cube(
+        &Case::new(1, 256, (5, 6), 320, 3)
+            .pad(1)
+            .bias()
+            .formats(F5, ND),
+        47,
+    );
+}

@@ -153,37 +153,48 @@ fn transformer_matches_the_reference_at_every_sequence_gear() {
     every_gear_matches(&c, "x", &|g| vec![1, g[0], 64], (2e-2, 2e-2));
 }
 
+/// An f16 initializer of uniform values in `[-scale, scale]` (seeded).
+fn f16_init(
+    name: &str,
+    dims: &[i64],
+    scale: f32,
+    seed: u64,
+) -> gearsim_compiler::onnx::proto::TensorProto {
+    let n: i64 = dims.iter().product();
+    let t = rand_f32(&[n], -scale, scale, seed);
+    gearsim_compiler::onnx::proto::TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: 10,
+        raw_data: Some(
+            f32s(&t)
+                .iter()
+                .flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes())
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// An integer-list attribute.
+fn ints(name: &str, v: &[i64]) -> gearsim_compiler::onnx::proto::AttributeProto {
+    gearsim_compiler::onnx::proto::AttributeProto {
+        name: name.into(),
+        ints: v.to_vec(),
+        r#type: gearsim_compiler::onnx::proto::AttributeType::Ints as i32,
+        ..Default::default()
+    }
+}
+
 /// An f16 chain of convolutions at a dynamic batch of 1 or 3: conv → relu → conv → (+ the
 /// residual) → relu → conv, or without the middle conv (`middle` false).
 fn f16_conv_chain(middle: bool) -> Compiled {
     use super::onnx_build::{node, tensor_type};
     use gearsim_compiler::onnx::proto::{
-        AttributeProto, AttributeType, GraphProto, ModelProto, OperatorSetIdProto, TensorProto,
-        ValueInfoProto,
+        GraphProto, ModelProto, OperatorSetIdProto, ValueInfoProto,
     };
     use prost::Message;
-    let f16_init = |name: &str, dims: &[i64], seed: u64| {
-        let n: i64 = dims.iter().product();
-        let t = rand_f32(&[n], -0.3, 0.3, seed);
-        TensorProto {
-            name: name.into(),
-            dims: dims.to_vec(),
-            data_type: 10,
-            raw_data: Some(
-                f32s(&t)
-                    .iter()
-                    .flat_map(|v| half::f16::from_f32(*v).to_bits().to_le_bytes())
-                    .collect(),
-            ),
-            ..Default::default()
-        }
-    };
-    let ints = |name: &str, v: &[i64]| AttributeProto {
-        name: name.into(),
-        ints: v.to_vec(),
-        r#type: AttributeType::Ints as i32,
-        ..Default::default()
-    };
+    let f16_init = |name: &str, dims: &[i64], seed: u64| f16_init(name, dims, 0.3, seed);
     let conv = |name: &str, ins: &[&str], out: &str, k: i64| {
         let mut n = node("Conv", name, ins, &[out]);
         let p = k / 2;
@@ -284,6 +295,112 @@ fn f16_two_conv_chain_stays_nchw() {
         &c,
         "x",
         &|g| vec![g[0], 16, 12, 20],
+        (2e-2, 2e-2),
+        DataType::F16,
+    );
+}
+
+/// A ResNet-shaped f16 network at a dynamic batch of 1 or 2: a stem conv, a MaxPool, a basic
+/// block, a downsampling block whose 1×1 stride-2 shortcut absorbs the block's Add, and a
+/// GlobalAveragePool. The layout pass keeps everything from the pool's output to the
+/// GlobalAveragePool in NC1HWC0, and every gear matches the evaluator.
+#[test]
+fn resnet_shaped_body_runs_in_the_fractal_format_from_the_pool_to_the_global_pool() {
+    use super::onnx_build::{node, tensor_type};
+    use gearsim_compiler::onnx::proto::{
+        GraphProto, ModelProto, OperatorSetIdProto, ValueInfoProto,
+    };
+    use prost::Message;
+    let f16_init = |name: &str, dims: &[i64], seed: u64| f16_init(name, dims, 0.2, seed);
+    let mut initializer = Vec::new();
+    let mut seed = 10;
+    let mut conv = |name: &str, x: &str, out: &str, c: i64, m: i64, k: i64, stride: i64| {
+        let w = format!("{name}.w");
+        let b = format!("{name}.b");
+        initializer.push(f16_init(&w, &[m, c, k, k], seed));
+        initializer.push(f16_init(&b, &[m], seed + 1));
+        seed += 2;
+        let mut n = node("Conv", name, &[x, &w, &b], &[out]);
+        let p = k / 2;
+        n.attribute = vec![
+            ints("kernel_shape", &[k, k]),
+            ints("pads", &[p, p, p, p]),
+            ints("strides", &[stride, stride]),
+        ];
+        n
+    };
+    let mut pool = node("MaxPool", "pool", &["s"], &["p"]);
+    pool.attribute = vec![
+        ints("kernel_shape", &[3, 3]),
+        ints("pads", &[1, 1, 1, 1]),
+        ints("strides", &[2, 2]),
+    ];
+    let nodes = vec![
+        conv("stem", "x", "s0", 16, 16, 3, 1),
+        node("Relu", "stem_relu", &["s0"], &["s"]),
+        pool,
+        conv("b1c1", "p", "b1a", 16, 16, 3, 1),
+        node("Relu", "b1r1", &["b1a"], &["b1b"]),
+        conv("b1c2", "b1b", "b1c", 16, 16, 3, 1),
+        node("Add", "b1add", &["b1c", "p"], &["b1d"]),
+        node("Relu", "b1r2", &["b1d"], &["b1"]),
+        conv("b2c1", "b1", "b2a", 16, 32, 3, 2),
+        node("Relu", "b2r1", &["b2a"], &["b2b"]),
+        conv("b2c2", "b2b", "b2c", 32, 32, 3, 1),
+        conv("b2down", "b1", "b2s", 16, 32, 1, 2),
+        node("Add", "b2add", &["b2c", "b2s"], &["b2d"]),
+        node("Relu", "b2r2", &["b2d"], &["b2"]),
+        node("GlobalAveragePool", "gap", &["b2"], &["y"]),
+    ];
+    let io = |name: &str, dims: &[Option<i64>]| ValueInfoProto {
+        name: name.into(),
+        r#type: Some(tensor_type(10, dims)),
+        doc_string: String::new(),
+    };
+    let m = ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 13,
+        }],
+        graph: Some(GraphProto {
+            name: "resnet_shaped".into(),
+            node: nodes,
+            initializer,
+            input: vec![io("x", &[None, Some(16), Some(20), Some(24)])],
+            output: vec![io("y", &[None, Some(32), Some(1), Some(1)])],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let opts = CompileOptions {
+        gear: GearOptions {
+            input_shape: Some("x:-1,16,20,24".into()),
+            dynamic_batch_size: Some("1,2".into()),
+            ..GearOptions::default()
+        },
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        fusion: Default::default(),
+        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
+        target: atc::target(&cfg()),
+    };
+    let c =
+        compile(&m.encode_to_vec(), "resnet_shaped.onnx", &opts).unwrap_or_else(|e| panic!("{e}"));
+    let (fractal, _, names) = fractal_kernels(&c);
+    // Per branch: every conv after the stem runs 5HD (the shortcut with the block's Add);
+    // the only conversions are the pool's output and the global pool's input.
+    let nchw_convs = names
+        .iter()
+        .filter(|n| n.starts_with("Conv") && !n.contains("5hd"))
+        .count();
+    assert!(fractal >= 5, "fractal conv kernels: {names:?}");
+    assert!(nchw_convs <= 2, "only the stem stays NCHW: {names:?}");
+    every_gear_matches_typed(
+        &c,
+        "x",
+        &|g| vec![g[0], 16, 20, 24],
         (2e-2, 2e-2),
         DataType::F16,
     );

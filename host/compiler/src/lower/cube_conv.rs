@@ -76,7 +76,7 @@ const FRACTAL_C: u64 = units::FRACTAL_BYTES_F32;
 const UNIT: u64 = units::BLOCK_BYTES;
 /// Cycles between the starts of consecutive blocks (the scheduler's dispatch slot on the
 /// presets: 100 ns at about 1 GHz); earlier blocks get more rows so all finish together.
-const DISPATCH_STAGGER_CYCLES: f64 = 100.0;
+pub(super) const DISPATCH_STAGGER_CYCLES: f64 = 100.0;
 /// Cycles a block spends outside its tiles' products (the first relayout, the last drain);
 /// only used to balance rows.
 const BLOCK_OVERHEAD_CYCLES: f64 = 1500.0;
@@ -299,7 +299,16 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     }
     let fractal = |d: Option<&TensorDesc>| d.is_some_and(|d| d.format == Format::Nc1hwc0);
     let residual = ctx.node.int(crate::fusion::FUSED_RESIDUAL).is_some();
-    if !residual && (fractal(ctx.inputs.first().copied().flatten()) || fractal(ctx.outputs.first()))
+    // Any 5HD side (a fused residual's included) runs the fractal kernel, which converts
+    // the others.
+    let residual_desc = ctx
+        .inputs
+        .get(crate::fusion::RESIDUAL_INPUT)
+        .copied()
+        .flatten();
+    if fractal(ctx.inputs.first().copied().flatten())
+        || fractal(ctx.outputs.first())
+        || (residual && fractal(residual_desc))
     {
         return super::conv5hd::lower(ctx, &s);
     }

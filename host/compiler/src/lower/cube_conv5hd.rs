@@ -12,14 +12,25 @@
 //!   L0C ─V copy_l0c_to_ub (+ bias, f16)─▶ UB ─MTE3 (one DMA per tile)─▶ Y (5HD)
 //! ```
 //!
-//! **Schedule.** Blocks get contiguous runs of 16-pixel fractals (more to the blocks the
-//! scheduler starts first). A block's run becomes tiles of one image each; a tile is one
-//! product `[pixels] × [C1 · kh · kw · 16] × [co]` in L0 steps of `kf` K fractals, with L0A,
+//! **Schedule.** The output channels are split into `G` groups, each block keeping only its
+//! group's packed weights in L1 (so layers whose weights exceed L1 run, and small maps still
+//! fill the cores); the group count is the one with the fewest predicted cycles (slowest
+//! block, or the chip's memory moving the weights once and the input once per group). Within a
+//! group, blocks get contiguous runs of 16-pixel fractals (more to the blocks the scheduler
+//! starts first). A block's run becomes runs of one image, and runs shorter than a tile share
+//! one: a tile is one product `[pixels] × [C1 · kh · kw · 16] × [co]` over its segments'
+//! fractals stacked in M (one `img2col` per segment), in L0 steps of `kf` K fractals, with L0A,
 //! L0B and L0C double-buffered, the next tile's band loading while this one multiplies and the
-//! previous tile draining. Tiles run largest first and a short one last. Every block's code is
-//! unrolled (its tiles are static), so every geometry is an immediate. The first tile's bands
-//! and the weights come in behind up to three notices, in K-fractal groups sized so each
-//! arrives before the cube needs it.
+//! previous tile draining. On small maps a block's images are then one tile, so its first
+//! products start as its weights stream in instead of after them. Tiles run largest first and
+//! a short one last. Every block's code is unrolled (its tiles are static), so every geometry
+//! is an immediate. The first tile's bands and the weights come in behind up to seven
+//! notices, in K-fractal groups chosen by a small dynamic programme so each arrives before the
+//! cube needs it.
+//!
+//! **Drain.** V copies L0C to UB (adding the bias in f32), adds a fused residual (`fusion`'s
+//! `_fused_residual`, read by MTE2 as a tile laid out as the output's) and the ReLU, and MTE3
+//! writes each segment's co fractals with one DMA.
 //!
 //! An NCHW side is converted by a Transpose kernel (`[N][C1][16][HW]` ↔ `[N][C1][HW][16]`)
 //! into or out of the node's workspace.
@@ -29,7 +40,7 @@ use gearsim_isa::{DType, Pipe, SReg, SType, Space};
 
 use super::super::writer::{Asm, Reg};
 use super::super::{Epilogue, LowerCtx, LowerError, Lowered, Operand, kernel_name};
-use super::conv::{ConvShape, distribute_by};
+use super::conv::{ConvShape, DISPATCH_STAGGER_CYCLES, distribute_by};
 use super::{Build, Expand, const_values, cube_type, expand_kernel};
 use crate::CoreSpec;
 use crate::ir::{Attr, DataType, Format, Node, TensorDesc, fixed_shape};
@@ -62,7 +73,7 @@ mod ev {
     pub const BAND: [u8; 2] = [0, 1];
     /// MTE2 → MTE1: a block's first tile's second and third groups of channel blocks (band
     /// and weights) are in L1.
-    pub const GROUPS: [u8; 2] = [2, 3];
+    pub const GROUPS: [u8; 6] = [2, 3, 4, 5, 6, 7];
     /// MTE1 → MTE2: the band buffer of this parity is free.
     pub const BAND_FREE: [u8; 2] = [0, 1];
     /// MTE1 ⇄ M: the two L0A/L0B step buffers.
@@ -75,6 +86,9 @@ mod ev {
     pub const PIECES: [u8; 4] = [0, 1, 2, 3];
     /// MTE2 → V: the bias fractals are in UB.
     pub const BIAS: u8 = 0;
+    /// MTE2 → V: a tile's residual is in UB; V → MTE2: the residual buffer is free.
+    pub const RESIDUAL: u8 = 1;
+    pub const RESIDUAL_FREE: u8 = 0;
     /// The consumers' "buffer free" notices: set once before the blocks' code (every buffer
     /// starts free) and waited once after it (so every flag ends clear).
     pub const FREE: [(Pipe, Pipe, u8); 7] = [
@@ -88,12 +102,12 @@ mod ev {
     ];
 }
 
-/// One tile: output pixels `p0..p0 + pixels` of image `n` (`p0` a multiple of 16), and the
-/// input band of the output rows they touch. `img2col` numbers the band's output pixels from
-/// its first output row, so the tile starts at fractal `m_start` of them (the band may start a
-/// row early to make that offset a whole fractal).
+/// One segment of a tile: output pixels `p0..p0 + pixels` of image `n` (`p0` a multiple of
+/// 16), and the input band of the output rows they touch. `img2col` numbers the band's output
+/// pixels from its first output row, so the segment starts at fractal `m_start` of them (the
+/// band may start a row early to make that offset a whole fractal).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Tile {
+struct Seg {
     n: u64,
     p0: u64,
     pixels: u64,
@@ -105,10 +119,60 @@ struct Tile {
     pad_bottom: u64,
 }
 
-impl Tile {
+impl Seg {
     /// Pixel fractals.
     fn mf(&self) -> u64 {
         self.pixels.div_ceil(16)
+    }
+}
+
+/// One tile: one product over its segments' pixel fractals stacked in M (several images' when
+/// images are small, so a block's first tile covers more of its work while the weights
+/// stream in), each segment's band next to the previous one's in L1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Tile {
+    segs: Vec<Seg>,
+}
+
+impl Tile {
+    /// Pixel fractals.
+    fn mf(&self) -> u64 {
+        self.segs.iter().map(Seg::mf).sum()
+    }
+
+    /// Band bytes per input-channel block (every segment's rows).
+    fn slice_bytes(&self, w: u64) -> u64 {
+        self.segs.iter().map(|g| g.band_h * w * UNIT).sum()
+    }
+}
+
+/// One block's work: output-channel fractals `co.0..co.1` (its co group, whose weights it
+/// keeps in L1) for its tiles.
+#[derive(Debug, Clone)]
+struct Block {
+    co: (u64, u64),
+    tiles: Vec<Tile>,
+}
+
+impl Block {
+    /// Output-channel fractals of the block's group.
+    fn co_len(&self) -> u64 {
+        self.co.1 - self.co.0
+    }
+}
+
+/// What the drain reads besides L0C, which sets its UB buffers.
+#[derive(Debug, Clone, Copy)]
+struct Drain {
+    bias: bool,
+    residual: bool,
+}
+
+impl Drain {
+    /// UB bytes per output fractal of a tile: the f16 output, the f32 work tile a bias is
+    /// added in, the residual tile.
+    fn ub_bytes_per_fractal(self) -> u64 {
+        FRACTAL + if self.bias { FRACTAL_C } else { 0 } + if self.residual { FRACTAL } else { 0 }
     }
 }
 
@@ -119,14 +183,15 @@ struct Plan {
     m1: u64,
     /// K fractals (`c1 · kh · kw`).
     k: u64,
-    /// Output-channel fractals per co block, and co blocks.
+    /// Output-channel fractals per co block (one L0 product's columns).
     nbk: u64,
-    cob: u64,
+    /// Groups the output channels are split into across blocks.
+    co_groups: u64,
     /// Pixel fractals per tile, at most.
     mf_max: u64,
-    /// Each block's tiles.
-    blocks: Vec<Vec<Tile>>,
-    /// L1: weights at 0, two band buffers from `band_at`.
+    /// Each block's co group and tiles.
+    blocks: Vec<Block>,
+    /// L1: the group's weights at 0, two band buffers from `band_at`.
     w_bytes: u64,
     band_at: u64,
     band_bytes: u64,
@@ -134,21 +199,67 @@ struct Plan {
     l0a_half: u64,
     l0b_half: u64,
     l0c_half: u64,
+    /// Planning only: bytes per cycle a block's first loads arrive at: a core's read rate, or
+    /// its group's share of the chip's memory when every group loads at once (the blocks of a
+    /// group read the same weights, all but the first from L2).
+    read_rate: u64,
+    /// Notices a block's first tile may load behind (the band's and `ev::GROUPS`' within the
+    /// chip's event ids).
+    max_groups: usize,
 }
 
 impl Plan {
-    fn new(s: &ConvShape, core: &CoreSpec) -> Result<Plan, String> {
+    /// The cheapest split of the work over the cores: the output channels in `G` groups
+    /// (each block keeps only its group's weights in L1, so layers with large weights fit and
+    /// small maps still fill the cores), the pixel fractals of each group over the blocks
+    /// left to it.
+    fn new(s: &ConvShape, core: &CoreSpec, drain: Drain) -> Result<Plan, String> {
+        let m1 = s.m / 16;
+        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+        let mut best: Option<(f64, Plan)> = None;
+        let mut why = String::new();
+        for groups in 1..=m1.min(cores) {
+            match Plan::with_groups(s, core, drain, groups, cores / groups) {
+                Ok(plan) => {
+                    let cost = plan.predicted_cycles(s, core);
+                    if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                        best = Some((cost, plan));
+                    }
+                }
+                Err(e) if why.is_empty() => why = e,
+                Err(_) => {}
+            }
+        }
+        best.map(|(_, p)| p).ok_or(why)
+    }
+
+    /// The tiling with the output channels in `groups` groups and `per_group` blocks each.
+    fn with_groups(
+        s: &ConvShape,
+        core: &CoreSpec,
+        drain: Drain,
+        groups: u64,
+        per_group: u64,
+    ) -> Result<Plan, String> {
         let (c1, m1) = (s.c / 16, s.m / 16);
         let k = c1 * s.kh * s.kw;
-        let nbk = m1.min(8);
-        let cob = m1.div_ceil(nbk);
+        let ranges: Vec<(u64, u64)> = (0..groups)
+            .map(|g| (g * m1 / groups, (g + 1) * m1 / groups))
+            .collect();
+        let g_max = ranges.iter().map(|r| r.1 - r.0).max().unwrap_or(1);
+        let nbk = g_max.min(8);
         let (l0a_half, l0b_half, l0c_half) =
             (core.l0a_bytes / 2, core.l0b_bytes / 2, core.l0c_bytes / 2);
+        // UB holds the bias and, per tile fractal, the drain's buffers.
+        let ub_tile = core
+            .ub_bytes
+            .saturating_sub(if drain.bias { m1 * FRACTAL_C } else { 0 });
         let mf_max = (l0c_half / FRACTAL_C / nbk)
             .min(l0a_half / FRACTAL)
+            .min(ub_tile / (nbk * drain.ub_bytes_per_fractal()))
             .min(255);
         if mf_max == 0 || l0b_half / FRACTAL < nbk {
-            return Err("L0 is too small for one step".into());
+            return Err("L0 or the unified buffer is too small for one step".into());
         }
         if s.wo > mf_max * 16 {
             return Err(format!(
@@ -157,11 +268,11 @@ impl Plan {
                 mf_max * 16
             ));
         }
-        let w_bytes = k * m1 * FRACTAL;
-        if w_bytes > core.l1_bytes / 2 {
+        let w_bytes = k * g_max * FRACTAL;
+        if w_bytes > core.l1_bytes * 3 / 4 {
             return Err(format!(
-                "the packed weights ({w_bytes} bytes) exceed half of L1 ({} bytes)",
-                core.l1_bytes / 2
+                "a group's packed weights ({w_bytes} bytes) exceed three quarters of L1 ({} bytes)",
+                core.l1_bytes
             ));
         }
         let band_at = w_bytes.next_multiple_of(FRACTAL);
@@ -186,7 +297,7 @@ impl Plan {
             m1,
             k,
             nbk,
-            cob,
+            co_groups: groups,
             mf_max,
             blocks: Vec::new(),
             w_bytes,
@@ -195,58 +306,130 @@ impl Plan {
             l0a_half,
             l0b_half,
             l0c_half,
+            read_rate: core
+                .gm_read_bytes_per_cycle
+                .min(core.memory_bytes_per_cycle / groups.max(1))
+                .max(1),
+            max_groups: 1 + ev::GROUPS
+                .len()
+                .min(usize::from(core.event_ids).saturating_sub(2)),
         };
-        // Blocks get runs of pixel fractals (each image's last one may be partial); tiles
-        // shrink until two of their bands and the weights fit L1.
+        // Each group's blocks get runs of pixel fractals (each image's last one may be
+        // partial); tiles shrink until two of their bands and the weights fit L1.
         let per_image = (s.ho * s.wo).div_ceil(16);
-        let blocks = loop {
-            let splits = best_splits(per_image, plan.mf_max, &|mf| plan.steps(mf));
-            let ranges = distribute_by(
-                s.n * per_image,
-                u64::from(core.cores.min(core.max_block_dim)),
-                &|_, at, r| plan.block_cycles(&tiles(s, at, at + r, &splits)),
-            );
-            let blocks: Vec<Vec<Tile>> = ranges
+        // The tiling at a given tile size, and whether its bands (double-buffered unless every
+        // block runs one tile) fit L1 beside the weights.
+        let layout = |mf_max: u64| -> (Vec<Block>, u64, bool) {
+            let mut sized = plan.clone();
+            sized.mf_max = mf_max;
+            let mut blocks = Vec::new();
+            for &co in &ranges {
+                let g = co.1 - co.0;
+                let splits = best_splits(per_image, mf_max, &|mf| sized.steps(mf, g));
+                let runs = distribute_by(s.n * per_image, per_group, &|_, at, r| {
+                    sized.block_cycles(&tiles(s, at, at + r, &splits, mf_max), g)
+                });
+                blocks.extend(runs.iter().map(|&(a, b)| Block {
+                    co,
+                    tiles: tiles(s, a, b, &splits, mf_max),
+                }));
+            }
+            let band = blocks
                 .iter()
-                .map(|&(a, b)| tiles(s, a, b, &splits))
-                .collect();
-            plan.band_bytes = blocks
-                .iter()
-                .flatten()
-                .map(|t| c1 * t.band_h * s.w * UNIT)
+                .flat_map(|b| &b.tiles)
+                .map(|t| c1 * t.slice_bytes(s.w))
                 .max()
                 .unwrap_or(0);
-            if band_at + 2 * plan.band_bytes <= core.l1_bytes {
-                break blocks;
-            }
-            if plan.mf_max == 1 {
-                return Err(format!(
-                    "two input bands ({} bytes each) and the weights do not fit L1",
-                    plan.band_bytes
-                ));
-            }
-            plan.mf_max -= 1;
+            let buffers = if blocks.iter().any(|b| b.tiles.len() > 1) {
+                2
+            } else {
+                1
+            };
+            let fits = band_at + buffers * band <= core.l1_bytes;
+            (blocks, band, fits)
         };
-        if blocks.iter().flatten().any(|t| t.band_h == 0) {
+        // The largest tile size that fits (tiles shrink until their bands fit): a binary
+        // search, since each trial lays out every block.
+        let (mut lo, mut hi) = (1, plan.mf_max);
+        let (blocks, band) = match layout(hi) {
+            (b, band, true) => (b, band),
+            _ => {
+                let (b1, band1, fits1) = layout(1);
+                if !fits1 {
+                    return Err(format!(
+                        "two input bands ({band1} bytes each) and the weights do not fit L1"
+                    ));
+                }
+                let mut best = (b1, band1);
+                while hi - lo > 1 {
+                    let mid = (lo + hi) / 2;
+                    match layout(mid) {
+                        (b, band, true) => {
+                            lo = mid;
+                            best = (b, band);
+                        }
+                        _ => hi = mid,
+                    }
+                }
+                plan.mf_max = lo;
+                best
+            }
+        };
+        plan.band_bytes = band;
+        if blocks
+            .iter()
+            .flat_map(|b| &b.tiles)
+            .flat_map(|t| &t.segs)
+            .any(|g| g.band_h == 0)
+        {
             return Err("a tile's windows read only padding".into());
         }
         plan.blocks = blocks;
         Ok(plan)
     }
 
-    /// A block's predicted cycles for `tiles` (planning only): the start (argument loads and
-    /// the first group), each L0 step's products plus the cube's notice, the last drain.
-    fn block_cycles(&self, tiles: &[Tile]) -> f64 {
+    /// Planning only: the kernel's predicted cycles — its slowest block (products, or its
+    /// loads at one core's read rate), or the chip's memory moving every group's input and
+    /// the weights once.
+    fn predicted_cycles(&self, s: &ConvShape, core: &CoreSpec) -> f64 {
+        let slowest = self
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                let bands: u64 = b.tiles.iter().map(|t| self.c1 * t.slice_bytes(s.w)).sum();
+                let loads = (self.k * b.co_len() * FRACTAL + bands) as f64
+                    / core.gm_read_bytes_per_cycle.max(1) as f64;
+                DISPATCH_STAGGER_CYCLES * i as f64
+                    + self
+                        .block_cycles(&b.tiles, b.co_len())
+                        .max(START_CYCLES + loads)
+            })
+            .fold(0.0, f64::max);
+        let input = s.n * self.c1 * s.h * s.w * UNIT;
+        let moved = self.k * self.m1 * FRACTAL + input * self.co_groups;
+        slowest.max(moved as f64 / core.memory_bytes_per_cycle.max(1) as f64)
+    }
+
+    /// Co blocks (L0 products) of a group of `g` co fractals.
+    fn cob(&self, g: u64) -> u64 {
+        g.div_ceil(self.nbk)
+    }
+
+    /// A block's predicted cycles for `tiles` of a group of `g` co fractals (planning only):
+    /// the start (argument loads and the first group), each L0 step's products plus the
+    /// cube's notice, the last drain.
+    fn block_cycles(&self, tiles: &[Tile], g: u64) -> f64 {
         let products = |t: &Tile| -> u64 {
-            (0..self.cob)
+            (0..self.cob(g))
                 .map(|cb| {
-                    let nb = self.nbk.min(self.m1 - cb * self.nbk);
+                    let nb = self.nbk.min(g - cb * self.nbk);
                     let steps = self.k.div_ceil(self.kf(t.mf(), nb));
                     t.mf() * nb * self.k + steps * CUBE_NOTICE_CYCLES
                 })
                 .sum()
         };
-        let drain = |t: &Tile| t.mf() * self.m1 * DRAIN_CYCLES_PER_FRACTAL + DRAIN_CYCLES;
+        let drain = |t: &Tile| t.mf() * g * DRAIN_CYCLES_PER_FRACTAL + DRAIN_CYCLES;
         let Some(last) = tiles.last() else {
             return 0.0;
         };
@@ -262,34 +445,36 @@ impl Plan {
     fn largest_tile(&self) -> u64 {
         self.blocks
             .iter()
-            .flatten()
+            .flat_map(|b| &b.tiles)
             .map(Tile::mf)
             .max()
             .unwrap_or(1)
     }
 
-    /// [`first_groups`] for a block whose first tile is `first`.
-    fn first_groups(&self, s: &ConvShape, first: &Tile) -> Vec<(u64, u64)> {
-        let nb0 = self.nbk.min(self.m1);
+    /// [`first_groups`] for a block of a group of `g` co fractals whose first tile is `first`.
+    fn first_groups(&self, s: &ConvShape, first: &Tile, g: u64) -> Vec<(u64, u64)> {
+        let nb0 = self.nbk.min(g);
         // Cube cycles per K fractal: the products, and a notice per step of about 64 / mf
         // K fractals.
         let per_k = first.mf() * nb0 + CUBE_NOTICE_CYCLES * first.mf() / 64;
-        first_groups(
-            self.k,
-            s.kh * s.kw,
-            per_k,
-            first.band_h * s.w * UNIT,
-            nb0 * FRACTAL,
-            (self.m1 - nb0) * self.k * FRACTAL,
-        )
+        first_groups(&FirstLoads {
+            k: self.k,
+            taps: s.kh * s.kw,
+            cube_per_k: per_k,
+            slice_bytes: first.slice_bytes(s.w),
+            weight_bytes_per_k: nb0 * FRACTAL,
+            rest_bytes: (g - nb0) * self.k * FRACTAL,
+            read_rate: self.read_rate,
+            max_groups: self.max_groups,
+        })
     }
 
-    /// L0 steps of a tile of `mf` pixel fractals over every co block.
-    fn steps(&self, mf: u64) -> u64 {
-        (0..self.cob)
+    /// L0 steps of a tile of `mf` pixel fractals over every co block of a group of `g`.
+    fn steps(&self, mf: u64, g: u64) -> u64 {
+        (0..self.cob(g))
             .map(|cb| {
                 self.k
-                    .div_ceil(self.kf(mf, self.nbk.min(self.m1 - cb * self.nbk)))
+                    .div_ceil(self.kf(mf, self.nbk.min(g - cb * self.nbk)))
             })
             .sum()
     }
@@ -303,11 +488,12 @@ impl Plan {
 }
 
 /// Splits pixel fractals `a..b` (images of `ceil(Ho·Wo / 16)` fractals back to back) into
-/// tiles of one image, each image's run as `splits` (from [`best_splits`]) says. Tiles are
-/// independent, so they run largest first: the first tile's products hide the weights still
-/// streaming into L1, and each drain hides under the next tile. The smallest is cut to leave a
-/// short last tile, since the block's final drain is the one nothing hides.
-fn tiles(s: &ConvShape, a: u64, b: u64, splits: &[u64]) -> Vec<Tile> {
+/// runs of one image, each image's as `splits` (from [`best_splits`]) says, and packs runs
+/// into tiles of at most `mf_max` fractals. Tiles are independent, so they run largest first:
+/// the first tile's products hide the weights still streaming into L1, and each drain hides
+/// under the next tile. The smallest is cut to leave a short last tile, since the block's final
+/// drain is the one nothing hides.
+fn tiles(s: &ConvShape, a: u64, b: u64, splits: &[u64], mf_max: u64) -> Vec<Tile> {
     let per_image = (s.ho * s.wo).div_ceil(16);
     let mut runs = Vec::new();
     let mut at = a;
@@ -323,19 +509,34 @@ fn tiles(s: &ConvShape, a: u64, b: u64, splits: &[u64]) -> Vec<Tile> {
         }
     }
     runs.sort_by_key(|r| std::cmp::Reverse(r.2));
-    // The smallest run ends the block in two tiles, the last about a third of it (at least
-    // `LAST_TILE_FRACTALS`): its products hide the drain of the one before, and its own drain
-    // is short.
-    if let Some(&(n, f0, fr)) = runs.last() {
-        let last = LAST_TILE_FRACTALS.max(fr.div_ceil(3));
-        if fr >= last + LAST_TILE_FRACTALS {
-            let at = runs.len() - 1;
-            runs[at] = (n, f0, fr - last);
-            runs.push((n, f0 + fr - last, last));
+    // Runs shorter than a tile share one, first fit in order.
+    let mut packed: Vec<Vec<(u64, u64, u64)>> = Vec::new();
+    for run in runs {
+        match packed.last_mut() {
+            Some(t) if t.iter().map(|r| r.2).sum::<u64>() + run.2 <= mf_max => t.push(run),
+            _ => packed.push(vec![run]),
         }
     }
-    runs.into_iter()
-        .map(|(n, f0, fr)| tile(s, n, f0 * 16, (fr * 16).min(s.ho * s.wo - f0 * 16)))
+    // A single-run last tile ends the block in two, the last about a third of it (at least
+    // `LAST_TILE_FRACTALS`): its products hide the drain of the one before, and its own drain
+    // is short.
+    if let Some([(n, f0, fr)]) = packed.last().map(Vec::as_slice) {
+        let (n, f0, fr) = (*n, *f0, *fr);
+        let last = LAST_TILE_FRACTALS.max(fr.div_ceil(3));
+        if fr >= last + LAST_TILE_FRACTALS {
+            let at = packed.len() - 1;
+            packed[at] = vec![(n, f0, fr - last)];
+            packed.push(vec![(n, f0 + fr - last, last)]);
+        }
+    }
+    packed
+        .into_iter()
+        .map(|runs| Tile {
+            segs: runs
+                .into_iter()
+                .map(|(n, f0, fr)| seg(s, n, f0 * 16, (fr * 16).min(s.ho * s.wo - f0 * 16)))
+                .collect(),
+        })
         .collect()
 }
 
@@ -356,7 +557,7 @@ fn best_splits(len: u64, mf_max: u64, steps: &dyn Fn(u64) -> u64) -> Vec<u64> {
 }
 
 /// Output pixels `p0..p0 + pixels` of image `n` and the input band they read.
-fn tile(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Tile {
+fn seg(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Seg {
     // The band's first output row: the tile's, or an earlier one that puts the tile's start a
     // whole number of fractals after the band's.
     let mut oh_b = p0 / s.wo;
@@ -368,7 +569,7 @@ fn tile(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Tile {
     let bottom = (oh_last * s.sh + s.dh * (s.kh - 1) + 1) as i64 - s.pt as i64;
     let in_row = top.max(0) as u64;
     let in_end = (bottom.max(0) as u64).min(s.h);
-    Tile {
+    Seg {
         n,
         p0,
         pixels,
@@ -380,61 +581,84 @@ fn tile(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Tile {
     }
 }
 
-/// Planning only: the DDR read latency and a core's read rate (the presets' values), which
-/// size a block's first loads.
+/// Planning only: the DDR read latency (the presets' value), which sizes a block's first
+/// loads.
 const READ_LATENCY_CYCLES: u64 = 350;
-const READ_BYTES_PER_CYCLE: u64 = 67;
 
-/// The K-fractal ranges a block's first tile loads behind one notice each (up to three: the
-/// band slices and weights they first need). Chosen so the first products start as early as
-/// possible while each later group arrives before the cube needs it; each notice waits out a
-/// DMA latency, so groups grow.
-fn first_groups(
+/// What a block's first loads are made of, for [`first_groups`].
+struct FirstLoads {
+    /// K fractals, and taps per input-channel block (a band slice serves `taps` of them).
     k: u64,
     taps: u64,
-    step_cycles_per_k: u64,
+    /// The cube's cycles per K fractal of the first tile.
+    cube_per_k: u64,
+    /// Bytes of one band slice, of the first co block's weights per K fractal, and of the
+    /// group's other weights (loaded with the last group).
     slice_bytes: u64,
     weight_bytes_per_k: u64,
     rest_bytes: u64,
-) -> Vec<(u64, u64)> {
-    let load = |a: u64, b: u64, last: bool| -> u64 {
-        let slices = b.div_ceil(taps) - a.div_ceil(taps);
-        let bytes =
-            slices * slice_bytes + (b - a) * weight_bytes_per_k + if last { rest_bytes } else { 0 };
-        READ_LATENCY_CYCLES + bytes / READ_BYTES_PER_CYCLE
+    /// Bytes per cycle they arrive at.
+    read_rate: u64,
+    /// Notices available (groups at most).
+    max_groups: usize,
+}
+
+/// The K-fractal ranges a block's first tile loads behind one notice each (up to
+/// `max_groups`: the band slices and weights they first need). Chosen so the cube finishes the
+/// first tile's products as early as possible: a group arrives a DMA latency after the one
+/// before (each notice waits one out) plus its bytes at the read rate, and the cube multiplies
+/// a group once it has arrived and the group before is done. Arrival depends only on the
+/// number of groups and the fractals loaded so far, so the best cuts are a dynamic programme.
+fn first_groups(f: &FirstLoads) -> Vec<(u64, u64)> {
+    let k = f.k as usize;
+    let bytes = |b: usize| {
+        (b as u64).div_ceil(f.taps) * f.slice_bytes
+            + b as u64 * f.weight_bytes_per_k
+            + if b == k { f.rest_bytes } else { 0 }
     };
-    let cube = |a: u64, b: u64| (b - a) * step_cycles_per_k;
-    // The cube's delay: the first group's load plus each later group's wait.
-    let delay = |cuts: &[u64]| -> u64 {
-        let mut bounds = vec![0];
-        bounds.extend_from_slice(cuts);
-        bounds.push(k);
-        let n = bounds.len() - 1;
-        let first = load(bounds[0], bounds[1], n == 1);
-        let (mut arrived, mut done, mut delay) = (first, first, first);
-        for g in 0..n {
-            if g > 0 {
-                arrived += load(bounds[g], bounds[g + 1], g + 1 == n);
-                if arrived > done {
-                    delay += arrived - done;
-                    done = arrived;
+    let arrive =
+        |b: usize, g: usize| g as u64 * READ_LATENCY_CYCLES + bytes(b) / f.read_rate.max(1);
+    let groups = f.max_groups.max(1);
+    // done[g][b]: the cube's finish over K fractals 0..b loaded in g + 1 groups; from[g][b]
+    // the start of the last of them.
+    let mut done = vec![vec![u64::MAX; k + 1]; groups];
+    let mut from = vec![vec![0usize; k + 1]; groups];
+    for (b, d) in done[0].iter_mut().enumerate().skip(1) {
+        *d = arrive(b, 1) + b as u64 * f.cube_per_k;
+    }
+    for g in 1..groups {
+        for b in g + 1..=k {
+            for a in g..b {
+                if done[g - 1][a] == u64::MAX {
+                    continue;
+                }
+                let t = done[g - 1][a].max(arrive(b, g + 1)) + (b - a) as u64 * f.cube_per_k;
+                if t < done[g][b] {
+                    done[g][b] = t;
+                    from[g][b] = a;
                 }
             }
-            done += cube(bounds[g], bounds[g + 1]);
-        }
-        delay
-    };
-    let mut best = (delay(&[]), Vec::new());
-    for a in 1..k {
-        best = best.min((delay(&[a]), vec![a]));
-        for b in a + 1..k {
-            best = best.min((delay(&[a, b]), vec![a, b]));
         }
     }
-    let mut bounds = vec![0];
-    bounds.extend(best.1);
-    bounds.push(k);
-    bounds.windows(2).map(|w| (w[0], w[1])).collect()
+    let Some(mut g) = (0..groups)
+        .filter(|g| done[*g][k] != u64::MAX)
+        .min_by_key(|g| done[*g][k])
+    else {
+        return vec![(0, f.k)];
+    };
+    let mut out = Vec::new();
+    let mut b = k;
+    loop {
+        let a = if g == 0 { 0 } else { from[g][b] };
+        out.push((a as u64, b as u64));
+        if g == 0 {
+            break;
+        }
+        b = a;
+        g -= 1;
+    }
+    out.reverse();
+    out
 }
 
 /// Whether the fractal-format kernel runs this convolution (`Err` says why not).
@@ -454,7 +678,22 @@ pub(crate) fn supports(s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
     if s.n == 0 || s.ho == 0 || s.wo == 0 {
         return Err("the output is empty".into());
     }
-    Plan::new(s, core).map(|_| ())
+    // A tiling that fits whatever the drain adds (a bias and a residual); the first split of
+    // the output channels that works is enough to say so.
+    let most = Drain {
+        bias: true,
+        residual: true,
+    };
+    let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+    let mut why = String::new();
+    for groups in 1..=(s.m / 16).min(cores) {
+        match Plan::with_groups(s, core, most, groups, cores / groups) {
+            Ok(_) => return Ok(()),
+            Err(e) if why.is_empty() => why = e,
+            Err(_) => {}
+        }
+    }
+    Err(why)
 }
 
 /// Packs the weights for L0B: per co block, per co fractal, the K fractals in `img2col` order
@@ -500,6 +739,7 @@ mod arg {
     pub const WEIGHTS: usize = 1;
     pub const OUT: usize = 2;
     pub const BIAS: usize = 3;
+    pub const RESIDUAL: usize = 4;
 }
 
 /// Conv with a fractal-format input or output (`ctx`'s descriptors say which); the other side
@@ -519,7 +759,11 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
     let weights = const_values(ctx, 1).ok_or_else(|| {
         ctx.error("Conv weights must be a constant (the cube kernel packs them when compiling)")
     })?;
-    let plan = Plan::new(s, &ctx.target.core).map_err(|e| ctx.error(e))?;
+    let drain = Drain {
+        bias: ctx.inputs.get(2).copied().flatten().is_some(),
+        residual: ctx.node.int(crate::fusion::FUSED_RESIDUAL).is_some(),
+    };
+    let plan = Plan::new(s, &ctx.target.core, drain).map_err(|e| ctx.error(e))?;
     let mut b = Build::default();
     let hw_in = s.h * s.w;
     // With one pixel per plane both formats are the same bytes.
@@ -562,6 +806,29 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         }
         (None, None) => None,
     };
+    // A fused residual Add (`fusion`): read in the drain as a tile laid out as the output's,
+    // so an NCHW residual is converted first.
+    let residual = match ctx.node.int(crate::fusion::FUSED_RESIDUAL) {
+        None => None,
+        Some(_) => {
+            let r = ctx.input(crate::fusion::RESIDUAL_INPUT)?;
+            if r.dtype != DataType::F16 || r.shape != y_desc.shape {
+                return Err(ctx.error(format!(
+                    "a fused residual must be f16 shaped as the output; got {} {:?}",
+                    r.dtype.name(),
+                    r.shape
+                )));
+            }
+            let input = Operand::Input(crate::fusion::RESIDUAL_INPUT);
+            if r.format == Format::Nc1hwc0 || s.ho * s.wo == 1 {
+                Some(input)
+            } else {
+                let ws = b.scratch(s.n * s.m * s.ho * s.wo * 2);
+                transdata(ctx, &mut b, [s.n, s.m / 16, 16, s.ho * s.wo], input, ws)?;
+                Some(ws)
+            }
+        }
+    };
     let epilogue = Epilogue::of(ctx)?;
     let name = match epilogue {
         Epilogue::None => kernel_name(ctx, "5hd"),
@@ -570,6 +837,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
     let mut a = Asm::new(&name);
     let mut gen_ = Gen::new(&mut a, s, &plan, bias.is_some());
     gen_.epilogue = epilogue;
+    gen_.residual = residual.is_some();
     if gen_.ub_end() > ctx.target.core.ub_bytes {
         return Err(ctx.error(format!(
             "the output tile needs {} bytes of unified buffer; it has {}",
@@ -578,7 +846,8 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         )));
     }
     gen_.emit();
-    let args = vec![x, w, y, bias.unwrap_or(w)];
+    let mut args = vec![x, w, y, bias.unwrap_or(w)];
+    args.extend(residual);
     b.kernels
         .push(ctx.kernel(a, plan.blocks.len() as u32, args)?);
     if !y_native {
@@ -596,7 +865,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
 /// The kernels of a TransData between NCHW and NC1HWC0 (`C % 16 == 0`): the Transpose of
 /// `dims` (`[N, C1, 16, HW]` to 5HD, `[N, C1, HW, 16]` back) by its perm `[0, 1, 3, 2]`, from
 /// `src` to `dst`.
-fn transdata(
+pub(crate) fn transdata(
     ctx: &LowerCtx<'_>,
     b: &mut Build,
     dims: [u64; 4],
@@ -642,6 +911,8 @@ struct Ub {
     bias: u64,
     work: u64,
     out: u64,
+    /// A fused residual's tile (laid out as the output tile).
+    residual: u64,
 }
 
 /// Registers: the argument bases and temporaries.
@@ -651,6 +922,7 @@ struct Regs {
     w: Reg,
     out: Reg,
     bias: Reg,
+    residual: Reg,
     t: [Reg; 4],
 }
 
@@ -660,6 +932,8 @@ struct Gen<'a> {
     s: &'a ConvShape,
     plan: &'a Plan,
     bias: bool,
+    /// Whether a fused residual (argument `RESIDUAL`, 5HD) is added before the epilogue.
+    residual: bool,
     ub: Ub,
     r: Regs,
     /// L0 step buffers used so far (the next one's parity), L0C tiles so far.
@@ -673,6 +947,8 @@ struct Gen<'a> {
     epilogue: Epilogue,
     /// The K-fractal groups of this block's first tile.
     groups: Vec<(u64, u64)>,
+    /// The block's co group (output-channel fractals).
+    co: (u64, u64),
 }
 
 impl<'a> Gen<'a> {
@@ -680,13 +956,19 @@ impl<'a> Gen<'a> {
         let tile_fracs = plan.largest_tile() * plan.nbk;
         let work = if bias { plan.m1 * FRACTAL_C } else { 0 };
         let out = work + if bias { tile_fracs * FRACTAL_C } else { 0 };
-        let ub = Ub { bias: 0, work, out };
+        let ub = Ub {
+            bias: 0,
+            work,
+            out,
+            residual: out + tile_fracs * FRACTAL,
+        };
         let r = Regs {
             args: a.reg(),
             x: a.reg(),
             w: a.reg(),
             out: a.reg(),
             bias: a.reg(),
+            residual: a.reg(),
             t: [a.reg(), a.reg(), a.reg(), a.reg()],
         };
         Gen {
@@ -694,6 +976,7 @@ impl<'a> Gen<'a> {
             s,
             plan,
             bias,
+            residual: false,
             ub,
             r,
             steps: 0,
@@ -702,12 +985,23 @@ impl<'a> Gen<'a> {
             bias_waited: false,
             groups: Vec::new(),
             epilogue: Epilogue::None,
+            co: (0, 0),
         }
     }
 
     /// UB bytes the kernel uses.
     fn ub_end(&self) -> u64 {
-        self.ub.out + self.plan.largest_tile() * self.plan.nbk * FRACTAL
+        let tile = self.plan.largest_tile() * self.plan.nbk * FRACTAL;
+        self.ub.residual + if self.residual { tile } else { 0 }
+    }
+
+    /// The consumers' "buffer free" notices of this kernel.
+    fn free_notices(&self) -> Vec<(Pipe, Pipe, u8)> {
+        let mut free = ev::FREE.to_vec();
+        if self.residual {
+            free.push((Pipe::V, Pipe::Mte2, ev::RESIDUAL_FREE));
+        }
+        free
     }
 
     fn set(&mut self, src: Pipe, dst: Pipe, id: u8) {
@@ -737,7 +1031,7 @@ impl<'a> Gen<'a> {
             ("channel_blocks_out", plan.m1),
             ("k_fractals", plan.k),
             ("co_fractals_per_block", plan.nbk),
-            ("co_blocks", plan.cob),
+            ("co_groups", plan.co_groups),
             ("pixel_fractals_per_tile", plan.mf_max),
             ("band_bytes", plan.band_bytes),
             ("weight_bytes", plan.w_bytes),
@@ -752,7 +1046,7 @@ impl<'a> Gen<'a> {
         self.a.sreg(args, SReg::Args);
         self.a.ld(Space::Gm, SType::U64, x, args).off(arg::X * 8);
         self.a.comment("every buffer starts free");
-        for (src, dst, id) in ev::FREE {
+        for (src, dst, id) in self.free_notices() {
             self.set(src, dst, id);
         }
         let blocks = plan.blocks.len();
@@ -768,7 +1062,7 @@ impl<'a> Gen<'a> {
         }
         self.a.place(&done);
         self.a.comment("every buffer is free again");
-        for (src, dst, id) in ev::FREE {
+        for (src, dst, id) in self.free_notices() {
             self.wait(src, dst, id);
         }
         self.a.end();
@@ -805,24 +1099,62 @@ impl<'a> Gen<'a> {
         let s = self.s;
         let [t0, t1, _, _] = self.r.t;
         let x = self.r.x;
-        if t.band_h == 0 {
+        let bands = self.seg_bands(t, parity);
+        // Whole images one after another: one burst each, all in one DMA (a DMA instruction
+        // per segment would fill MTE2's queue ahead of the first products).
+        let first = t.segs[0];
+        let whole = (q1 - q0) * s.h * s.w;
+        let skip = (self.plan.c1 - (q1 - q0)) * s.h * s.w;
+        let whole_images = t.segs.len() > 1
+            && t.segs
+                .iter()
+                .enumerate()
+                .all(|(i, g)| g.n == first.n + i as u64 && g.in_row == 0 && g.band_h == s.h)
+            && whole <= units::BURST_LEN_MAX
+            && skip <= units::BURST_GAP_MAX
+            && t.segs.len() as u64 <= units::BURST_COUNT_MAX;
+        if whole_images && q1 > q0 {
+            self.a.movi(t0, (bands[0] + q0 * s.h * s.w * UNIT) as i64);
+            self.gm(t1, x, (first.n * self.plan.c1 + q0) * s.h * s.w * UNIT);
+            self.a
+                .copy_gm_to_l1(t0, t1, t.segs.len() as u64, whole)
+                .src_gap(skip)
+                .dst_gap(skip);
             return;
         }
-        let slice = t.band_h * s.w * UNIT;
-        self.a.movi(t0, (self.band_l1(parity) + q0 * slice) as i64);
-        self.gm(
-            t1,
-            x,
-            ((t.n * self.plan.c1 + q0) * s.h + t.in_row) * s.w * UNIT,
-        );
-        self.a
-            .copy_gm_to_l1(t0, t1, q1 - q0, t.band_h * s.w)
-            .src_gap((s.h - t.band_h) * s.w)
-            .dst_gap(0);
+        for (g, at) in t.segs.iter().zip(bands) {
+            if g.band_h == 0 || q1 <= q0 {
+                continue;
+            }
+            let slice = g.band_h * s.w * UNIT;
+            self.a.movi(t0, (at + q0 * slice) as i64);
+            self.gm(
+                t1,
+                x,
+                ((g.n * self.plan.c1 + q0) * s.h + g.in_row) * s.w * UNIT,
+            );
+            self.a
+                .copy_gm_to_l1(t0, t1, q1 - q0, g.band_h * s.w)
+                .src_gap((s.h - g.band_h) * s.w)
+                .dst_gap(0);
+        }
     }
 
-    /// MTE2: the weights of co fractals `f0..f1`, K fractals `k0..k1` (L1 mirrors the packed
-    /// layout).
+    /// L1 addresses of tile `t`'s segments' bands in band buffer `parity`.
+    fn seg_bands(&self, t: &Tile, parity: u64) -> Vec<u64> {
+        let mut at = self.band_l1(parity);
+        t.segs
+            .iter()
+            .map(|g| {
+                let here = at;
+                at += self.plan.c1 * g.band_h * self.s.w * UNIT;
+                here
+            })
+            .collect()
+    }
+
+    /// MTE2: the weights of the block's co fractals `f0..f1` (from its group's first), K
+    /// fractals `k0..k1` (L1 mirrors the group's part of the packed layout).
     fn load_weights(&mut self, f0: u64, f1: u64, k0: u64, k1: u64) {
         if f1 <= f0 || k1 <= k0 {
             return;
@@ -832,7 +1164,7 @@ impl<'a> Gen<'a> {
         let k = self.plan.k;
         let at = (f0 * k + k0) * FRACTAL;
         self.a.movi(t0, at as i64);
-        self.gm(t1, w, at);
+        self.gm(t1, w, self.co.0 * k * FRACTAL + at);
         let units = FRACTAL / UNIT;
         if k0 == 0 && k1 == k {
             self.a.copy_gm_to_l1(t0, t1, 1, (f1 - f0) * k * units);
@@ -845,9 +1177,11 @@ impl<'a> Gen<'a> {
         }
     }
 
-    fn block(&mut self, tiles: &[Tile]) {
+    fn block(&mut self, block: &Block) {
         let plan = self.plan;
         self.bias_waited = false;
+        self.co = block.co;
+        let (g, tiles) = (block.co_len(), &block.tiles);
         let Some(first) = tiles.first() else {
             return;
         };
@@ -856,7 +1190,7 @@ impl<'a> Gen<'a> {
         );
         self.wait(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[0]);
         let taps = self.s.kh * self.s.kw;
-        let groups = plan.first_groups(self.s, first);
+        let groups = plan.first_groups(self.s, first, g);
         self.a
             .comment(format_args!("first-tile groups (K fractals): {groups:?}"));
         self.groups = groups.clone();
@@ -868,10 +1202,10 @@ impl<'a> Gen<'a> {
                     .ld(Space::Gm, SType::U64, w, args)
                     .off(arg::WEIGHTS * 8);
             }
-            self.load_weights(0, plan.nbk, k0, k1);
+            self.load_weights(0, plan.nbk.min(g), k0, k1);
             let last = gi + 1 == groups.len();
             if last {
-                self.load_weights(plan.nbk, plan.m1, 0, plan.k);
+                self.load_weights(plan.nbk.min(g), g, 0, plan.k);
                 if self.bias {
                     let t0 = self.r.t[0];
                     let bias = self.r.bias;
@@ -895,6 +1229,12 @@ impl<'a> Gen<'a> {
         self.a
             .ld(Space::Gm, SType::U64, out, args)
             .off(arg::OUT * 8);
+        if self.residual {
+            let res = self.r.residual;
+            self.a
+                .ld(Space::Gm, SType::U64, res, args)
+                .off(arg::RESIDUAL * 8);
+        }
         self.groups_waited = 1;
         for (i, t) in tiles.iter().enumerate() {
             let parity = (i % 2) as u64;
@@ -919,24 +1259,35 @@ impl<'a> Gen<'a> {
     fn tile(&mut self, t: &Tile, parity: u64, last: bool) {
         let (s, plan) = (self.s, self.plan);
         let [t0, t1, t2, _] = self.r.t;
-        let (pixels, mf) = (t.pixels, t.mf());
-        self.a.comment(format_args!(
-            "tile: image {}, pixels {}..{}, band rows {}..{}",
-            t.n,
-            t.p0,
-            t.p0 + pixels,
-            t.in_row,
-            t.in_row + t.band_h
-        ));
-        self.a
-            .set_fmatrix(t.band_h.max(1), s.w)
-            .pad_top(t.pad_top)
-            .pad_bottom(t.pad_bottom)
-            .pad_left(s.pl)
-            .pad_right(s.pr);
-        for cb in 0..plan.cob {
+        let mf = t.mf();
+        // One segment: its pixels exactly; several: whole fractals each.
+        let pixels = match t.segs.as_slice() {
+            [g] => g.pixels,
+            _ => mf * 16,
+        };
+        for g in &t.segs {
+            self.a.comment(format_args!(
+                "tile segment: image {}, pixels {}..{}, band rows {}..{}",
+                g.n,
+                g.p0,
+                g.p0 + g.pixels,
+                g.in_row,
+                g.in_row + g.band_h
+            ));
+        }
+        let bands = self.seg_bands(t, parity);
+        // The feature-map geometry is a state img2col reads: set once for a single segment,
+        // before each segment's img2col otherwise.
+        let single = t.segs.len() == 1;
+        if single {
+            self.fmatrix(&t.segs[0]);
+        }
+        // Co fractals from the group's first (L1 holds the group's weights only).
+        let g = self.co.1 - self.co.0;
+        let cob = plan.cob(g);
+        for cb in 0..cob {
             let f0 = cb * plan.nbk;
-            let nb = plan.nbk.min(plan.m1 - f0);
+            let nb = plan.nbk.min(g - f0);
             let kf = plan.kf(mf, nb);
             let nsteps = plan.k.div_ceil(kf);
             let half = self.l0c_tiles % 2;
@@ -957,21 +1308,30 @@ impl<'a> Gen<'a> {
                     self.wait(Pipe::Mte2, Pipe::Mte1, ev::GROUPS[self.groups_waited - 1]);
                     self.groups_waited += 1;
                 }
-                self.a.movi(t0, (b as u64 * plan.l0a_half) as i64);
-                self.a.movi(t1, self.band_l1(parity) as i64);
-                self.a
-                    .img2col_l0a(t0, t1, plan.c1, s.kh, s.kw, t.m_start, k0, mf, kfs)
-                    .stride_h(s.sh)
-                    .stride_w(s.sw)
-                    .dil_h(s.dh)
-                    .dil_w(s.dw);
+                // Each segment's fractals follow the previous one's in M (L0A is m-major).
+                let mut m_off = 0;
+                for (g, &band) in t.segs.iter().zip(&bands) {
+                    if !single {
+                        self.fmatrix(g);
+                    }
+                    let dst = b as u64 * plan.l0a_half + m_off * kfs * FRACTAL;
+                    self.a.movi(t0, dst as i64);
+                    self.a.movi(t1, band as i64);
+                    self.a
+                        .img2col_l0a(t0, t1, plan.c1, s.kh, s.kw, g.m_start, k0, g.mf(), kfs)
+                        .stride_h(s.sh)
+                        .stride_w(s.sw)
+                        .dil_h(s.dh)
+                        .dil_w(s.dw);
+                    m_off += g.mf();
+                }
                 for j in 0..nb {
                     self.a
                         .movi(t0, (b as u64 * plan.l0b_half + j * kfs * FRACTAL) as i64);
                     self.a.movi(t1, (((f0 + j) * plan.k + k0) * FRACTAL) as i64);
                     self.a.load_l0b(t0, t1, kfs);
                 }
-                if st + 1 == nsteps && cb + 1 == plan.cob {
+                if st + 1 == nsteps && cb + 1 == cob {
                     self.set(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[parity as usize]);
                 }
                 self.set(Pipe::Mte1, Pipe::M, ev::L0[b]);
@@ -991,13 +1351,23 @@ impl<'a> Gen<'a> {
                 }
                 self.steps += 1;
             }
-            self.drain(t, f0, nb, half, l0c, last && cb + 1 == plan.cob);
+            self.drain(t, f0, nb, half, l0c, last && cb + 1 == cob);
             self.l0c_tiles += 1;
         }
     }
 
+    /// `set_fmatrix` for segment `g`'s band.
+    fn fmatrix(&mut self, g: &Seg) {
+        self.a
+            .set_fmatrix(g.band_h.max(1), self.s.w)
+            .pad_top(g.pad_top)
+            .pad_bottom(g.pad_bottom)
+            .pad_left(self.s.pl)
+            .pad_right(self.s.pr);
+    }
+
     /// V copies the tile out of L0C (adding the bias, converting to f16); MTE3 writes its
-    /// `nb` co fractals, one burst each.
+    /// `nb` co fractals, one burst each per segment.
     fn drain(&mut self, t: &Tile, f0: u64, nb: u64, half: u64, l0c: u64, last: bool) {
         let (s, plan) = (self.s, self.plan);
         let [t0, t1, t2, _] = self.r.t;
@@ -1013,6 +1383,33 @@ impl<'a> Gen<'a> {
         let pieces: Vec<(u64, u64)> = (0..count)
             .map(|p| (p * nb / count, (p + 1) * nb / count))
             .collect();
+        let plane = s.ho * s.wo;
+        let gm_at = |g: &Seg, f: u64| ((g.n * plan.m1 + f) * plane + g.p0) * UNIT;
+        // Each segment's first fractal in the tile (UB rows follow L0C's m order).
+        let offs: Vec<u64> = t
+            .segs
+            .iter()
+            .scan(0, |at, g| {
+                let here = *at;
+                *at += g.mf();
+                Some(here)
+            })
+            .collect();
+        if self.residual {
+            // MTE2 brings the residual tile, laid out as the output tile, once V is done with
+            // the previous one.
+            let res = self.r.residual;
+            self.wait(Pipe::V, Pipe::Mte2, ev::RESIDUAL_FREE);
+            for (g, off) in t.segs.iter().zip(&offs) {
+                self.a.movi(t0, (self.ub.residual + off * FRACTAL) as i64);
+                self.gm(t1, res, gm_at(g, self.co.0 + f0));
+                self.a
+                    .copy_gm_to_ub(t0, t1, nb, g.pixels)
+                    .src_gap(plane - g.pixels)
+                    .dst_gap(mf * 16 - g.pixels);
+            }
+            self.set(Pipe::Mte2, Pipe::V, ev::RESIDUAL);
+        }
         self.wait(Pipe::M, Pipe::V, ev::L0C[half as usize]);
         self.wait(Pipe::Mte3, Pipe::V, ev::DRAIN);
         for (p, &(j0, j1)) in pieces.iter().enumerate() {
@@ -1034,7 +1431,7 @@ impl<'a> Gen<'a> {
                 for j in j0..j1 {
                     self.a.movi(t0, (self.ub.work + j * mf * FRACTAL_C) as i64);
                     self.a
-                        .movi(t1, (self.ub.bias + (f0 + j) * FRACTAL_C) as i64);
+                        .movi(t1, (self.ub.bias + (self.co.0 + f0 + j) * FRACTAL_C) as i64);
                     self.a.vadd(DType::F32, t0, t0, t1).src1_rep(0);
                 }
                 self.a.mask_count(t2, mf * n * 256);
@@ -1048,6 +1445,19 @@ impl<'a> Gen<'a> {
                     self.set(Pipe::V, Pipe::M, ev::L0C[half as usize]);
                 }
             }
+            if self.residual {
+                if p == 0 {
+                    self.wait(Pipe::Mte2, Pipe::V, ev::RESIDUAL);
+                }
+                self.a.mask_count(t2, mf * n * 256);
+                self.a.movi(t0, out_at as i64);
+                self.a
+                    .movi(t1, (self.ub.residual + j0 * mf * FRACTAL) as i64);
+                self.a.vadd(DType::F16, t0, t0, t1);
+                if p + 1 == pieces.len() {
+                    self.set(Pipe::V, Pipe::Mte2, ev::RESIDUAL_FREE);
+                }
+            }
             if self.epilogue == Epilogue::Relu {
                 self.a.mask_count(t2, mf * n * 256);
                 self.a.movi(t0, out_at as i64);
@@ -1055,14 +1465,14 @@ impl<'a> Gen<'a> {
             }
             self.set(Pipe::V, Pipe::Mte3, ev::PIECES[p]);
             self.wait(Pipe::V, Pipe::Mte3, ev::PIECES[p]);
-            let plane = s.ho * s.wo;
-            let pixels = t.pixels;
-            self.a.movi(t0, out_at as i64);
-            self.gm(t1, out, ((t.n * plan.m1 + f0 + j0) * plane + t.p0) * UNIT);
-            self.a
-                .copy_ub_to_gm(t1, t0, n, pixels)
-                .src_gap(mf * 16 - pixels)
-                .dst_gap(plane - pixels);
+            for (g, off) in t.segs.iter().zip(&offs) {
+                self.a.movi(t0, (out_at + off * FRACTAL) as i64);
+                self.gm(t1, out, gm_at(g, self.co.0 + f0 + j0));
+                self.a
+                    .copy_ub_to_gm(t1, t0, n, g.pixels)
+                    .src_gap(mf * 16 - g.pixels)
+                    .dst_gap(plane - g.pixels);
+            }
         }
         self.set(Pipe::Mte3, Pipe::V, ev::DRAIN);
     }

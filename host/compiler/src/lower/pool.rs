@@ -61,6 +61,7 @@
 
 use gearsim_isa::{Cmp, DType, Pipe, ReduceOp, units};
 
+use super::cube::{Build, conv5hd};
 use super::dma::{self, Dir};
 use super::queue;
 use super::reduce::{
@@ -70,7 +71,7 @@ use super::reduce::{
 use super::writer::Reg;
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
 use crate::CoreSpec;
-use crate::ir::{DataType, Tensor, TensorDesc};
+use crate::ir::{DataType, Format, Tensor, TensorDesc};
 
 /// The lowering of an op type of this module.
 pub fn lowering(op: &str) -> Option<LowerFn> {
@@ -576,7 +577,42 @@ fn axes(ctx: &LowerCtx<'_>, x: &[u64], y: &[u64]) -> Result<Vec<Axis>, LowerErro
 // ---- MaxPool and AveragePool ----------------------------------------------------------------------
 
 fn max_pool(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    if ctx
+        .outputs
+        .first()
+        .is_some_and(|d| d.format == Format::Nc1hwc0)
+    {
+        return pool_to_fractal(ctx);
+    }
     window_pool(ctx, true)
+}
+
+/// A MaxPool whose output the layout pass keeps 5HD: the NCHW pool into the workspace, then
+/// a TransData of its output (a quarter of the input for the usual 3×3 stride-2 pool).
+fn pool_to_fractal(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let mut outputs = ctx.outputs.to_vec();
+    outputs[0].format = Format::Nd;
+    let d = dims(ctx, &outputs[0])?;
+    let sub = LowerCtx {
+        node: ctx.node,
+        inputs: ctx.inputs.clone(),
+        values: ctx.values.clone(),
+        outputs: &outputs,
+        target: ctx.target,
+    };
+    let lowered = window_pool(&sub, true)?;
+    let mut b = Build::default();
+    let ws = b.scratch(d.iter().product::<u64>() * 2);
+    b.inline(lowered, &Operand::Input, ws, |name| name)
+        .map_err(|e| ctx.error(e))?;
+    conv5hd::transdata(
+        ctx,
+        &mut b,
+        [d[0], d[1] / 16, 16, d[2] * d[3]],
+        ws,
+        Operand::Output(0),
+    )?;
+    Ok(b.finish())
 }
 
 fn average_pool(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
@@ -2465,6 +2501,9 @@ const MIN_SEGMENT: u64 = 4096;
 
 fn global_average_pool(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let x = ctx.input(0)?;
+    if x.format == Format::Nc1hwc0 {
+        return global_average_pool_of_fractal(ctx, x);
+    }
     let ty = Ty::of(ctx, x, "the input")?;
     let d = dims(ctx, x)?;
     let planes = d[0] * d[1];
@@ -2848,4 +2887,40 @@ impl RowMean {
         flow_fini(&mut k, true);
         ctx.kernel(k.a, spread.blocks, vec![self.src, self.dst])
     }
+}
+
+/// GlobalAveragePool over a 5HD input (the end of a layout region): its output `[N, C, 1,
+/// 1]` is the same bytes in both formats. A single-pixel plane is already the output; a larger
+/// one goes through a TransData back to NCHW in the workspace first.
+fn global_average_pool_of_fractal(
+    ctx: &LowerCtx<'_>,
+    x: &TensorDesc,
+) -> Result<Lowered, LowerError> {
+    let d = dims(ctx, x)?;
+    let plane: u64 = d[2..].iter().product();
+    if d.len() != 4 || plane <= 1 {
+        return Ok(Lowered::Alias { input: 0 });
+    }
+    let mut nchw = x.clone();
+    nchw.format = Format::Nd;
+    let sub = LowerCtx {
+        node: ctx.node,
+        inputs: vec![Some(&nchw)],
+        values: vec![None],
+        outputs: ctx.outputs,
+        target: ctx.target,
+    };
+    let lowered = global_average_pool(&sub)?;
+    let mut b = Build::default();
+    let ws = b.scratch(d.iter().product::<u64>() * 2);
+    conv5hd::transdata(
+        ctx,
+        &mut b,
+        [d[0], d[1] / 16, plane, 16],
+        Operand::Input(0),
+        ws,
+    )?;
+    b.inline(lowered, &|_| ws, Operand::Output(0), |name| name)
+        .map_err(|e| ctx.error(e))?;
+    Ok(b.finish())
 }
