@@ -71,7 +71,7 @@ mod ev {
     /// MTE2 → MTE1: the band of the tile with this parity is in L1 (for a block's first
     /// tile: its first group of channel blocks, with their weights).
     pub const BAND: [u8; 2] = [0, 1];
-    /// MTE2 → MTE1: a block's first tile's second and third groups of channel blocks (band
+    /// MTE2 → MTE1: a block's first tile's later groups of channel blocks (band
     /// and weights) are in L1.
     pub const GROUPS: [u8; 6] = [2, 3, 4, 5, 6, 7];
     /// MTE1 → MTE2: the band buffer of this parity is free.
@@ -138,6 +138,18 @@ impl Tile {
     /// Pixel fractals.
     fn mf(&self) -> u64 {
         self.segs.iter().map(Seg::mf).sum()
+    }
+
+    /// Each segment's first pixel fractal in the tile (segments follow each other in M).
+    fn seg_offsets(&self) -> Vec<u64> {
+        self.segs
+            .iter()
+            .scan(0, |at, g| {
+                let here = *at;
+                *at += g.mf();
+                Some(here)
+            })
+            .collect()
     }
 
     /// Band bytes per input-channel block (every segment's rows).
@@ -214,12 +226,10 @@ impl Plan {
     /// small maps still fill the cores), the pixel fractals of each group over the blocks
     /// left to it.
     fn new(s: &ConvShape, core: &CoreSpec, drain: Drain) -> Result<Plan, String> {
-        let m1 = s.m / 16;
-        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
         let mut best: Option<(f64, Plan)> = None;
         let mut why = String::new();
-        for groups in 1..=m1.min(cores) {
-            match Plan::with_groups(s, core, drain, groups, cores / groups) {
+        for plan in Plan::splits(s, core, drain) {
+            match plan {
                 Ok(plan) => {
                     let cost = plan.predicted_cycles(s, core);
                     if best.as_ref().is_none_or(|(c, _)| cost < *c) {
@@ -231,6 +241,18 @@ impl Plan {
             }
         }
         best.map(|(_, p)| p).ok_or(why)
+    }
+
+    /// The tiling for each number of output-channel groups, in increasing order (each group
+    /// gets the blocks the cores leave it), laid out as it is asked for.
+    fn splits(
+        s: &ConvShape,
+        core: &CoreSpec,
+        drain: Drain,
+    ) -> impl Iterator<Item = Result<Plan, String>> {
+        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+        (1..=(s.m / 16).min(cores))
+            .map(move |groups| Plan::with_groups(s, core, drain, groups, cores / groups))
     }
 
     /// The tiling with the output channels in `groups` groups and `per_group` blocks each.
@@ -509,11 +531,19 @@ fn tiles(s: &ConvShape, a: u64, b: u64, splits: &[u64], mf_max: u64) -> Vec<Tile
         }
     }
     runs.sort_by_key(|r| std::cmp::Reverse(r.2));
-    // Runs shorter than a tile share one, first fit in order.
+    // Whole images smaller than a tile share one, first fit in order (a part of an image,
+    // at a block's ends, keeps a tile of its own: each segment costs an img2col per step).
+    let whole = |r: &(u64, u64, u64)| r.1 == 0 && r.2 == per_image;
     let mut packed: Vec<Vec<(u64, u64, u64)>> = Vec::new();
     for run in runs {
         match packed.last_mut() {
-            Some(t) if t.iter().map(|r| r.2).sum::<u64>() + run.2 <= mf_max => t.push(run),
+            Some(t)
+                if whole(&run)
+                    && t.iter().all(whole)
+                    && t.iter().map(|r| r.2).sum::<u64>() + run.2 <= mf_max =>
+            {
+                t.push(run)
+            }
             _ => packed.push(vec![run]),
         }
     }
@@ -684,16 +714,16 @@ pub(crate) fn supports(s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
         bias: true,
         residual: true,
     };
-    let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
-    let mut why = String::new();
-    for groups in 1..=(s.m / 16).min(cores) {
-        match Plan::with_groups(s, core, most, groups, cores / groups) {
+    let mut why = None;
+    for plan in Plan::splits(s, core, most) {
+        match plan {
             Ok(_) => return Ok(()),
-            Err(e) if why.is_empty() => why = e,
-            Err(_) => {}
+            Err(e) => {
+                why.get_or_insert(e);
+            }
         }
     }
-    Err(why)
+    Err(why.unwrap_or_else(|| "no split of the output channels".into()))
 }
 
 /// Packs the weights for L0B: per co block, per co fractal, the K fractals in `img2col` order
@@ -1276,6 +1306,7 @@ impl<'a> Gen<'a> {
             ));
         }
         let bands = self.seg_bands(t, parity);
+        let offs = t.seg_offsets();
         // The feature-map geometry is a state img2col reads: set once for a single segment,
         // before each segment's img2col otherwise.
         let single = t.segs.len() == 1;
@@ -1309,8 +1340,7 @@ impl<'a> Gen<'a> {
                     self.groups_waited += 1;
                 }
                 // Each segment's fractals follow the previous one's in M (L0A is m-major).
-                let mut m_off = 0;
-                for (g, &band) in t.segs.iter().zip(&bands) {
+                for ((g, &band), m_off) in t.segs.iter().zip(&bands).zip(&offs) {
                     if !single {
                         self.fmatrix(g);
                     }
@@ -1323,7 +1353,6 @@ impl<'a> Gen<'a> {
                         .stride_w(s.sw)
                         .dil_h(s.dh)
                         .dil_w(s.dw);
-                    m_off += g.mf();
                 }
                 for j in 0..nb {
                     self.a
@@ -1385,16 +1414,8 @@ impl<'a> Gen<'a> {
             .collect();
         let plane = s.ho * s.wo;
         let gm_at = |g: &Seg, f: u64| ((g.n * plan.m1 + f) * plane + g.p0) * UNIT;
-        // Each segment's first fractal in the tile (UB rows follow L0C's m order).
-        let offs: Vec<u64> = t
-            .segs
-            .iter()
-            .scan(0, |at, g| {
-                let here = *at;
-                *at += g.mf();
-                Some(here)
-            })
-            .collect();
+        // UB rows follow L0C's m order.
+        let offs = t.seg_offsets();
         if self.residual {
             // MTE2 brings the residual tile, laid out as the output tile, once V is done with
             // the previous one.

@@ -2897,8 +2897,14 @@ fn global_average_pool_of_fractal(
     x: &TensorDesc,
 ) -> Result<Lowered, LowerError> {
     let d = dims(ctx, x)?;
-    let plane: u64 = d[2..].iter().product();
-    if d.len() != 4 || plane <= 1 {
+    if d.len() != 4 {
+        return Err(ctx.error(format!(
+            "an NC1HWC0 input must be rank 4 (N, C, H, W); got rank {}",
+            d.len()
+        )));
+    }
+    let plane = d[2] * d[3];
+    if plane <= 1 {
         return Ok(Lowered::Alias { input: 0 });
     }
     let mut nchw = x.clone();
