@@ -35,6 +35,7 @@
 //! assert_eq!(decode_all(&bytes).unwrap(), program.instrs);
 //! ```
 
+pub mod aipp;
 mod asm;
 pub mod build;
 pub mod checksum;

@@ -106,11 +106,16 @@ formats! {
     /// `nfrac` 512-byte fractals from L1, strides in fractals.
     Load2d { dst: Reg, src: Reg, nfrac: u16, src_stride: u16 = 1, dst_stride: u16 = 1, transpose: bool = false }
     /// img2col of an NC1HWC0 feature map in L1 into L0A fractals (geometry from `set_fmatrix`).
+    /// With `c04` a channel slice is 4 channels (8 bytes a pixel, the C04 layout `load_image_l1`
+    /// writes) and K runs over (slice, tap, channel), four taps to a K fractal.
     Img2col {
         dst: Reg, src: Reg, c1: u16 [12], kh: u8, kw: u8,
         stride_h: u8 [6] = 1, stride_w: u8 [6] = 1, dil_h: u8 [6] = 1, dil_w: u8 [6] = 1,
-        m_start: u16, k_start: u16, mfrac: u8, kfrac: u8,
+        m_start: u16, k_start: u16, mfrac: u8, kfrac: u8, c04: bool = false,
     }
+    /// `rows` × `cols` pixels of an 8-bit image (`pixel` bytes each, rows `src_stride` bytes
+    /// apart) through the AIPP unit into L1 as C04 (`aipp` module; parameters at `cfg` in GM).
+    LoadImage { dst: Reg, src: Reg, cfg: Reg, rows: u16, cols: u16, pixel: u8 [3], src_stride: u32 [24] }
     /// `dst(L0C) (+)= a(L0A) x b(L0B)` over an m x k x n problem.
     Mmad { dst: Reg, a: Reg, b: Reg, m: u16, k: u16, n: u16, init: bool = false }
     /// L0C fractals to UB, converting to `ty`.
@@ -317,6 +322,8 @@ instructions! {
     CopyGmToL1 = 0x84, copy_gm_to_l1, Mte2, DmaRead, Dma;
     /// GM row-major f16 matrix -> L1 NZ fractals.
     CopyGmToL1Nd2nz = 0x85, copy_gm_to_l1_nd2nz, Mte2, DmaRead, Nd2Nz;
+    /// GM 8-bit image rows -> AIPP (colour conversion, normalisation) -> L1 C04 feature map.
+    LoadImageL1 = 0x86, load_image_l1, Mte2, DmaRead, LoadImage;
     /// L1 -> L0A fractals (load2d).
     LoadL0a = 0x88, load_l0a, Mte1, Load2d, Load2d;
     /// L1 -> L0B fractals (load2d).

@@ -17,6 +17,8 @@
 
 use std::collections::BTreeMap;
 
+use gearsim_isa::aipp::{self as isa_aipp, AippConfig};
+
 use crate::ir::{Attr, DataType, Format, Graph, Node, NodeId, Tensor, TensorDesc, Value};
 use crate::options::OptionError;
 use crate::symbolic::Dim;
@@ -555,19 +557,32 @@ impl Params {
     /// The value of output channel `c` for the source bytes `x` of one pixel's channels (in
     /// the source's channel order), computed as the kernel does it in f32.
     pub fn pixel(&self, x: &[f32; 3], c: usize) -> f32 {
-        let mut x = *x;
-        if self.swap && self.format.channels() == 3 {
-            x.swap(0, 2);
-        }
-        let y = match &self.csc {
-            None => x[c],
-            Some(m) => {
-                let t = |k: usize| (x[k] - m.input_bias[k] as f32) * m.matrix[c][k] as f32;
-                let acc = (t(0) + t(1)) + t(2);
-                ((acc * (1.0 / 256.0)).floor() + m.output_bias[c] as f32).clamp(0.0, 255.0)
+        self.config().channel(x, c)
+    }
+
+    /// The parameter block the AI core's AIPP unit reads (`gearsim_isa::aipp`), whose
+    /// arithmetic [`Params::pixel`] is.
+    pub fn config(&self) -> AippConfig {
+        let per_channel = |v: &[f32]| {
+            let mut out = [0f32; 4];
+            for (o, x) in out.iter_mut().zip(v) {
+                *o = *x;
             }
+            out
         };
-        ((y - self.mean[c]) - self.min[c]) * self.var_reci[c]
+        AippConfig {
+            channels: self.format.channels() as u32,
+            first_byte: self.format.first_byte() as u32,
+            swap: self.swap,
+            csc: self.csc.map(|m| isa_aipp::Csc {
+                matrix: m.matrix.map(|r| r.map(|v| v as i32)),
+                input_bias: m.input_bias.map(|v| v as i32),
+                output_bias: m.output_bias.map(|v| v as i32),
+            }),
+            mean: per_channel(&self.mean),
+            min: per_channel(&self.min),
+            var_reci: per_channel(&self.var_reci),
+        }
     }
 }
 
@@ -772,6 +787,7 @@ pub fn evaluate(node: &Node, x: &Tensor, dtype: DataType) -> Result<Tensor, Stri
         return Err(format!("the crop {:?} leaves the {hs}x{ws} image", p.crop));
     }
     let c = p.format.channels() as usize;
+    let conf = p.config();
     let mut out = Vec::with_capacity(n as usize * c * (hc * wc) as usize * dtype.size());
     let mut planes = vec![vec![0f32; (hc * wc) as usize]; c];
     for img in 0..n as u64 {
@@ -784,7 +800,7 @@ pub fn evaluate(node: &Node, x: &Tensor, dtype: DataType) -> Result<Tensor, Stri
                     *v = f32::from(x.data[at + k]);
                 }
                 for (ch, plane) in planes.iter_mut().enumerate() {
-                    plane[(h * wc + w) as usize] = p.pixel(&px, ch);
+                    plane[(h * wc + w) as usize] = conf.channel(&px, ch);
                 }
             }
         }

@@ -36,7 +36,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use super::fusion::{FUSED_ACTIVATION, FUSED_RESIDUAL, RESIDUAL_INPUT};
+use super::fusion::{FUSED_ACTIVATION, FUSED_AIPP, FUSED_RESIDUAL, RESIDUAL_INPUT};
 use super::infer::{InferError, OpCtx, OpError, Registry};
 use super::ir::{Attr, DataType, Graph, Model, Node, Tensor, TensorDesc, shape_values};
 use super::ops;
@@ -419,6 +419,22 @@ impl Evaluator<'_> {
     /// A node's outputs, with the activation the fusion pass folded into it applied to its
     /// first output.
     fn node(&self, node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, EvalError> {
+        // A fused AIPP converts the image (input 0) before the convolution reads it, to the
+        // f16 the Aipp node gave.
+        let image;
+        let mut with_image: Vec<Option<&Tensor>>;
+        let inputs = if node.int(FUSED_AIPP).is_some() {
+            let Some(Some(x)) = inputs.first() else {
+                return Err(value_err(node, "the fused AIPP's image is missing".into()));
+            };
+            image = crate::aipp::evaluate(node, x, DataType::F16)
+                .map_err(|e| value_err(node, format!("the fused AIPP: {e}")))?;
+            with_image = inputs.to_vec();
+            with_image[0] = Some(&image);
+            &with_image[..]
+        } else {
+            inputs
+        };
         let residual = node.int(FUSED_RESIDUAL).is_some();
         let own = if residual {
             &inputs[..RESIDUAL_INPUT.min(inputs.len())]

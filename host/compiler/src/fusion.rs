@@ -7,7 +7,12 @@
 //!   MatMul / Gemm ─▶ Relu ⇒  MatMul {_fused_activation = Relu}     (the GEMM kernel's drain)
 //!   Add / Sub / Mul ─▶ Relu  ⇒  Add {_fused_activation = Relu}     (one vector pass)
 //!   Conv 1×1 ─▶ Add(·, r) [─▶ Relu] ⇒ Conv(x, w, b, r) {_fused_residual}  (the GEMM's drain)
+//!   Aipp(image) ─▶ Conv   ⇒  Conv(image, w, b) {_fused_aipp}        (MTE2's AIPP unit)
 //! ```
+//!
+//! AIPP goes into the convolution that reads its output, as GE does: the first layer loads
+//! its input rows through the AIPP unit (`load_image_l1`), so the converted image is never
+//! written. The target says which convolutions its fractal kernel can run that way.
 //!
 //! The residual pass runs first, so a ReLU after the Add then folds into the convolution: the
 //! kernel computes `relu(conv(x) + r)` with the residual `r` read in its drain (ResNet's
@@ -31,6 +36,9 @@ pub const FUSED_NODES: &str = "_fused_nodes";
 pub const FUSED_RESIDUAL: &str = "_fused_residual";
 /// The input index of a fused residual.
 pub const RESIDUAL_INPUT: usize = 3;
+/// The attribute marking a convolution that reads its input through the AI core's AIPP unit:
+/// input 0 is the 8-bit image and the absorbed `Aipp` node's attributes are the node's.
+pub const FUSED_AIPP: &str = "_fused_aipp";
 
 /// A fusion pass gearsim runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -43,15 +51,18 @@ pub enum Pass {
     ElemwiseActivation,
     /// A residual Add into the drain of the pointwise convolution that makes one operand.
     ConvResidualAdd,
+    /// An Aipp into the input load of the convolution that reads its output.
+    AippConv,
 }
 
 impl Pass {
     /// Every pass.
-    pub const ALL: [Pass; 4] = [
+    pub const ALL: [Pass; 5] = [
         Pass::ConvActivation,
         Pass::MatMulActivation,
         Pass::ElemwiseActivation,
         Pass::ConvResidualAdd,
+        Pass::AippConv,
     ];
 
     /// The name a fusion switch file uses.
@@ -61,6 +72,7 @@ impl Pass {
             Pass::MatMulActivation => "MatMulActivationFusionPass",
             Pass::ElemwiseActivation => "ElemwiseActivationFusionPass",
             Pass::ConvResidualAdd => "ConvResidualAddFusionPass",
+            Pass::AippConv => "AippConvFusionPass",
         }
     }
 
@@ -75,7 +87,7 @@ impl Pass {
             Pass::ConvActivation => op == "Conv",
             Pass::MatMulActivation => matches!(op, "MatMul" | "Gemm"),
             Pass::ElemwiseActivation => matches!(op, "Add" | "Sub" | "Mul"),
-            Pass::ConvResidualAdd => false,
+            Pass::ConvResidualAdd | Pass::AippConv => false,
         }
     }
 }
@@ -135,22 +147,87 @@ const ACTIVATIONS: &[&str] = &["Relu"];
 
 /// Runs the switched-on passes over the root graph and every branch; returns how many nodes
 /// were absorbed.
-pub fn fuse_model(m: &mut Model, switches: &FusionSwitches) -> usize {
-    let mut n = fuse(&mut m.graph, switches);
+/// `reads_image(g, aipp, conv)` says whether the target's convolution kernel can read node
+/// `conv`'s input through the AIPP unit as node `aipp` configures it.
+pub fn fuse_model(
+    m: &mut Model,
+    switches: &FusionSwitches,
+    reads_image: &ImageReader<'_>,
+) -> usize {
+    let mut n = fuse(&mut m.graph, switches, reads_image);
     for g in &mut m.subgraphs {
-        n += fuse(g, switches);
+        n += fuse(g, switches, reads_image);
     }
     n
 }
 
+/// Whether a convolution (the second node) can read its input through the AIPP unit as an
+/// Aipp node (the first) configures it.
+pub type ImageReader<'a> = dyn Fn(&Graph, NodeId, NodeId) -> bool + 'a;
+
 /// Runs the switched-on passes over one graph; returns how many nodes were absorbed.
-pub fn fuse(g: &mut Graph, switches: &FusionSwitches) -> usize {
+pub fn fuse(g: &mut Graph, switches: &FusionSwitches, reads_image: &ImageReader<'_>) -> usize {
+    let aipp = if switches.on(Pass::AippConv) {
+        fuse_aipp(g, reads_image)
+    } else {
+        0
+    };
     let residuals = if switches.on(Pass::ConvResidualAdd) {
         fuse_residuals(g)
     } else {
         0
     };
-    residuals + fuse_activations(g, switches)
+    aipp + residuals + fuse_activations(g, switches)
+}
+
+/// Folds `Conv(Aipp(image))` into the convolution when the Aipp's f16 output is read by the
+/// convolution alone (as its input 0) and `reads_image` says the kernel can: the convolution
+/// takes the image as input 0 and the Aipp's attributes.
+fn fuse_aipp(g: &mut Graph, reads_image: &ImageReader<'_>) -> usize {
+    let consumers = g.consumers();
+    let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
+    let mut fused: Vec<(NodeId, NodeId)> = Vec::new();
+    for i in 0..g.nodes.len() {
+        let id = NodeId(i as u32);
+        let node = g.node(id);
+        if node.op != super::aipp::OP
+            || node.outputs.len() != 1
+            || node.outputs[0].dtype != super::ir::DataType::F16
+        {
+            continue;
+        }
+        let (Some(Some(image)), out) = (
+            node.inputs.first().copied(),
+            Value {
+                node: id,
+                output: 0,
+            },
+        ) else {
+            continue;
+        };
+        let Some([(conv, 0)]) = consumers.get(&out).map(Vec::as_slice) else {
+            continue;
+        };
+        let c = g.node(*conv);
+        if c.op != "Conv" || c.attr(FUSED_AIPP).is_some() || !reads_image(g, id, *conv) {
+            continue;
+        }
+        rewire.insert(out, image);
+        fused.push((id, *conv));
+    }
+    for &(aipp, conv) in &fused {
+        let (name, attrs) = {
+            let a = g.node(aipp);
+            (a.name.clone(), a.attrs.clone())
+        };
+        let c = g.node_mut(conv);
+        for (k, v) in attrs {
+            c.attrs.insert(k, v);
+        }
+        c.attrs.insert(FUSED_AIPP.into(), Attr::Int(1));
+        absorb(g, conv, name);
+    }
+    remove_absorbed(g, &rewire)
 }
 
 /// Records that node `into` absorbed the node named `name`.
@@ -337,7 +414,7 @@ mod tests {
     #[test]
     fn activations_fold_into_their_producers() {
         let mut g = graph(false);
-        assert_eq!(fuse(&mut g, &FusionSwitches::default()), 2);
+        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &|_, _, _| true), 2);
         g.check().unwrap();
         let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.as_str()).collect();
         assert_eq!(ops, ["Data", "Conv", "Add", "NetOutput"]);
@@ -356,7 +433,7 @@ mod tests {
     #[test]
     fn a_value_read_twice_keeps_its_activation_apart() {
         let mut g = graph(true);
-        assert_eq!(fuse(&mut g, &FusionSwitches::default()), 1);
+        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &|_, _, _| true), 1);
         assert!(g.find("relu1").is_some());
         assert!(g.find("relu2").is_none());
     }
@@ -380,7 +457,7 @@ mod tests {
     #[test]
     fn a_residual_add_folds_into_a_pointwise_conv_made_after_its_shortcut() {
         let mut g = residual_graph(1, true);
-        assert_eq!(fuse(&mut g, &FusionSwitches::default()), 2);
+        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &|_, _, _| true), 2);
         g.check().unwrap();
         let conv = g.node(g.find("conv").unwrap());
         assert_eq!(conv.int(FUSED_RESIDUAL), Some(1));
@@ -395,7 +472,7 @@ mod tests {
         // whose shortcut is made after it (nodes run in order); the Add takes the ReLU.
         for (k, r_first) in [(3, true), (1, false)] {
             let mut g = residual_graph(k, r_first);
-            assert_eq!(fuse(&mut g, &FusionSwitches::default()), 1);
+            assert_eq!(fuse(&mut g, &FusionSwitches::default(), &|_, _, _| true), 1);
             assert!(g.find("add").is_some());
             assert!(
                 g.node(g.find("conv").unwrap())
@@ -406,17 +483,17 @@ mod tests {
         let mut off = FusionSwitches::default();
         off.set(Pass::ConvResidualAdd, false);
         let mut g = residual_graph(1, true);
-        assert_eq!(fuse(&mut g, &off), 1);
+        assert_eq!(fuse(&mut g, &off, &|_, _, _| true), 1);
         assert!(g.find("add").is_some());
     }
 
     #[test]
     fn switches_turn_passes_off() {
         let mut g = graph(false);
-        assert_eq!(fuse(&mut g, &FusionSwitches::all_off()), 0);
+        assert_eq!(fuse(&mut g, &FusionSwitches::all_off(), &|_, _, _| true), 0);
         let mut s = FusionSwitches::default();
         s.set(Pass::ConvActivation, false);
-        assert_eq!(fuse(&mut g, &s), 1);
+        assert_eq!(fuse(&mut g, &s, &|_, _, _| true), 1);
         assert!(g.find("relu1").is_some());
         assert_eq!(
             Pass::parse("ConvActivationFusionPass"),

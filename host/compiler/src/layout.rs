@@ -6,14 +6,16 @@
 //! A value may be 5HD when it is f16, rank 4 with `C % 16 == 0` (so both formats have the same
 //! size and the memory plan is unchanged), made by a convolution the 5HD kernel runs, by a
 //! layout-agnostic op (element-wise over same-shape operands) or by a 2-D MaxPool (which pools
-//! NCHW and converts its smaller output), and read only by such convolutions (as their input
-//! or fused residual), agnostic ops whose output is 5HD too, or GlobalAveragePool (whose
-//! `[N, C, 1, 1]` output is the same bytes in both formats). Pointwise convolutions of stride 1
-//! stay on the NCHW GEMM kernel, which runs them faster. A connected region of such values is
-//! kept only when some convolution then runs 5HD on both sides: a region whose every
-//! convolution still converts one side would only move the conversion. Graph inputs and
-//! outputs stay NCHW; a convolution with one NCHW side converts it with a TransData kernel.
-//! So ResNet-18's body, from the first MaxPool to the GlobalAveragePool, is one region.
+//! 5HD, or NCHW and converts its smaller output), and read only by such convolutions (as their
+//! input or fused residual), agnostic ops whose output is 5HD too, a 2-D MaxPool (which
+//! converts its output if that is NCHW) or GlobalAveragePool (whose `[N, C, 1, 1]` output is
+//! the same bytes in both formats). Pointwise convolutions of stride 1 stay on the NCHW GEMM
+//! kernel, which runs them faster. A connected region of such values is kept only when some
+//! convolution then runs 5HD on both sides, or reads the image through AIPP (its input side
+//! is then the AIPP unit's): a region whose every convolution still converts one side would
+//! only move the conversion. Graph inputs and outputs stay NCHW; a convolution with one NCHW
+//! side converts it with a TransData kernel. So ResNet-18 behind AIPP is one region from its
+//! first convolution to the GlobalAveragePool.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,6 +24,7 @@ use super::ir::{DataType, Format, Graph, NodeId, TensorDesc, Value, shape_values
 use super::lower::LowerCtx;
 use super::lower::cube::conv;
 use super::lower::cube::conv5hd;
+use super::lower::pool_5hd;
 
 /// Ops that compute element by element over operands of one shape, so any layout works as
 /// long as every full-size operand and the output share it (scalar operands may be anything).
@@ -62,20 +65,16 @@ pub fn assign_fractal_formats(
         if node.op != "Conv" || !node.inputs.get(1).copied().flatten().is_some_and(is_const) {
             return false;
         }
-        let inputs: Vec<Option<&TensorDesc>> =
-            node.inputs.iter().map(|v| v.map(|v| g.desc(v))).collect();
-        if !inputs.first().copied().flatten().is_some_and(candidate)
+        // A convolution that reads the image through AIPP runs the fractal kernel anyway.
+        if aipp_conv(g, id) {
+            return node.outputs.first().is_some_and(candidate);
+        }
+        let ctx = ctx_of(g, id, target);
+        if !ctx.inputs.first().copied().flatten().is_some_and(candidate)
             || !node.outputs.first().is_some_and(candidate)
         {
             return false;
         }
-        let ctx = LowerCtx {
-            node,
-            inputs,
-            values: vec![None; node.inputs.len()],
-            outputs: &node.outputs,
-            target,
-        };
         // A pointwise convolution of stride 1 is a product per image on the GEMM kernel over
         // NCHW, which beats the window kernel; a strided one would first subsample in a kernel
         // of its own, which the window kernel's img2col does for free.
@@ -85,7 +84,17 @@ pub fn assign_fractal_formats(
         })
     };
     // A 2-D MaxPool (without Indices) may write its output 5HD: it pools NCHW and converts
-    // its (smaller) output, so a region can start after the pool instead of before it.
+    // its (smaller) output, so a region can start after the pool instead of before it. It
+    // may read 5HD too (the window is over whole pixel units), and then converts its output
+    // if that is NCHW, so a region can also end at a pool.
+    let fractal_pool = |id: NodeId| -> bool {
+        let node = g.node(id);
+        node.op == "MaxPool"
+            && node.outputs.len() == 1
+            && node.inputs.first().copied().flatten().is_some_and(|v| {
+                candidate(g.desc(v)) && pool_5hd::supported(&ctx_of(g, id, target))
+            })
+    };
     let converting_pool = |id: NodeId| -> bool {
         let node = g.node(id);
         node.op == "MaxPool"
@@ -124,6 +133,12 @@ pub fn assign_fractal_formats(
         .map(NodeId)
         .filter(|id| converting_pool(*id))
         .collect();
+    // Pools that may read 5HD, with the value they read.
+    let native_pools: BTreeMap<NodeId, Value> = pools
+        .iter()
+        .filter(|id| fractal_pool(**id))
+        .filter_map(|id| g.node(*id).inputs[0].map(|v| (*id, v)))
+        .collect();
     let agnostic: BTreeMap<NodeId, Vec<Value>> = (0..g.nodes.len() as u32)
         .map(NodeId)
         .filter_map(|id| full_inputs(id).map(|f| (id, f)))
@@ -153,6 +168,7 @@ pub fn assign_fractal_formats(
                         (convs.contains(c)
                             && (*slot == 0 || *slot == crate::fusion::RESIDUAL_INPUT))
                             || (agnostic.contains_key(c) && set.contains(&out0(*c)))
+                            || (native_pools.contains_key(c) && *slot == 0)
                             || (g.node(*c).op == "GlobalAveragePool" && *slot == 0)
                     })
                 });
@@ -167,14 +183,19 @@ pub fn assign_fractal_formats(
         }
     }
     // Keep only regions some convolution reads or writes with its other side 5HD too.
+    // A native pool joins its input's region to its output's, as an agnostic op does.
+    let mut links = agnostic.clone();
+    for (id, v) in &native_pools {
+        links.insert(*id, vec![*v]);
+    }
     loop {
-        let regions = regions(&set, &agnostic, &consumers);
+        let regions = regions(&set, &links, &consumers);
         let useful = |region: &BTreeSet<Value>| {
             convs.iter().any(|c| {
                 let input = g.node(*c).inputs[0].expect("a fractal conv has an input");
                 let output = out0(*c);
                 (region.contains(&input) && set.contains(&output))
-                    || (region.contains(&output) && set.contains(&input))
+                    || (region.contains(&output) && (set.contains(&input) || aipp_conv(g, *c)))
             })
         };
         let useless: Vec<Value> = regions
@@ -194,6 +215,23 @@ pub fn assign_fractal_formats(
         g.node_mut(v.node).outputs[v.output as usize].format = Format::Nc1hwc0;
     }
     set.len()
+}
+
+/// What a lowering of node `id` would see (no constant values), for asking it what it runs.
+fn ctx_of<'a>(g: &'a Graph, id: NodeId, target: &'a Target) -> LowerCtx<'a> {
+    let node = g.node(id);
+    LowerCtx {
+        node,
+        inputs: node.inputs.iter().map(|v| v.map(|v| g.desc(v))).collect(),
+        values: vec![None; node.inputs.len()],
+        outputs: &node.outputs,
+        target,
+    }
+}
+
+/// Whether `id` is a convolution that reads its input through the AIPP unit.
+fn aipp_conv(g: &Graph, id: NodeId) -> bool {
+    g.node(id).int(crate::fusion::FUSED_AIPP).is_some()
 }
 
 /// The connected parts of `set`, joined through agnostic ops (an op's full-size operands and
@@ -231,4 +269,46 @@ fn regions(
         out.push(region);
     }
     out
+}
+
+/// Whether the target's fractal convolution kernel can run Conv `conv` reading its input
+/// through the AIPP unit as Aipp node `aipp` configures it (`fusion`'s AIPP pass asks): an f16
+/// convolution of constant weights whose input is the Aipp's output and which the kernel
+/// runs from an image source.
+pub fn conv_reads_image(g: &Graph, aipp: NodeId, conv: NodeId, target: &Target) -> bool {
+    let node = g.node(conv);
+    let a = g.node(aipp);
+    let Some(Some(image)) = a.inputs.first().copied() else {
+        return false;
+    };
+    let (Some(p), Some(dims)) = (
+        crate::aipp::Params::of(a).ok(),
+        shape_values(&g.desc(image).shape),
+    ) else {
+        return false;
+    };
+    let weights_const = node
+        .inputs
+        .get(1)
+        .copied()
+        .flatten()
+        .is_some_and(|w| g.node(w.node).op == "Const");
+    if node.op != "Conv"
+        || !weights_const
+        || dims.len() != 4
+        || node
+            .outputs
+            .first()
+            .is_none_or(|d| d.dtype != DataType::F16)
+    {
+        return false;
+    }
+    let ctx = ctx_of(g, conv, target);
+    let source = conv5hd::Source::Image {
+        pixel: dims[3] as u64,
+        height: dims[1] as u64,
+        width: dims[2] as u64,
+        origin: (p.crop[0], p.crop[1]),
+    };
+    conv::conv_shape(&ctx).is_ok_and(|s| conv5hd::supports_from(&s, &target.core, source).is_ok())
 }

@@ -234,7 +234,10 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
     };
     // 5. Fusion, then lowering, memory plan and task streams.
     let mut after = after;
-    fusion::fuse_model(&mut after, &opts.fusion);
+    let reads_image = |g: &Graph, aipp: NodeId, conv: NodeId| {
+        super::layout::conv_reads_image(g, aipp, conv, &opts.target)
+    };
+    fusion::fuse_model(&mut after, &opts.fusion, &reads_image);
     verify(&after, file)?;
     let emitted =
         emit::emit(&after, spec.as_ref(), &opts.target).map_err(|error| CompileError::Emit {

@@ -167,6 +167,44 @@ fn a_network_behind_aipp_runs_on_the_image() {
     runs_as_evaluated(&cfg, &c, vec![("input", x)], "cnn behind aipp");
 }
 
+/// GE's AIPP fusion: the first convolution reads the image through the AIPP unit (its node
+/// absorbs the Aipp, whose kernel is gone), and gives what the unfused compile gives, on a
+/// batch that spreads over every core.
+#[test]
+fn aipp_fused_into_the_first_convolution_gives_the_unfused_outputs() {
+    use gearsim_compiler::fusion::{FUSED_AIPP, FusionSwitches, Pass};
+    let cfg = ChipConfig::preset("ascend310p").unwrap();
+    let gear = || GearOptions {
+        input_shape: Some("input:3,3,32,32".into()),
+        ..GearOptions::default()
+    };
+    let fused = compile(gearsim_host::demo::CNN, "cnn.onnx", &options(gear(), &cfg)).unwrap();
+    let conv = fused
+        .after
+        .graph
+        .nodes
+        .iter()
+        .find(|n| n.int(FUSED_AIPP).is_some())
+        .expect("a convolution absorbed the Aipp");
+    assert_eq!(conv.op, "Conv");
+    assert!(fused.after.graph.nodes.iter().all(|n| n.op != aipp::OP));
+    let mut off = options(gear(), &cfg);
+    off.fusion = FusionSwitches::all_on();
+    off.fusion.set(Pass::AippConv, false);
+    let plain = compile(gearsim_host::demo::CNN, "cnn.onnx", &off).unwrap();
+    assert!(plain.after.graph.nodes.iter().any(|n| n.op == aipp::OP));
+    let x = image(&[3, 36, 40, 3], 11);
+    runs_as_evaluated(&cfg, &fused, vec![("input", x.clone())], "fused aipp");
+    let run = |c: &gearsim_compiler::pipeline::Compiled| {
+        let mut rt = Runtime::new(cfg.clone(), NullSink, RuntimeOptions::default()).unwrap();
+        let id = rt.load(&c.om_bytes().unwrap()).unwrap();
+        f32s(&rt.run(id, std::slice::from_ref(&x)).unwrap().outputs[0])
+    };
+    let (a, b) = (run(&fused), run(&plain));
+    let want: Vec<f64> = b.iter().map(|v| f64::from(*v)).collect();
+    assert_close(&a, &want, 1e-3, 1e-3, "fused vs unfused aipp");
+}
+
 /// Runs compiled model `c` on `feeds` (in input order) and checks its first output against
 /// the evaluator on the compiled graph.
 fn runs_as_evaluated(

@@ -300,27 +300,41 @@ fn f16_two_conv_chain_stays_nchw() {
     );
 }
 
-/// A ResNet-shaped f16 network at a dynamic batch of 1 or 2: a stem conv, a MaxPool, a basic
-/// block, a downsampling block whose 1×1 stride-2 shortcut absorbs the block's Add, and a
-/// GlobalAveragePool. The layout pass keeps everything from the pool's output to the
-/// GlobalAveragePool in NC1HWC0, and every gear matches the evaluator.
-#[test]
-fn resnet_shaped_body_runs_in_the_fractal_format_from_the_pool_to_the_global_pool() {
-    use super::onnx_build::{node, tensor_type};
-    use gearsim_compiler::onnx::proto::{
-        GraphProto, ModelProto, OperatorSetIdProto, ValueInfoProto,
-    };
-    use prost::Message;
-    let f16_init = |name: &str, dims: &[i64], seed: u64| f16_init(name, dims, 0.2, seed);
-    let mut initializer = Vec::new();
-    let mut seed = 10;
-    let mut conv = |name: &str, x: &str, out: &str, c: i64, m: i64, k: i64, stride: i64| {
+/// Builds f16 networks for the fractal-format tests: Conv nodes with seeded f16 weights and
+/// biases, the model around a node list.
+struct NetBuilder {
+    initializer: Vec<gearsim_compiler::onnx::proto::TensorProto>,
+    seed: u64,
+}
+
+impl NetBuilder {
+    fn new() -> NetBuilder {
+        NetBuilder {
+            initializer: Vec::new(),
+            seed: 10,
+        }
+    }
+
+    /// A `k`×`k` convolution from `c` to `m` channels, padded to keep the size at stride 1.
+    #[allow(clippy::too_many_arguments)]
+    fn conv(
+        &mut self,
+        name: &str,
+        x: &str,
+        out: &str,
+        c: i64,
+        m: i64,
+        k: i64,
+        stride: i64,
+    ) -> gearsim_compiler::onnx::proto::NodeProto {
         let w = format!("{name}.w");
         let b = format!("{name}.b");
-        initializer.push(f16_init(&w, &[m, c, k, k], seed));
-        initializer.push(f16_init(&b, &[m], seed + 1));
-        seed += 2;
-        let mut n = node("Conv", name, &[x, &w, &b], &[out]);
+        self.initializer
+            .push(f16_init(&w, &[m, c, k, k], 0.2, self.seed));
+        self.initializer
+            .push(f16_init(&b, &[m], 0.2, self.seed + 1));
+        self.seed += 2;
+        let mut n = super::onnx_build::node("Conv", name, &[x, &w, &b], &[out]);
         let p = k / 2;
         n.attribute = vec![
             ints("kernel_shape", &[k, k]),
@@ -328,55 +342,62 @@ fn resnet_shaped_body_runs_in_the_fractal_format_from_the_pool_to_the_global_poo
             ints("strides", &[stride, stride]),
         ];
         n
-    };
-    let mut pool = node("MaxPool", "pool", &["s"], &["p"]);
-    pool.attribute = vec![
-        ints("kernel_shape", &[3, 3]),
-        ints("pads", &[1, 1, 1, 1]),
-        ints("strides", &[2, 2]),
-    ];
-    let nodes = vec![
-        conv("stem", "x", "s0", 16, 16, 3, 1),
-        node("Relu", "stem_relu", &["s0"], &["s"]),
-        pool,
-        conv("b1c1", "p", "b1a", 16, 16, 3, 1),
-        node("Relu", "b1r1", &["b1a"], &["b1b"]),
-        conv("b1c2", "b1b", "b1c", 16, 16, 3, 1),
-        node("Add", "b1add", &["b1c", "p"], &["b1d"]),
-        node("Relu", "b1r2", &["b1d"], &["b1"]),
-        conv("b2c1", "b1", "b2a", 16, 32, 3, 2),
-        node("Relu", "b2r1", &["b2a"], &["b2b"]),
-        conv("b2c2", "b2b", "b2c", 32, 32, 3, 1),
-        conv("b2down", "b1", "b2s", 16, 32, 1, 2),
-        node("Add", "b2add", &["b2c", "b2s"], &["b2d"]),
-        node("Relu", "b2r2", &["b2d"], &["b2"]),
-        node("GlobalAveragePool", "gap", &["b2"], &["y"]),
-    ];
-    let io = |name: &str, dims: &[Option<i64>]| ValueInfoProto {
-        name: name.into(),
-        r#type: Some(tensor_type(10, dims)),
-        doc_string: String::new(),
-    };
-    let m = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 13,
-        }],
-        graph: Some(GraphProto {
-            name: "resnet_shaped".into(),
-            node: nodes,
-            initializer,
-            input: vec![io("x", &[None, Some(16), Some(20), Some(24)])],
-            output: vec![io("y", &[None, Some(32), Some(1), Some(1)])],
+    }
+
+    /// A 3×3 stride-2 MaxPool padded by one.
+    fn pool(name: &str, x: &str, out: &str) -> gearsim_compiler::onnx::proto::NodeProto {
+        let mut pool = super::onnx_build::node("MaxPool", name, &[x], &[out]);
+        pool.attribute = vec![
+            ints("kernel_shape", &[3, 3]),
+            ints("pads", &[1, 1, 1, 1]),
+            ints("strides", &[2, 2]),
+        ];
+        pool
+    }
+
+    /// The model: f16 input `x` and output `y` of these dims (`None`: dynamic).
+    fn model(
+        self,
+        nodes: Vec<gearsim_compiler::onnx::proto::NodeProto>,
+        x: &[Option<i64>],
+        y: &[Option<i64>],
+    ) -> Vec<u8> {
+        use gearsim_compiler::onnx::proto::{
+            GraphProto, ModelProto, OperatorSetIdProto, ValueInfoProto,
+        };
+        use prost::Message;
+        let io = |name: &str, dims: &[Option<i64>]| ValueInfoProto {
+            name: name.into(),
+            r#type: Some(super::onnx_build::tensor_type(10, dims)),
+            doc_string: String::new(),
+        };
+        ModelProto {
+            ir_version: 8,
+            opset_import: vec![OperatorSetIdProto {
+                domain: String::new(),
+                version: 13,
+            }],
+            graph: Some(GraphProto {
+                name: "fractal_net".into(),
+                node: nodes,
+                initializer: self.initializer,
+                input: vec![io("x", x)],
+                output: vec![io("y", y)],
+                ..Default::default()
+            }),
             ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let opts = CompileOptions {
+        }
+        .encode_to_vec()
+    }
+}
+
+/// Compile options for the fractal-format tests: `x` at a dynamic batch of `batches`, kept in
+/// f16.
+fn fractal_options(shape: &str, batches: &str) -> CompileOptions {
+    CompileOptions {
         gear: GearOptions {
-            input_shape: Some("x:-1,16,20,24".into()),
-            dynamic_batch_size: Some("1,2".into()),
+            input_shape: Some(shape.into()),
+            dynamic_batch_size: Some(batches.into()),
             ..GearOptions::default()
         },
         getnext_sink: false,
@@ -385,9 +406,97 @@ fn resnet_shaped_body_runs_in_the_fractal_format_from_the_pool_to_the_global_poo
         fusion: Default::default(),
         precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: atc::target(&cfg()),
-    };
-    let c =
-        compile(&m.encode_to_vec(), "resnet_shaped.onnx", &opts).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// A MaxPool after a fractal convolution reads NC1HWC0 (`pool_5hd`): at batch 1 the four
+/// planes (64 channels) are split into bands to fill the cores, at batch 5 the planes
+/// outnumber the cores and blocks loop over whole planes; odd sizes put the window over the
+/// padding on every side. Followed by another fractal convolution the pool writes NC1HWC0;
+/// followed by a pointwise one (the NCHW GEMM kernel's) it converts its output. Every gear
+/// matches the evaluator.
+#[test]
+fn max_pool_after_a_fractal_convolution_reads_the_fractal_format() {
+    use super::onnx_build::node;
+    for (next, k, converts) in [("3x3", 3, false), ("1x1", 1, true)] {
+        let mut net = NetBuilder::new();
+        let nodes = vec![
+            net.conv("c0", "x", "a0", 16, 16, 3, 1),
+            net.conv("c1", "a0", "a", 16, 64, 3, 1),
+            NetBuilder::pool("pool", "a", "p"),
+            net.conv("c2", "p", "b", 64, 16, k, 1),
+            net.conv("c3", "b", "d", 16, 16, 3, 1),
+            node("Relu", "r", &["d"], &["y"]),
+        ];
+        let m = net.model(
+            nodes,
+            &[None, Some(16), Some(13), Some(17)],
+            &[None, Some(16), Some(7), Some(9)],
+        );
+        let c = compile(
+            &m,
+            "pool_net.onnx",
+            &fractal_options("x:-1,16,13,17", "1,5"),
+        )
+        .unwrap_or_else(|e| panic!("{next}: {e}"));
+        let (_, _, names) = fractal_kernels(&c);
+        let pools: Vec<&String> = names.iter().filter(|n| n.starts_with("MaxPool")).collect();
+        assert!(
+            pools.len() == 2 && pools.iter().all(|n| n.contains("5hd")),
+            "{next}: the pools read the fractal format: {names:?}"
+        );
+        // The pool's output (4 channel blocks of 7x9 pixels) leaves NC1HWC0 for the GEMM.
+        let pool_out = names
+            .iter()
+            .any(|n| n.starts_with("TransData") && n.contains("x4x16x63"));
+        assert_eq!(pool_out, converts, "{next}: {names:?}");
+        every_gear_matches_typed(
+            &c,
+            "x",
+            &|g| vec![g[0], 16, 13, 17],
+            (2e-2, 2e-2),
+            DataType::F16,
+        );
+    }
+}
+
+/// A ResNet-shaped f16 network at a dynamic batch of 1 or 2: a stem conv, a MaxPool, a basic
+/// block, a downsampling block whose 1×1 stride-2 shortcut absorbs the block's Add, and a
+/// GlobalAveragePool. The layout pass keeps everything from the stem's output to the
+/// GlobalAveragePool in NC1HWC0 (the pool reading and writing it), and every gear matches the
+/// evaluator.
+#[test]
+fn resnet_shaped_body_runs_in_the_fractal_format_from_the_stem_to_the_global_pool() {
+    use super::onnx_build::node;
+    let mut net = NetBuilder::new();
+    let nodes = vec![
+        net.conv("stem", "x", "s0", 16, 16, 3, 1),
+        node("Relu", "stem_relu", &["s0"], &["s"]),
+        NetBuilder::pool("pool", "s", "p"),
+        net.conv("b1c1", "p", "b1a", 16, 16, 3, 1),
+        node("Relu", "b1r1", &["b1a"], &["b1b"]),
+        net.conv("b1c2", "b1b", "b1c", 16, 16, 3, 1),
+        node("Add", "b1add", &["b1c", "p"], &["b1d"]),
+        node("Relu", "b1r2", &["b1d"], &["b1"]),
+        net.conv("b2c1", "b1", "b2a", 16, 32, 3, 2),
+        node("Relu", "b2r1", &["b2a"], &["b2b"]),
+        net.conv("b2c2", "b2b", "b2c", 32, 32, 3, 1),
+        net.conv("b2down", "b1", "b2s", 16, 32, 1, 2),
+        node("Add", "b2add", &["b2c", "b2s"], &["b2d"]),
+        node("Relu", "b2r2", &["b2d"], &["b2"]),
+        node("GlobalAveragePool", "gap", &["b2"], &["y"]),
+    ];
+    let m = net.model(
+        nodes,
+        &[None, Some(16), Some(20), Some(24)],
+        &[None, Some(32), Some(1), Some(1)],
+    );
+    let c = compile(
+        &m,
+        "resnet_shaped.onnx",
+        &fractal_options("x:-1,16,20,24", "1,2"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
     let (fractal, _, names) = fractal_kernels(&c);
     // Per branch: every conv after the stem runs 5HD (the shortcut with the block's Add);
     // the only conversions are the pool's output and the global pool's input.
@@ -396,7 +505,13 @@ fn resnet_shaped_body_runs_in_the_fractal_format_from_the_pool_to_the_global_poo
         .filter(|n| n.starts_with("Conv") && !n.contains("5hd"))
         .count();
     assert!(fractal >= 5, "fractal conv kernels: {names:?}");
-    assert!(nchw_convs <= 2, "only the stem stays NCHW: {names:?}");
+    assert!(nchw_convs == 0, "every conv runs 5HD: {names:?}");
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("MaxPool") && n.contains("5hd")),
+        "the pool reads and writes 5HD: {names:?}"
+    );
     every_gear_matches_typed(
         &c,
         "x",

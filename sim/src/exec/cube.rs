@@ -123,10 +123,20 @@ pub(super) fn plan_img2col(f: &Img2col, ops: &Operands) -> Result<Plan, Fault> {
         out,
         0,
         &[
-            Access::range(Buffer::L1, src, u64::from(f.c1) * g.h * g.w * 32, false),
+            Access::range(
+                Buffer::L1,
+                src,
+                u64::from(f.c1) * g.h * g.w * slice_pixel_bytes(f),
+                false,
+            ),
             Access::range(Buffer::L0a, dst, out, true),
         ],
     ))
+}
+
+/// Bytes of one pixel of one channel slice in L1: 16 f16 channels, or 4 in the C04 layout.
+fn slice_pixel_bytes(f: &Img2col) -> u64 {
+    if f.c04 { 8 } else { 32 }
 }
 
 pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result<(), Fault> {
@@ -134,7 +144,10 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
     let [dst, src, _, _] = ops.regs;
     let fm = ops.fmatrix;
     let (kh, kw) = (u64::from(f.kh), u64::from(f.kw));
-    let k_fracs = u64::from(f.c1) * kh * kw;
+    // A K fractal's 16 columns are one tap's 16 channels, or (C04) four taps' 4 channels.
+    let (taps_per_frac, chans) = if f.c04 { (4, 4) } else { (1, 16) };
+    let taps = u64::from(f.c1) * kh * kw;
+    let unit = slice_pixel_bytes(f);
     let pixels = g.ho * g.wo;
     let (l1, l0a) = bufs.pair_mut(Buffer::L1, Buffer::L0a);
     for mi in 0..u64::from(f.mfrac) {
@@ -142,25 +155,30 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
             let frac = (dst + (mi * u64::from(f.kfrac) + ki) * FRACTAL) as usize;
             let kb = u64::from(f.k_start) + ki;
             for r in 0..16u64 {
-                let row = frac + (r * 32) as usize;
                 let p = (u64::from(f.m_start) + mi) * 16 + r;
-                let mut value_at = None;
-                if p < pixels && kb < k_fracs {
-                    let (c1, rest) = (kb / (kh * kw), kb % (kh * kw));
-                    let (i, j) = (rest / kw, rest % kw);
-                    let (oh, ow) = (p / g.wo, p % g.wo);
-                    let ih = (oh * u64::from(f.stride_h) + i * u64::from(f.dil_h)) as i64
-                        - i64::from(fm.pad_top);
-                    let iw = (ow * u64::from(f.stride_w) + j * u64::from(f.dil_w)) as i64
-                        - i64::from(fm.pad_left);
-                    if ih >= 0 && iw >= 0 && (ih as u64) < g.h && (iw as u64) < g.w {
-                        value_at =
-                            Some((src + ((c1 * g.h + ih as u64) * g.w + iw as u64) * 32) as usize);
+                for part in 0..taps_per_frac {
+                    let row = frac + (r * 32 + part * unit) as usize;
+                    let tap = kb * taps_per_frac + part;
+                    let mut value_at = None;
+                    if p < pixels && tap < taps {
+                        let (c1, rest) = (tap / (kh * kw), tap % (kh * kw));
+                        let (i, j) = (rest / kw, rest % kw);
+                        let (oh, ow) = (p / g.wo, p % g.wo);
+                        let ih = (oh * u64::from(f.stride_h) + i * u64::from(f.dil_h)) as i64
+                            - i64::from(fm.pad_top);
+                        let iw = (ow * u64::from(f.stride_w) + j * u64::from(f.dil_w)) as i64
+                            - i64::from(fm.pad_left);
+                        if ih >= 0 && iw >= 0 && (ih as u64) < g.h && (iw as u64) < g.w {
+                            value_at = Some(
+                                (src + ((c1 * g.h + ih as u64) * g.w + iw as u64) * unit) as usize,
+                            );
+                        }
                     }
-                }
-                match value_at {
-                    Some(s) => l0a[row..row + 32].copy_from_slice(&l1[s..s + 32]),
-                    None => l0a[row..row + 32].fill(0),
+                    let n = (chans * 2) as usize;
+                    match value_at {
+                        Some(s) => l0a[row..row + n].copy_from_slice(&l1[s..s + n]),
+                        None => l0a[row..row + n].fill(0),
+                    }
                 }
             }
         }

@@ -1,7 +1,9 @@
-//! DMA between GM and the local buffers: burst copies, byte-granular (padded) copies and the
-//! row-major to fractal-NZ conversion on the way into L1.
+//! DMA between GM and the local buffers: burst copies, byte-granular (padded) copies, the
+//! row-major to fractal-NZ conversion on the way into L1, and image rows through the AIPP unit
+//! into an L1 C04 feature map.
 
-use gearsim_isa::{Dma, DmaPad, Nd2Nz};
+use gearsim_isa::aipp::{AippConfig, C04_PIXEL_BYTES, CONFIG_BYTES};
+use gearsim_isa::{Dma, DmaPad, LoadImage, Nd2Nz};
 
 use super::{Access, Fault, Operands, Plan};
 use crate::core::buffers::Buffers;
@@ -233,6 +235,72 @@ pub(super) fn nd2nz(
             let d = (dst + (cb * dst_rows + r) * 32) as usize;
             let s = (cb * 32) as usize;
             l1[d..d + 32].copy_from_slice(&row[s..s + 32]);
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn plan_image(f: &LoadImage, ops: &Operands) -> Result<Plan, Fault> {
+    let [dst, src, cfg, _] = ops.regs;
+    let (rows, cols, pixel) = (u64::from(f.rows), u64::from(f.cols), u64::from(f.pixel));
+    let row = cols * pixel;
+    if pixel == 0 || u64::from(f.src_stride) < row {
+        return Err(Fault::Illegal(format!(
+            "load_image_l1: {pixel} byte(s) per pixel and a row stride of {} bytes for rows of {row} bytes",
+            f.src_stride
+        )));
+    }
+    // The parameter block comes in through the unit's own port; only the image rows are
+    // timed (the block is 128 bytes per instruction of hundreds of pixels).
+    Ok(Plan::new(
+        rows * cols * C04_PIXEL_BYTES,
+        rows * round32(row),
+        &[
+            Access {
+                buffer: Buffer::Gm,
+                start: src,
+                burst: row,
+                stride: u64::from(f.src_stride),
+                count: rows,
+                write: false,
+            },
+            Access::range(Buffer::L1, dst, rows * cols * C04_PIXEL_BYTES, true),
+            Access::range(Buffer::Gm, cfg, CONFIG_BYTES, false),
+        ],
+    ))
+}
+
+pub(super) fn image(
+    bufs: &mut Buffers,
+    mem: &mut DeviceMemory,
+    f: &LoadImage,
+    ops: &Operands,
+) -> Result<(), Fault> {
+    let [dst, src, cfg, _] = ops.regs;
+    let mut block = [0u8; CONFIG_BYTES as usize];
+    mem.read(cfg, &mut block)
+        .map_err(|_| gm_fault(mem, cfg, CONFIG_BYTES))?;
+    let conf = AippConfig::from_bytes(&block)
+        .map_err(|e| Fault::Illegal(format!("load_image_l1: the block at {cfg:#x}: {e}")))?;
+    let (rows, cols, pixel) = (u64::from(f.rows), u64::from(f.cols), u64::from(f.pixel));
+    if u64::from(conf.bytes_read()) > pixel {
+        return Err(Fault::Illegal(format!(
+            "load_image_l1: the AIPP block reads {} bytes of a {pixel}-byte pixel",
+            conf.bytes_read()
+        )));
+    }
+    let mut row = vec![0u8; (cols * pixel) as usize];
+    let l1 = bufs.get_mut(Buffer::L1);
+    for r in 0..rows {
+        let a = src + r * u64::from(f.src_stride);
+        mem.read(a, &mut row)
+            .map_err(|_| gm_fault(mem, a, cols * pixel))?;
+        let out = (dst + r * cols * C04_PIXEL_BYTES) as usize;
+        for (c, px) in row.chunks_exact(pixel as usize).enumerate() {
+            let at = out + c * C04_PIXEL_BYTES as usize;
+            for (k, v) in conf.pixel_c04(px).iter().enumerate() {
+                l1[at + 2 * k..at + 2 * k + 2].copy_from_slice(&v.to_le_bytes());
+            }
         }
     }
     Ok(())

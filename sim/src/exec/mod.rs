@@ -12,8 +12,8 @@ pub mod scalar;
 mod vector;
 
 use gearsim_isa::{
-    DType, Dma, DmaPad, FMatrix, Img2col, Instruction, L0cToGm, L0cToUb, Load2d, Mmad, Nd2Nz, Pipe,
-    TimingClass, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce, VScalar, VSel, VUn,
+    DType, Dma, DmaPad, FMatrix, Img2col, Instruction, L0cToGm, L0cToUb, Load2d, LoadImage, Mmad,
+    Nd2Nz, Pipe, TimingClass, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce, VScalar, VSel, VUn,
 };
 
 use crate::config::ChipConfig;
@@ -204,6 +204,7 @@ pub(crate) enum PipeOp<'a> {
     Burst(&'a Dma, Buffer, Buffer),
     Pad(&'a DmaPad, Buffer, Buffer),
     Nd2nz(&'a Nd2Nz),
+    Image(&'a LoadImage),
     Load2d(&'a Load2d, Buffer),
     Img2col(&'a Img2col),
     L0cToGm(&'a L0cToGm),
@@ -254,6 +255,7 @@ impl<'a> PipeOp<'a> {
             Instruction::CopyGmToUbPad(f) => PipeOp::Pad(f, Buffer::Gm, Buffer::Ub),
             Instruction::CopyUbToGmPad(f) => PipeOp::Pad(f, Buffer::Ub, Buffer::Gm),
             Instruction::CopyGmToL1Nd2nz(f) => PipeOp::Nd2nz(f),
+            Instruction::LoadImageL1(f) => PipeOp::Image(f),
             Instruction::LoadL0a(f) => PipeOp::Load2d(f, Buffer::L0a),
             Instruction::LoadL0b(f) => PipeOp::Load2d(f, Buffer::L0b),
             Instruction::Img2colL0a(f) => PipeOp::Img2col(f),
@@ -333,6 +335,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Burst(f, ..) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Pad(f, ..) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Nd2nz(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::Image(f) => [g(f.dst), g(f.src), g(f.cfg), 0],
             PipeOp::Load2d(f, _) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Img2col(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToGm(f) => [g(f.dst), g(f.src), 0, 0],
@@ -358,6 +361,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Burst(f, from, to) => dma::plan_burst(f, ops, from, to)?,
             PipeOp::Pad(f, from, to) => dma::plan_pad(f, ops, from, to)?,
             PipeOp::Nd2nz(f) => dma::plan_nd2nz(f, ops)?,
+            PipeOp::Image(f) => dma::plan_image(f, ops)?,
             PipeOp::Load2d(f, to) => cube::plan_load2d(f, ops, to),
             PipeOp::Img2col(f) => cube::plan_img2col(f, ops)?,
             PipeOp::L0cToGm(f) => cube::plan_l0c_to_gm(f, ops),
@@ -394,6 +398,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Burst(f, from, to) => dma::burst(bufs, mem, f, ops, from, to),
             PipeOp::Pad(f, from, to) => dma::pad(bufs, mem, f, ops, from, to),
             PipeOp::Nd2nz(f) => dma::nd2nz(bufs, mem, f, ops),
+            PipeOp::Image(f) => dma::image(bufs, mem, f, ops),
             PipeOp::Load2d(f, to) => cube::load2d(bufs, f, ops, to),
             PipeOp::Img2col(f) => cube::img2col(bufs, f, ops),
             PipeOp::L0cToGm(f) => cube::l0c_to_gm(bufs, mem, f, ops),

@@ -284,6 +284,7 @@ pub fn step<'a>(instr: &'a Instruction, r: &[u64; 32]) -> Step<'a> {
         | I::CopyUbToGmPad(_)
         | I::CopyGmToL1(_)
         | I::CopyGmToL1Nd2nz(_)
+        | I::LoadImageL1(_)
         | I::LoadL0a(_)
         | I::LoadL0b(_)
         | I::Img2colL0a(_)

@@ -2494,6 +2494,90 @@ fn cube_img2col_matches_direct_im2col() {
     check(mfrac * kfracs, 1, 5, 1, 4);
 }
 
+/// load_image_l1 brings a cropped band of an RGB888 image through the AIPP unit (channels
+/// swapped, mean / min / variance per channel) into L1 as C04, and img2col_l0a with `c04`
+/// packs four taps of four channels into each K fractal: both against a direct computation
+/// (the AIPP arithmetic of `gearsim_isa::aipp`, then the im2col with K order tap, channel).
+#[test]
+fn aipp_load_image_and_c04_img2col_match_direct_im2col() {
+    use gearsim_isa::aipp::AippConfig;
+    let mut sim = Sim::new();
+    let mut rng = Rng::new(0x5e_0035);
+    let (hs, ws, pixel) = (7usize, 9usize, 3usize);
+    let (h0, w0, h, w) = (1usize, 2usize, 5usize, 6usize);
+    let image: Vec<u8> = (0..hs * ws * pixel).map(|_| rng.next_u64() as u8).collect();
+    let conf = AippConfig {
+        channels: 3,
+        first_byte: 0,
+        swap: true,
+        csc: None,
+        mean: [104.0, 117.0, 123.0, 0.0],
+        min: [0.5, 0.0, 1.0, 0.0],
+        var_reci: [0.017, 0.0175, 0.0171, 0.0],
+    };
+    let (kh, kw, sh, sw) = (3usize, 3usize, 2usize, 1usize);
+    let (pt, pb, pl, pr) = (1usize, 1usize, 1usize, 1usize);
+    let ho = (h + pt + pb - kh) / sh + 1;
+    let wo = (w + pl + pr - kw) / sw + 1;
+    let kfracs = (kh * kw * 4).div_ceil(16);
+    let c04 = |ih: usize, iw: usize, c: usize| -> f16 {
+        let at = ((h0 + ih) * ws + w0 + iw) * pixel;
+        f16::from_bits(conf.pixel_c04(&image[at..at + pixel])[c])
+    };
+    // Column `kb * 16 + e` of row p: tap (kb * 16 + e) / 4, channel e % 4.
+    let im2col = |p: usize, kb: usize, e: usize| -> f16 {
+        let tap = kb * 4 + e / 4;
+        if p >= ho * wo || tap >= kh * kw {
+            return f16::ZERO;
+        }
+        let (oh, ow) = (p / wo, p % wo);
+        let (i, j) = (tap / kw, tap % kw);
+        let ih = (oh * sh + i) as isize - pt as isize;
+        let iw = (ow * sw + j) as isize - pl as isize;
+        if ih < 0 || iw < 0 || ih >= h as isize || iw >= w as isize {
+            f16::ZERO
+        } else {
+            c04(ih as usize, iw as usize, e % 4)
+        }
+    };
+    let mfrac = (ho * wo).div_ceil(16);
+    let nfrac = mfrac * kfracs;
+    let (pimg, pid) = (sim.put(&image), sim.put(&identity()));
+    let pcfg = sim.put(&conf.to_bytes());
+    let out = sim.put(&vec![0; nfrac * 1024]);
+    let kernel = format!(
+        "sreg x1, args\n ld.gm.u64 x2, x1\n ld.gm.u64 x3, x1, off=8\n ld.gm.u64 x5, x1, off=16\n\
+         ld.gm.u64 x6, x1, off=24\n\
+         movi x10, 0\n movi x12, 0x8000\n movi x7, {}\n add x7, x2, x7\n\
+         load_image_l1 x10, x7, x6, {h}, {w}, {pixel}, {}\n copy_gm_to_l1 x12, x5, 1, 16\n\
+         set_flag MTE2, MTE1, 0\n wait_flag MTE2, MTE1, 0\n\
+         set_fmatrix {h}, {w}, pad_top={pt}, pad_bottom={pb}, pad_left={pl}, pad_right={pr}\n\
+         movi x26, 0\n movi x27, 0x8000\n\
+         img2col_l0a x26, x10, 1, {kh}, {kw}, 0, 0, {mfrac}, {kfracs}, stride_h={sh}, stride_w={sw}, c04=true\n\
+         load_l0b x27, x12, 1\n{}",
+        (h0 * ws + w0) * pixel,
+        ws * pixel,
+        read_out_through_cube(nfrac, false)
+    );
+    sim.run(&kernel, 1, &[pimg, out, pid, pcfg]);
+    let got = fractals_f32(&sim.get(out, nfrac * 1024));
+    for mi in 0..mfrac {
+        for ki in 0..kfracs {
+            let at = (mi * kfracs + ki) * 256;
+            for r in 0..16 {
+                for e in 0..16 {
+                    let want = im2col(mi * 16 + r, ki, e);
+                    assert_eq!(
+                        got[at + r * 16 + e],
+                        want.to_f32(),
+                        "fractal ({mi}, {ki}) row {r} column {e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Row-major f16 matrix of `rows x cols` values in [-2, 2).
 fn matrix(rng: &mut Rng, rows: usize, cols: usize) -> Vec<f16> {
     rng.f16s(rows * cols, -2.0, 2.0)

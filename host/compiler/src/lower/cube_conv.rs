@@ -162,7 +162,14 @@ pub(crate) struct ConvShape {
 /// Resolves Conv's attributes (`pads`, `auto_pad`, `strides`, `dilations`, `group`) against
 /// the static shapes of the node.
 pub(crate) fn conv_shape(ctx: &LowerCtx<'_>) -> Result<ConvShape, LowerError> {
-    let x = dims_of(ctx, ctx.input(0)?)?;
+    let mut x = dims_of(ctx, ctx.input(0)?)?;
+    // A fused AIPP's input is the image; the convolution sees the crop in NCHW.
+    if ctx.node.int(crate::fusion::FUSED_AIPP).is_some() {
+        let p = crate::aipp::Params::of(ctx.node)
+            .map_err(|e| ctx.error(format!("the fused AIPP needs {e}")))?;
+        let n = x.first().copied().unwrap_or(0);
+        x = vec![n, p.format.channels(), p.crop[2], p.crop[3]];
+    }
     let wt = dims_of(ctx, ctx.input(1)?)?;
     let out = ctx
         .outputs
@@ -306,7 +313,8 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         .get(crate::fusion::RESIDUAL_INPUT)
         .copied()
         .flatten();
-    if fractal(ctx.inputs.first().copied().flatten())
+    if ctx.node.int(crate::fusion::FUSED_AIPP).is_some()
+        || fractal(ctx.inputs.first().copied().flatten())
         || fractal(ctx.outputs.first())
         || (residual && fractal(residual_desc))
     {

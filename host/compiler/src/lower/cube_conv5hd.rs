@@ -32,6 +32,12 @@
 //! `_fused_residual`, read by MTE2 as a tile laid out as the output's) and the ReLU, and MTE3
 //! writes each segment's co fractals with one DMA.
 //!
+//! **Image source.** A convolution that absorbed an Aipp (`fusion`'s `_fused_aipp`) reads the
+//! 8-bit image itself: each band comes through MTE2's AIPP unit (`load_image_l1`, the
+//! parameter block a derived constant) into L1 as C04, one channel block of 4 channels and 8
+//! bytes a pixel, and `img2col ... c04` packs four taps into each K fractal (`kh · kw · 4 / 16`
+//! of them: 13 for a 7×7 kernel, where padding 3 channels to 16 would take 49).
+//!
 //! An NCHW side is converted by a Transpose kernel (`[N][C1][16][HW]` ↔ `[N][C1][HW][16]`)
 //! into or out of the node's workspace.
 
@@ -41,7 +47,7 @@ use gearsim_isa::{DType, Pipe, SReg, SType, Space};
 use super::super::writer::{Asm, Reg};
 use super::super::{Epilogue, LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::conv::{ConvShape, DISPATCH_STAGGER_CYCLES, distribute_by};
-use super::{Build, Expand, const_values, cube_type, expand_kernel};
+use super::{Build, Expand, const_values, cube_type, dims_of, expand_kernel};
 use crate::CoreSpec;
 use crate::ir::{Attr, DataType, Format, Node, TensorDesc, fixed_shape};
 
@@ -124,6 +130,51 @@ impl Seg {
     fn mf(&self) -> u64 {
         self.pixels.div_ceil(16)
     }
+
+    /// L1 bytes of the band per input-channel block, for pixels of `unit` bytes.
+    fn band_bytes(&self, w: u64, unit: u64) -> u64 {
+        (self.band_h * w * unit).next_multiple_of(UNIT)
+    }
+}
+
+/// Where the kernel's input comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// A 5HD feature map in GM: bands come in with plain DMAs, 16 channels to a 32-byte unit.
+    Fractal,
+    /// An 8-bit NHWC image that MTE2 reads through the AIPP unit (`load_image_l1`, GE's AIPP
+    /// fused into the first convolution): bands arrive in L1 as C04 (4 channels to an 8-byte
+    /// pixel) and `img2col` packs four taps into each K fractal.
+    Image {
+        /// Bytes per source pixel, the source image's height and width, and the crop's first
+        /// row and column.
+        pixel: u64,
+        height: u64,
+        width: u64,
+        origin: (u64, u64),
+    },
+}
+
+impl Source {
+    fn c04(self) -> bool {
+        matches!(self, Source::Image { .. })
+    }
+
+    /// L1 bytes of one pixel of one input-channel block.
+    fn unit(self) -> u64 {
+        match self {
+            Source::Fractal => UNIT,
+            Source::Image { .. } => gearsim_isa::aipp::C04_PIXEL_BYTES,
+        }
+    }
+
+    /// GM bytes one pixel of the input occupies (all its channel blocks).
+    fn gm_pixel_bytes(self, c1: u64) -> u64 {
+        match self {
+            Source::Fractal => c1 * UNIT,
+            Source::Image { pixel, .. } => pixel,
+        }
+    }
 }
 
 /// One tile: one product over its segments' pixel fractals stacked in M (several images' when
@@ -152,9 +203,10 @@ impl Tile {
             .collect()
     }
 
-    /// Band bytes per input-channel block (every segment's rows).
-    fn slice_bytes(&self, w: u64) -> u64 {
-        self.segs.iter().map(|g| g.band_h * w * UNIT).sum()
+    /// Band bytes per input-channel block (every segment's rows, each segment's from a
+    /// 32-byte boundary) for pixels of `unit` bytes.
+    fn slice_bytes(&self, w: u64, unit: u64) -> u64 {
+        self.segs.iter().map(|g| g.band_bytes(w, unit)).sum()
     }
 }
 
@@ -191,9 +243,10 @@ impl Drain {
 /// The static tiling.
 #[derive(Debug, Clone)]
 struct Plan {
+    source: Source,
     c1: u64,
     m1: u64,
-    /// K fractals (`c1 · kh · kw`).
+    /// K fractals (`c1 · kh · kw`; C04: `kh · kw · 4 / 16` rounded up).
     k: u64,
     /// Output-channel fractals per co block (one L0 product's columns).
     nbk: u64,
@@ -225,10 +278,10 @@ impl Plan {
     /// (each block keeps only its group's weights in L1, so layers with large weights fit and
     /// small maps still fill the cores), the pixel fractals of each group over the blocks
     /// left to it.
-    fn new(s: &ConvShape, core: &CoreSpec, drain: Drain) -> Result<Plan, String> {
+    fn new(s: &ConvShape, core: &CoreSpec, drain: Drain, source: Source) -> Result<Plan, String> {
         let mut best: Option<(f64, Plan)> = None;
         let mut why = String::new();
-        for plan in Plan::splits(s, core, drain) {
+        for plan in Plan::splits(s, core, drain, source) {
             match plan {
                 Ok(plan) => {
                     let cost = plan.predicted_cycles(s, core);
@@ -249,10 +302,11 @@ impl Plan {
         s: &ConvShape,
         core: &CoreSpec,
         drain: Drain,
+        source: Source,
     ) -> impl Iterator<Item = Result<Plan, String>> {
         let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
         (1..=(s.m / 16).min(cores))
-            .map(move |groups| Plan::with_groups(s, core, drain, groups, cores / groups))
+            .map(move |groups| Plan::with_groups(s, core, drain, source, groups, cores / groups))
     }
 
     /// The tiling with the output channels in `groups` groups and `per_group` blocks each.
@@ -260,11 +314,20 @@ impl Plan {
         s: &ConvShape,
         core: &CoreSpec,
         drain: Drain,
+        source: Source,
         groups: u64,
         per_group: u64,
     ) -> Result<Plan, String> {
-        let (c1, m1) = (s.c / 16, s.m / 16);
-        let k = c1 * s.kh * s.kw;
+        let (c1, m1) = if source.c04() {
+            (1, s.m / 16)
+        } else {
+            (s.c / 16, s.m / 16)
+        };
+        let k = if source.c04() {
+            (s.kh * s.kw * gearsim_isa::aipp::C04).div_ceil(16)
+        } else {
+            c1 * s.kh * s.kw
+        };
         let ranges: Vec<(u64, u64)> = (0..groups)
             .map(|g| (g * m1 / groups, (g + 1) * m1 / groups))
             .collect();
@@ -315,6 +378,7 @@ impl Plan {
             return Err(format!("{what} {v} is above the limit {most}"));
         }
         let mut plan = Plan {
+            source,
             c1,
             m1,
             k,
@@ -359,7 +423,7 @@ impl Plan {
             let band = blocks
                 .iter()
                 .flat_map(|b| &b.tiles)
-                .map(|t| c1 * t.slice_bytes(s.w))
+                .map(|t| c1 * t.slice_bytes(s.w, source.unit()))
                 .max()
                 .unwrap_or(0);
             let buffers = if blocks.iter().any(|b| b.tiles.len() > 1) {
@@ -419,7 +483,12 @@ impl Plan {
             .iter()
             .enumerate()
             .map(|(i, b)| {
-                let bands: u64 = b.tiles.iter().map(|t| self.c1 * t.slice_bytes(s.w)).sum();
+                let bands: u64 = b
+                    .tiles
+                    .iter()
+                    .flat_map(|t| &t.segs)
+                    .map(|g| g.band_h * s.w * self.source.gm_pixel_bytes(self.c1))
+                    .sum();
                 let loads = (self.k * b.co_len() * FRACTAL + bands) as f64
                     / core.gm_read_bytes_per_cycle.max(1) as f64;
                 DISPATCH_STAGGER_CYCLES * i as f64
@@ -428,9 +497,18 @@ impl Plan {
                         .max(START_CYCLES + loads)
             })
             .fold(0.0, f64::max);
-        let input = s.n * self.c1 * s.h * s.w * UNIT;
+        let input = s.n * s.h * s.w * self.source.gm_pixel_bytes(self.c1);
         let moved = self.k * self.m1 * FRACTAL + input * self.co_groups;
         slowest.max(moved as f64 / core.memory_bytes_per_cycle.max(1) as f64)
+    }
+
+    /// K fractals one input-channel block of the band serves (C04: its only block, all).
+    fn k_per_slice(&self, s: &ConvShape) -> u64 {
+        if self.source.c04() {
+            self.k
+        } else {
+            s.kh * s.kw
+        }
     }
 
     /// Co blocks (L0 products) of a group of `g` co fractals.
@@ -481,9 +559,9 @@ impl Plan {
         let per_k = first.mf() * nb0 + CUBE_NOTICE_CYCLES * first.mf() / 64;
         first_groups(&FirstLoads {
             k: self.k,
-            taps: s.kh * s.kw,
+            taps: self.k_per_slice(s),
             cube_per_k: per_k,
-            slice_bytes: first.slice_bytes(s.w),
+            slice_bytes: first.slice_bytes(s.w, self.source.unit()),
             weight_bytes_per_k: nb0 * FRACTAL,
             rest_bytes: (g - nb0) * self.k * FRACTAL,
             read_rate: self.read_rate,
@@ -693,13 +771,26 @@ fn first_groups(f: &FirstLoads) -> Vec<(u64, u64)> {
 
 /// Whether the fractal-format kernel runs this convolution (`Err` says why not).
 pub(crate) fn supports(s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
+    supports_from(s, core, Source::Fractal)
+}
+
+/// Whether the fractal-format kernel runs this convolution reading `source`.
+pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> Result<(), String> {
     if s.group != 1 {
         return Err(format!(
             "group {} (the fractal kernel is ungrouped)",
             s.group
         ));
     }
-    if s.c % 16 != 0 || s.m % 16 != 0 {
+    if source.c04() {
+        if s.c > gearsim_isa::aipp::C04 || s.m % 16 != 0 {
+            return Err(format!(
+                "{} input channels (at most 4 through AIPP) / {} output channels (a multiple \
+                 of 16)",
+                s.c, s.m
+            ));
+        }
+    } else if s.c % 16 != 0 || s.m % 16 != 0 {
         return Err(format!(
             "{} input / {} output channels are not multiples of 16",
             s.c, s.m
@@ -715,7 +806,7 @@ pub(crate) fn supports(s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
         residual: true,
     };
     let mut why = None;
-    for plan in Plan::splits(s, core, most) {
+    for plan in Plan::splits(s, core, most, source) {
         match plan {
             Ok(_) => return Ok(()),
             Err(e) => {
@@ -728,19 +819,29 @@ pub(crate) fn supports(s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
 
 /// Packs the weights for L0B: per co block, per co fractal, the K fractals in `img2col` order
 /// (`c1 · kh · kw + i · kw + j`), each 16 input channels (rows) × 16 output channels.
+/// C04: each K fractal's rows are four taps' four channels (`tap · 4 + channel`).
 fn pack_weights(values: &[f32], s: &ConvShape, plan: &Plan) -> Vec<u8> {
     let mut out = Vec::with_capacity(plan.w_bytes as usize);
     let taps = s.kh * s.kw;
+    let c04 = plan.source.c04();
     for co_f in 0..plan.m1 {
         for kb in 0..plan.k {
-            let (cb, tap) = (kb / taps, kb % taps);
-            let (i, j) = (tap / s.kw, tap % s.kw);
             for r in 0..16 {
-                let ci = cb * 16 + r;
+                let (ci, tap) = if c04 {
+                    (r % 4, kb * 4 + r / 4)
+                } else {
+                    (kb / taps * 16 + r, kb % taps)
+                };
+                let (i, j) = (tap / s.kw, tap % s.kw);
+                let real = ci < s.c && tap < taps;
                 for col in 0..16 {
                     let co = co_f * 16 + col;
                     let at = ((co * s.c + ci) * s.kh + i) * s.kw + j;
-                    let v = values.get(at as usize).copied().unwrap_or(0.0);
+                    let v = if real {
+                        values.get(at as usize).copied().unwrap_or(0.0)
+                    } else {
+                        0.0
+                    };
                     out.extend_from_slice(&half::f16::from_f32(v).to_bits().to_le_bytes());
                 }
             }
@@ -770,15 +871,47 @@ mod arg {
     pub const OUT: usize = 2;
     pub const BIAS: usize = 3;
     pub const RESIDUAL: usize = 4;
+    /// The AIPP parameter block (an image source; `RESIDUAL` is then a placeholder if the
+    /// kernel has no residual).
+    pub const AIPP: usize = 5;
 }
 
 /// Conv with a fractal-format input or output (`ctx`'s descriptors say which); the other side
 /// NCHW is converted in the node's workspace.
 pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerError> {
-    supports(s, &ctx.target.core).map_err(|e| ctx.error(e))?;
     let x_desc = ctx.input(0)?;
+    let aipp = match ctx.node.int(crate::fusion::FUSED_AIPP) {
+        None => None,
+        Some(_) => Some(
+            crate::aipp::Params::of(ctx.node)
+                .map_err(|e| ctx.error(format!("the fused AIPP needs {e}")))?,
+        ),
+    };
+    let source = match &aipp {
+        None => Source::Fractal,
+        Some(p) => {
+            let image = dims_of(ctx, x_desc)?;
+            if x_desc.dtype != DataType::U8 || image.len() != 4 {
+                return Err(ctx.error(format!(
+                    "a fused AIPP reads an 8-bit NHWC image; got {x_desc}"
+                )));
+            }
+            Source::Image {
+                pixel: image[3],
+                height: image[1],
+                width: image[2],
+                origin: (p.crop[0], p.crop[1]),
+            }
+        }
+    };
+    supports_from(s, &ctx.target.core, source).map_err(|e| ctx.error(e))?;
     let y_desc = &ctx.outputs[0];
-    for d in [x_desc, y_desc] {
+    let sides: &[&TensorDesc] = if aipp.is_some() {
+        &[y_desc]
+    } else {
+        &[x_desc, y_desc]
+    };
+    for d in sides {
         if d.dtype != DataType::F16 {
             return Err(ctx.error(format!(
                 "the fractal-format conv runs f16 tensors; got {}",
@@ -793,11 +926,11 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         bias: ctx.inputs.get(2).copied().flatten().is_some(),
         residual: ctx.node.int(crate::fusion::FUSED_RESIDUAL).is_some(),
     };
-    let plan = Plan::new(s, &ctx.target.core, drain).map_err(|e| ctx.error(e))?;
+    let plan = Plan::new(s, &ctx.target.core, drain, source).map_err(|e| ctx.error(e))?;
     let mut b = Build::default();
     let hw_in = s.h * s.w;
     // With one pixel per plane both formats are the same bytes.
-    let x = if x_desc.format == Format::Nc1hwc0 || hw_in == 1 {
+    let x = if aipp.is_some() || x_desc.format == Format::Nc1hwc0 || hw_in == 1 {
         Operand::Input(0)
     } else {
         let ws = b.scratch(s.n * s.c * hw_in * 2);
@@ -878,6 +1011,12 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
     gen_.emit();
     let mut args = vec![x, w, y, bias.unwrap_or(w)];
     args.extend(residual);
+    if let Some(p) = &aipp {
+        if residual.is_none() {
+            args.push(w);
+        }
+        args.push(b.derive(DataType::U8, p.config().to_bytes()));
+    }
     b.kernels
         .push(ctx.kernel(a, plan.blocks.len() as u32, args)?);
     if !y_native {
@@ -949,6 +1088,8 @@ struct Ub {
 struct Regs {
     args: Reg,
     x: Reg,
+    /// The AIPP parameter block (an image source).
+    cfg: Reg,
     w: Reg,
     out: Reg,
     bias: Reg,
@@ -995,6 +1136,7 @@ impl<'a> Gen<'a> {
         let r = Regs {
             args: a.reg(),
             x: a.reg(),
+            cfg: a.reg(),
             w: a.reg(),
             out: a.reg(),
             bias: a.reg(),
@@ -1075,6 +1217,12 @@ impl<'a> Gen<'a> {
         // first, the others where first needed (behind the first DMAs).
         self.a.sreg(args, SReg::Args);
         self.a.ld(Space::Gm, SType::U64, x, args).off(arg::X * 8);
+        if plan.source.c04() {
+            let cfg = self.r.cfg;
+            self.a
+                .ld(Space::Gm, SType::U64, cfg, args)
+                .off(arg::AIPP * 8);
+        }
         self.a.comment("every buffer starts free");
         for (src, dst, id) in self.free_notices() {
             self.set(src, dst, id);
@@ -1130,6 +1278,26 @@ impl<'a> Gen<'a> {
         let [t0, t1, _, _] = self.r.t;
         let x = self.r.x;
         let bands = self.seg_bands(t, parity);
+        if let Source::Image {
+            pixel,
+            height,
+            width,
+            origin,
+        } = self.plan.source
+        {
+            // One pass of each segment's rows through the AIPP unit.
+            for (g, at) in t.segs.iter().zip(bands) {
+                if g.band_h == 0 || q1 <= q0 {
+                    continue;
+                }
+                self.a.movi(t0, at as i64);
+                let row = (g.n * height + origin.0 + g.in_row) * width + origin.1;
+                self.gm(t1, x, row * pixel);
+                self.a
+                    .load_image_l1(t0, t1, self.r.cfg, g.band_h, s.w, pixel, width * pixel);
+            }
+            return;
+        }
         // Whole images one after another: one burst each, all in one DMA (a DMA instruction
         // per segment would fill MTE2's queue ahead of the first products).
         let first = t.segs[0];
@@ -1177,7 +1345,7 @@ impl<'a> Gen<'a> {
             .iter()
             .map(|g| {
                 let here = at;
-                at += self.plan.c1 * g.band_h * self.s.w * UNIT;
+                at += self.plan.c1 * g.band_bytes(self.s.w, self.plan.source.unit());
                 here
             })
             .collect()
@@ -1219,7 +1387,7 @@ impl<'a> Gen<'a> {
             "the first tile's band and weights, in groups of channel blocks (one notice each)",
         );
         self.wait(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[0]);
-        let taps = self.s.kh * self.s.kw;
+        let taps = plan.k_per_slice(self.s);
         let groups = plan.first_groups(self.s, first, g);
         self.a
             .comment(format_args!("first-tile groups (K fractals): {groups:?}"));
@@ -1349,6 +1517,7 @@ impl<'a> Gen<'a> {
                     self.a.movi(t1, band as i64);
                     self.a
                         .img2col_l0a(t0, t1, plan.c1, s.kh, s.kw, g.m_start, k0, g.mf(), kfs)
+                        .c04(plan.source.c04())
                         .stride_h(s.sh)
                         .stride_w(s.sw)
                         .dil_h(s.dh)

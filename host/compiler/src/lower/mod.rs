@@ -32,10 +32,12 @@ pub mod dma;
 pub mod elementwise;
 pub mod movement;
 pub mod pool;
+pub mod pool_5hd;
 pub mod queue;
 pub mod reduce;
 pub mod stream;
 pub mod vec;
+pub mod window;
 pub mod writer;
 
 use std::fmt;

@@ -96,7 +96,7 @@ const MAX_SHIFT_COPIES: u64 = 5;
 /// Blocks move at least this many bytes (see [`max_blocks`]).
 const MIN_BLOCK_BYTES: u64 = 64 * 1024;
 /// f16 negative infinity.
-const F16_NEG_INF: i64 = 0xfc00;
+use super::window::{Axis, F16_NEG_INF, axes, dims};
 
 // ---- element types ------------------------------------------------------------------------------
 
@@ -451,132 +451,12 @@ fn dma(
 
 // ---- attributes and geometry --------------------------------------------------------------------
 
-/// One spatial axis of a window pool.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Axis {
-    /// Input size.
-    size: u64,
-    /// Output size.
-    out: u64,
-    /// Window taps.
-    k: u64,
-    /// Stride.
-    s: u64,
-    /// Dilation.
-    d: u64,
-    /// Padding before and after (after `auto_pad`).
-    pb: u64,
-    pe: u64,
-}
-
-impl Axis {
-    /// The axis a 1-D pool does not have.
-    const UNIT: Axis = Axis {
-        size: 1,
-        out: 1,
-        k: 1,
-        s: 1,
-        d: 1,
-        pb: 0,
-        pe: 0,
-    };
-
-    /// Dilated window extent.
-    fn ext(&self) -> u64 {
-        (self.k - 1) * self.d + 1
-    }
-
-    /// Input positions of the taps of output `o` (negative or past the end in the padding).
-    fn taps(&self, o: u64) -> impl Iterator<Item = i64> + '_ {
-        (0..self.k).map(move |t| (o * self.s + t * self.d) as i64 - self.pb as i64)
-    }
-
-    /// Taps of output `o` inside the input.
-    fn valid(&self, o: u64) -> u64 {
-        self.taps(o)
-            .filter(|&p| p >= 0 && p < self.size as i64)
-            .count() as u64
-    }
-
-    /// What AveragePool divides by on this axis: the taps inside the input, or with
-    /// `count_include_pad` those inside the explicit padding too (never ceil_mode's overhang).
-    fn counted(&self, o: u64, include_pad: bool) -> u64 {
-        if !include_pad {
-            return self.valid(o);
-        }
-        let (lo, hi) = (-(self.pb as i64), (self.size + self.pe) as i64);
-        self.taps(o).filter(|&p| p >= lo && p < hi).count() as u64
-    }
-}
-
-/// The static dims of a tensor.
-fn dims(ctx: &LowerCtx<'_>, d: &TensorDesc) -> Result<Vec<u64>, LowerError> {
-    d.shape
-        .iter()
-        .map(|x| x.fixed().and_then(|v| u64::try_from(v).ok()))
-        .collect::<Option<Vec<u64>>>()
-        .ok_or_else(|| ctx.error(format!("shape {d} is not static")))
-}
-
-/// The spatial axes of a window pool from its attributes, the input dims `x` and the
-/// inferred output dims `y` (auto_pad's pads follow from the output size, as in ONNX).
-fn axes(ctx: &LowerCtx<'_>, x: &[u64], y: &[u64]) -> Result<Vec<Axis>, LowerError> {
-    let n = x.len() - 2;
-    let list = |name: &str, default: i64, len: usize| -> Vec<i64> {
-        ctx.node
-            .ints(name)
-            .map_or_else(|| vec![default; len], <[i64]>::to_vec)
-    };
-    let kernel = ctx
-        .node
-        .ints("kernel_shape")
-        .ok_or_else(|| ctx.error("kernel_shape is missing"))?;
-    let (strides, dil, pads) = (
-        list("strides", 1, n),
-        list("dilations", 1, n),
-        list("pads", 0, 2 * n),
-    );
-    let mode = ctx.node.string("auto_pad").unwrap_or("NOTSET");
-    let unsigned =
-        |v: i64| u64::try_from(v).map_err(|_| ctx.error(format!("negative window value {v}")));
-    (0..n)
-        .map(|a| {
-            let (k, s, d) = (
-                unsigned(kernel[a])?,
-                unsigned(strides[a])?,
-                unsigned(dil[a])?,
-            );
-            let (size, out) = (x[a + 2], y[a + 2]);
-            let ext = (k - 1) * d + 1;
-            let (pb, pe) = match mode {
-                "SAME_UPPER" | "SAME_LOWER" => {
-                    let total = ((out.max(1) - 1) * s + ext).saturating_sub(size);
-                    let begin = if mode == "SAME_UPPER" {
-                        total / 2
-                    } else {
-                        total - total / 2
-                    };
-                    (begin, total - begin)
-                }
-                "VALID" => (0, 0),
-                _ => (unsigned(pads[a])?, unsigned(pads[a + n])?),
-            };
-            Ok(Axis {
-                size,
-                out,
-                k,
-                s,
-                d,
-                pb,
-                pe,
-            })
-        })
-        .collect()
-}
-
 // ---- MaxPool and AveragePool ----------------------------------------------------------------------
 
 fn max_pool(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    if ctx.input(0)?.format == Format::Nc1hwc0 {
+        return super::pool_5hd::lower(ctx);
+    }
     if ctx
         .outputs
         .first()
