@@ -5,8 +5,9 @@
 //! 8-bit image through it (GE fuses the `Aipp` op into that convolution), so the converted
 //! feature map is never written to GM. Its parameters (colour-space conversion, channel swap,
 //! mean / min / variance) are one block of [`CONFIG_BYTES`] in GM; the instruction gives the
-//! geometry (rows, columns, bytes per pixel, row stride). The output is the C04 fractal
-//! feature-map layout: four f16 channels per pixel (8 bytes), channels past the image's zero.
+//! geometry (rows, columns, bytes per pixel, row stride). The output is a fractal feature-map
+//! layout: 16 f16 channels per pixel (32 bytes, 5HD's C0), or with atc's small-channel option
+//! four (8 bytes, C04); channels past the image's are zero.
 //!
 //! The arithmetic is defined here once, so the compiler's reference evaluation and the
 //! simulator's execution are the same code: widen the bytes, swap R and B, the integer
@@ -19,6 +20,8 @@ pub const CONFIG_BYTES: u64 = 128;
 pub const C04: u64 = 4;
 /// Bytes per pixel of the C04 output (f16 channels).
 pub const C04_PIXEL_BYTES: u64 = C04 * 2;
+/// Bytes per pixel of the 5HD output (16 f16 channels).
+pub const C0_PIXEL_BYTES: u64 = 32;
 
 /// Colour-space conversion: `y_c = ((Σ_k matrix[c][k] · (x_k − input_bias_k)) >> 8) +
 /// output_bias_c`, clamped to 0..=255.

@@ -114,8 +114,9 @@ formats! {
         m_start: u16, k_start: u16, mfrac: u8, kfrac: u8, c04: bool = false,
     }
     /// `rows` × `cols` pixels of an 8-bit image (`pixel` bytes each, rows `src_stride` bytes
-    /// apart) through the AIPP unit into L1 as C04 (`aipp` module; parameters at `cfg` in GM).
-    LoadImage { dst: Reg, src: Reg, cfg: Reg, rows: u16, cols: u16, pixel: u8 [3], src_stride: u32 [24] }
+    /// apart) through the AIPP unit into L1 (`aipp` module; parameters at `cfg` in GM): 16 f16
+    /// channels a pixel (32 bytes, the 5HD layout), or 4 with `c04` (8 bytes).
+    LoadImage { dst: Reg, src: Reg, cfg: Reg, rows: u16, cols: u16, pixel: u8 [3], src_stride: u32 [24], c04: bool = false }
     /// `dst(L0C) (+)= a(L0A) x b(L0B)` over an m x k x n problem.
     Mmad { dst: Reg, a: Reg, b: Reg, m: u16, k: u16, n: u16, init: bool = false }
     /// L0C fractals to UB, converting to `ty`.
@@ -322,7 +323,7 @@ instructions! {
     CopyGmToL1 = 0x84, copy_gm_to_l1, Mte2, DmaRead, Dma;
     /// GM row-major f16 matrix -> L1 NZ fractals.
     CopyGmToL1Nd2nz = 0x85, copy_gm_to_l1_nd2nz, Mte2, DmaRead, Nd2Nz;
-    /// GM 8-bit image rows -> AIPP (colour conversion, normalisation) -> L1 C04 feature map.
+    /// GM 8-bit image rows -> AIPP (colour conversion, normalisation) -> L1 feature map.
     LoadImageL1 = 0x86, load_image_l1, Mte2, DmaRead, LoadImage;
     /// L1 -> L0A fractals (load2d).
     LoadL0a = 0x88, load_l0a, Mte1, Load2d, Load2d;

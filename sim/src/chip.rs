@@ -115,6 +115,8 @@ pub struct Chip<S: TraceSink> {
     mem: DeviceMemory,
     hbm: Hbm,
     l2: L2,
+    /// Bytes of dirty lines written back to HBM so far.
+    written_back: u64,
     cores: Vec<AiCore>,
     pending: Vec<Option<BlockLaunch>>,
     busy_until: Vec<Tick>,
@@ -155,7 +157,9 @@ impl<S: TraceSink> Chip<S> {
                 cfg.memory.l2_bytes,
                 cfg.memory.l2_line_bytes,
                 cfg.memory.l2_ways,
-            ),
+            )
+            .with_write_back(cfg.memory.l2_write_back),
+            written_back: 0,
             cores: (0..n).map(|i| AiCore::new(i, &cfg)).collect(),
             pending: vec![None; n as usize],
             busy_until: vec![Tick::ZERO; n as usize],
@@ -413,14 +417,32 @@ impl<S: TraceSink> Chip<S> {
         self.complete_transfers()?;
         if let Some(dma) = self.cores[core as usize].dma_begin(usize::from(queue), &self.cfg) {
             let (touched, hit) = self.l2.touch(&dma.gm);
-            // Write-through: a write updates L2 but every byte still goes to HBM. A read's hit
-            // share of the bytes it moves (bursts rounded to 32 bytes) is that of the bytes it
-            // touches.
-            let hit_bytes = if dma.write || hit == 0 {
+            // A read's hit share of the bytes it moves (bursts rounded to 32 bytes) is that of
+            // the bytes it touches. Written back, a write goes to L2; written through, to HBM.
+            let hit_bytes = if dma.write {
+                if self.l2.enabled() && self.cfg.memory.l2_write_back {
+                    dma.bytes
+                } else {
+                    0
+                }
+            } else if hit == 0 {
                 0
             } else {
                 (u128::from(dma.bytes) * u128::from(hit) / u128::from(touched)) as u64
             };
+            // The dirty lines its allocations evicted go to HBM beside it, as a write of the
+            // L2's own that shares HBM with every transfer and that nothing waits for.
+            let evicted = self.l2.take_written_back();
+            if evicted > 0 {
+                self.written_back += evicted;
+                self.hbm.start(
+                    Owner::WriteBack,
+                    evicted,
+                    0,
+                    self.cfg.memory.hbm_bytes_per_second,
+                    true,
+                );
+            }
             self.hbm.start(
                 Owner::Core { core, queue },
                 dma.bytes,
@@ -460,19 +482,20 @@ impl<S: TraceSink> Chip<S> {
                     self.advance_core(core)?;
                 }
                 Owner::External { token } => self.transfers_done.push_back((token, self.now)),
+                Owner::WriteBack => {}
             }
         }
         Ok(())
     }
 
-    /// Core cycles from a DMA's last byte moving to its completion: the write latency for a
-    /// write (the L2 is write-through, so a write completes at HBM), and for a read the
-    /// byte-weighted mix of the L2 and DDR read latencies, rounded to the nearest cycle, so a
-    /// read served by L2 sees the L2 latency and a read with no hits exactly the DDR one.
+    /// Core cycles from a DMA's last byte moving to its completion: the byte-weighted mix of
+    /// the L2 and DDR latencies of its kind (read or write), rounded to the nearest cycle, so a
+    /// DMA served by L2 sees the L2 latency and one with nothing in L2 exactly the DDR one (a
+    /// write-back write always sees the L2's: its evictions go to HBM on their own).
     fn dma_latency(&self, queue: u8, d: &Done) -> u64 {
         let m = &self.cfg.memory;
         if crate::core::queue_writes(usize::from(queue)) {
-            return m.write_latency_cycles;
+            return d.mix(m.l2_write_latency_cycles, m.write_latency_cycles);
         }
         d.mix(m.l2_read_latency_cycles, m.read_latency_cycles)
     }
@@ -561,13 +584,19 @@ impl<S: TraceSink> Chip<S> {
     }
 
     /// Bytes of those reads that the L2 served and that HBM served, so far; they add up to
-    /// the first figure of [`Chip::memory_traffic`]. Every written byte goes to HBM (the L2 is
-    /// write-through). Transfers of engines outside the cores bypass the L2 and count as HBM.
+    /// the first figure of [`Chip::memory_traffic`]. Transfers of engines outside the cores
+    /// bypass the L2 and count as HBM.
     pub fn l2_traffic(&self) -> (u64, u64) {
         (
             self.hbm.read_hit_bytes,
             self.hbm.bytes_read - self.hbm.read_hit_bytes,
         )
+    }
+
+    /// Bytes of dirty L2 lines written back to HBM so far (0 with a write-through L2, where
+    /// every written byte goes to HBM as it is written).
+    pub fn l2_written_back(&self) -> u64 {
+        self.written_back
     }
 
     /// Number of DMA transfers in flight.

@@ -200,8 +200,7 @@ pub struct MemoryConfig {
     pub hbm_bytes_per_second: u64,
     /// Read latency from DDR in core cycles (added once per DMA instruction).
     pub read_latency_cycles: u64,
-    /// Write latency in core cycles (added once per DMA instruction; the L2 is write-through,
-    /// so every write pays it).
+    /// Write latency to DDR in core cycles (added once per DMA instruction that writes HBM).
     pub write_latency_cycles: u64,
     /// L2 cache size in bytes; 0 turns the L2 off (every DMA byte is served by HBM).
     pub l2_bytes: u64,
@@ -214,6 +213,13 @@ pub struct MemoryConfig {
     /// Read latency of a DMA served from L2, in core cycles; a DMA that partly hits waits the
     /// byte-weighted mix of this and `read_latency_cycles`.
     pub l2_read_latency_cycles: u64,
+    /// Whether the L2 is write-back (a write stays in L2 and reaches HBM when its line is
+    /// evicted) or write-through (every written byte goes to HBM).
+    pub l2_write_back: bool,
+    /// Write latency of a DMA absorbed by a write-back L2, in core cycles; one that also
+    /// writes evicted lines back waits the byte-weighted mix of this and
+    /// `write_latency_cycles`.
+    pub l2_write_latency_cycles: u64,
 }
 
 /// Host link.

@@ -33,8 +33,15 @@ const ONE: u64 = 1 << 20;
 /// AI CPUs, SDMA and PCIe DMA) identified by the token it gave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Owner {
-    Core { core: u32, queue: u8 },
-    External { token: u64 },
+    Core {
+        core: u32,
+        queue: u8,
+    },
+    External {
+        token: u64,
+    },
+    /// The L2 writing evicted dirty lines back (no one waits for it).
+    WriteBack,
 }
 
 /// A finished transfer.
@@ -200,7 +207,9 @@ impl Hbm {
     ) {
         self.next_id += 1;
         let hit_bytes = hit_bytes.min(bytes);
-        if write {
+        if owner == Owner::WriteBack {
+            // Counted by the chip: the bytes were counted when they were written.
+        } else if write {
             self.bytes_written += bytes;
         } else {
             self.bytes_read += bytes;

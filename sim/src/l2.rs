@@ -16,9 +16,12 @@
 //! piling into a few. Replacement is CLOCK (second chance): a reference bit per way and a hand
 //! per set, which approximates LRU with O(1) bit operations besides the tag compare.
 //!
-//! Reads and writes both allocate (the cache is write-through, see ARCHITECTURE.md). Contents
-//! change when a DMA starts, in global time order, so a read overlapping an earlier DMA that is
-//! still in flight to the same line counts as a hit, as a miss-status register would merge it.
+//! Reads and writes both allocate. The cache is write-back (`memory.l2_write_back`, as Ascend's
+//! is): a written line is dirty until its block is evicted, and the bytes of the dirty lines an
+//! allocation evicts are what it writes back to HBM ([`L2::take_written_back`]); written
+//! through, every written byte goes to HBM at once and no line is dirty. Contents change when a
+//! DMA starts, in global time order, so a read overlapping an earlier DMA that is still in
+//! flight to the same line counts as a hit, as a miss-status register would merge it.
 
 use crate::exec::Access;
 
@@ -64,6 +67,12 @@ pub(crate) struct L2 {
     tags: Vec<u64>,
     /// Per way, which lines of its block are resident.
     valid: Vec<u16>,
+    /// Per way, which lines of its block are dirty (written and not yet in HBM).
+    dirty: Vec<u16>,
+    /// Whether writes stay in the cache until eviction.
+    write_back: bool,
+    /// Bytes of dirty lines evicted since [`L2::take_written_back`] last ran.
+    written_back: u64,
 }
 
 impl L2 {
@@ -86,7 +95,22 @@ impl L2 {
             sets: vec![Set::default(); sets as usize],
             tags: vec![0; (sets * ways) as usize],
             valid: vec![0; (sets * ways) as usize],
+            dirty: vec![0; (sets * ways) as usize],
+            write_back: false,
+            written_back: 0,
         }
+    }
+
+    /// The cache with writes kept until eviction (`true`) or written through.
+    pub(crate) fn with_write_back(mut self, on: bool) -> L2 {
+        self.write_back = on;
+        self
+    }
+
+    /// Bytes of dirty lines the lookups since the last call evicted (what they write back to
+    /// HBM); resets the count.
+    pub(crate) fn take_written_back(&mut self) -> u64 {
+        std::mem::take(&mut self.written_back)
     }
 
     pub(crate) fn enabled(&self) -> bool {
@@ -139,6 +163,9 @@ impl L2 {
                     hit += h;
                 }
                 self.valid[current.1] |= lines;
+                if gm.write && self.write_back {
+                    self.dirty[current.1] |= lines;
+                }
                 if block == last_block {
                     break;
                 }
@@ -221,8 +248,10 @@ impl L2 {
         let word = &mut set.partial[victim / 8];
         *word = (*word & !(0xff << shift)) | (u64::from(partial) << shift);
         let slot = base + victim;
+        self.written_back += u64::from(self.dirty[slot].count_ones()) << self.line_shift;
         self.tags[slot] = key;
         self.valid[slot] = 0;
+        self.dirty[slot] = 0;
         (slot, 0)
     }
 }
@@ -259,6 +288,35 @@ mod tests {
             count,
             write: false,
         }
+    }
+
+    fn write(start: u64, len: u64) -> Access {
+        Access {
+            write: true,
+            ..range(start, len)
+        }
+    }
+
+    #[test]
+    fn written_back_lines_are_counted_when_evicted_and_only_then() {
+        // Two blocks of one way: the second evicts the first.
+        let mut l2 = L2::new(BLOCK, 512, 1).with_write_back(true);
+        l2.touch(&write(0, 3 * 512));
+        l2.touch(&range(0, 512));
+        assert_eq!(
+            l2.take_written_back(),
+            0,
+            "a dirty line stays while resident"
+        );
+        l2.touch(&range(BLOCK, 512));
+        assert_eq!(l2.take_written_back(), 3 * 512, "three dirty lines go out");
+        l2.touch(&range(0, 512));
+        assert_eq!(l2.take_written_back(), 0, "a clean block costs nothing");
+        // Written through, nothing is ever dirty.
+        let mut wt = L2::new(BLOCK, 512, 1);
+        wt.touch(&write(0, 3 * 512));
+        wt.touch(&range(BLOCK, 512));
+        assert_eq!(wt.take_written_back(), 0);
     }
 
     #[test]

@@ -37,7 +37,8 @@ pub const FUSED_RESIDUAL: &str = "_fused_residual";
 /// The input index of a fused residual.
 pub const RESIDUAL_INPUT: usize = 3;
 /// The attribute marking a convolution that reads its input through the AI core's AIPP unit:
-/// input 0 is the 8-bit image and the absorbed `Aipp` node's attributes are the node's.
+/// input 0 is the 8-bit image and the absorbed `Aipp` node's attributes are the node's. Its
+/// value is the channels a pixel the unit writes into L1 (16, or 4 for C04).
 pub const FUSED_AIPP: &str = "_fused_aipp";
 
 /// A fusion pass gearsim runs.
@@ -148,7 +149,8 @@ const ACTIVATIONS: &[&str] = &["Relu"];
 /// Runs the switched-on passes over the root graph and every branch; returns how many nodes
 /// were absorbed.
 /// `reads_image(g, aipp, conv)` says whether the target's convolution kernel can read node
-/// `conv`'s input through the AIPP unit as node `aipp` configures it.
+/// `conv`'s input through the AIPP unit as node `aipp` configures it, and with how many
+/// channels a pixel.
 pub fn fuse_model(
     m: &mut Model,
     switches: &FusionSwitches,
@@ -162,8 +164,9 @@ pub fn fuse_model(
 }
 
 /// Whether a convolution (the second node) can read its input through the AIPP unit as an
-/// Aipp node (the first) configures it.
-pub type ImageReader<'a> = dyn Fn(&Graph, NodeId, NodeId) -> bool + 'a;
+/// Aipp node (the first) configures it: the channels a pixel it would load (16, or 4 for
+/// C04), or `None`.
+pub type ImageReader<'a> = dyn Fn(&Graph, NodeId, NodeId) -> Option<i64> + 'a;
 
 /// Runs the switched-on passes over one graph; returns how many nodes were absorbed.
 pub fn fuse(g: &mut Graph, switches: &FusionSwitches, reads_image: &ImageReader<'_>) -> usize {
@@ -186,7 +189,7 @@ pub fn fuse(g: &mut Graph, switches: &FusionSwitches, reads_image: &ImageReader<
 fn fuse_aipp(g: &mut Graph, reads_image: &ImageReader<'_>) -> usize {
     let consumers = g.consumers();
     let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
-    let mut fused: Vec<(NodeId, NodeId)> = Vec::new();
+    let mut fused: Vec<(NodeId, NodeId, i64)> = Vec::new();
     for i in 0..g.nodes.len() {
         let id = NodeId(i as u32);
         let node = g.node(id);
@@ -209,13 +212,16 @@ fn fuse_aipp(g: &mut Graph, reads_image: &ImageReader<'_>) -> usize {
             continue;
         };
         let c = g.node(*conv);
-        if c.op != "Conv" || c.attr(FUSED_AIPP).is_some() || !reads_image(g, id, *conv) {
+        if c.op != "Conv" || c.attr(FUSED_AIPP).is_some() {
             continue;
         }
+        let Some(channels) = reads_image(g, id, *conv) else {
+            continue;
+        };
         rewire.insert(out, image);
-        fused.push((id, *conv));
+        fused.push((id, *conv, channels));
     }
-    for &(aipp, conv) in &fused {
+    for &(aipp, conv, channels) in &fused {
         let (name, attrs) = {
             let a = g.node(aipp);
             (a.name.clone(), a.attrs.clone())
@@ -224,7 +230,7 @@ fn fuse_aipp(g: &mut Graph, reads_image: &ImageReader<'_>) -> usize {
         for (k, v) in attrs {
             c.attrs.insert(k, v);
         }
-        c.attrs.insert(FUSED_AIPP.into(), Attr::Int(1));
+        c.attrs.insert(FUSED_AIPP.into(), Attr::Int(channels));
         absorb(g, conv, name);
     }
     remove_absorbed(g, &rewire)
@@ -414,7 +420,10 @@ mod tests {
     #[test]
     fn activations_fold_into_their_producers() {
         let mut g = graph(false);
-        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &|_, _, _| true), 2);
+        assert_eq!(
+            fuse(&mut g, &FusionSwitches::default(), &|_, _, _| Some(16)),
+            2
+        );
         g.check().unwrap();
         let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.as_str()).collect();
         assert_eq!(ops, ["Data", "Conv", "Add", "NetOutput"]);
@@ -433,7 +442,10 @@ mod tests {
     #[test]
     fn a_value_read_twice_keeps_its_activation_apart() {
         let mut g = graph(true);
-        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &|_, _, _| true), 1);
+        assert_eq!(
+            fuse(&mut g, &FusionSwitches::default(), &|_, _, _| Some(16)),
+            1
+        );
         assert!(g.find("relu1").is_some());
         assert!(g.find("relu2").is_none());
     }
@@ -457,7 +469,10 @@ mod tests {
     #[test]
     fn a_residual_add_folds_into_a_pointwise_conv_made_after_its_shortcut() {
         let mut g = residual_graph(1, true);
-        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &|_, _, _| true), 2);
+        assert_eq!(
+            fuse(&mut g, &FusionSwitches::default(), &|_, _, _| Some(16)),
+            2
+        );
         g.check().unwrap();
         let conv = g.node(g.find("conv").unwrap());
         assert_eq!(conv.int(FUSED_RESIDUAL), Some(1));
@@ -472,7 +487,10 @@ mod tests {
         // whose shortcut is made after it (nodes run in order); the Add takes the ReLU.
         for (k, r_first) in [(3, true), (1, false)] {
             let mut g = residual_graph(k, r_first);
-            assert_eq!(fuse(&mut g, &FusionSwitches::default(), &|_, _, _| true), 1);
+            assert_eq!(
+                fuse(&mut g, &FusionSwitches::default(), &|_, _, _| Some(16)),
+                1
+            );
             assert!(g.find("add").is_some());
             assert!(
                 g.node(g.find("conv").unwrap())
@@ -483,17 +501,20 @@ mod tests {
         let mut off = FusionSwitches::default();
         off.set(Pass::ConvResidualAdd, false);
         let mut g = residual_graph(1, true);
-        assert_eq!(fuse(&mut g, &off, &|_, _, _| true), 1);
+        assert_eq!(fuse(&mut g, &off, &|_, _, _| Some(16)), 1);
         assert!(g.find("add").is_some());
     }
 
     #[test]
     fn switches_turn_passes_off() {
         let mut g = graph(false);
-        assert_eq!(fuse(&mut g, &FusionSwitches::all_off(), &|_, _, _| true), 0);
+        assert_eq!(
+            fuse(&mut g, &FusionSwitches::all_off(), &|_, _, _| Some(16)),
+            0
+        );
         let mut s = FusionSwitches::default();
         s.set(Pass::ConvActivation, false);
-        assert_eq!(fuse(&mut g, &s, &|_, _, _| true), 1);
+        assert_eq!(fuse(&mut g, &s, &|_, _, _| Some(16)), 1);
         assert!(g.find("relu1").is_some());
         assert_eq!(
             Pass::parse("ConvActivationFusionPass"),

@@ -274,18 +274,25 @@ fn regions(
 /// Whether the target's fractal convolution kernel can run Conv `conv` reading its input
 /// through the AIPP unit as Aipp node `aipp` configures it (`fusion`'s AIPP pass asks): an f16
 /// convolution of constant weights whose input is the Aipp's output and which the kernel
-/// runs from an image source.
-pub fn conv_reads_image(g: &Graph, aipp: NodeId, conv: NodeId, target: &Target) -> bool {
+/// runs from an image source. The answer is the channels a pixel the unit loads: 4 (C04)
+/// when `small_channel` (atc's `--enable_small_channel=1`) and the kernel runs that, else 16.
+pub fn conv_reads_image(
+    g: &Graph,
+    aipp: NodeId,
+    conv: NodeId,
+    target: &Target,
+    small_channel: bool,
+) -> Option<i64> {
     let node = g.node(conv);
     let a = g.node(aipp);
     let Some(Some(image)) = a.inputs.first().copied() else {
-        return false;
+        return None;
     };
     let (Some(p), Some(dims)) = (
         crate::aipp::Params::of(a).ok(),
         shape_values(&g.desc(image).shape),
     ) else {
-        return false;
+        return None;
     };
     let weights_const = node
         .inputs
@@ -301,14 +308,23 @@ pub fn conv_reads_image(g: &Graph, aipp: NodeId, conv: NodeId, target: &Target) 
             .first()
             .is_none_or(|d| d.dtype != DataType::F16)
     {
-        return false;
+        return None;
     }
     let ctx = ctx_of(g, conv, target);
-    let source = conv5hd::Source::Image {
+    let shape = conv::conv_shape(&ctx).ok()?;
+    let source = |c04: bool| conv5hd::Source::Image {
         pixel: dims[3] as u64,
         height: dims[1] as u64,
         width: dims[2] as u64,
         origin: (p.crop[0], p.crop[1]),
+        c04,
     };
-    conv::conv_shape(&ctx).is_ok_and(|s| conv5hd::supports_from(&s, &target.core, source).is_ok())
+    let runs = |c04: bool| conv5hd::supports_from(&shape, &target.core, source(c04)).is_ok();
+    if small_channel && runs(true) {
+        Some(conv5hd::AIPP_C04)
+    } else if runs(false) {
+        Some(16)
+    } else {
+        None
+    }
 }

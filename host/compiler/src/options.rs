@@ -130,6 +130,22 @@ pub struct GearOptions {
     pub insert_op_conf: Option<String>,
     /// The text of that file (the command line reads it; the compiler parses it).
     pub insert_op_conf_text: Option<String>,
+    /// `--enable_small_channel=1`: a first convolution of at most 4 input channels reads the
+    /// image through AIPP as C04 (4 channels a pixel instead of 16).
+    pub enable_small_channel: bool,
+}
+
+/// atc's `--enable_small_channel` value: `0` or `1` (E10001 otherwise).
+pub fn parse_small_channel(value: &str) -> Result<bool, OptionError> {
+    match value.trim() {
+        "0" => Ok(false),
+        "1" => Ok(true),
+        v => Err(e10001(
+            v,
+            "--enable_small_channel",
+            "The current value is not within the valid range (0 or 1).",
+        )),
+    }
 }
 
 /// The options after the option-time checks.

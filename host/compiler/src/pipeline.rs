@@ -235,7 +235,7 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
     // 5. Fusion, then lowering, memory plan and task streams.
     let mut after = after;
     let reads_image = |g: &Graph, aipp: NodeId, conv: NodeId| {
-        super::layout::conv_reads_image(g, aipp, conv, &opts.target)
+        super::layout::conv_reads_image(g, aipp, conv, &opts.target, opts.gear.enable_small_channel)
     };
     fusion::fuse_model(&mut after, &opts.fusion, &reads_image);
     verify(&after, file)?;
@@ -255,6 +255,10 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
     ];
     if let Some(path) = aipp_conf {
         desc.build_options.push(("insert_op_conf".into(), path));
+    }
+    if opts.gear.enable_small_channel {
+        desc.build_options
+            .push(("enable_small_channel".into(), "1".into()));
     }
     Ok(Compiled {
         before,

@@ -50,6 +50,8 @@ pub struct Row {
     pub precision: PrecisionMode,
     /// Whether the measurement had AIPP on the first layer.
     pub aipp: bool,
+    /// Whether its atc command had `--enable_small_channel=1` (the first layer loads C04).
+    pub small_channel: bool,
     /// Published throughput, images per second.
     pub fps: f64,
     /// Where the figure is published.
@@ -78,11 +80,11 @@ pub fn parse_targets(text: &str, file: &str) -> Result<Vec<Row>, String> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let f: Vec<&str> = line.splitn(8, ',').map(str::trim).collect();
+        let f: Vec<&str> = line.splitn(9, ',').map(str::trim).collect();
         let at = |field: &str, msg: String| format!("{file}:{line_no}: field `{field}`: {msg}");
-        if f.len() != 8 {
+        if f.len() != 9 {
             return Err(format!(
-                "{file}:{line_no}: expected 8 comma-separated fields (id,net,chip,batch,precision,aipp,fps,source), got {}",
+                "{file}:{line_no}: expected 9 comma-separated fields (id,net,chip,batch,precision,aipp,small_channel,fps,source), got {}",
                 f.len()
             ));
         }
@@ -99,16 +101,18 @@ pub fn parse_targets(text: &str, file: &str) -> Result<Vec<Row>, String> {
                 format!("expected a positive integer, got `{}`", f[3]),
             )
         })?;
-        let aipp = match f[5] {
-            "on" => true,
-            "off" => false,
-            other => return Err(at("aipp", format!("expected on or off, got `{other}`"))),
+        let switch = |k: usize, field: &str| match f[k] {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            other => Err(at(field, format!("expected on or off, got `{other}`"))),
         };
-        let fps: f64 = f[6]
+        let aipp = switch(5, "aipp")?;
+        let small_channel = switch(6, "small_channel")?;
+        let fps: f64 = f[7]
             .parse()
             .ok()
             .filter(|v: &f64| v.is_finite() && *v > 0.0)
-            .ok_or_else(|| at("fps", format!("expected a positive number, got `{}`", f[6])))?;
+            .ok_or_else(|| at("fps", format!("expected a positive number, got `{}`", f[7])))?;
         let precision = PrecisionMode::parse(f[4]).map_err(|e| at("precision", e.to_string()))?;
         rows.push(Row {
             id: f[0].to_string(),
@@ -117,8 +121,9 @@ pub fn parse_targets(text: &str, file: &str) -> Result<Vec<Row>, String> {
             batch,
             precision,
             aipp,
+            small_channel,
             fps,
-            source: f[7].to_string(),
+            source: f[8].to_string(),
         });
     }
     Ok(rows)
@@ -211,6 +216,7 @@ fn simulate(row: &Row) -> Result<Outcome, String> {
         GearOptions {
             insert_op_conf: Some("aipp_imagenet.cfg (built in)".into()),
             insert_op_conf_text: Some(AIPP_IMAGENET.into()),
+            enable_small_channel: row.small_channel,
             ..GearOptions::default()
         }
     } else {
@@ -427,19 +433,20 @@ fn csv_field(s: &str) -> String {
 /// The rows as CSV (one line per row, header first).
 pub fn csv(outcomes: &[Outcome]) -> String {
     let mut o = String::from(
-        "id,net,chip,batch,precision,aipp,measured_us,simulated_us,ratio,in_band,kernels,notes,source\n",
+        "id,net,chip,batch,precision,aipp,small_channel,measured_us,simulated_us,ratio,in_band,kernels,notes,source\n",
     );
     for x in outcomes {
         let r = &x.row;
         let _ = writeln!(
             o,
-            "{},{},{},{},{},{},{:.3},{:.3},{:.4},{},{},{},{}",
+            "{},{},{},{},{},{},{},{:.3},{:.3},{:.4},{},{},{},{}",
             r.id,
             r.net.name(),
             r.chip,
             r.batch,
             r.precision.name(),
             if r.aipp { "on" } else { "off" },
+            if r.small_channel { "on" } else { "off" },
             r.measured_us(),
             x.simulated_us,
             if x.error.is_some() { 0.0 } else { x.ratio() },
@@ -524,6 +531,8 @@ mod tests {
         let rows = parse_targets(TARGETS, "targets.csv").unwrap();
         assert_eq!(rows.len(), 14);
         assert!(rows.iter().any(|r| r.id == "M4" && r.batch == 64));
+        // The sources' atc commands: AIPP with --enable_small_channel=1, or neither.
+        assert!(rows.iter().all(|r| r.aipp == r.small_channel));
         let m1 = &rows[0];
         assert!(
             (m1.measured_us() - 349.0).abs() < 1.0,
@@ -534,13 +543,17 @@ mod tests {
 
     #[test]
     fn bad_rows_name_line_and_field() {
-        let e = parse_targets("M1,resnet18,ascend310p,0,force_fp16,on,1,x", "t.csv").unwrap_err();
+        let e =
+            parse_targets("M1,resnet18,ascend310p,0,force_fp16,on,on,1,x", "t.csv").unwrap_err();
         assert!(e.contains("t.csv:1") && e.contains("batch"), "{e}");
-        let e = parse_targets("\nM1,vgg,ascend310p,1,force_fp16,on,1,x", "t.csv").unwrap_err();
+        let e = parse_targets("\nM1,vgg,ascend310p,1,force_fp16,on,on,1,x", "t.csv").unwrap_err();
         assert!(e.contains("t.csv:2") && e.contains("net"), "{e}");
-        let e = parse_targets("M1,resnet18,nochip,1,force_fp16,on,1,x", "t.csv").unwrap_err();
+        let e = parse_targets("M1,resnet18,nochip,1,force_fp16,on,on,1,x", "t.csv").unwrap_err();
         assert!(e.contains("chip"), "{e}");
+        let e =
+            parse_targets("M1,resnet18,ascend310p,1,force_fp16,on,yes,1,x", "t.csv").unwrap_err();
+        assert!(e.contains("small_channel"), "{e}");
         let e = parse_targets("M1,resnet18", "t.csv").unwrap_err();
-        assert!(e.contains("expected 8"), "{e}");
+        assert!(e.contains("expected 9"), "{e}");
     }
 }

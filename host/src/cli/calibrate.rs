@@ -17,7 +17,7 @@ use gearsim_host::study::parallel_map;
 #[derive(Args)]
 pub struct CalibrateArgs {
     /// A targets table instead of the committed one (same columns:
-    /// id,net,chip,batch,precision,aipp,fps,source).
+    /// id,net,chip,batch,precision,aipp,small_channel,fps,source).
     #[arg(long = "targets", value_name = "FILE.csv")]
     targets: Option<PathBuf>,
     /// Only these target ids (comma-separated, e.g. M1,M4).

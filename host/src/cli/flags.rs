@@ -99,6 +99,10 @@ pub struct GearArgs {
     /// becomes an 8-bit NHWC image pre-processed on the AI core in front of the first layer.
     #[arg(long = "insert_op_conf", value_name = "FILE")]
     insert_op_conf: Option<std::path::PathBuf>,
+    /// 1: a first convolution of at most 4 input channels behind AIPP loads the image as C04
+    /// (4 channels a pixel, GE's small-channel optimisation); 0 (default): 16 channels a pixel.
+    #[arg(long = "enable_small_channel", value_name = "0|1")]
+    enable_small_channel: Option<String>,
 }
 
 impl GearArgs {
@@ -124,6 +128,10 @@ impl GearArgs {
             input_format: self.input_format.clone(),
             insert_op_conf: conf,
             insert_op_conf_text: text,
+            enable_small_channel: match &self.enable_small_channel {
+                None => false,
+                Some(v) => gearsim_compiler::options::parse_small_channel(v)?,
+            },
             ..GearOptions::default()
         })
     }

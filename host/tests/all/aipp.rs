@@ -168,41 +168,51 @@ fn a_network_behind_aipp_runs_on_the_image() {
 }
 
 /// GE's AIPP fusion: the first convolution reads the image through the AIPP unit (its node
-/// absorbs the Aipp, whose kernel is gone), and gives what the unfused compile gives, on a
-/// batch that spreads over every core.
+/// absorbs the Aipp, whose kernel is gone), 16 channels a pixel, or 4 (C04) with
+/// `--enable_small_channel=1`, and gives what the unfused compile gives, on a batch that
+/// spreads over every core.
 #[test]
 fn aipp_fused_into_the_first_convolution_gives_the_unfused_outputs() {
     use gearsim_compiler::fusion::{FUSED_AIPP, FusionSwitches, Pass};
     let cfg = ChipConfig::preset("ascend310p").unwrap();
-    let gear = || GearOptions {
+    let gear = |small_channel: bool| GearOptions {
         input_shape: Some("input:3,3,32,32".into()),
+        enable_small_channel: small_channel,
         ..GearOptions::default()
     };
-    let fused = compile(gearsim_host::demo::CNN, "cnn.onnx", &options(gear(), &cfg)).unwrap();
-    let conv = fused
-        .after
-        .graph
-        .nodes
-        .iter()
-        .find(|n| n.int(FUSED_AIPP).is_some())
-        .expect("a convolution absorbed the Aipp");
-    assert_eq!(conv.op, "Conv");
-    assert!(fused.after.graph.nodes.iter().all(|n| n.op != aipp::OP));
-    let mut off = options(gear(), &cfg);
+    let mut off = options(gear(false), &cfg);
     off.fusion = FusionSwitches::all_on();
     off.fusion.set(Pass::AippConv, false);
     let plain = compile(gearsim_host::demo::CNN, "cnn.onnx", &off).unwrap();
     assert!(plain.after.graph.nodes.iter().any(|n| n.op == aipp::OP));
     let x = image(&[3, 36, 40, 3], 11);
-    runs_as_evaluated(&cfg, &fused, vec![("input", x.clone())], "fused aipp");
     let run = |c: &gearsim_compiler::pipeline::Compiled| {
         let mut rt = Runtime::new(cfg.clone(), NullSink, RuntimeOptions::default()).unwrap();
         let id = rt.load(&c.om_bytes().unwrap()).unwrap();
         f32s(&rt.run(id, std::slice::from_ref(&x)).unwrap().outputs[0])
     };
-    let (a, b) = (run(&fused), run(&plain));
-    let want: Vec<f64> = b.iter().map(|v| f64::from(*v)).collect();
-    assert_close(&a, &want, 1e-3, 1e-3, "fused vs unfused aipp");
+    let want: Vec<f64> = run(&plain).iter().map(|v| f64::from(*v)).collect();
+    for (small_channel, channels) in [(false, 16), (true, 4)] {
+        let fused = compile(
+            gearsim_host::demo::CNN,
+            "cnn.onnx",
+            &options(gear(small_channel), &cfg),
+        )
+        .unwrap();
+        let conv = fused
+            .after
+            .graph
+            .nodes
+            .iter()
+            .find(|n| n.int(FUSED_AIPP).is_some())
+            .expect("a convolution absorbed the Aipp");
+        assert_eq!(conv.op, "Conv");
+        assert_eq!(conv.int(FUSED_AIPP), Some(channels));
+        assert!(fused.after.graph.nodes.iter().all(|n| n.op != aipp::OP));
+        let what = format!("fused aipp, {channels} channels a pixel");
+        runs_as_evaluated(&cfg, &fused, vec![("input", x.clone())], &what);
+        assert_close(&run(&fused), &want, 1e-3, 1e-3, &what);
+    }
 }
 
 /// Runs compiled model `c` on `feeds` (in input order) and checks its first output against

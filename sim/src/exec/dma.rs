@@ -2,7 +2,7 @@
 //! row-major to fractal-NZ conversion on the way into L1, and image rows through the AIPP unit
 //! into an L1 C04 feature map.
 
-use gearsim_isa::aipp::{AippConfig, C04_PIXEL_BYTES, CONFIG_BYTES};
+use gearsim_isa::aipp::{AippConfig, C0_PIXEL_BYTES, C04_PIXEL_BYTES, CONFIG_BYTES};
 use gearsim_isa::{Dma, DmaPad, LoadImage, Nd2Nz};
 
 use super::{Access, Fault, Operands, Plan};
@@ -240,6 +240,15 @@ pub(super) fn nd2nz(
     Ok(())
 }
 
+/// L1 bytes of one output pixel of `load_image_l1`.
+fn image_pixel_bytes(f: &LoadImage) -> u64 {
+    if f.c04 {
+        C04_PIXEL_BYTES
+    } else {
+        C0_PIXEL_BYTES
+    }
+}
+
 pub(super) fn plan_image(f: &LoadImage, ops: &Operands) -> Result<Plan, Fault> {
     let [dst, src, cfg, _] = ops.regs;
     let (rows, cols, pixel) = (u64::from(f.rows), u64::from(f.cols), u64::from(f.pixel));
@@ -252,8 +261,9 @@ pub(super) fn plan_image(f: &LoadImage, ops: &Operands) -> Result<Plan, Fault> {
     }
     // The parameter block comes in through the unit's own port; only the image rows are
     // timed (the block is 128 bytes per instruction of hundreds of pixels).
+    let out = image_pixel_bytes(f);
     Ok(Plan::new(
-        rows * cols * C04_PIXEL_BYTES,
+        rows * cols * out,
         rows * round32(row),
         &[
             Access {
@@ -264,7 +274,7 @@ pub(super) fn plan_image(f: &LoadImage, ops: &Operands) -> Result<Plan, Fault> {
                 count: rows,
                 write: false,
             },
-            Access::range(Buffer::L1, dst, rows * cols * C04_PIXEL_BYTES, true),
+            Access::range(Buffer::L1, dst, rows * cols * out, true),
             Access::range(Buffer::Gm, cfg, CONFIG_BYTES, false),
         ],
     ))
@@ -290,14 +300,16 @@ pub(super) fn image(
         )));
     }
     let mut row = vec![0u8; (cols * pixel) as usize];
+    let unit = image_pixel_bytes(f);
     let l1 = bufs.get_mut(Buffer::L1);
     for r in 0..rows {
         let a = src + r * u64::from(f.src_stride);
         mem.read(a, &mut row)
             .map_err(|_| gm_fault(mem, a, cols * pixel))?;
-        let out = (dst + r * cols * C04_PIXEL_BYTES) as usize;
+        let out = dst + r * cols * unit;
         for (c, px) in row.chunks_exact(pixel as usize).enumerate() {
-            let at = out + c * C04_PIXEL_BYTES as usize;
+            let at = (out + c as u64 * unit) as usize;
+            l1[at..at + unit as usize].fill(0);
             for (k, v) in conf.pixel_c04(px).iter().enumerate() {
                 l1[at + 2 * k..at + 2 * k + 2].copy_from_slice(&v.to_le_bytes());
             }

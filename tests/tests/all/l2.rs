@@ -50,24 +50,10 @@ impl<S: TraceSink> Rig<S> {
     fn pass(&mut self, bytes: u64, mode: ExecMode) -> Pass {
         let chip = &mut self.chip;
         let n = chip.core_count();
-        let args: Vec<u8> = [SRC, bytes].iter().flat_map(|v| v.to_le_bytes()).collect();
-        chip.write_mem(ARGS, &args).unwrap();
-        let at = (0..n)
-            .map(|c| chip.core_free_at(c).unwrap())
-            .fold(chip.now(), Tick::max);
         let busy = |chip: &Chip<S>, c: u32| chip.core_stats(c).unwrap().pipes[MTE2].busy_cycles;
         let busy_before: Vec<u64> = (0..n).map(|c| busy(chip, c)).collect();
         let hits_before = chip.l2_traffic().0;
-        for core in 0..n {
-            let launch = BlockLaunch {
-                kernel: self.kernel,
-                block_idx: core,
-                block_dim: n,
-                args: ARGS,
-                mode,
-            };
-            chip.start_block(core, launch, at).unwrap();
-        }
+        let at = start_on_every_core(chip, self.kernel, [SRC, bytes], mode);
         let done = chip.run_to_idle().unwrap();
         assert_eq!(done.len(), n as usize);
         let longest = (0..n)
@@ -83,6 +69,33 @@ impl<S: TraceSink> Rig<S> {
             cycles: (end.0 - at.0) / 1000, // ascend910 runs at 1 GHz: 1000 ps per cycle
         }
     }
+}
+
+/// Starts `kernel` with arguments `args` on every core at once, when all are free; returns
+/// when.
+fn start_on_every_core<S: TraceSink>(
+    chip: &mut Chip<S>,
+    kernel: usize,
+    args: [u64; 2],
+    mode: ExecMode,
+) -> Tick {
+    let n = chip.core_count();
+    let bytes: Vec<u8> = args.iter().flat_map(|v| v.to_le_bytes()).collect();
+    chip.write_mem(ARGS, &bytes).unwrap();
+    let at = (0..n)
+        .map(|c| chip.core_free_at(c).unwrap())
+        .fold(chip.now(), Tick::max);
+    for core in 0..n {
+        let launch = BlockLaunch {
+            kernel,
+            block_idx: core,
+            block_dim: n,
+            args: ARGS,
+            mode,
+        };
+        chip.start_block(core, launch, at).unwrap();
+    }
+    at
 }
 
 fn near(got: f64, want: f64, tolerance: f64) -> bool {
@@ -252,4 +265,50 @@ fn shared_tiles_hit_through_the_device_in_both_modes() {
     // 32 blocks x 128 KiB of A and B; only the first block's reads come from HBM.
     assert_eq!(hits + misses, 32 * 128 * 1024);
     assert_eq!(misses, 128 * 1024);
+}
+
+/// Writes `bytes` from UB to `DST` on every core in 64 KiB DMAs (a block per core, each its
+/// share); returns the cycles the pass took and the bytes the L2 wrote back during it.
+fn write_pass(chip: &mut Chip<NullSink>, kernel: usize, bytes: u64) -> (u64, u64) {
+    const DST: u64 = 1 << 31;
+    let before = chip.l2_written_back();
+    let at = start_on_every_core(chip, kernel, [DST, bytes], ExecMode::TimingOnly);
+    let done = chip.run_to_idle().unwrap();
+    let end = done.iter().map(|d| d.1).max().unwrap();
+    ((end.0 - at.0) / 1000, chip.l2_written_back() - before)
+}
+
+/// A write-back L2 (the presets') keeps written lines until they are evicted: a buffer that
+/// fits is written at the cores' rate and never written back, one three times the L2's size
+/// writes back what it pushes out; written through, every byte goes to HBM as it is written.
+#[test]
+fn a_write_back_l2_writes_to_hbm_only_what_it_evicts() {
+    let text = "sreg x1, args\n ld.gm.u64 x2, x1\n ld.gm.u64 x3, x1, off=8\n sreg x4, block_idx\n\
+                sreg x5, block_num\n divu x6, x3, x5\n mul x7, x6, x4\n add x2, x2, x7\n\
+                movi x8, 65536\n divu x9, x6, x8\n movi x11, 0\n\
+                top:\n copy_ub_to_gm x2, x11, 1, 2048\n addi x2, x2, 65536\n loop x9, top\n end\n";
+    let program = gearsim_isa::assemble(text, "write_stream.s").unwrap();
+    let run = |write_back: bool, bytes: u64| {
+        let mut cfg = ascend910();
+        cfg.memory.l2_write_back = write_back;
+        let mut chip = Chip::new(cfg, NullSink);
+        let k = chip.load_kernel(Kernel::new(program.clone())).unwrap();
+        write_pass(&mut chip, k, bytes)
+    };
+    let cfg = ascend910();
+    let l2 = cfg.memory.l2_bytes;
+    let (wb_small, wb_small_out) = run(true, 8 * MIB);
+    let (wt_small, wt_small_out) = run(false, 8 * MIB);
+    assert_eq!((wb_small_out, wt_small_out), (0, 0));
+    assert!(
+        (wb_small as f64) < 0.8 * wt_small as f64,
+        "write-back {wb_small} cycles, write-through {wt_small}"
+    );
+    let big = 3 * l2;
+    let (_, wb_big_out) = run(true, big);
+    assert!(
+        wb_big_out >= big - l2 - l2 / 8 && wb_big_out <= big - l2 / 2,
+        "{wb_big_out} bytes written back of {big}"
+    );
+    assert_eq!(run(false, big).1, 0);
 }

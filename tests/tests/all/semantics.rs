@@ -2549,7 +2549,7 @@ fn aipp_load_image_and_c04_img2col_match_direct_im2col() {
         "sreg x1, args\n ld.gm.u64 x2, x1\n ld.gm.u64 x3, x1, off=8\n ld.gm.u64 x5, x1, off=16\n\
          ld.gm.u64 x6, x1, off=24\n\
          movi x10, 0\n movi x12, 0x8000\n movi x7, {}\n add x7, x2, x7\n\
-         load_image_l1 x10, x7, x6, {h}, {w}, {pixel}, {}\n copy_gm_to_l1 x12, x5, 1, 16\n\
+         load_image_l1 x10, x7, x6, {h}, {w}, {pixel}, {}, c04=true\n copy_gm_to_l1 x12, x5, 1, 16\n\
          set_flag MTE2, MTE1, 0\n wait_flag MTE2, MTE1, 0\n\
          set_fmatrix {h}, {w}, pad_top={pt}, pad_bottom={pb}, pad_left={pl}, pad_right={pr}\n\
          movi x26, 0\n movi x27, 0x8000\n\

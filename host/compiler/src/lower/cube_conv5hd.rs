@@ -34,9 +34,10 @@
 //!
 //! **Image source.** A convolution that absorbed an Aipp (`fusion`'s `_fused_aipp`) reads the
 //! 8-bit image itself: each band comes through MTE2's AIPP unit (`load_image_l1`, the
-//! parameter block a derived constant) into L1 as C04, one channel block of 4 channels and 8
-//! bytes a pixel, and `img2col ... c04` packs four taps into each K fractal (`kh · kw · 4 / 16`
-//! of them: 13 for a 7×7 kernel, where padding 3 channels to 16 would take 49).
+//! parameter block a derived constant) into L1 as one channel block: 16 channels a pixel, or
+//! with atc's `--enable_small_channel=1` C04, 4 channels and 8 bytes a pixel, where
+//! `img2col ... c04` packs four taps into each K fractal (`kh · kw · 4 / 16` of them: 13 for a
+//! 7×7 kernel, where 16 channels a pixel take 49).
 //!
 //! An NCHW side is converted by a Transpose kernel (`[N][C1][16][HW]` ↔ `[N][C1][HW][16]`)
 //! into or out of the node's workspace.
@@ -143,8 +144,9 @@ pub(crate) enum Source {
     /// A 5HD feature map in GM: bands come in with plain DMAs, 16 channels to a 32-byte unit.
     Fractal,
     /// An 8-bit NHWC image that MTE2 reads through the AIPP unit (`load_image_l1`, GE's AIPP
-    /// fused into the first convolution): bands arrive in L1 as C04 (4 channels to an 8-byte
-    /// pixel) and `img2col` packs four taps into each K fractal.
+    /// fused into the first convolution): bands arrive in L1 as one channel block, 16
+    /// channels a pixel, or with `c04` (atc's `--enable_small_channel`) 4 channels to an
+    /// 8-byte pixel, and then `img2col` packs four taps into each K fractal.
     Image {
         /// Bytes per source pixel, the source image's height and width, and the crop's first
         /// row and column.
@@ -152,19 +154,25 @@ pub(crate) enum Source {
         height: u64,
         width: u64,
         origin: (u64, u64),
+        c04: bool,
     },
 }
 
 impl Source {
     fn c04(self) -> bool {
+        matches!(self, Source::Image { c04: true, .. })
+    }
+
+    fn image(self) -> bool {
         matches!(self, Source::Image { .. })
     }
 
     /// L1 bytes of one pixel of one input-channel block.
     fn unit(self) -> u64 {
-        match self {
-            Source::Fractal => UNIT,
-            Source::Image { .. } => gearsim_isa::aipp::C04_PIXEL_BYTES,
+        if self.c04() {
+            gearsim_isa::aipp::C04_PIXEL_BYTES
+        } else {
+            UNIT
         }
     }
 
@@ -318,7 +326,7 @@ impl Plan {
         groups: u64,
         per_group: u64,
     ) -> Result<Plan, String> {
-        let (c1, m1) = if source.c04() {
+        let (c1, m1) = if source.image() {
             (1, s.m / 16)
         } else {
             (s.c / 16, s.m / 16)
@@ -782,11 +790,16 @@ pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> R
             s.group
         ));
     }
-    if source.c04() {
-        if s.c > gearsim_isa::aipp::C04 || s.m % 16 != 0 {
+    if source.image() {
+        let most = if source.c04() {
+            gearsim_isa::aipp::C04
+        } else {
+            16
+        };
+        if s.c > most || s.m % 16 != 0 {
             return Err(format!(
-                "{} input channels (at most 4 through AIPP) / {} output channels (a multiple \
-                 of 16)",
+                "{} input channels (at most {most} through AIPP) / {} output channels (a \
+                 multiple of 16)",
                 s.c, s.m
             ));
         }
@@ -864,6 +877,10 @@ fn bias_fractals(values: &[f32]) -> Vec<u8> {
     out
 }
 
+/// `_fused_aipp`'s value for an image loaded as C04 (atc's `--enable_small_channel=1`); 16
+/// loads 16 channels a pixel.
+pub(crate) const AIPP_C04: i64 = 4;
+
 /// Argument indices of the kernel.
 mod arg {
     pub const X: usize = 0;
@@ -901,6 +918,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
                 height: image[1],
                 width: image[2],
                 origin: (p.crop[0], p.crop[1]),
+                c04: ctx.node.int(crate::fusion::FUSED_AIPP) == Some(AIPP_C04),
             }
         }
     };
@@ -1217,7 +1235,7 @@ impl<'a> Gen<'a> {
         // first, the others where first needed (behind the first DMAs).
         self.a.sreg(args, SReg::Args);
         self.a.ld(Space::Gm, SType::U64, x, args).off(arg::X * 8);
-        if plan.source.c04() {
+        if plan.source.image() {
             let cfg = self.r.cfg;
             self.a
                 .ld(Space::Gm, SType::U64, cfg, args)
@@ -1283,6 +1301,7 @@ impl<'a> Gen<'a> {
             height,
             width,
             origin,
+            c04,
         } = self.plan.source
         {
             // One pass of each segment's rows through the AIPP unit.
@@ -1294,7 +1313,8 @@ impl<'a> Gen<'a> {
                 let row = (g.n * height + origin.0 + g.in_row) * width + origin.1;
                 self.gm(t1, x, row * pixel);
                 self.a
-                    .load_image_l1(t0, t1, self.r.cfg, g.band_h, s.w, pixel, width * pixel);
+                    .load_image_l1(t0, t1, self.r.cfg, g.band_h, s.w, pixel, width * pixel)
+                    .c04(c04);
             }
             return;
         }

@@ -664,3 +664,14 @@ fn map_index_limit_is_the_kernels_not_ges() {
     assert!(check_map_index_limit(p.gears.len(), 1, 100, 400).is_err());
     assert!(check_map_index_limit(p.gears.len(), 1, 256, 24000).is_ok());
 }
+
+/// `--enable_small_channel` takes 0 or 1; anything else is GE's E10001 naming the option.
+#[test]
+fn small_channel_is_zero_or_one() {
+    use gearsim_compiler::options::parse_small_channel;
+    assert_eq!(parse_small_channel("0"), Ok(false));
+    assert_eq!(parse_small_channel(" 1"), Ok(true));
+    let e = parse_small_channel("2").unwrap_err();
+    assert_eq!(e.code, "E10001");
+    assert!(e.to_string().contains("--enable_small_channel"), "{e}");
+}
