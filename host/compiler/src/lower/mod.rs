@@ -14,6 +14,9 @@
 //!   activation.rs ─ the f32 bodies of Sigmoid, Tanh, Erf, Gelu and Pow
 //!   reduce.rs  ─ reductions and normalisations (ReduceMean/Sum, Softmax, LayerNorm, BatchNorm)
 //!   pool.rs    ─ MaxPool, AveragePool, GlobalAveragePool
+//!   pool_5hd.rs ─ MaxPool over NC1HWC0 (whole pixel units, vmax with a block stride)
+//!   window.rs  ─ a pooling window's geometry per spatial axis (pads, auto_pad)
+//!   aipp.rs    ─ AIPP as a vector kernel (where it is not fused into the first convolution)
 //!   cube.rs    ─ MatMul, Gemm, Conv on the cube (img2col), depthwise conv
 //!   movement.rs ─ Transpose, Concat, Slice, Gather, Expand as DMA kernels
 //! ```
