@@ -20,8 +20,17 @@ pub const CONFIG_BYTES: u64 = 128;
 pub const C04: u64 = 4;
 /// Bytes per pixel of the C04 output (f16 channels).
 pub const C04_PIXEL_BYTES: u64 = C04 * 2;
-/// Bytes per pixel of the 5HD output (16 f16 channels).
-pub const C0_PIXEL_BYTES: u64 = 32;
+
+/// Channels of one pixel of one channel block in L1: 4 in the C04 layout, else 5HD's C0.
+pub const fn pixel_channels(c04: bool) -> u64 {
+    if c04 { C04 } else { crate::units::C0 }
+}
+
+/// Bytes of one pixel of one channel block in L1 (f16 channels): what `load_image_l1` writes
+/// per pixel and `img2col_l0a` reads, by their `c04` flag.
+pub const fn pixel_bytes(c04: bool) -> u64 {
+    pixel_channels(c04) * 2
+}
 
 /// Colour-space conversion: `y_c = ((Σ_k matrix[c][k] · (x_k − input_bias_k)) >> 8) +
 /// output_bias_c`, clamped to 0..=255.

@@ -420,11 +420,7 @@ impl<S: TraceSink> Chip<S> {
             // A read's hit share of the bytes it moves (bursts rounded to 32 bytes) is that of
             // the bytes it touches. Written back, a write goes to L2; written through, to HBM.
             let hit_bytes = if dma.write {
-                if self.l2.enabled() && self.cfg.memory.l2_write_back {
-                    dma.bytes
-                } else {
-                    0
-                }
+                if self.l2.writes_back() { dma.bytes } else { 0 }
             } else if hit == 0 {
                 0
             } else {

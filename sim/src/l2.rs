@@ -107,6 +107,11 @@ impl L2 {
         self
     }
 
+    /// Whether a write stays in the cache (an enabled write-back cache).
+    pub(crate) fn writes_back(&self) -> bool {
+        self.write_back && self.enabled()
+    }
+
     /// Bytes of dirty lines the lookups since the last call evicted (what they write back to
     /// HBM); resets the count.
     pub(crate) fn take_written_back(&mut self) -> u64 {

@@ -1370,15 +1370,13 @@ impl Kernel<'_> {
         let mode = self.node.string("auto_pad").unwrap_or("NOTSET");
         (0..n)
             .map(|a| match mode {
-                "SAME_UPPER" | "SAME_LOWER" => {
-                    let total = ((out[a] - 1) * strides[a] + extent[a] - input[a]).max(0);
-                    let begin = if mode == "SAME_UPPER" {
-                        total / 2
-                    } else {
-                        total - total / 2
-                    };
-                    (begin, total - begin)
-                }
+                "SAME_UPPER" | "SAME_LOWER" => crate::ops::same_pads(
+                    mode == "SAME_UPPER",
+                    input[a],
+                    out[a],
+                    strides[a],
+                    extent[a],
+                ),
                 "VALID" => (0, 0),
                 _ => (explicit[a], explicit[a + n]),
             })

@@ -216,11 +216,14 @@ fn simulate(row: &Row) -> Result<Outcome, String> {
         GearOptions {
             insert_op_conf: Some("aipp_imagenet.cfg (built in)".into()),
             insert_op_conf_text: Some(AIPP_IMAGENET.into()),
-            enable_small_channel: row.small_channel,
             ..GearOptions::default()
         }
     } else {
         GearOptions::default()
+    };
+    let gear = GearOptions {
+        enable_small_channel: row.small_channel,
+        ..gear
     };
     let onnx = row.model();
     let opts = CompileOptions {

@@ -189,73 +189,26 @@ fn ints(name: &str, v: &[i64]) -> gearsim_compiler::onnx::proto::AttributeProto 
 /// An f16 chain of convolutions at a dynamic batch of 1 or 3: conv → relu → conv → (+ the
 /// residual) → relu → conv, or without the middle conv (`middle` false).
 fn f16_conv_chain(middle: bool) -> Compiled {
-    use super::onnx_build::{node, tensor_type};
-    use gearsim_compiler::onnx::proto::{
-        GraphProto, ModelProto, OperatorSetIdProto, ValueInfoProto,
-    };
-    use prost::Message;
-    let f16_init = |name: &str, dims: &[i64], seed: u64| f16_init(name, dims, 0.3, seed);
-    let conv = |name: &str, ins: &[&str], out: &str, k: i64| {
-        let mut n = node("Conv", name, ins, &[out]);
-        let p = k / 2;
-        n.attribute = vec![ints("kernel_shape", &[k, k]), ints("pads", &[p, p, p, p])];
-        n
-    };
-    let io = |name: &str, c: i64| ValueInfoProto {
-        name: name.into(),
-        r#type: Some(tensor_type(10, &[None, Some(c), Some(12), Some(20)])),
-        doc_string: String::new(),
-    };
+    use super::onnx_build::node;
+    let mut net = NetBuilder::new(0.3);
     let mut nodes = vec![
-        conv("conv1", &["x", "w1", "b1"], "c1", 3),
+        net.conv("conv1", "x", "c1", 16, 32, 3, 1),
         node("Relu", "relu1", &["c1"], &["r1"]),
-    ];
-    let mut initializer = vec![
-        f16_init("w1", &[32, 16, 3, 3], 1),
-        f16_init("b1", &[32], 2),
-        f16_init("w3", &[16, 32, 3, 3], 5),
     ];
     if middle {
         nodes.extend([
-            conv("conv2", &["r1", "w2", "b2"], "c2", 3),
+            net.conv("conv2", "r1", "c2", 32, 32, 3, 1),
             node("Add", "residual", &["c2", "r1"], &["a2"]),
             node("Relu", "relu2", &["a2"], &["r2"]),
-            conv("conv3", &["r2", "w3"], "y", 3),
+            net.conv_unbiased("conv3", "r2", "y", 32, 16, 3),
         ]);
-        initializer.extend([f16_init("w2", &[32, 32, 3, 3], 3), f16_init("b2", &[32], 4)]);
     } else {
-        nodes.push(conv("conv3", &["r1", "w3"], "y", 3));
+        nodes.push(net.conv_unbiased("conv3", "r1", "y", 32, 16, 3));
     }
-    let m = ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 13,
-        }],
-        graph: Some(GraphProto {
-            name: "chain".into(),
-            node: nodes,
-            initializer,
-            input: vec![io("x", 16)],
-            output: vec![io("y", 16)],
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let opts = CompileOptions {
-        gear: GearOptions {
-            input_shape: Some("x:-1,16,12,20".into()),
-            dynamic_batch_size: Some("1,3".into()),
-            ..GearOptions::default()
-        },
-        getnext_sink: false,
-        table_layout: Default::default(),
-        mapindex_engine: Default::default(),
-        fusion: Default::default(),
-        precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
-        target: atc::target(&cfg()),
-    };
-    compile(&m.encode_to_vec(), "chain.onnx", &opts).unwrap_or_else(|e| panic!("{e}"))
+    let dims = [None, Some(16), Some(12), Some(20)];
+    let m = net.model(nodes, &dims, &dims);
+    compile(&m, "chain.onnx", &fractal_options("x:-1,16,12,20", "1,3"))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Kernel names of a compiled model that run the fractal conv, and TransData kernels.
@@ -300,22 +253,25 @@ fn f16_two_conv_chain_stays_nchw() {
     );
 }
 
-/// Builds f16 networks for the fractal-format tests: Conv nodes with seeded f16 weights and
-/// biases, the model around a node list.
+/// Builds f16 networks for the fractal-format tests: Conv nodes with seeded f16 weights (and
+/// biases) uniform in ±`scale`, the model around a node list.
 struct NetBuilder {
     initializer: Vec<gearsim_compiler::onnx::proto::TensorProto>,
     seed: u64,
+    scale: f32,
 }
 
 impl NetBuilder {
-    fn new() -> NetBuilder {
+    fn new(scale: f32) -> NetBuilder {
         NetBuilder {
             initializer: Vec::new(),
             seed: 10,
+            scale,
         }
     }
 
-    /// A `k`×`k` convolution from `c` to `m` channels, padded to keep the size at stride 1.
+    /// A `k`×`k` convolution from `c` to `m` channels with a bias, padded to keep the size at
+    /// stride 1.
     #[allow(clippy::too_many_arguments)]
     fn conv(
         &mut self,
@@ -327,14 +283,44 @@ impl NetBuilder {
         k: i64,
         stride: i64,
     ) -> gearsim_compiler::onnx::proto::NodeProto {
-        let w = format!("{name}.w");
         let b = format!("{name}.b");
         self.initializer
-            .push(f16_init(&w, &[m, c, k, k], 0.2, self.seed));
+            .push(f16_init(&b, &[m], self.scale, self.seed + 1));
+        self.conv_with(name, &[x, &b], out, c, m, k, stride)
+    }
+
+    /// [`NetBuilder::conv`] at stride 1 without a bias.
+    fn conv_unbiased(
+        &mut self,
+        name: &str,
+        x: &str,
+        out: &str,
+        c: i64,
+        m: i64,
+        k: i64,
+    ) -> gearsim_compiler::onnx::proto::NodeProto {
+        self.conv_with(name, &[x], out, c, m, k, 1)
+    }
+
+    /// The Conv node reading `ins[0]`, its weights and `ins[1..]` (a bias).
+    #[allow(clippy::too_many_arguments)]
+    fn conv_with(
+        &mut self,
+        name: &str,
+        ins: &[&str],
+        out: &str,
+        c: i64,
+        m: i64,
+        k: i64,
+        stride: i64,
+    ) -> gearsim_compiler::onnx::proto::NodeProto {
+        let w = format!("{name}.w");
         self.initializer
-            .push(f16_init(&b, &[m], 0.2, self.seed + 1));
+            .push(f16_init(&w, &[m, c, k, k], self.scale, self.seed));
         self.seed += 2;
-        let mut n = super::onnx_build::node("Conv", name, &[x, &w, &b], &[out]);
+        let mut inputs = vec![ins[0], w.as_str()];
+        inputs.extend(&ins[1..]);
+        let mut n = super::onnx_build::node("Conv", name, &inputs, &[out]);
         let p = k / 2;
         n.attribute = vec![
             ints("kernel_shape", &[k, k]),
@@ -419,7 +405,7 @@ fn fractal_options(shape: &str, batches: &str) -> CompileOptions {
 fn max_pool_after_a_fractal_convolution_reads_the_fractal_format() {
     use super::onnx_build::node;
     for (next, k, converts) in [("3x3", 3, false), ("1x1", 1, true)] {
-        let mut net = NetBuilder::new();
+        let mut net = NetBuilder::new(0.2);
         let nodes = vec![
             net.conv("c0", "x", "a0", 16, 16, 3, 1),
             net.conv("c1", "a0", "a", 16, 64, 3, 1),
@@ -468,7 +454,7 @@ fn max_pool_after_a_fractal_convolution_reads_the_fractal_format() {
 #[test]
 fn resnet_shaped_body_runs_in_the_fractal_format_from_the_stem_to_the_global_pool() {
     use super::onnx_build::node;
-    let mut net = NetBuilder::new();
+    let mut net = NetBuilder::new(0.2);
     let nodes = vec![
         net.conv("stem", "x", "s0", 16, 16, 3, 1),
         node("Relu", "stem_relu", &["s0"], &["s"]),

@@ -11,8 +11,9 @@
 //! padding inside partial fractals takes part in the product, as on the hardware). Products of
 //! two f16 values are exact in f32; accumulation is in f32 in ascending k order.
 
+use gearsim_isa::aipp;
 use gearsim_isa::units::{FRACTAL_BYTES as FRACTAL, FRACTAL_BYTES_F32 as FRACTAL_C};
-use gearsim_isa::{DType, Img2col, L0cToGm, L0cToUb, Load2d, Mmad};
+use gearsim_isa::{DType, Img2col, L0cToGm, L0cToUb, Load2d, Mmad, units};
 use half::f16;
 
 use super::{Access, Fault, Operands, Plan};
@@ -126,17 +127,12 @@ pub(super) fn plan_img2col(f: &Img2col, ops: &Operands) -> Result<Plan, Fault> {
             Access::range(
                 Buffer::L1,
                 src,
-                u64::from(f.c1) * g.h * g.w * slice_pixel_bytes(f),
+                u64::from(f.c1) * g.h * g.w * aipp::pixel_bytes(f.c04),
                 false,
             ),
             Access::range(Buffer::L0a, dst, out, true),
         ],
     ))
-}
-
-/// Bytes of one pixel of one channel slice in L1: 16 f16 channels, or 4 in the C04 layout.
-fn slice_pixel_bytes(f: &Img2col) -> u64 {
-    if f.c04 { 8 } else { 32 }
 }
 
 pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result<(), Fault> {
@@ -145,9 +141,10 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
     let fm = ops.fmatrix;
     let (kh, kw) = (u64::from(f.kh), u64::from(f.kw));
     // A K fractal's 16 columns are one tap's 16 channels, or (C04) four taps' 4 channels.
-    let (taps_per_frac, chans) = if f.c04 { (4, 4) } else { (1, 16) };
+    let chans = aipp::pixel_channels(f.c04);
+    let taps_per_frac = units::C0 / chans;
     let taps = u64::from(f.c1) * kh * kw;
-    let unit = slice_pixel_bytes(f);
+    let unit = aipp::pixel_bytes(f.c04);
     let pixels = g.ho * g.wo;
     let (l1, l0a) = bufs.pair_mut(Buffer::L1, Buffer::L0a);
     for mi in 0..u64::from(f.mfrac) {

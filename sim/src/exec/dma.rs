@@ -2,7 +2,7 @@
 //! row-major to fractal-NZ conversion on the way into L1, and image rows through the AIPP unit
 //! into an L1 C04 feature map.
 
-use gearsim_isa::aipp::{AippConfig, C0_PIXEL_BYTES, C04_PIXEL_BYTES, CONFIG_BYTES};
+use gearsim_isa::aipp::{self, AippConfig, CONFIG_BYTES};
 use gearsim_isa::{Dma, DmaPad, LoadImage, Nd2Nz};
 
 use super::{Access, Fault, Operands, Plan};
@@ -240,15 +240,6 @@ pub(super) fn nd2nz(
     Ok(())
 }
 
-/// L1 bytes of one output pixel of `load_image_l1`.
-fn image_pixel_bytes(f: &LoadImage) -> u64 {
-    if f.c04 {
-        C04_PIXEL_BYTES
-    } else {
-        C0_PIXEL_BYTES
-    }
-}
-
 pub(super) fn plan_image(f: &LoadImage, ops: &Operands) -> Result<Plan, Fault> {
     let [dst, src, cfg, _] = ops.regs;
     let (rows, cols, pixel) = (u64::from(f.rows), u64::from(f.cols), u64::from(f.pixel));
@@ -261,7 +252,7 @@ pub(super) fn plan_image(f: &LoadImage, ops: &Operands) -> Result<Plan, Fault> {
     }
     // The parameter block comes in through the unit's own port; only the image rows are
     // timed (the block is 128 bytes per instruction of hundreds of pixels).
-    let out = image_pixel_bytes(f);
+    let out = aipp::pixel_bytes(f.c04);
     Ok(Plan::new(
         rows * cols * out,
         rows * round32(row),
@@ -300,7 +291,7 @@ pub(super) fn image(
         )));
     }
     let mut row = vec![0u8; (cols * pixel) as usize];
-    let unit = image_pixel_bytes(f);
+    let unit = aipp::pixel_bytes(f.c04);
     let l1 = bufs.get_mut(Buffer::L1);
     for r in 0..rows {
         let a = src + r * u64::from(f.src_stride);

@@ -207,16 +207,15 @@ pub(crate) fn conv_shape(ctx: &LowerCtx<'_>) -> Result<ConvShape, LowerError> {
             for a in 0..sp {
                 let (input, s) = (x[a + 2], strides[a]);
                 let extent = (kernel[a] - 1) * dilations[a] + 1;
-                let out = input.div_ceil(s);
-                let total = ((out.max(1) - 1) * s + extent).saturating_sub(input);
-                let small = total / 2;
-                let (begin, end) = if mode == "SAME_UPPER" {
-                    (small, total - small)
-                } else {
-                    (total - small, small)
-                };
-                pads[a] = begin;
-                pads[a + sp] = end;
+                let (begin, end) = crate::ops::same_pads(
+                    mode == "SAME_UPPER",
+                    input as i64,
+                    input.div_ceil(s) as i64,
+                    s as i64,
+                    extent as i64,
+                );
+                pads[a] = begin as u64;
+                pads[a + sp] = end as u64;
             }
         }
         other => return Err(ctx.error(format!("auto_pad {other:?} is not an ONNX mode"))),

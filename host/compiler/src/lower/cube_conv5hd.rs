@@ -169,11 +169,7 @@ impl Source {
 
     /// L1 bytes of one pixel of one input-channel block.
     fn unit(self) -> u64 {
-        if self.c04() {
-            gearsim_isa::aipp::C04_PIXEL_BYTES
-        } else {
-            UNIT
-        }
+        gearsim_isa::aipp::pixel_bytes(self.c04())
     }
 
     /// GM bytes one pixel of the input occupies (all its channel blocks).

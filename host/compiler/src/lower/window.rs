@@ -108,13 +108,14 @@ pub(super) fn axes(ctx: &LowerCtx<'_>, x: &[u64], y: &[u64]) -> Result<Vec<Axis>
             let ext = (k - 1) * d + 1;
             let (pb, pe) = match mode {
                 "SAME_UPPER" | "SAME_LOWER" => {
-                    let total = ((out.max(1) - 1) * s + ext).saturating_sub(size);
-                    let begin = if mode == "SAME_UPPER" {
-                        total / 2
-                    } else {
-                        total - total / 2
-                    };
-                    (begin, total - begin)
+                    let (b, e) = crate::ops::same_pads(
+                        mode == "SAME_UPPER",
+                        size as i64,
+                        out as i64,
+                        s as i64,
+                        ext as i64,
+                    );
+                    (b as u64, e as u64)
                 }
                 "VALID" => (0, 0),
                 _ => (unsigned(pads[a])?, unsigned(pads[a + n])?),

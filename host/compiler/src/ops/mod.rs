@@ -31,6 +31,19 @@ use super::infer::{OpCtx, OpError, Registry};
 use super::ir::{Attr, DataType, Tensor, TensorDesc, shape_values};
 use super::symbolic::Dim;
 
+/// ONNX's `SAME_UPPER` / `SAME_LOWER` padding of a sliding window's axis: the total that makes
+/// `out` windows of `extent` at `stride` cover `input`, split in two with the odd one at the
+/// end (UPPER) or at the start (LOWER); returns (begin, end).
+pub fn same_pads(upper: bool, input: i64, out: i64, stride: i64, extent: i64) -> (i64, i64) {
+    let total = ((out.max(1) - 1) * stride + extent - input).max(0);
+    let small = total / 2;
+    if upper {
+        (small, total - small)
+    } else {
+        (total - small, small)
+    }
+}
+
 /// The registry of every supported operator.
 pub fn standard() -> Registry {
     let mut r = Registry::default();
