@@ -200,7 +200,8 @@ pub struct MemoryConfig {
     pub hbm_bytes_per_second: u64,
     /// Read latency from DDR in core cycles (added once per DMA instruction).
     pub read_latency_cycles: u64,
-    /// Write latency to DDR in core cycles (added once per DMA instruction that writes HBM).
+    /// Write latency to DDR in core cycles, added once per DMA instruction that writes HBM
+    /// (every write without an L2 or with a write-through one).
     pub write_latency_cycles: u64,
     /// L2 cache size in bytes; 0 turns the L2 off (every DMA byte is served by HBM).
     pub l2_bytes: u64,
@@ -216,9 +217,8 @@ pub struct MemoryConfig {
     /// Whether the L2 is write-back (a write stays in L2 and reaches HBM when its line is
     /// evicted) or write-through (every written byte goes to HBM).
     pub l2_write_back: bool,
-    /// Write latency of a DMA absorbed by a write-back L2, in core cycles; one that also
-    /// writes evicted lines back waits the byte-weighted mix of this and
-    /// `write_latency_cycles`.
+    /// Write latency of a DMA a write-back L2 absorbs, in core cycles (the lines it evicts go
+    /// to HBM on their own, so no write waits for them).
     pub l2_write_latency_cycles: u64,
 }
 
