@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use gearsim_isa::Program;
 use gearsim_isa::task::AiCoreKernel;
-use gearsim_sim::{BlockLaunch, Chip, ChipConfig, CoreStats, ExecMode, Kernel, Tick};
+use gearsim_sim::{BlockLaunch, Chip, ChipConfig, CoreStats, ExecMode, Kernel, Tick, Traffic};
 use gearsim_traces::TraceSink;
 
 use crate::context::{Ctx, bad};
@@ -62,6 +62,8 @@ struct KernelRun {
     launched: Tick,
     /// The work of its finished blocks, summed (profiling only).
     work: CoreStats,
+    /// The chip's traffic counters when it was launched.
+    traffic_at_launch: Traffic,
 }
 
 /// One finished AI core kernel run, as msprof's op summary shows it: when it ran, on how many
@@ -84,6 +86,9 @@ pub struct KernelProfile {
     pub end: Tick,
     /// Busy cycles and instructions per pipe and cube MACs, summed over its blocks.
     pub work: CoreStats,
+    /// Device-memory traffic from its launch to its end, chip-wide: on one stream that is
+    /// its own plus the write-backs of lines its predecessors left dirty in the L2.
+    pub traffic: Traffic,
 }
 
 /// Timing of the most recent AI core kernel run (for `Device::launch`'s report).
@@ -266,6 +271,7 @@ impl Dispatch {
                 cores: vec![false; cores],
                 launched: now,
                 work: CoreStats::default(),
+                traffic_at_launch: cx.chip.traffic(),
             },
         );
         self.dispatch_blocks(cx.chip)
@@ -351,6 +357,7 @@ impl Dispatch {
                         first_start: run.first_start.unwrap_or(run.end),
                         end: run.end,
                         work: run.work,
+                        traffic: cx.chip.traffic().since(&run.traffic_at_launch),
                     });
                 }
                 cx.timer(

@@ -97,6 +97,46 @@ pub enum RunEvent {
     },
 }
 
+/// Bytes moved by DMAs since the chip was built (see [`Chip::traffic`]); the difference of two
+/// snapshots is the traffic of the window between them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// Bytes read from device memory, L2 hits included.
+    pub read: u64,
+    /// The part of `read` the L2 served.
+    pub read_l2_hits: u64,
+    /// Bytes HBM delivered for the reads: the misses, as the whole lines the L2 fetched.
+    pub hbm_read: u64,
+    /// Bytes written to device memory (into the L2 when it writes back).
+    pub written: u64,
+    /// Dirty L2 lines written back to HBM.
+    pub written_back: u64,
+}
+
+impl Traffic {
+    /// The traffic between `earlier` and this snapshot.
+    pub fn since(&self, earlier: &Traffic) -> Traffic {
+        Traffic {
+            read: self.read - earlier.read,
+            read_l2_hits: self.read_l2_hits - earlier.read_l2_hits,
+            hbm_read: self.hbm_read - earlier.hbm_read,
+            written: self.written - earlier.written,
+            written_back: self.written_back - earlier.written_back,
+        }
+    }
+
+    /// Bytes that crossed the HBM interface: the reads' line fills, plus the writes that reached it
+    /// (every write on a write-through L2, the write-backs on a write-back one).
+    pub fn hbm_bytes(&self, writes_back: bool) -> u64 {
+        let writes = if writes_back {
+            self.written_back
+        } else {
+            self.written
+        };
+        self.hbm_read + writes
+    }
+}
+
 struct MemoryLanes {
     lane: LaneId,
     read: StrId,
@@ -416,7 +456,7 @@ impl<S: TraceSink> Chip<S> {
     fn dma_start(&mut self, core: u32, queue: u8) -> Result<(), StopReason> {
         self.complete_transfers()?;
         if let Some(dma) = self.cores[core as usize].dma_begin(usize::from(queue), &self.cfg) {
-            let (touched, hit) = self.l2.touch(&dma.gm);
+            let (touched, hit, filled) = self.l2.touch(&dma.gm);
             // A read's hit share of the bytes it moves (bursts rounded to 32 bytes) is that of
             // the bytes it touches. Written back, a write goes to L2; written through, to HBM.
             let hit_bytes = if dma.write {
@@ -439,11 +479,31 @@ impl<S: TraceSink> Chip<S> {
                     true,
                 );
             }
-            self.hbm.start(
+            // A read moves the bytes the L2 serves at the L2's per-core rate and the others at
+            // device memory's, so its cap is the two mixed harmonically by its hit share.
+            let cap = if dma.write || hit_bytes == 0 {
+                dma.cap
+            } else {
+                let l2_cap = self
+                    .cfg
+                    .core_clock()
+                    .bytes_per_second(self.cfg.mte.l2_read_bytes_per_cycle);
+                mixed_cap(dma.bytes, hit_bytes, l2_cap, dma.cap)
+            };
+            // HBM moves what the L2 fetches for a read (whole lines), and a write's misses.
+            let hbm_bytes = if dma.write {
+                dma.bytes - hit_bytes
+            } else if self.l2.enabled() {
+                filled
+            } else {
+                dma.bytes
+            };
+            self.hbm.start_filling(
                 Owner::Core { core, queue },
                 dma.bytes,
                 hit_bytes,
-                dma.cap,
+                hbm_bytes,
+                cap,
                 dma.write,
             );
         }
@@ -589,6 +649,17 @@ impl<S: TraceSink> Chip<S> {
         )
     }
 
+    /// Everything DMAs have moved so far, for deltas over a window (a kernel's run).
+    pub fn traffic(&self) -> Traffic {
+        Traffic {
+            read: self.hbm.bytes_read,
+            read_l2_hits: self.hbm.read_hit_bytes,
+            hbm_read: self.hbm.hbm_read_bytes,
+            written: self.hbm.bytes_written,
+            written_back: self.written_back,
+        }
+    }
+
     /// Bytes of dirty L2 lines written back to HBM so far (0 with a write-through L2, where
     /// every written byte goes to HBM as it is written).
     pub fn l2_written_back(&self) -> u64 {
@@ -623,5 +694,31 @@ impl<S: TraceSink> Chip<S> {
     /// Device memory itself.
     pub fn memory(&self) -> &DeviceMemory {
         &self.mem
+    }
+}
+
+/// The rate cap of a transfer of `bytes` whose `hit_bytes` move at `hit_cap` and the rest at
+/// `miss_cap` (bytes per second): the rate at which the whole moves in the sum of the two
+/// times.
+fn mixed_cap(bytes: u64, hit_bytes: u64, hit_cap: u64, miss_cap: u64) -> u64 {
+    let (hit, miss) = (u128::from(hit_bytes), u128::from(bytes - hit_bytes));
+    let (hc, mc) = (u128::from(hit_cap.max(1)), u128::from(miss_cap.max(1)));
+    let time = hit * mc + miss * hc; // x (hc * mc)
+    if time == 0 {
+        return miss_cap;
+    }
+    u64::try_from(u128::from(bytes) * hc * mc / time).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mixed_cap;
+
+    #[test]
+    fn a_reads_cap_mixes_the_l2_and_memory_rates_by_its_hit_share() {
+        assert_eq!(mixed_cap(1000, 1000, 128, 64), 128);
+        assert_eq!(mixed_cap(1000, 0, 128, 64), 64);
+        // Half the bytes at 128 and half at 64 take 1000/256 + 1000/128 = 11.72 units.
+        assert_eq!(mixed_cap(2000, 1000, 128, 64), 85);
     }
 }

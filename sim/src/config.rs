@@ -174,8 +174,11 @@ pub struct CubeConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MteConfig {
-    /// MTE2 GM read rate cap per core, bytes per cycle.
+    /// MTE2 GM read rate cap per core, bytes per cycle, for bytes device memory serves.
     pub gm_read_bytes_per_cycle: u64,
+    /// MTE2 read rate cap per core, bytes per cycle, for bytes the L2 serves: a read's cap
+    /// is the harmonic mix of the two by its hit share.
+    pub l2_read_bytes_per_cycle: u64,
     /// MTE3 GM write rate cap per core, bytes per cycle.
     pub gm_write_bytes_per_cycle: u64,
     /// FIXPIPE GM write rate cap per core, bytes per cycle.
@@ -438,6 +441,10 @@ impl ChipConfig {
             (
                 "mte.gm_read_bytes_per_cycle",
                 self.mte.gm_read_bytes_per_cycle,
+            ),
+            (
+                "mte.l2_read_bytes_per_cycle",
+                self.mte.l2_read_bytes_per_cycle,
             ),
             (
                 "mte.gm_write_bytes_per_cycle",

@@ -4,7 +4,8 @@
 //! Every DMA between a core and GM is a transfer with a per-core rate cap (its MTE's rate).
 //! When it starts, `chip.rs` splits its bytes into L2 hits and misses (`l2.rs`); at rate `r`
 //! a transfer with miss fraction `m` uses `r * m` of the HBM cap and `r * (1 - m)` of the L2
-//! cap. Active transfers share both caps max-min fairly by progressive filling: every rate
+//! cap (`m` may exceed 1: a read that misses fetches whole L2 lines for the bytes it wants, so
+//! HBM moves more than the transfer delivers). Active transfers share both caps max-min fairly by progressive filling: every rate
 //! rises together; a transfer stops rising at its own cap, and when HBM (or L2) is full, every
 //! transfer that uses it stops there, while the others keep rising into what is left. Rates
 //! change only when a transfer starts or ends, so each transfer costs two events however
@@ -48,20 +49,20 @@ pub(crate) enum Owner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Done {
     pub owner: Owner,
-    /// Share of its bytes that HBM served, in units of [`ONE`].
-    miss_weight: u32,
+    /// Share of its bytes that the L2 served, in units of [`ONE`].
+    hit_weight: u32,
 }
 
 impl Done {
     /// The mix of a figure for bytes served by L2 and one for bytes served by HBM, weighted by
     /// the transfer's bytes and rounded to the nearest integer: exactly `miss` with no hits.
     pub(crate) fn mix(&self, hit: u64, miss: u64) -> u64 {
-        if u64::from(self.miss_weight) == ONE {
+        if self.hit_weight == 0 {
             return miss;
         }
-        let m = u128::from(self.miss_weight);
+        let h = u128::from(self.hit_weight);
         let one = u128::from(ONE);
-        let sum = (one - m) * u128::from(hit) + m * u128::from(miss);
+        let sum = h * u128::from(hit) + (one - h) * u128::from(miss);
         ((sum + one / 2) / one) as u64
     }
 }
@@ -81,8 +82,11 @@ struct Member {
     finish: u128,
     id: u64,
     owner: Owner,
-    /// Share of the transfer's bytes that HBM serves, in units of [`ONE`].
+    /// HBM bytes per byte the transfer moves, in units of [`ONE`]: its miss share, or more
+    /// when the L2 fetches whole lines for the few bytes of each that it reads.
     miss_weight: u32,
+    /// Share of the transfer's bytes that the L2 serves, in units of [`ONE`].
+    hit_weight: u32,
     write: bool,
 }
 
@@ -107,7 +111,7 @@ impl Group {
     fn add(&mut self, m: &Member, sign: bool) {
         let w = u64::from(m.miss_weight);
         let reads = if m.write { 0 } else { w };
-        let hits = ONE - w;
+        let hits = u64::from(m.hit_weight);
         if sign {
             self.miss_weight += w;
             self.read_miss_weight += reads;
@@ -146,6 +150,8 @@ pub(crate) struct Hbm {
     pub(crate) bytes_written: u64,
     /// Bytes of reads the L2 served since the chip was built.
     pub(crate) read_hit_bytes: u64,
+    /// Bytes HBM delivered for reads since the chip was built (the L2's line fills).
+    pub(crate) hbm_read_bytes: u64,
     /// Active transfers with any hit; while there is none, `fill_misses` divides HBM alone.
     hitting: usize,
 }
@@ -165,6 +171,7 @@ impl Hbm {
             bytes_read: 0,
             bytes_written: 0,
             read_hit_bytes: 0,
+            hbm_read_bytes: 0,
             hitting: 0,
         }
     }
@@ -186,7 +193,7 @@ impl Hbm {
                     m.id,
                     Done {
                         owner: m.owner,
-                        miss_weight: m.miss_weight,
+                        hit_weight: m.hit_weight,
                     },
                 ));
             }
@@ -195,13 +202,29 @@ impl Hbm {
         done[first..].sort_unstable_by_key(|(id, _)| *id);
     }
 
-    /// Adds a transfer of `bytes`, `hit_bytes` of which the L2 serves (call after advancing to
-    /// now).
+    /// Adds a transfer of `bytes`, `hit_bytes` of which the L2 serves and the rest HBM (call
+    /// after advancing to now).
     pub(crate) fn start(
         &mut self,
         owner: Owner,
         bytes: u64,
         hit_bytes: u64,
+        cap: u64,
+        write: bool,
+    ) {
+        let hit_bytes = hit_bytes.min(bytes);
+        self.start_filling(owner, bytes, hit_bytes, bytes - hit_bytes, cap, write);
+    }
+
+    /// Adds a transfer of `bytes`, `hit_bytes` of which the L2 serves, for which HBM moves
+    /// `hbm_bytes` (the misses, or the whole lines the L2 fetches for them), after advancing
+    /// to now.
+    pub(crate) fn start_filling(
+        &mut self,
+        owner: Owner,
+        bytes: u64,
+        hit_bytes: u64,
+        hbm_bytes: u64,
         cap: u64,
         write: bool,
     ) {
@@ -214,19 +237,22 @@ impl Hbm {
         } else {
             self.bytes_read += bytes;
             self.read_hit_bytes += hit_bytes;
+            self.hbm_read_bytes += hbm_bytes;
         }
-        // Rounded up, so a transfer with any miss keeps a share of HBM.
-        let miss_weight = if hit_bytes == 0 {
-            ONE
+        let bytes = bytes.max(1);
+        // Rounded up, so a transfer with any miss keeps a share of HBM; the hit share is what
+        // the miss share leaves.
+        let share = |b: u64| (u128::from(b) * u128::from(ONE)).div_ceil(u128::from(bytes));
+        let miss_share = share(bytes.min(bytes - hit_bytes.min(bytes))).min(u128::from(ONE));
+        let hit_weight = (u128::from(ONE) - miss_share) as u32;
+        let miss_weight = u32::try_from(share(hbm_bytes)).unwrap_or(u32::MAX);
+        let kind = if miss_weight == 0 {
+            Kind::Hits
+        } else if hit_weight == 0 && u64::from(miss_weight) == ONE {
+            Kind::Misses
         } else {
-            (u128::from(bytes - hit_bytes) * u128::from(ONE)).div_ceil(u128::from(bytes)) as u64
+            Kind::Mixed
         };
-        let kind = match miss_weight {
-            0 => Kind::Hits,
-            ONE => Kind::Misses,
-            _ => Kind::Mixed,
-        };
-        let miss_weight = miss_weight as u32;
         let cap = cap.max(1);
         let gi = match self
             .groups
@@ -257,6 +283,7 @@ impl Hbm {
             id: self.next_id,
             owner,
             miss_weight,
+            hit_weight,
             write,
         };
         let at = g
@@ -482,6 +509,21 @@ mod tests {
         let mut done = Vec::new();
         h.advance(at, &mut done);
         assert_eq!(done.len(), 1);
+    }
+
+    #[test]
+    fn a_read_whose_lines_are_fetched_whole_moves_at_hbm_over_the_fetch_factor() {
+        // 100 bytes for which HBM moves 400 (whole lines): HBM at 100 B/s gives it 25 B/s,
+        // beside a plain read that takes the rest.
+        let mut h = Hbm::new(100, 500);
+        h.start_filling(owner(0), 100, 0, 400, 1000, false);
+        h.reschedule(Tick(0));
+        assert_eq!(member_rates(&h), vec![25]);
+        assert_eq!(h.rates().hbm_read, 100);
+        h.start(owner(1), 100, 0, 1000, false);
+        h.reschedule(Tick(0));
+        assert_eq!(member_rates(&h), vec![20, 20]);
+        assert_eq!(h.hbm_read_bytes, 500);
     }
 
     #[test]

@@ -16,7 +16,8 @@
 //! piling into a few. Replacement is CLOCK (second chance): a reference bit per way and a hand
 //! per set, which approximates LRU with O(1) bit operations besides the tag compare.
 //!
-//! Reads and writes both allocate. The cache is write-back (`memory.l2_write_back`, as Ascend's
+//! Reads and writes both allocate; a read brings in whole lines, and [`L2::touch`] says how many
+//! bytes of lines it fetched, which is what HBM moves for it. The cache is write-back (`memory.l2_write_back`, as Ascend's
 //! is): a written line is dirty until its block is evicted, and the bytes of the dirty lines an
 //! allocation evicts are what it writes back to HBM ([`L2::take_written_back`]); written
 //! through, every written byte goes to HBM at once and no line is dirty. Contents change when a
@@ -123,17 +124,19 @@ impl L2 {
     }
 
     /// Looks up every line the GM side of a DMA touches, in address order, allocating the ones
-    /// that miss. Returns (bytes touched, bytes that hit).
+    /// that miss. Returns (bytes touched, bytes that hit, bytes of the lines a read brought in:
+    /// a line is fetched whole, however few of its bytes the read wants).
     ///
     /// While the DMA stays in one block, the block keeps the answer of the DMA's first touch:
     /// a line the DMA itself brought in (bursts shorter than a line, back to back) was fetched
     /// from HBM once, so its later bytes do not hit.
-    pub(crate) fn touch(&mut self, gm: &Access) -> (u64, u64) {
+    pub(crate) fn touch(&mut self, gm: &Access) -> (u64, u64, u64) {
         let touched = gm.count.saturating_mul(gm.burst);
         if !self.enabled() || touched == 0 {
-            return (touched, 0);
+            return (touched, 0, if gm.write { 0 } else { touched });
         }
         let mut hit = 0;
+        let mut filled_lines = 0u64;
         // (block, its way, its valid bits before this DMA touched it)
         let mut current = (u64::MAX, 0, 0u16);
         for i in 0..gm.count {
@@ -167,6 +170,9 @@ impl L2 {
                     }
                     hit += h;
                 }
+                if !gm.write {
+                    filled_lines += u64::from((lines & !self.valid[current.1]).count_ones());
+                }
                 self.valid[current.1] |= lines;
                 if gm.write && self.write_back {
                     self.dirty[current.1] |= lines;
@@ -177,7 +183,7 @@ impl L2 {
                 block += 1;
             }
         }
-        (touched, hit)
+        (touched, hit, filled_lines << self.line_shift)
     }
 
     fn set_of(&self, block: u64) -> usize {
@@ -269,6 +275,42 @@ fn bits(lo: usize, hi: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl L2 {
+        /// [`L2::touch`] without the line fills.
+        fn touch_hits(&mut self, gm: &Access) -> (u64, u64) {
+            let (touched, hit, _) = self.touch(gm);
+            (touched, hit)
+        }
+    }
+
+    #[test]
+    fn a_read_of_a_few_bytes_of_a_line_fetches_the_whole_line_once() {
+        let mut l2 = L2::new(1 << 20, 512, 16);
+        // 32 bytes of each of four lines 6272 bytes apart: four lines fetched.
+        let column = Access {
+            buffer: Buffer::Gm,
+            start: 0,
+            burst: 32,
+            stride: 6272,
+            count: 4,
+            write: false,
+        };
+        assert_eq!(l2.touch(&column), (128, 0, 4 * 512));
+        // The next 32 bytes of the same lines hit and fetch nothing.
+        let next = Access {
+            start: 32,
+            ..column
+        };
+        assert_eq!(l2.touch(&next), (128, 128, 0));
+        // Writes fetch nothing.
+        let write = Access {
+            start: 1 << 16,
+            write: true,
+            ..column
+        };
+        assert_eq!(l2.touch(&write).2, 0);
+    }
     use crate::stop::Buffer;
 
     const BLOCK: u64 = 512 * LINES_PER_BLOCK;
@@ -306,43 +348,43 @@ mod tests {
     fn written_back_lines_are_counted_when_evicted_and_only_then() {
         // Two blocks of one way: the second evicts the first.
         let mut l2 = L2::new(BLOCK, 512, 1).with_write_back(true);
-        l2.touch(&write(0, 3 * 512));
-        l2.touch(&range(0, 512));
+        l2.touch_hits(&write(0, 3 * 512));
+        l2.touch_hits(&range(0, 512));
         assert_eq!(
             l2.take_written_back(),
             0,
             "a dirty line stays while resident"
         );
-        l2.touch(&range(BLOCK, 512));
+        l2.touch_hits(&range(BLOCK, 512));
         assert_eq!(l2.take_written_back(), 3 * 512, "three dirty lines go out");
-        l2.touch(&range(0, 512));
+        l2.touch_hits(&range(0, 512));
         assert_eq!(l2.take_written_back(), 0, "a clean block costs nothing");
         // Written through, nothing is ever dirty.
         let mut wt = L2::new(BLOCK, 512, 1);
-        wt.touch(&write(0, 3 * 512));
-        wt.touch(&range(BLOCK, 512));
+        wt.touch_hits(&write(0, 3 * 512));
+        wt.touch_hits(&range(BLOCK, 512));
         assert_eq!(wt.take_written_back(), 0);
     }
 
     #[test]
     fn a_second_read_of_a_small_buffer_hits_every_byte() {
         let mut l2 = L2::new(1 << 20, 512, 16);
-        assert_eq!(l2.touch(&range(1000, 300_000)), (300_000, 0));
-        assert_eq!(l2.touch(&range(1000, 300_000)), (300_000, 300_000));
+        assert_eq!(l2.touch_hits(&range(1000, 300_000)), (300_000, 0));
+        assert_eq!(l2.touch_hits(&range(1000, 300_000)), (300_000, 300_000));
         // Lines are the unit: the first range left lines 585..=587 (299_520..301_056)
         // resident, so the 1056 bytes of the new range in them hit and the rest is new.
-        assert_eq!(l2.touch(&range(300_000, 2048)), (2048, 1056));
+        assert_eq!(l2.touch_hits(&range(300_000, 2048)), (2048, 1056));
     }
 
     #[test]
     fn partial_lines_at_both_ends_count_only_the_bytes_inside_the_burst() {
         let mut l2 = L2::new(1 << 20, 512, 16);
         // Lines 1, 2 and 3 of block 0.
-        assert_eq!(l2.touch(&range(512, 3 * 512)), (1536, 0));
+        assert_eq!(l2.touch_hits(&range(512, 3 * 512)), (1536, 0));
         // 100 bytes before line 1 (miss), lines 1..=3 (hit), 200 bytes of line 4 (miss).
-        assert_eq!(l2.touch(&range(412, 100 + 1536 + 200)), (1836, 1536));
+        assert_eq!(l2.touch_hits(&range(412, 100 + 1536 + 200)), (1836, 1536));
         // Within line 2 and into line 4 (now resident): all hits.
-        assert_eq!(l2.touch(&range(1100, 1000)), (1000, 1000));
+        assert_eq!(l2.touch_hits(&range(1100, 1000)), (1000, 1000));
     }
 
     #[test]
@@ -350,8 +392,8 @@ mod tests {
         let mut l2 = L2::new(1 << 20, 512, 16);
         // 64 bursts of 100 bytes back to back: 6400 bytes over 13 lines, none resident before.
         let short = rows(0, 100, 100, 64);
-        assert_eq!(l2.touch(&short), (6400, 0));
-        assert_eq!(l2.touch(&short), (6400, 6400));
+        assert_eq!(l2.touch_hits(&short), (6400, 0));
+        assert_eq!(l2.touch_hits(&short), (6400, 6400));
     }
 
     #[test]
@@ -359,8 +401,8 @@ mod tests {
         // 128 KiB cache, 256 KiB buffer read twice: each set sees its blocks in the same order,
         // more of them than it has ways, so every block is gone before it is read again.
         let mut l2 = L2::new(128 << 10, 512, 2);
-        assert_eq!(l2.touch(&range(0, 256 << 10)).1, 0);
-        assert_eq!(l2.touch(&range(0, 256 << 10)).1, 0);
+        assert_eq!(l2.touch_hits(&range(0, 256 << 10)).1, 0);
+        assert_eq!(l2.touch_hits(&range(0, 256 << 10)).1, 0);
     }
 
     #[test]
@@ -370,8 +412,8 @@ mod tests {
         // so all 64 stay resident.
         let mut l2 = L2::new(64 * BLOCK, 512, 2);
         let column = rows(0, 512, 1 << 20, 64);
-        assert_eq!(l2.touch(&column), (32 << 10, 0));
-        assert_eq!(l2.touch(&column), (32 << 10, 32 << 10));
+        assert_eq!(l2.touch_hits(&column), (32 << 10, 0));
+        assert_eq!(l2.touch_hits(&column), (32 << 10, 32 << 10));
     }
 
     #[test]
@@ -379,7 +421,7 @@ mod tests {
         // One set of 4 ways: blocks 0..4 fill it, block 1 is read again, then blocks 4 and 5
         // evict the unreferenced ones (the hand gives block 1 its second chance).
         let mut l2 = L2::new(4 * BLOCK, 512, 4);
-        let read = |l2: &mut L2, b: u64| l2.touch(&range(b * BLOCK, 512)).1 > 0;
+        let read = |l2: &mut L2, b: u64| l2.touch_hits(&range(b * BLOCK, 512)).1 > 0;
         for b in 0..4 {
             assert!(!read(&mut l2, b));
         }
@@ -398,9 +440,9 @@ mod tests {
     fn an_evicted_block_loses_all_its_lines() {
         // One set of 1 way: reading block 1 evicts block 0 with both of its lines.
         let mut l2 = L2::new(BLOCK, 512, 1);
-        l2.touch(&range(0, 1024));
-        l2.touch(&range(BLOCK, 512));
-        assert_eq!(l2.touch(&range(0, 1024)), (1024, 0));
+        l2.touch_hits(&range(0, 1024));
+        l2.touch_hits(&range(BLOCK, 512));
+        assert_eq!(l2.touch_hits(&range(0, 1024)), (1024, 0));
     }
 
     #[test]
@@ -426,7 +468,7 @@ mod tests {
     fn size_zero_is_no_cache() {
         let mut l2 = L2::new(0, 512, 16);
         assert!(!l2.enabled());
-        assert_eq!(l2.touch(&range(0, 4096)), (4096, 0));
-        assert_eq!(l2.touch(&range(0, 4096)), (4096, 0));
+        assert_eq!(l2.touch_hits(&range(0, 4096)), (4096, 0));
+        assert_eq!(l2.touch_hits(&range(0, 4096)), (4096, 0));
     }
 }

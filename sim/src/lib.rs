@@ -44,7 +44,7 @@ mod memory;
 mod stop;
 mod time;
 
-pub use chip::{Chip, ChipError, RunEvent};
+pub use chip::{Chip, ChipError, RunEvent, Traffic};
 pub use config::{
     AiCpuConfig, ChipConfig, ConfigError, CoreConfig, CubeConfig, HostConfig, KernelLimits,
     MemoryConfig, MteConfig, PRESETS, PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,

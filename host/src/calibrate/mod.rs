@@ -19,7 +19,7 @@ use std::fmt::Write as _;
 
 use gearsim_firmware::KernelProfile;
 use gearsim_isa::Pipe;
-use gearsim_sim::{ChipConfig, ExecMode};
+use gearsim_sim::{ChipConfig, ExecMode, Traffic};
 
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::study::svg::{Figure, Panel, Series, render};
@@ -142,6 +142,12 @@ pub struct KernelLine {
     pub cube: f64,
     /// Share of the chip's MTE2 capacity busy over its duration (all cores).
     pub mte2: f64,
+    /// Share of the chip's vector capacity busy over its duration (all cores).
+    pub vector: f64,
+    /// Device-memory traffic over its duration.
+    pub traffic: Traffic,
+    /// Bytes that crossed the HBM interface over its duration.
+    pub hbm_bytes: u64,
 }
 
 /// The simulated figure of one row.
@@ -186,6 +192,11 @@ fn kernel_line(k: &KernelProfile, cfg: &ChipConfig) -> KernelLine {
         block_dim: k.block_dim,
         cube: busy(Pipe::M) / chip_cycles,
         mte2: busy(Pipe::Mte2) / chip_cycles,
+        vector: busy(Pipe::V) / chip_cycles,
+        traffic: k.traffic,
+        hbm_bytes: k
+            .traffic
+            .hbm_bytes(cfg.memory.l2_bytes > 0 && cfg.memory.l2_write_back),
     }
 }
 
@@ -407,19 +418,34 @@ pub fn kernel_table(x: &Outcome) -> String {
     );
     let _ = writeln!(
         o,
-        "  {:<48} {:>9} {:>6} {:>6} {:>7} {:>7}",
-        "kernel", "us", "share", "blocks", "cube%", "mte2%"
+        "  {:<48} {:>9} {:>6} {:>6} {:>7} {:>7} {:>7} {:>8} {:>8} {:>7} {:>8}",
+        "kernel",
+        "us",
+        "share",
+        "blocks",
+        "cube%",
+        "vec%",
+        "mte2%",
+        "read_MB",
+        "write_MB",
+        "l2_hit%",
+        "hbm_GB/s"
     );
     for k in &x.kernels {
         let _ = writeln!(
             o,
-            "  {:<48} {:>9.1} {:>5.1}% {:>6} {:>6.1}% {:>6.1}%",
+            "  {:<48} {:>9.1} {:>5.1}% {:>6} {:>6.1}% {:>6.1}% {:>6.1}% {:>8.2} {:>8.2} {:>6.1}% {:>8.1}",
             k.name,
             k.us,
             100.0 * k.us / x.simulated_us,
             k.block_dim,
             100.0 * k.cube,
-            100.0 * k.mte2
+            100.0 * k.vector,
+            100.0 * k.mte2,
+            k.traffic.read as f64 / 1e6,
+            k.traffic.written as f64 / 1e6,
+            100.0 * k.traffic.read_l2_hits as f64 / k.traffic.read.max(1) as f64,
+            k.hbm_bytes as f64 / (k.us * 1e3),
         );
     }
     o
