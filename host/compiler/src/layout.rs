@@ -9,8 +9,9 @@
 //! 5HD, or NCHW and converts its smaller output), and read only by such convolutions (as their
 //! input or fused residual), agnostic ops whose output is 5HD too, a 2-D MaxPool (which
 //! converts its output if that is NCHW) or GlobalAveragePool (whose `[N, C, 1, 1]` output is
-//! the same bytes in both formats). Pointwise convolutions of stride 1 stay on the NCHW GEMM
-//! kernel, which runs them faster. A connected region of such values is kept only when some
+//! the same bytes in both formats). Pointwise convolutions run 5HD too, as GE runs them: over
+//! NCHW the GEMM kernel reads channel planes in 32-byte columns, and each miss fetches a whole
+//! L2 line. A connected region of such values is kept only when some
 //! convolution then runs 5HD on both sides, or reads the image through AIPP (its input side
 //! is then the AIPP unit's): a region whose every convolution still converts one side would
 //! only move the conversion. Graph inputs and outputs stay NCHW; a convolution with one NCHW
@@ -75,13 +76,10 @@ pub fn assign_fractal_formats(
         {
             return false;
         }
-        // A pointwise convolution of stride 1 is a product per image on the GEMM kernel over
-        // NCHW, which beats the window kernel; a strided one would first subsample in a kernel
-        // of its own, which the window kernel's img2col does for free.
-        conv::conv_shape(&ctx).is_ok_and(|s| {
-            (!conv::is_pointwise(&s) || s.sh > 1 || s.sw > 1)
-                && conv5hd::supports(&s, &target.core).is_ok()
-        })
+        // Pointwise convolutions too, as GE keeps them: over NCHW the GEMM kernel reads each
+        // channel plane in 32-byte columns, and a read that misses fetches whole L2 lines, so
+        // at ResNet-50's sizes it moves more bytes than the window kernel over 5HD.
+        conv::conv_shape(&ctx).is_ok_and(|s| conv5hd::supports(&s, &target.core).is_ok())
     };
     // A 2-D MaxPool (without Indices) may write its output 5HD: it pools NCHW and converts
     // its (smaller) output, so a region can start after the pool instead of before it. It

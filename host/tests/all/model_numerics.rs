@@ -399,19 +399,19 @@ fn fractal_options(shape: &str, batches: &str) -> CompileOptions {
 /// planes (64 channels) are split into bands to fill the cores, at batch 5 the planes
 /// outnumber the cores and blocks loop over whole planes; odd sizes put the window over the
 /// padding on every side. Followed by another fractal convolution the pool writes NC1HWC0;
-/// followed by a pointwise one (the NCHW GEMM kernel's) it converts its output. Every gear
-/// matches the evaluator.
+/// followed by one the fractal kernel does not run (8 output channels, not a whole channel
+/// block) it converts its output. Every gear matches the evaluator.
 #[test]
 fn max_pool_after_a_fractal_convolution_reads_the_fractal_format() {
     use super::onnx_build::node;
-    for (next, k, converts) in [("3x3", 3, false), ("1x1", 1, true)] {
+    for (next, k, width, converts) in [("3x3", 3, 16, false), ("8-channel 1x1", 1, 8, true)] {
         let mut net = NetBuilder::new(0.2);
         let nodes = vec![
             net.conv("c0", "x", "a0", 16, 16, 3, 1),
             net.conv("c1", "a0", "a", 16, 64, 3, 1),
             NetBuilder::pool("pool", "a", "p"),
-            net.conv("c2", "p", "b", 64, 16, k, 1),
-            net.conv("c3", "b", "d", 16, 16, 3, 1),
+            net.conv("c2", "p", "b", 64, width, k, 1),
+            net.conv("c3", "b", "d", width, 16, 3, 1),
             node("Relu", "r", &["d"], &["y"]),
         ];
         let m = net.model(
@@ -431,7 +431,7 @@ fn max_pool_after_a_fractal_convolution_reads_the_fractal_format() {
             pools.len() == 2 && pools.iter().all(|n| n.contains("5hd")),
             "{next}: the pools read the fractal format: {names:?}"
         );
-        // The pool's output (4 channel blocks of 7x9 pixels) leaves NC1HWC0 for the GEMM.
+        // The pool's output (4 channel blocks of 7x9 pixels) leaves NC1HWC0 for the NCHW conv.
         let pool_out = names
             .iter()
             .any(|n| n.starts_with("TransData") && n.contains("x4x16x63"));
@@ -484,8 +484,9 @@ fn resnet_shaped_body_runs_in_the_fractal_format_from_the_stem_to_the_global_poo
     )
     .unwrap_or_else(|e| panic!("{e}"));
     let (fractal, _, names) = fractal_kernels(&c);
-    // Per branch: every conv after the stem runs 5HD (the shortcut with the block's Add);
-    // the only conversions are the pool's output and the global pool's input.
+    // Per branch: every conv after the stem runs 5HD (the shortcut with the block's Add), and
+    // the global pool reads 5HD itself: the only conversion is the graph input's, into 5HD
+    // (`[N][1][20·24][16]`).
     let nchw_convs = names
         .iter()
         .filter(|n| n.starts_with("Conv") && !n.contains("5hd"))
@@ -497,6 +498,16 @@ fn resnet_shaped_body_runs_in_the_fractal_format_from_the_stem_to_the_global_poo
             .iter()
             .any(|n| n.starts_with("MaxPool") && n.contains("5hd")),
         "the pool reads and writes 5HD: {names:?}"
+    );
+    assert!(
+        names
+            .iter()
+            .any(|n| n.starts_with("GlobalAveragePool") && n.contains("5hd"))
+            && names
+                .iter()
+                .filter(|n| n.starts_with("TransData"))
+                .all(|n| n.contains("x1x480x16")),
+        "the global pool reads 5HD; only the input is converted: {names:?}"
     );
     every_gear_matches_typed(
         &c,

@@ -322,6 +322,9 @@ impl Plan {
         groups: u64,
         per_group: u64,
     ) -> Result<Plan, String> {
+        if source.image() && row_step(s) > 1 {
+            return Err("a strided pointwise convolution cannot read the image".into());
+        }
         let (c1, m1) = if source.image() {
             (1, s.m / 16)
         } else {
@@ -677,6 +680,19 @@ fn seg(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Seg {
         oh_b -= 1;
     }
     let oh_last = (p0 + pixels - 1) / s.wo;
+    if row_step(s) > 1 {
+        // Only the rows the outputs read come in: one per output row, `sh` rows apart.
+        return Seg {
+            n,
+            p0,
+            pixels,
+            m_start: (p0 - oh_b * s.wo) / 16,
+            in_row: oh_b * s.sh,
+            band_h: oh_last - oh_b + 1,
+            pad_top: 0,
+            pad_bottom: 0,
+        };
+    }
     let top = (oh_b * s.sh) as i64 - s.pt as i64;
     let bottom = (oh_last * s.sh + s.dh * (s.kh - 1) + 1) as i64 - s.pt as i64;
     let in_row = top.max(0) as u64;
@@ -690,6 +706,18 @@ fn seg(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Seg {
         band_h: in_end.saturating_sub(in_row),
         pad_top: (-top).max(0) as u64,
         pad_bottom: (bottom - s.h as i64).max(0) as u64,
+    }
+}
+
+/// Input rows apart that a band's consecutive rows in L1 are: a strided pointwise convolution
+/// without padding reads one input row in `sh`, so its bands bring in only those (`img2col`
+/// then steps one row) and hold `sh` times the output rows that the rows in between would
+/// leave room for; 1 for every other convolution.
+fn row_step(s: &ConvShape) -> u64 {
+    if s.kh == 1 && s.sh > 1 && s.pt == 0 && s.pb == 0 {
+        s.sh
+    } else {
+        1
     }
 }
 
@@ -1319,7 +1347,9 @@ impl<'a> Gen<'a> {
         let first = t.segs[0];
         let whole = (q1 - q0) * s.h * s.w;
         let skip = (self.plan.c1 - (q1 - q0)) * s.h * s.w;
-        let whole_images = t.segs.len() > 1
+        let step = row_step(s);
+        let whole_images = step == 1
+            && t.segs.len() > 1
             && t.segs
                 .iter()
                 .enumerate()
@@ -1341,6 +1371,22 @@ impl<'a> Gen<'a> {
                 continue;
             }
             let slice = g.band_h * s.w * UNIT;
+            if step > 1 {
+                // One DMA per band row: that input row of each channel block.
+                for i in 0..g.band_h {
+                    self.a.movi(t0, (at + q0 * slice + i * s.w * UNIT) as i64);
+                    self.gm(
+                        t1,
+                        x,
+                        ((g.n * self.plan.c1 + q0) * s.h + g.in_row + i * step) * s.w * UNIT,
+                    );
+                    self.a
+                        .copy_gm_to_l1(t0, t1, q1 - q0, s.w)
+                        .src_gap((s.h - 1) * s.w)
+                        .dst_gap((g.band_h - 1) * s.w);
+                }
+                continue;
+            }
             self.a.movi(t0, (at + q0 * slice) as i64);
             self.gm(
                 t1,
@@ -1534,7 +1580,7 @@ impl<'a> Gen<'a> {
                     self.a
                         .img2col_l0a(t0, t1, plan.c1, s.kh, s.kw, g.m_start, k0, g.mf(), kfs)
                         .c04(plan.source.c04())
-                        .stride_h(s.sh)
+                        .stride_h(if row_step(s) > 1 { 1 } else { s.sh })
                         .stride_w(s.sw)
                         .dil_h(s.dh)
                         .dil_w(s.dw);

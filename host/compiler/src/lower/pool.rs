@@ -53,7 +53,8 @@
 //! row summed by pairwise halving in place (`x[0..n−h] += x[h..n]`, then one `vreduce` of
 //! the last ≤ 64 lanes), which keeps f32 sums of large planes accurate; planes too big for
 //! UB, or too few to fill the cores, are split into segments whose partial sums a second
-//! kernel averages.
+//! kernel averages. Over 5HD a plane is `[H·W][16]` and the halving goes by whole pixel
+//! units down to one, whose 16 lanes are the plane's 16 channel means.
 //!
 //! Blocks are dispatched one after another, so small kernels use fewer blocks (at least
 //! 64 KiB of input each). A configuration that does not fit (rows too long for even a band
@@ -2406,6 +2407,7 @@ fn global_average_pool(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         name: kernel_name(ctx, ""),
         rows: planes,
         len: plane,
+        group: 1,
         segs: 1,
         plane,
         in_ty: ty,
@@ -2444,6 +2446,7 @@ fn global_average_pool(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         name: kernel_name(ctx, "segments"),
         rows: planes * segs,
         len: seg,
+        group: 1,
         segs,
         plane,
         in_ty: ty,
@@ -2456,6 +2459,7 @@ fn global_average_pool(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         name: kernel_name(ctx, "mean"),
         rows: planes,
         len: segs,
+        group: 1,
         segs: 1,
         plane: segs,
         in_ty: Ty::F32,
@@ -2479,6 +2483,9 @@ struct RowMean {
     name: String,
     rows: u64,
     len: u64,
+    /// Consecutive elements of a row that are separate means: 1 for a plane of one channel,
+    /// 16 for a 5HD plane (`[H·W][16]`: each pixel unit holds the plane's 16 channels).
+    group: u64,
     segs: u64,
     plane: u64,
     in_ty: Ty,
@@ -2522,7 +2529,7 @@ impl RowMean {
             Ty::F32 => None,
         };
         let firsts = alloc(round8(rows) * 32)?;
-        let sums_bytes = round8(rows) * F32;
+        let sums_bytes = round8(rows * self.group) * F32;
         let (sums, out16) = match self.out_ty {
             Ty::F32 => ([alloc(sums_bytes)?, alloc(sums_bytes)?], None),
             Ty::F16 => {
@@ -2571,24 +2578,12 @@ impl RowMean {
     /// `vbreduce` of those lanes into consecutive sums.
     fn row_sums(&self, k: &mut K, lp: &[Reg; 3], x: u64, rows: u64, firsts: u64, sums: u64) {
         let sb = self.stride() / BLK;
-        let mut n = self.len;
-        while n > REP {
-            let h = round8(n.div_ceil(2));
-            walk_rows(k, lp, rows, n - h, Ty::F32, &[sb], &|k, v| {
-                let (m, reps) = v.mask();
-                let d = v.opd(x, sb);
-                let y = v.opd(x + h * F32, sb);
-                vins(
-                    k,
-                    VOp::Add(DType::F32),
-                    &[("dst", d), ("src0", d), ("src1", y)],
-                    &[],
-                    m,
-                    reps,
-                );
-            });
-            n = h;
+        if self.group > 1 {
+            // Down to one group: each row's `group` sums are then at its start.
+            self.halve(k, lp, x, rows, self.group, self.group.next_multiple_of(BLK));
+            return;
         }
+        let n = self.halve(k, lp, x, rows, REP, BLK);
         walk_rows(k, lp, rows, n, Ty::F32, &[sb, 1], &|k, v| {
             let (m, reps) = v.mask();
             let to = v.row_block(firsts).at;
@@ -2622,6 +2617,32 @@ impl RowMean {
             );
             done += n;
         }
+    }
+
+    /// Pairwise halving of `rows` f32 rows at `x` in place (`x[.., 0..n-h] += x[.., h..n]`,
+    /// `h` half of `n` rounded up to a multiple of `step` lanes) until at most `stop` lanes
+    /// are left; returns how many.
+    fn halve(&self, k: &mut K, lp: &[Reg; 3], x: u64, rows: u64, stop: u64, step: u64) -> u64 {
+        let sb = self.stride() / BLK;
+        let mut n = self.len;
+        while n > stop {
+            let h = n.div_ceil(2).next_multiple_of(step);
+            walk_rows(k, lp, rows, n - h, Ty::F32, &[sb], &|k, v| {
+                let (m, reps) = v.mask();
+                let d = v.opd(x, sb);
+                let y = v.opd(x + h * F32, sb);
+                vins(
+                    k,
+                    VOp::Add(DType::F32),
+                    &[("dst", d), ("src0", d), ("src1", y)],
+                    &[],
+                    m,
+                    reps,
+                );
+            });
+            n = h;
+        }
+        n
     }
 
     fn kernel(&self, ctx: &LowerCtx<'_>) -> Result<Kernel, LowerError> {
@@ -2719,6 +2740,39 @@ impl RowMean {
                 k.forget_mask();
             }
             self.row_sums(k, &lp, x, rt, bufs.firsts, bufs.sums[b]);
+            if self.group > 1 {
+                // Each row's sums, times the scale, packed row after row.
+                let sb = self.stride() / BLK;
+                let gb = self.group * F32 / 32;
+                let sums = bufs.sums[b];
+                walk_rows(k, &lp, rt, self.group, Ty::F32, &[sb, gb], &|k, v| {
+                    let (m, reps) = v.mask();
+                    let (d, y) = (v.opd(sums, gb), v.opd(x, sb));
+                    match scale {
+                        Some(s) => vins(
+                            k,
+                            VOp::Muls(DType::F32),
+                            &[("dst", d), ("src", y)],
+                            &[s],
+                            m,
+                            reps,
+                        ),
+                        None => vins(
+                            k,
+                            VOp::Mov(DType::F32),
+                            &[("dst", d), ("src", y)],
+                            &[],
+                            m,
+                            reps,
+                        ),
+                    }
+                });
+                if let Some(o) = bufs.out16 {
+                    convert(k, Ty::F16, Ty::F32, o[b], sums, rt * self.group);
+                }
+                k.a.add_imm(jc, 1);
+                return;
+            }
             if let Some(s) = scale {
                 let at = Opd::ub(bufs.sums[b]);
                 let m = Mask::Count(rt);
@@ -2737,7 +2791,7 @@ impl RowMean {
             k.a.add_imm(jc, 1);
         };
         let store = |k: &mut K, b: usize, _: bool| {
-            let osz = self.out_ty.bytes();
+            let osz = self.out_ty.bytes() * self.group;
             let t = k.tmp(1);
             k.mul_imm(t, js, rt);
             k.min_imm(t, self.rows - rt);
@@ -2771,7 +2825,8 @@ impl RowMean {
 
 /// GlobalAveragePool over a 5HD input (the end of a layout region): its output `[N, C, 1,
 /// 1]` is the same bytes in both formats. A single-pixel plane is already the output; a larger
-/// one goes through a TransData back to NCHW in the workspace first.
+/// one is a grouped row mean over the 5HD planes, or, when a plane does not fit the unified
+/// buffer, goes through a TransData back to NCHW in the workspace first.
 fn global_average_pool_of_fractal(
     ctx: &LowerCtx<'_>,
     x: &TensorDesc,
@@ -2787,6 +2842,30 @@ fn global_average_pool_of_fractal(
     if plane <= 1 {
         return Ok(Lowered::Alias { input: 0 });
     }
+    // Natively, as GE does: a plane of one channel block is `[H·W][16]`, its 16 means are the
+    // output's 16 channels, and `[N][C1][16]` is the NCHW output's order.
+    let ty = Ty::of(ctx, x, "the input")?;
+    let native = RowMean {
+        name: kernel_name(ctx, "5hd"),
+        rows: d[0] * d[1] / 16,
+        len: plane * 16,
+        group: 16,
+        segs: 1,
+        plane: plane * 16,
+        in_ty: ty,
+        out_ty: ty,
+        scale: 1.0 / plane as f32,
+        src: Operand::Input(0),
+        dst: Operand::Output(0),
+    };
+    if native.rows_per_tile(&ctx.target.core) > 0 {
+        return Ok(Lowered::Kernels {
+            kernels: vec![native.kernel(ctx)?],
+            derived: Vec::new(),
+            workspace_bytes: 0,
+        });
+    }
+    // A plane too large for the unified buffer goes back to NCHW first.
     let mut nchw = x.clone();
     nchw.format = Format::Nd;
     let sub = LowerCtx {
