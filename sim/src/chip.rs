@@ -109,8 +109,9 @@ pub struct Traffic {
     pub hbm_read: u64,
     /// Bytes written to device memory (into the L2 when it writes back).
     pub written: u64,
-    /// Dirty L2 lines written back to HBM.
-    pub written_back: u64,
+    /// Bytes of writes that reached HBM: every written byte with a write-through L2, the
+    /// evicted dirty lines with a write-back one.
+    pub hbm_written: u64,
 }
 
 impl Traffic {
@@ -121,19 +122,14 @@ impl Traffic {
             read_l2_hits: self.read_l2_hits - earlier.read_l2_hits,
             hbm_read: self.hbm_read - earlier.hbm_read,
             written: self.written - earlier.written,
-            written_back: self.written_back - earlier.written_back,
+            hbm_written: self.hbm_written - earlier.hbm_written,
         }
     }
 
-    /// Bytes that crossed the HBM interface: the reads' line fills, plus the writes that reached it
-    /// (every write on a write-through L2, the write-backs on a write-back one).
-    pub fn hbm_bytes(&self, writes_back: bool) -> u64 {
-        let writes = if writes_back {
-            self.written_back
-        } else {
-            self.written
-        };
-        self.hbm_read + writes
+    /// Bytes that crossed the HBM interface: the reads' line fills and the writes that
+    /// reached it.
+    pub fn hbm_bytes(&self) -> u64 {
+        self.hbm_read + self.hbm_written
     }
 }
 
@@ -656,7 +652,11 @@ impl<S: TraceSink> Chip<S> {
             read_l2_hits: self.hbm.read_hit_bytes,
             hbm_read: self.hbm.hbm_read_bytes,
             written: self.hbm.bytes_written,
-            written_back: self.written_back,
+            hbm_written: if self.l2.writes_back() {
+                self.written_back
+            } else {
+                self.hbm.bytes_written
+            },
         }
     }
 

@@ -5,8 +5,8 @@
 //! When it starts, `chip.rs` splits its bytes into L2 hits and misses (`l2.rs`); at rate `r`
 //! a transfer with miss fraction `m` uses `r * m` of the HBM cap and `r * (1 - m)` of the L2
 //! cap (`m` may exceed 1: a read that misses fetches whole L2 lines for the bytes it wants, so
-//! HBM moves more than the transfer delivers). Active transfers share both caps max-min fairly by progressive filling: every rate
-//! rises together; a transfer stops rising at its own cap, and when HBM (or L2) is full, every
+//! HBM moves more than the transfer delivers). Active transfers share both caps max-min fairly
+//! by progressive filling: every rate rises together; a transfer stops rising at its own cap, and when HBM (or L2) is full, every
 //! transfer that uses it stops there, while the others keep rising into what is left. Rates
 //! change only when a transfer starts or ends, so each transfer costs two events however
 //! large it is, and contention between cores shows up exactly in their completion times.
@@ -152,7 +152,8 @@ pub(crate) struct Hbm {
     pub(crate) read_hit_bytes: u64,
     /// Bytes HBM delivered for reads since the chip was built (the L2's line fills).
     pub(crate) hbm_read_bytes: u64,
-    /// Active transfers with any hit; while there is none, `fill_misses` divides HBM alone.
+    /// Active transfers that are not plain misses; while there is none, `fill_misses` divides
+    /// HBM alone.
     hitting: usize,
 }
 
@@ -243,9 +244,9 @@ impl Hbm {
         // Rounded up, so a transfer with any miss keeps a share of HBM; the hit share is what
         // the miss share leaves.
         let share = |b: u64| (u128::from(b) * u128::from(ONE)).div_ceil(u128::from(bytes));
-        let miss_share = share(bytes.min(bytes - hit_bytes.min(bytes))).min(u128::from(ONE));
-        let hit_weight = (u128::from(ONE) - miss_share) as u32;
+        let hit_weight = (u128::from(ONE) - share(bytes - hit_bytes).min(u128::from(ONE))) as u32;
         let miss_weight = u32::try_from(share(hbm_bytes)).unwrap_or(u32::MAX);
+        // Only plain misses (one HBM byte per byte) may be divided by counting transfers.
         let kind = if miss_weight == 0 {
             Kind::Hits
         } else if hit_weight == 0 && u64::from(miss_weight) == ONE {

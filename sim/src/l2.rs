@@ -16,9 +16,9 @@
 //! piling into a few. Replacement is CLOCK (second chance): a reference bit per way and a hand
 //! per set, which approximates LRU with O(1) bit operations besides the tag compare.
 //!
-//! Reads and writes both allocate; a read brings in whole lines, and [`L2::touch`] says how many
-//! bytes of lines it fetched, which is what HBM moves for it. The cache is write-back (`memory.l2_write_back`, as Ascend's
-//! is): a written line is dirty until its block is evicted, and the bytes of the dirty lines an
+//! Reads and writes both allocate; a read brings in whole lines, and [`L2::touch`] says how
+//! many bytes of lines it fetched, which is what HBM moves for it. The cache is write-back
+//! (`memory.l2_write_back`, as Ascend's is): a written line is dirty until its block is evicted, and the bytes of the dirty lines an
 //! allocation evicts are what it writes back to HBM ([`L2::take_written_back`]); written
 //! through, every written byte goes to HBM at once and no line is dirty. Contents change when a
 //! DMA starts, in global time order, so a read overlapping an earlier DMA that is still in
@@ -125,7 +125,7 @@ impl L2 {
 
     /// Looks up every line the GM side of a DMA touches, in address order, allocating the ones
     /// that miss. Returns (bytes touched, bytes that hit, bytes of the lines a read brought in:
-    /// a line is fetched whole, however few of its bytes the read wants).
+    /// a line is fetched whole, however few of its bytes the read wants; 0 without a cache).
     ///
     /// While the DMA stays in one block, the block keeps the answer of the DMA's first touch:
     /// a line the DMA itself brought in (bursts shorter than a line, back to back) was fetched
@@ -133,7 +133,7 @@ impl L2 {
     pub(crate) fn touch(&mut self, gm: &Access) -> (u64, u64, u64) {
         let touched = gm.count.saturating_mul(gm.burst);
         if !self.enabled() || touched == 0 {
-            return (touched, 0, if gm.write { 0 } else { touched });
+            return (touched, 0, 0);
         }
         let mut hit = 0;
         let mut filled_lines = 0u64;
@@ -275,6 +275,7 @@ fn bits(lo: usize, hi: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stop::Buffer;
 
     impl L2 {
         /// [`L2::touch`] without the line fills.
@@ -311,7 +312,6 @@ mod tests {
         };
         assert_eq!(l2.touch(&write).2, 0);
     }
-    use crate::stop::Buffer;
 
     const BLOCK: u64 = 512 * LINES_PER_BLOCK;
 

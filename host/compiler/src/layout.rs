@@ -11,10 +11,10 @@
 //! converts its output if that is NCHW) or GlobalAveragePool (whose `[N, C, 1, 1]` output is
 //! the same bytes in both formats). Pointwise convolutions run 5HD too, as GE runs them: over
 //! NCHW the GEMM kernel reads channel planes in 32-byte columns, and each miss fetches a whole
-//! L2 line. A connected region of such values is kept only when some
-//! convolution then runs 5HD on both sides, or reads the image through AIPP (its input side
-//! is then the AIPP unit's): a region whose every convolution still converts one side would
-//! only move the conversion. Graph inputs and outputs stay NCHW; a convolution with one NCHW
+//! L2 line. A connected region of such values is kept only when some convolution then runs
+//! 5HD on both sides, or reads the image through AIPP (its input side is then the AIPP
+//! unit's): a region whose every convolution still converts one side would only move the
+//! conversion. Graph inputs and outputs stay NCHW; a convolution with one NCHW
 //! side converts it with a TransData kernel. So ResNet-18 behind AIPP is one region from its
 //! first convolution to the GlobalAveragePool.
 

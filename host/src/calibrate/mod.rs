@@ -194,9 +194,7 @@ fn kernel_line(k: &KernelProfile, cfg: &ChipConfig) -> KernelLine {
         mte2: busy(Pipe::Mte2) / chip_cycles,
         vector: busy(Pipe::V) / chip_cycles,
         traffic: k.traffic,
-        hbm_bytes: k
-            .traffic
-            .hbm_bytes(cfg.memory.l2_bytes > 0 && cfg.memory.l2_write_back),
+        hbm_bytes: k.traffic.hbm_bytes(),
     }
 }
 

@@ -1580,7 +1580,7 @@ impl<'a> Gen<'a> {
                     self.a
                         .img2col_l0a(t0, t1, plan.c1, s.kh, s.kw, g.m_start, k0, g.mf(), kfs)
                         .c04(plan.source.c04())
-                        .stride_h(if row_step(s) > 1 { 1 } else { s.sh })
+                        .stride_h(s.sh / row_step(s))
                         .stride_w(s.sw)
                         .dil_h(s.dh)
                         .dil_w(s.dw);

@@ -2578,11 +2578,6 @@ impl RowMean {
     /// `vbreduce` of those lanes into consecutive sums.
     fn row_sums(&self, k: &mut K, lp: &[Reg; 3], x: u64, rows: u64, firsts: u64, sums: u64) {
         let sb = self.stride() / BLK;
-        if self.group > 1 {
-            // Down to one group: each row's `group` sums are then at its start.
-            self.halve(k, lp, x, rows, self.group, self.group.next_multiple_of(BLK));
-            return;
-        }
         let n = self.halve(k, lp, x, rows, REP, BLK);
         walk_rows(k, lp, rows, n, Ty::F32, &[sb, 1], &|k, v| {
             let (m, reps) = v.mask();
@@ -2739,9 +2734,10 @@ impl RowMean {
                 k.a.vdup(DType::F32, t1, zero);
                 k.forget_mask();
             }
-            self.row_sums(k, &lp, x, rt, bufs.firsts, bufs.sums[b]);
             if self.group > 1 {
-                // Each row's sums, times the scale, packed row after row.
+                // Halved down to one group, each row's `group` sums are at its start: times
+                // the scale, they are packed row after row.
+                self.halve(k, &lp, x, rt, self.group, self.group.next_multiple_of(BLK));
                 let sb = self.stride() / BLK;
                 let gb = self.group * F32 / 32;
                 let sums = bufs.sums[b];
@@ -2773,6 +2769,7 @@ impl RowMean {
                 k.a.add_imm(jc, 1);
                 return;
             }
+            self.row_sums(k, &lp, x, rt, bufs.firsts, bufs.sums[b]);
             if let Some(s) = scale {
                 let at = Opd::ub(bufs.sums[b]);
                 let m = Mask::Count(rt);
