@@ -124,6 +124,10 @@ formats! {
         #[suffix] ty: DType, dst: Reg, src: Reg, nfrac: u16,
         src_gap: u16 = 0, dst_gap: u16 = 0, relu: bool = false,
     }
+    /// Per channel block, 16 f32 values in UB (64 bytes, blocks `src` + 64·j) written to
+    /// every row of `nfrac` L0C fractals (block j's at `dst` + 1024·`nfrac`·j): a bias the
+    /// following `mmad`s accumulate onto.
+    L0cFill { dst: Reg, src: Reg, nblk: u16, nfrac: u16 }
     /// L0C (NZ, m x n) to a row-major GM matrix, converting to `ty`.
     L0cToGm { #[suffix] ty: DType, dst: Reg, src: Reg, m: u16, n: u16, dst_stride: u32, relu: bool = false }
     /// A flag between two pipes.
@@ -310,6 +314,8 @@ instructions! {
     Vgather = 0x72, vgather, V, VecSimple, VGather, [F16, F32, I32, I16];
     /// Move L0C fractals to UB (the coupled architecture's path out of the cube).
     CopyL0cToUb = 0x74, copy_l0c_to_ub, V, L0cMove, L0cToUb, [F16, F32];
+    /// Broadcast UB rows into L0C fractals: a bias before the first `mmad` (`broadcast_ub_to_cc`).
+    BroadcastUbToL0c = 0x75, broadcast_ub_to_l0c, V, L0cMove, L0cFill;
     // ---- DMA ----------------------------------------------------------------------------------
     /// GM -> UB burst copy.
     CopyGmToUb = 0x80, copy_gm_to_ub, Mte2, DmaRead, Dma;

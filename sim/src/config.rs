@@ -321,12 +321,21 @@ pub const PRESETS: &[(&str, &str)] = &[
     ("ascend310p", include_str!("../presets/ascend310p.toml")),
 ];
 
+/// atc's `--soc_version` spellings of the parts a preset models (matched case-insensitively):
+/// the 310P3 is the 8-core 310P (the 10-core 310P1 is not modelled), the 910A the first 910.
+pub const SOC_ALIASES: &[(&str, &str)] =
+    &[("ascend310p3", "ascend310p"), ("ascend910a", "ascend910")];
+
 impl ChipConfig {
     /// A compiled-in preset by name (case-insensitive, so `Ascend910` works as in atc).
     pub fn preset(name: &str) -> Result<ChipConfig, ConfigError> {
+        let name_or_alias = SOC_ALIASES
+            .iter()
+            .find(|(alias, _)| alias.eq_ignore_ascii_case(name))
+            .map_or(name, |(_, preset)| preset);
         let (key, text) = PRESETS
             .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .find(|(n, _)| n.eq_ignore_ascii_case(name_or_alias))
             .ok_or_else(|| ConfigError::UnknownPreset {
                 name: name.to_string(),
                 known: PRESETS.iter().map(|(n, _)| *n).collect(),
@@ -633,6 +642,17 @@ mod tests {
             Err(ConfigError::Invalid { field, .. }) => Some(field),
             Err(e) => panic!("unexpected error {e}"),
         }
+    }
+
+    #[test]
+    fn atc_spellings_of_a_modelled_part_name_its_preset() {
+        for (spelling, preset) in [("Ascend310P3", "ascend310p"), ("ASCEND910A", "ascend910")] {
+            assert_eq!(ChipConfig::preset(spelling).unwrap().name, preset);
+        }
+        assert!(matches!(
+            ChipConfig::preset("Ascend310P1"),
+            Err(ConfigError::UnknownPreset { .. })
+        ));
     }
 
     #[test]

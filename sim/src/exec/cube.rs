@@ -13,7 +13,7 @@
 
 use gearsim_isa::aipp;
 use gearsim_isa::units::{FRACTAL_BYTES as FRACTAL, FRACTAL_BYTES_F32 as FRACTAL_C};
-use gearsim_isa::{DType, Img2col, L0cToGm, L0cToUb, Load2d, Mmad, units};
+use gearsim_isa::{DType, Img2col, L0cFill, L0cToGm, L0cToUb, Load2d, Mmad, units};
 use half::f16;
 
 use super::{Access, Fault, Operands, Plan};
@@ -294,6 +294,52 @@ pub(super) fn plan_l0c_to_ub(f: &L0cToUb, ops: &Operands) -> Plan {
     )
 }
 
+/// Bytes of one channel block's 16 f32 values in UB.
+const FILL_ROW: u64 = 64;
+
+/// The work is the L0C bytes written (the L0C datapath's rate, as for `copy_l0c_to_ub`).
+pub(super) fn plan_l0c_fill(f: &L0cFill, ops: &Operands) -> Plan {
+    let [dst, src, _, _] = ops.regs;
+    let (nblk, nfrac) = (u64::from(f.nblk), u64::from(f.nfrac));
+    Plan::new(
+        nblk * nfrac * FRACTAL_C,
+        0,
+        &[
+            Access {
+                buffer: Buffer::Ub,
+                start: src,
+                burst: FILL_ROW,
+                stride: FILL_ROW,
+                count: nblk,
+                write: false,
+            },
+            Access {
+                buffer: Buffer::L0c,
+                start: dst,
+                burst: nfrac * FRACTAL_C,
+                stride: nfrac * FRACTAL_C,
+                count: nblk,
+                write: true,
+            },
+        ],
+    )
+}
+
+pub(super) fn l0c_fill(bufs: &mut Buffers, f: &L0cFill, ops: &Operands) -> Result<(), Fault> {
+    let plan = plan_l0c_fill(f, ops);
+    let (src, dst) = (plan.accesses()[0], plan.accesses()[1]);
+    let (ub, l0c) = bufs.pair_mut(Buffer::Ub, Buffer::L0c);
+    for j in 0..src.count {
+        let s = (src.start + j * src.stride) as usize;
+        let row = &ub[s..s + FILL_ROW as usize];
+        let d = (dst.start + j * dst.stride) as usize;
+        for r in l0c[d..d + dst.burst as usize].chunks_exact_mut(FILL_ROW as usize) {
+            r.copy_from_slice(row);
+        }
+    }
+    Ok(())
+}
+
 fn store_out(buf: &mut [u8], at: usize, ty: DType, mut v: f32, relu: bool) {
     if relu && v < 0.0 {
         v = 0.0;
@@ -470,5 +516,55 @@ mod tests {
             }
             assert_eq!(&bufs.get(Buffer::Ub)[..1024], &want[..], "relu {relu}");
         }
+    }
+
+    #[test]
+    fn a_fill_writes_each_blocks_row_to_every_row_of_its_fractals() {
+        let mut bufs = Buffers::new(&ChipConfig::preset("ascend310p").unwrap());
+        // Two blocks of 16 f32 values at UB 64 (rows 64 bytes apart), three fractals each,
+        // into L0C from 2048.
+        for (i, b) in bufs.get_mut(Buffer::Ub)[64..192]
+            .chunks_exact_mut(4)
+            .enumerate()
+        {
+            b.copy_from_slice(&(i as f32 - 7.5).to_le_bytes());
+        }
+        let f = L0cFill {
+            dst: Reg::new(1).unwrap(),
+            src: Reg::new(2).unwrap(),
+            nblk: 2,
+            nfrac: 3,
+        };
+        let ops = Operands {
+            regs: [2048, 64, 0, 0],
+            mask: Mask::FULL,
+            fmatrix: FMatrix::RESET,
+        };
+        let plan = plan_l0c_fill(&f, &ops);
+        assert_eq!(
+            plan.work,
+            2 * 3 * FRACTAL_C,
+            "the work is the L0C bytes written"
+        );
+        l0c_fill(&mut bufs, &f, &ops).unwrap();
+        let l0c = bufs.get(Buffer::L0c);
+        assert!(l0c[..2048].iter().all(|&b| b == 0), "nothing before dst");
+        for block in 0..2 {
+            for row in 0..48 {
+                for col in 0..16 {
+                    let at = 2048 + (block * 48 + row) * 64 + col * 4;
+                    let v = f32::from_le_bytes(l0c[at..at + 4].try_into().unwrap());
+                    assert_eq!(
+                        v,
+                        (block * 16 + col) as f32 - 7.5,
+                        "block {block} row {row}"
+                    );
+                }
+            }
+        }
+        assert!(
+            l0c[2048 + 6 * 1024..].iter().all(|&b| b == 0),
+            "nothing after"
+        );
     }
 }

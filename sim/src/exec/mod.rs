@@ -12,8 +12,9 @@ pub mod scalar;
 mod vector;
 
 use gearsim_isa::{
-    DType, Dma, DmaPad, FMatrix, Img2col, Instruction, L0cToGm, L0cToUb, Load2d, LoadImage, Mmad,
-    Nd2Nz, Pipe, TimingClass, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce, VScalar, VSel, VUn,
+    DType, Dma, DmaPad, FMatrix, Img2col, Instruction, L0cFill, L0cToGm, L0cToUb, Load2d,
+    LoadImage, Mmad, Nd2Nz, Pipe, TimingClass, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce,
+    VScalar, VSel, VUn,
 };
 
 use crate::config::ChipConfig;
@@ -201,6 +202,7 @@ pub(crate) enum PipeOp<'a> {
     Gather(&'a VGather),
     Reduce(&'a VReduce, bool),
     L0cToUb(&'a L0cToUb),
+    L0cFill(&'a L0cFill),
     Burst(&'a Dma, Buffer, Buffer),
     Pad(&'a DmaPad, Buffer, Buffer),
     Nd2nz(&'a Nd2Nz),
@@ -249,6 +251,7 @@ impl<'a> PipeOp<'a> {
             Instruction::Vreduce(f) => PipeOp::Reduce(f, false),
             Instruction::Vbreduce(f) => PipeOp::Reduce(f, true),
             Instruction::CopyL0cToUb(f) => PipeOp::L0cToUb(f),
+            Instruction::BroadcastUbToL0c(f) => PipeOp::L0cFill(f),
             Instruction::CopyGmToUb(f) => PipeOp::Burst(f, Buffer::Gm, Buffer::Ub),
             Instruction::CopyUbToGm(f) => PipeOp::Burst(f, Buffer::Ub, Buffer::Gm),
             Instruction::CopyGmToL1(f) => PipeOp::Burst(f, Buffer::Gm, Buffer::L1),
@@ -332,6 +335,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Gather(f) => [g(f.dst), g(f.src), g(f.pattern), 0],
             PipeOp::Reduce(f, _) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToUb(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::L0cFill(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Burst(f, ..) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Pad(f, ..) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Nd2nz(f) => [g(f.dst), g(f.src), 0, 0],
@@ -358,6 +362,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Gather(f) => vector::plan_gather(f, ops),
             PipeOp::Reduce(f, per_block) => vector::plan_reduce(f, ops, per_block),
             PipeOp::L0cToUb(f) => cube::plan_l0c_to_ub(f, ops),
+            PipeOp::L0cFill(f) => cube::plan_l0c_fill(f, ops),
             PipeOp::Burst(f, from, to) => dma::plan_burst(f, ops, from, to)?,
             PipeOp::Pad(f, from, to) => dma::plan_pad(f, ops, from, to)?,
             PipeOp::Nd2nz(f) => dma::plan_nd2nz(f, ops)?,
@@ -395,6 +400,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Gather(f) => vector::gather(bufs, f, ops),
             PipeOp::Reduce(f, per_block) => vector::reduce(bufs, f, ops, per_block),
             PipeOp::L0cToUb(f) => cube::l0c_to_ub(bufs, f, ops),
+            PipeOp::L0cFill(f) => cube::l0c_fill(bufs, f, ops),
             PipeOp::Burst(f, from, to) => dma::burst(bufs, mem, f, ops, from, to),
             PipeOp::Pad(f, from, to) => dma::pad(bufs, mem, f, ops, from, to),
             PipeOp::Nd2nz(f) => dma::nd2nz(bufs, mem, f, ops),

@@ -278,6 +278,7 @@ pub fn step<'a>(instr: &'a Instruction, r: &[u64; 32]) -> Step<'a> {
         | I::Vreduce(_)
         | I::Vbreduce(_)
         | I::CopyL0cToUb(_)
+        | I::BroadcastUbToL0c(_)
         | I::CopyGmToUb(_)
         | I::CopyUbToGm(_)
         | I::CopyGmToUbPad(_)

@@ -2712,6 +2712,50 @@ fn cube_mmad_init_accumulate_and_l0c_to_ub() {
     }
 }
 
+/// broadcast_ub_to_l0c fills L0C with a bias row per channel block (two blocks, two fractals
+/// each), and an mmad without init accumulates onto it: C = bias + A x B, in that order.
+#[test]
+fn cube_bias_broadcast_then_accumulate() {
+    let mut sim = Sim::new();
+    let mut rng = Rng::new(0x5e_0033);
+    let (a, b) = (matrix(&mut rng, M, K), matrix(&mut rng, K, N));
+    let bias: Vec<f32> = (0..32).map(|j| j as f32 * 0.375 - 5.0).collect();
+    let bias_bytes: Vec<u8> = bias.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let ins = [&a, &b, &b].map(|x| sim.put(&f16_bytes(x)));
+    let pb = sim.put(&bias_bytes);
+    let out = sim.put(&vec![0; 4096]);
+    let kernel = format!(
+        "sreg x1, args\n ld.gm.u64 x2, x1\n ld.gm.u64 x3, x1, off=8\n ld.gm.u64 x4, x1, off=16\n\
+         ld.gm.u64 x5, x1, off=24\n ld.gm.u64 x6, x1, off=32\n\
+         movi x20, 0x2000\n copy_gm_to_ub x20, x6, 1, 4\n\
+         set_flag MTE2, V, 0\n wait_flag MTE2, V, 0\n\
+         {MMAD_LOADS}\
+         broadcast_ub_to_l0c x17, x20, 2, 2\n\
+         set_flag V, M, 0\n wait_flag V, M, 0\n\
+         mmad x17, x13, x15, 20, 40, 24\n\
+         set_flag M, V, 0\n wait_flag M, V, 0\n\
+         movi x21, 0\n copy_l0c_to_ub.f32 x21, x17, 4\n\
+         set_flag V, MTE3, 0\n wait_flag V, MTE3, 0\n\
+         copy_ub_to_gm x5, x21, 1, {}\n end\n",
+        4096 / 32
+    );
+    sim.run(&kernel, 1, &[ins[0], ins[1], ins[2], out, pb]);
+    let got = fractals_f32(&sim.get(out, 4096));
+    let init: Vec<f32> = (0..M * N).map(|e| bias[e % N]).collect();
+    let want = matmul(&init, &a, &b, M, K, N);
+    for i in 0..M {
+        for j in 0..N {
+            assert_eq!(got[nz(i, j)], want[i * N + j], "C[{i}][{j}]");
+        }
+    }
+    // Rows past M hold the bias alone (the product adds nothing there).
+    for i in M..32 {
+        for j in 0..N {
+            assert_eq!(got[nz(i, j)], bias[j], "padding row {i}, column {j}");
+        }
+    }
+}
+
 /// copy_l0c_to_gm (FIXPIPE, on a chip configured with one): NZ to row-major with a row stride,
 /// f32 and f16 with relu; GM between the rows and after the matrix is untouched.
 #[test]

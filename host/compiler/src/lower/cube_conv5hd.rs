@@ -9,7 +9,8 @@
 //! ```text
 //!   X (5HD) ─MTE2 (one DMA per band)─▶ L1 band ─img2col_l0a─▶ L0A ┐
 //!   packed W ─MTE2 (once)─▶ L1 (resident) ─load_l0b──────────▶ L0B ┴─mmad─▶ L0C
-//!   L0C ─V copy_l0c_to_ub (+ bias, f16)─▶ UB ─MTE3 (one DMA per tile)─▶ Y (5HD)
+//!   bias rows (UB) ─V broadcast_ub_to_l0c─▶ L0C (before the tile's first mmad)
+//!   L0C ─V copy_l0c_to_ub (f16, + ReLU)─▶ UB ─MTE3 (one DMA per tile)─▶ Y (5HD)
 //! ```
 //!
 //! **Schedule.** The output channels are split into `G` groups, each block keeping only its
@@ -28,9 +29,15 @@
 //! notices, in K-fractal groups chosen by a small dynamic programme so each arrives before the
 //! cube needs it.
 //!
-//! **Drain.** V copies L0C to UB (adding the bias in f32), adds a fused residual (`fusion`'s
-//! `_fused_residual`, read by MTE2 as a tile laid out as the output's) and the ReLU, and MTE3
-//! writes each segment's co fractals with one DMA.
+//! **Bias and drain.** As GE's convolutions on these cores do, the bias enters L0C before the
+//! products: V broadcasts each channel block's 16 f32 values (one row of its bias fractal,
+//! loaded into UB once per block) into every row of the tile's L0C fractals, and the tile's
+//! first `mmad` accumulates onto them. V fills both L0C halves at the start and refills a half
+//! as soon as it has copied it out, so the fill never waits behind another tile's drain. The
+//! drain is then one conversion to f16 (with the ReLU when nothing is added after the
+//! products); a fused residual (`fusion`'s `_fused_residual`, read by MTE2 as a tile laid out
+//! as the output's) is added in f16 and the ReLU applied after it. MTE3 writes each segment's
+//! co fractals with one DMA.
 //!
 //! **Image source.** A convolution that absorbed an Aipp (`fusion`'s `_fused_aipp`) reads the
 //! 8-bit image itself: each band comes through MTE2's AIPP unit (`load_image_l1`, the
@@ -56,6 +63,9 @@ use crate::ir::{Attr, DataType, Format, Node, TensorDesc, fixed_shape};
 const FRACTAL: u64 = units::FRACTAL_BYTES;
 /// Bytes of a 16 × 16 f32 fractal.
 const FRACTAL_C: u64 = units::FRACTAL_BYTES_F32;
+/// UB bytes of one channel block's bias: 16 f32 values, the row `broadcast_ub_to_l0c` copies
+/// into every row of the block's L0C fractals.
+const BIAS_ROW: u64 = 64;
 /// Bytes of one pixel unit (16 channels of f16): one DMA block.
 const UNIT: u64 = units::BLOCK_BYTES;
 /// Planning only: cycles before a block's first product (argument loads, the first group's
@@ -85,13 +95,14 @@ mod ev {
     pub const BAND_FREE: [u8; 2] = [0, 1];
     /// MTE1 ⇄ M: the two L0A/L0B step buffers.
     pub const L0: [u8; 2] = [0, 1];
-    /// M → V: the L0C half holds a finished tile; V → M: the half was copied out.
+    /// M → V: the L0C half holds a finished tile; V → M: the half was copied out (with a
+    /// bias: and then filled with the bias of the next tile it holds).
     pub const L0C: [u8; 2] = [0, 1];
     /// V ⇄ MTE3: the UB output buffer (filled / written out).
     pub const DRAIN: u8 = 0;
     /// V → MTE3: the pieces of a block's last drain (the first is `DRAIN`'s id).
     pub const PIECES: [u8; 4] = [0, 1, 2, 3];
-    /// MTE2 → V: the bias fractals are in UB.
+    /// MTE2 → V: the bias rows are in UB.
     pub const BIAS: u8 = 0;
     /// MTE2 → V: a tile's residual is in UB; V → MTE2: the residual buffer is free.
     pub const RESIDUAL: u8 = 1;
@@ -237,10 +248,10 @@ struct Drain {
 }
 
 impl Drain {
-    /// UB bytes per output fractal of a tile: the f16 output, the f32 work tile a bias is
-    /// added in, the residual tile.
+    /// UB bytes per output fractal of a tile: the f16 output and the residual tile (a bias
+    /// enters L0C before the products, so the drain only converts).
     fn ub_bytes_per_fractal(self) -> u64 {
-        FRACTAL + if self.bias { FRACTAL_C } else { 0 } + if self.residual { FRACTAL } else { 0 }
+        FRACTAL + if self.residual { FRACTAL } else { 0 }
     }
 }
 
@@ -342,10 +353,10 @@ impl Plan {
         let nbk = g_max.min(8);
         let (l0a_half, l0b_half, l0c_half) =
             (core.l0a_bytes / 2, core.l0b_bytes / 2, core.l0c_bytes / 2);
-        // UB holds the bias and, per tile fractal, the drain's buffers.
+        // UB holds the bias rows and, per tile fractal, the drain's buffers.
         let ub_tile = core
             .ub_bytes
-            .saturating_sub(if drain.bias { m1 * FRACTAL_C } else { 0 });
+            .saturating_sub(if drain.bias { m1 * BIAS_ROW } else { 0 });
         let mf_max = (l0c_half / FRACTAL_C / nbk)
             .min(l0a_half / FRACTAL)
             .min(ub_tile / (nbk * drain.ub_bytes_per_fractal()))
@@ -1116,11 +1127,10 @@ pub(crate) fn transdata(
     .map_err(|e| ctx.error(e))
 }
 
-/// UB addresses: the bias fractals, the f32 work tile, the f16 output tile.
+/// UB addresses: the bias rows, the f16 output tile.
 #[derive(Debug, Clone, Copy)]
 struct Ub {
     bias: u64,
-    work: u64,
     out: u64,
     /// A fused residual's tile (laid out as the output tile).
     residual: u64,
@@ -1152,10 +1162,11 @@ struct Gen<'a> {
     /// L0 step buffers used so far (the next one's parity), L0C tiles so far.
     steps: u64,
     l0c_tiles: u64,
-    /// Groups of the block's first tile waited for so far (the first with its band notice);
-    /// whether the block's code has waited for the bias.
+    /// Groups of the block's first tile waited for so far (the first with its band notice).
     groups_waited: usize,
-    bias_waited: bool,
+    /// With a bias: the block's L0C tiles in order, as (pixel fractals, first co fractal of
+    /// the group, co fractals), which `fill` fills.
+    fills: Vec<(u64, u64, u64)>,
     /// What the drain computes on the output tile before it leaves.
     epilogue: Epilogue,
     /// The K-fractal groups of this block's first tile.
@@ -1167,11 +1178,9 @@ struct Gen<'a> {
 impl<'a> Gen<'a> {
     fn new(a: &'a mut Asm, s: &'a ConvShape, plan: &'a Plan, bias: bool) -> Self {
         let tile_fracs = plan.largest_tile() * plan.nbk;
-        let work = if bias { plan.m1 * FRACTAL_C } else { 0 };
-        let out = work + if bias { tile_fracs * FRACTAL_C } else { 0 };
+        let out = if bias { plan.m1 * BIAS_ROW } else { 0 };
         let ub = Ub {
             bias: 0,
-            work,
             out,
             residual: out + tile_fracs * FRACTAL,
         };
@@ -1196,7 +1205,7 @@ impl<'a> Gen<'a> {
             steps: 0,
             l0c_tiles: 0,
             groups_waited: 0,
-            bias_waited: false,
+            fills: Vec::new(),
             groups: Vec::new(),
             epilogue: Epilogue::None,
             co: (0, 0),
@@ -1212,6 +1221,10 @@ impl<'a> Gen<'a> {
     /// The consumers' "buffer free" notices of this kernel.
     fn free_notices(&self) -> Vec<(Pipe, Pipe, u8)> {
         let mut free = ev::FREE.to_vec();
+        if self.bias {
+            // The bias fills announce the L0C halves instead (see `fill`).
+            free.retain(|&(src, dst, _)| (src, dst) != (Pipe::V, Pipe::M));
+        }
         if self.residual {
             free.push((Pipe::V, Pipe::Mte2, ev::RESIDUAL_FREE));
         }
@@ -1439,7 +1452,6 @@ impl<'a> Gen<'a> {
 
     fn block(&mut self, block: &Block) {
         let plan = self.plan;
-        self.bias_waited = false;
         self.co = block.co;
         let (g, tiles) = (block.co_len(), &block.tiles);
         let Some(first) = tiles.first() else {
@@ -1466,23 +1478,39 @@ impl<'a> Gen<'a> {
             let last = gi + 1 == groups.len();
             if last {
                 self.load_weights(plan.nbk.min(g), g, 0, plan.k);
-                if self.bias {
-                    let t0 = self.r.t[0];
-                    let bias = self.r.bias;
-                    self.a
-                        .ld(Space::Gm, SType::U64, bias, args)
-                        .off(arg::BIAS * 8);
-                    self.a.movi(t0, self.ub.bias as i64);
-                    self.a
-                        .copy_gm_to_ub(t0, bias, 1, plan.m1 * FRACTAL_C / UNIT);
-                }
             }
             match gi {
                 0 => self.set(Pipe::Mte2, Pipe::Mte1, ev::BAND[0]),
                 _ => self.set(Pipe::Mte2, Pipe::Mte1, ev::GROUPS[gi - 1]),
             }
-            if last && self.bias {
+            if gi == 0 && self.bias {
+                // The bias rows right behind the first group: V fills both L0C halves with
+                // them while the rest of the weights arrive.
+                let [t0, t1, _, _] = self.r.t;
+                let bias = self.r.bias;
+                self.a
+                    .ld(Space::Gm, SType::U64, bias, args)
+                    .off(arg::BIAS * 8);
+                self.a.movi(t0, self.ub.bias as i64);
+                self.gm(t1, bias, self.co.0 * FRACTAL_C);
+                // One 64-byte row of each of the group's bias fractals.
+                self.a
+                    .copy_gm_to_ub(t0, t1, g, BIAS_ROW / UNIT)
+                    .src_gap((FRACTAL_C - BIAS_ROW) / UNIT);
                 self.set(Pipe::Mte2, Pipe::V, ev::BIAS);
+                self.fills = tiles
+                    .iter()
+                    .flat_map(|t| {
+                        (0..plan.cob(g)).map(move |cb| {
+                            let f0 = cb * plan.nbk;
+                            (t.mf(), f0, plan.nbk.min(g - f0))
+                        })
+                    })
+                    .collect();
+                self.wait(Pipe::Mte2, Pipe::V, ev::BIAS);
+                for u in 0..self.fills.len().min(2) {
+                    self.fill(u);
+                }
             }
         }
         let out = self.r.out;
@@ -1604,7 +1632,7 @@ impl<'a> Gen<'a> {
                 self.a.movi(t2, l0c as i64);
                 self.a
                     .mmad(t2, t0, t1, pixels, 16 * kfs, 16 * nb)
-                    .init(st == 0);
+                    .init(st == 0 && !self.bias);
                 self.set(Pipe::M, Pipe::Mte1, ev::L0[b]);
                 if st + 1 == nsteps {
                     self.set(Pipe::M, Pipe::V, ev::L0C[half as usize]);
@@ -1614,6 +1642,19 @@ impl<'a> Gen<'a> {
             self.drain(t, f0, nb, half, l0c, last && cb + 1 == cob);
             self.l0c_tiles += 1;
         }
+    }
+
+    /// V fills the L0C half of the block's `u`-th tile (tiles and co blocks in order) with the
+    /// bias of its output channels, and hands the half to M, whose first product then adds
+    /// to it (CCE's `broadcast_ub_to_cc`; the drain only converts).
+    fn fill(&mut self, u: usize) {
+        let (mf, f0, nb) = self.fills[u];
+        let half = u % 2;
+        let [t0, t1, _, _] = self.r.t;
+        self.a.movi(t0, (half as u64 * self.plan.l0c_half) as i64);
+        self.a.movi(t1, (self.ub.bias + f0 * BIAS_ROW) as i64);
+        self.a.broadcast_ub_to_l0c(t0, t1, nb, mf);
+        self.set(Pipe::V, Pipe::M, ev::L0C[half]);
     }
 
     /// `set_fmatrix` for segment `g`'s band.
@@ -1664,36 +1705,24 @@ impl<'a> Gen<'a> {
         }
         self.wait(Pipe::M, Pipe::V, ev::L0C[half as usize]);
         self.wait(Pipe::Mte3, Pipe::V, ev::DRAIN);
+        // A ReLU with nothing added after the products rides on the copy out of L0C.
+        let relu_in_copy = self.epilogue == Epilogue::Relu && !self.residual;
         for (p, &(j0, j1)) in pieces.iter().enumerate() {
             let n = j1 - j0;
             let out_at = self.ub.out + j0 * mf * FRACTAL;
             self.a.movi(t1, (l0c + j0 * mf * FRACTAL_C) as i64);
-            if self.bias {
-                let work = self.ub.work + j0 * mf * FRACTAL_C;
-                self.a.movi(t0, work as i64);
-                self.a.copy_l0c_to_ub(DType::F32, t0, t1, mf * n);
-                if p + 1 == pieces.len() {
-                    self.set(Pipe::V, Pipe::M, ev::L0C[half as usize]);
-                }
-                if !self.bias_waited {
-                    self.wait(Pipe::Mte2, Pipe::V, ev::BIAS);
-                    self.bias_waited = true;
-                }
-                self.a.mask_count(t2, mf * 256);
-                for j in j0..j1 {
-                    self.a.movi(t0, (self.ub.work + j * mf * FRACTAL_C) as i64);
-                    self.a
-                        .movi(t1, (self.ub.bias + (self.co.0 + f0 + j) * FRACTAL_C) as i64);
-                    self.a.vadd(DType::F32, t0, t0, t1).src1_rep(0);
-                }
-                self.a.mask_count(t2, mf * n * 256);
-                self.a.movi(t0, out_at as i64);
-                self.a.movi(t1, work as i64);
-                self.a.vconv(DType::F16, DType::F32, t0, t1);
-            } else {
-                self.a.movi(t0, out_at as i64);
-                self.a.copy_l0c_to_ub(DType::F16, t0, t1, mf * n);
-                if p + 1 == pieces.len() {
+            self.a.movi(t0, out_at as i64);
+            self.a
+                .copy_l0c_to_ub(DType::F16, t0, t1, mf * n)
+                .relu(relu_in_copy);
+            if p + 1 == pieces.len() {
+                if self.bias {
+                    // The half's next tile (two L0C tiles on) gets its bias now.
+                    let next = self.l0c_tiles as usize + 2;
+                    if next < self.fills.len() {
+                        self.fill(next);
+                    }
+                } else {
                     self.set(Pipe::V, Pipe::M, ev::L0C[half as usize]);
                 }
             }
@@ -1710,7 +1739,7 @@ impl<'a> Gen<'a> {
                     self.set(Pipe::V, Pipe::Mte2, ev::RESIDUAL_FREE);
                 }
             }
-            if self.epilogue == Epilogue::Relu {
+            if self.epilogue == Epilogue::Relu && !relu_in_copy {
                 self.a.mask_count(t2, mf * n * 256);
                 self.a.movi(t0, out_at as i64);
                 self.a.vrelu(DType::F16, t0, t0);
