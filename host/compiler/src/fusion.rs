@@ -6,13 +6,15 @@
 //!   Conv ─▶ Relu          ⇒  Conv {_fused_activation = Relu}       (the cube kernel's drain)
 //!   MatMul / Gemm ─▶ Relu ⇒  MatMul {_fused_activation = Relu}     (the GEMM kernel's drain)
 //!   Add / Sub / Mul ─▶ Relu  ⇒  Add {_fused_activation = Relu}     (one vector pass)
-//!   Conv 1×1 ─▶ Add(·, r) [─▶ Relu] ⇒ Conv(x, w, b, r) {_fused_residual}  (the GEMM's drain)
+//!   Conv ─▶ Add(·, r) [─▶ Relu] ⇒ Conv(x, w, b, r) {_fused_residual}  (the 5HD or GEMM drain)
 //!   Aipp(image) ─▶ Conv   ⇒  Conv(image, w, b) {_fused_aipp}        (MTE2's AIPP unit)
 //! ```
 //!
 //! AIPP goes into the convolution that reads its output, as GE does: the first layer loads
 //! its input rows through the AIPP unit (`load_image_l1`), so the converted image is never
-//! written. The target says which convolutions its fractal kernel can run that way.
+//! written. The target says which convolutions its fractal kernel can run that way, and
+//! which convolutions' kernels can add a residual in their drain (the 5HD kernel and the GEMM
+//! kernel of a pointwise convolution; not the NCHW window or depthwise kernels).
 //!
 //! The residual pass runs first, so a ReLU after the Add then folds into the convolution: the
 //! kernel computes `relu(conv(x) + r)` with the residual `r` read in its drain (ResNet's
@@ -148,19 +150,21 @@ const ACTIVATIONS: &[&str] = &["Relu"];
 
 /// Runs the switched-on passes over the root graph and every branch; returns how many nodes
 /// were absorbed.
-/// `reads_image(g, aipp, conv)` says whether the target's convolution kernel can read node
-/// `conv`'s input through the AIPP unit as node `aipp` configures it, and with how many
-/// channels a pixel.
-pub fn fuse_model(
-    m: &mut Model,
-    switches: &FusionSwitches,
-    reads_image: &ImageReader<'_>,
-) -> usize {
-    let mut n = fuse(&mut m.graph, switches, reads_image);
+/// `target` answers what the target's kernels can do.
+pub fn fuse_model(m: &mut Model, switches: &FusionSwitches, target: &KernelAbilities<'_>) -> usize {
+    let mut n = fuse(&mut m.graph, switches, target);
     for g in &mut m.subgraphs {
-        n += fuse(g, switches, reads_image);
+        n += fuse(g, switches, target);
     }
     n
+}
+
+/// What the target's kernels can do, as the passes ask it.
+pub struct KernelAbilities<'a> {
+    /// Whether the convolution kernel can read a convolution's input through the AIPP unit.
+    pub reads_image: &'a ImageReader<'a>,
+    /// Whether a convolution's kernel can add a residual in its drain.
+    pub adds_residual: &'a dyn Fn(&Graph, NodeId) -> bool,
 }
 
 /// Whether a convolution (the second node) can read its input through the AIPP unit as an
@@ -169,14 +173,14 @@ pub fn fuse_model(
 pub type ImageReader<'a> = dyn Fn(&Graph, NodeId, NodeId) -> Option<i64> + 'a;
 
 /// Runs the switched-on passes over one graph; returns how many nodes were absorbed.
-pub fn fuse(g: &mut Graph, switches: &FusionSwitches, reads_image: &ImageReader<'_>) -> usize {
+pub fn fuse(g: &mut Graph, switches: &FusionSwitches, target: &KernelAbilities<'_>) -> usize {
     let aipp = if switches.on(Pass::AippConv) {
-        fuse_aipp(g, reads_image)
+        fuse_aipp(g, target.reads_image)
     } else {
         0
     };
     let residuals = if switches.on(Pass::ConvResidualAdd) {
-        fuse_residuals(g)
+        fuse_residuals(g, target.adds_residual)
     } else {
         0
     };
@@ -247,27 +251,10 @@ fn absorb(g: &mut Graph, into: NodeId, name: String) {
     p.attrs.insert(FUSED_NODES.into(), Attr::Strs(absorbed));
 }
 
-/// Whether `id` is a convolution the GEMM kernel runs (1×1, no padding, one group), whose
-/// drain can add a residual.
-fn pointwise_conv(g: &Graph, id: NodeId) -> bool {
-    let node = g.node(id);
-    let weights = node.inputs.get(1).copied().flatten().map(|w| g.desc(w));
-    let unit_kernel = weights
-        .is_some_and(|w| w.shape.len() == 4 && w.shape[2..].iter().all(|d| d.fixed() == Some(1)));
-    node.op == "Conv"
-        && node.inputs.len() <= RESIDUAL_INPUT
-        && unit_kernel
-        && node.int("group").is_none_or(|g| g == 1)
-        && node.ints("pads").is_none_or(|p| p.iter().all(|x| *x == 0))
-        && node
-            .string("auto_pad")
-            .is_none_or(|a| a == "NOTSET" || a == "VALID")
-}
-
-/// Folds `Add(conv(x), r)` into the convolution as its residual input when the convolution is
-/// pointwise, its f16 output is read by the Add only, `r` has the output's shape and type and
-/// is made before the convolution runs (nodes run in order).
-fn fuse_residuals(g: &mut Graph) -> usize {
+/// Folds `Add(conv(x), r)` into the convolution as its residual input when the convolution's
+/// kernel can add it (`adds_residual`), its f16 output is read by the Add only, `r` has the
+/// output's shape and type and is made before the convolution runs (nodes run in order).
+fn fuse_residuals(g: &mut Graph, adds_residual: &dyn Fn(&Graph, NodeId) -> bool) -> usize {
     let consumers = g.consumers();
     let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
     for i in 0..g.nodes.len() {
@@ -294,7 +281,9 @@ fn fuse_residuals(g: &mut Graph) -> usize {
             conv.output == 0
                 && c.outputs.len() == 1
                 && only_reader
-                && pointwise_conv(g, conv.node)
+                && c.op == "Conv"
+                && c.inputs.len() <= RESIDUAL_INPUT
+                && adds_residual(g, conv.node)
                 && c.attr(FUSED_ACTIVATION).is_none()
                 && c.outputs[0].dtype == out.dtype
                 && c.outputs[0].shape == out.shape
@@ -420,10 +409,7 @@ mod tests {
     #[test]
     fn activations_fold_into_their_producers() {
         let mut g = graph(false);
-        assert_eq!(
-            fuse(&mut g, &FusionSwitches::default(), &|_, _, _| Some(16)),
-            2
-        );
+        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &POINTWISE), 2);
         g.check().unwrap();
         let ops: Vec<&str> = g.nodes.iter().map(|n| n.op.as_str()).collect();
         assert_eq!(ops, ["Data", "Conv", "Add", "NetOutput"]);
@@ -442,13 +428,19 @@ mod tests {
     #[test]
     fn a_value_read_twice_keeps_its_activation_apart() {
         let mut g = graph(true);
-        assert_eq!(
-            fuse(&mut g, &FusionSwitches::default(), &|_, _, _| Some(16)),
-            1
-        );
+        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &POINTWISE), 1);
         assert!(g.find("relu1").is_some());
         assert!(g.find("relu2").is_none());
     }
+
+    /// A target whose kernels read any image and add a residual to pointwise convolutions
+    /// only (as one without the 5HD kernel).
+    const POINTWISE: KernelAbilities<'static> = KernelAbilities {
+        reads_image: &|_, _, _| Some(16),
+        adds_residual: &|g: &Graph, conv: NodeId| {
+            g.node(conv).inputs[1].is_some_and(|w| g.desc(w).shape == fixed_shape(&[16, 16, 1, 1]))
+        },
+    };
 
     /// x ─ Conv(k×k) ─ Add(·, r) ─ Relu ─ out, the residual `r` made before the Conv or after.
     fn residual_graph(k: i64, r_first: bool) -> Graph {
@@ -469,10 +461,7 @@ mod tests {
     #[test]
     fn a_residual_add_folds_into_a_pointwise_conv_made_after_its_shortcut() {
         let mut g = residual_graph(1, true);
-        assert_eq!(
-            fuse(&mut g, &FusionSwitches::default(), &|_, _, _| Some(16)),
-            2
-        );
+        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &POINTWISE), 2);
         g.check().unwrap();
         let conv = g.node(g.find("conv").unwrap());
         assert_eq!(conv.int(FUSED_RESIDUAL), Some(1));
@@ -483,14 +472,11 @@ mod tests {
             conv.attr(FUSED_NODES),
             Some(&Attr::Strs(vec!["add".into(), "relu".into()]))
         );
-        // A 3×3 conv keeps its Add (only the GEMM drain adds a residual), and so does a conv
-        // whose shortcut is made after it (nodes run in order); the Add takes the ReLU.
+        // A 3×3 conv keeps its Add where its kernel cannot add one, and so does a conv whose
+        // shortcut is made after it (nodes run in order); the Add takes the ReLU.
         for (k, r_first) in [(3, true), (1, false)] {
             let mut g = residual_graph(k, r_first);
-            assert_eq!(
-                fuse(&mut g, &FusionSwitches::default(), &|_, _, _| Some(16)),
-                1
-            );
+            assert_eq!(fuse(&mut g, &FusionSwitches::default(), &POINTWISE), 1);
             assert!(g.find("add").is_some());
             assert!(
                 g.node(g.find("conv").unwrap())
@@ -498,23 +484,29 @@ mod tests {
                     .is_none()
             );
         }
+        // With a kernel that adds one (the 5HD kernel), the 3×3 conv takes it.
+        let window = KernelAbilities {
+            reads_image: &|_, _, _| Some(16),
+            adds_residual: &|_, _| true,
+        };
+        let mut g = residual_graph(3, true);
+        assert_eq!(fuse(&mut g, &FusionSwitches::default(), &window), 2);
+        assert!(g.find("add").is_none());
+        assert_eq!(g.node(g.find("conv").unwrap()).int(FUSED_RESIDUAL), Some(1));
         let mut off = FusionSwitches::default();
         off.set(Pass::ConvResidualAdd, false);
         let mut g = residual_graph(1, true);
-        assert_eq!(fuse(&mut g, &off, &|_, _, _| Some(16)), 1);
+        assert_eq!(fuse(&mut g, &off, &POINTWISE), 1);
         assert!(g.find("add").is_some());
     }
 
     #[test]
     fn switches_turn_passes_off() {
         let mut g = graph(false);
-        assert_eq!(
-            fuse(&mut g, &FusionSwitches::all_off(), &|_, _, _| Some(16)),
-            0
-        );
+        assert_eq!(fuse(&mut g, &FusionSwitches::all_off(), &POINTWISE), 0);
         let mut s = FusionSwitches::default();
         s.set(Pass::ConvActivation, false);
-        assert_eq!(fuse(&mut g, &s, &|_, _, _| Some(16)), 1);
+        assert_eq!(fuse(&mut g, &s, &POINTWISE), 1);
         assert!(g.find("relu1").is_some());
         assert_eq!(
             Pass::parse("ConvActivationFusionPass"),

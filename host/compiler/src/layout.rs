@@ -56,31 +56,8 @@ pub fn assign_fractal_formats(
     is_const: &dyn Fn(Value) -> bool,
 ) -> usize {
     let consumers = g.consumers();
-    let candidate = |d: &TensorDesc| {
-        d.dtype == DataType::F16
-            && shape_values(&d.shape)
-                .is_some_and(|s| s.len() == 4 && s[1] % 16 == 0 && s.iter().all(|v| *v > 0))
-    };
-    let fractal_conv = |id: NodeId| -> bool {
-        let node = g.node(id);
-        if node.op != "Conv" || !node.inputs.get(1).copied().flatten().is_some_and(is_const) {
-            return false;
-        }
-        // A convolution that reads the image through AIPP runs the fractal kernel anyway.
-        if aipp_conv(g, id) {
-            return node.outputs.first().is_some_and(candidate);
-        }
-        let ctx = ctx_of(g, id, target);
-        if !ctx.inputs.first().copied().flatten().is_some_and(candidate)
-            || !node.outputs.first().is_some_and(candidate)
-        {
-            return false;
-        }
-        // Pointwise convolutions too, as GE keeps them: over NCHW the GEMM kernel reads each
-        // channel plane in 32-byte columns, and a read that misses fetches whole L2 lines, so
-        // at ResNet-50's sizes it moves more bytes than the window kernel over 5HD.
-        conv::conv_shape(&ctx).is_ok_and(|s| conv5hd::supports(&s, &target.core).is_ok())
-    };
+    let candidate = fractal_candidate;
+    let fractal_conv = |id: NodeId| fractal_conv(g, id, target, is_const);
     // A 2-D MaxPool (without Indices) may write its output 5HD: it pools NCHW and converts
     // its (smaller) output, so a region can start after the pool instead of before it. It
     // may read 5HD too (the window is over whole pixel units), and then converts its output
@@ -216,6 +193,54 @@ pub fn assign_fractal_formats(
 }
 
 /// What a lowering of node `id` would see (no constant values), for asking it what it runs.
+/// Whether a value may be 5HD: f16, rank 4 with whole channel blocks, every dim known.
+fn fractal_candidate(d: &TensorDesc) -> bool {
+    d.dtype == DataType::F16
+        && shape_values(&d.shape)
+            .is_some_and(|s| s.len() == 4 && s[1] % 16 == 0 && s.iter().all(|v| *v > 0))
+}
+
+/// Whether convolution `id` runs the 5HD kernel: constant weights, and f16 sides of whole
+/// channel blocks in a shape the kernel supports (or an image read through AIPP).
+fn fractal_conv(g: &Graph, id: NodeId, target: &Target, is_const: &dyn Fn(Value) -> bool) -> bool {
+    let node = g.node(id);
+    if node.op != "Conv" || !node.inputs.get(1).copied().flatten().is_some_and(is_const) {
+        return false;
+    }
+    // A convolution that reads the image through AIPP runs the fractal kernel anyway.
+    if aipp_conv(g, id) {
+        return node.outputs.first().is_some_and(fractal_candidate);
+    }
+    let ctx = ctx_of(g, id, target);
+    if !ctx
+        .inputs
+        .first()
+        .copied()
+        .flatten()
+        .is_some_and(fractal_candidate)
+        || !node.outputs.first().is_some_and(fractal_candidate)
+    {
+        return false;
+    }
+    // Pointwise convolutions too, as GE keeps them: over NCHW the GEMM kernel reads each
+    // channel plane in 32-byte columns, and a read that misses fetches whole L2 lines, so at
+    // ResNet-50's sizes it moves more bytes than the window kernel over 5HD.
+    conv::conv_shape(&ctx).is_ok_and(|s| conv5hd::supports(&s, &target.core).is_ok())
+}
+
+/// Whether convolution `conv`'s kernel can add a residual in its drain (the fusion pass
+/// asks, before this pass runs): the GEMM kernel of a pointwise convolution and the 5HD
+/// kernel can; the NCHW window and depthwise kernels cannot.
+pub fn conv_adds_residual(g: &Graph, conv: NodeId, target: &Target) -> bool {
+    let node = g.node(conv);
+    if node.op != "Conv" || node.int("group").is_some_and(|groups| groups != 1) {
+        return false;
+    }
+    let ctx = ctx_of(g, conv, target);
+    let pointwise = conv::conv_shape(&ctx).is_ok_and(|s| conv::is_pointwise(&s));
+    pointwise || fractal_conv(g, conv, target, &|w| g.node(w.node).op == "Const")
+}
+
 fn ctx_of<'a>(g: &'a Graph, id: NodeId, target: &'a Target) -> LowerCtx<'a> {
     let node = g.node(id);
     LowerCtx {

@@ -237,7 +237,13 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
     let reads_image = |g: &Graph, aipp: NodeId, conv: NodeId| {
         super::layout::conv_reads_image(g, aipp, conv, &opts.target, opts.gear.enable_small_channel)
     };
-    fusion::fuse_model(&mut after, &opts.fusion, &reads_image);
+    let adds_residual =
+        |g: &Graph, conv: NodeId| super::layout::conv_adds_residual(g, conv, &opts.target);
+    let abilities = fusion::KernelAbilities {
+        reads_image: &reads_image,
+        adds_residual: &adds_residual,
+    };
+    fusion::fuse_model(&mut after, &opts.fusion, &abilities);
     verify(&after, file)?;
     let emitted =
         emit::emit(&after, spec.as_ref(), &opts.target).map_err(|error| CompileError::Emit {

@@ -322,10 +322,10 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     if is_pointwise(&s) {
         return super::conv_1x1(ctx, &s);
     }
+    // A window convolution takes a residual only where the 5HD kernel runs it (the fusion
+    // pass asked `layout::conv_adds_residual`); that kernel converts NCHW sides.
     if residual {
-        return Err(ctx.error(
-            "internal error: a residual was fused into a convolution that is not pointwise",
-        ));
+        return super::conv5hd::lower(ctx, &s);
     }
     cube(ctx, &s)
 }
