@@ -201,7 +201,29 @@ fn kernel_line(k: &KernelProfile, cfg: &ChipConfig) -> KernelLine {
 /// Builds, compiles and runs one row; a row that cannot be built, compiled or run is an
 /// outcome with its error (the table reports every row).
 pub fn run_row(row: &Row) -> Outcome {
-    simulate(row).unwrap_or_else(|e| Outcome {
+    run_row_on(row, None)
+}
+
+/// A changed chip to run the rows of its preset on instead (a sensitivity study: `name` in
+/// its configuration says which rows), and where it came from (shown in their notes).
+#[derive(Debug, Clone)]
+pub struct ChipOverride {
+    /// The changed chip.
+    pub cfg: ChipConfig,
+    /// Its file, as the notes name it.
+    pub origin: String,
+}
+
+impl ChipOverride {
+    /// Whether the row runs on this chip.
+    pub fn applies_to(&self, row: &Row) -> bool {
+        self.cfg.name.eq_ignore_ascii_case(&row.chip)
+    }
+}
+
+/// [`run_row`], on `chip` when the row's preset is the one it changes.
+pub fn run_row_on(row: &Row, chip: Option<&ChipOverride>) -> Outcome {
+    simulate(row, chip).unwrap_or_else(|e| Outcome {
         row: row.clone(),
         simulated_us: 0.0,
         kernels: Vec::new(),
@@ -213,9 +235,15 @@ pub fn run_row(row: &Row) -> Outcome {
 /// The AIPP configuration of the rows measured with AIPP on.
 const AIPP_IMAGENET: &str = include_str!("aipp_imagenet.cfg");
 
-fn simulate(row: &Row) -> Result<Outcome, String> {
-    let cfg = ChipConfig::preset(&row.chip).map_err(|e| e.to_string())?;
+fn simulate(row: &Row, chip: Option<&ChipOverride>) -> Result<Outcome, String> {
     let mut notes = Vec::new();
+    let cfg = match chip.filter(|c| c.applies_to(row)) {
+        Some(c) => {
+            notes.push(format!("chip: {} (not the preset)", c.origin));
+            c.cfg.clone()
+        }
+        None => ChipConfig::preset(&row.chip).map_err(|e| e.to_string())?,
+    };
     let gear = if row.aipp {
         notes.push(
             "AIPP: a 256x256 RGB888 image cropped to 224x224 and normalised (the configuration \

@@ -10,9 +10,10 @@ use gearsim_traces::atomic::write_atomic;
 
 use super::Failure;
 use gearsim_host::calibrate::{
-    Row, TARGETS, csv, kernel_table, parse_targets, run_row, svg, table,
+    ChipOverride, Row, TARGETS, csv, kernel_table, parse_targets, run_row_on, svg, table,
 };
 use gearsim_host::study::parallel_map;
+use gearsim_sim::ChipConfig;
 
 #[derive(Args)]
 pub struct CalibrateArgs {
@@ -42,6 +43,33 @@ pub struct CalibrateArgs {
     /// Simulate on this many threads (default: one per host core).
     #[arg(long = "threads")]
     threads: Option<usize>,
+    /// A changed chip (a preset's TOML, e.g. sim/presets/ascend310p.toml with a different
+    /// memory.l2_bytes): the rows of the preset its `name` gives run on it instead, to see how
+    /// the table moves with one parameter.
+    #[arg(long = "chip_config", value_name = "FILE")]
+    chip_config: Option<PathBuf>,
+}
+
+/// `--chip_config`'s chip; an error when no selected row runs on the preset it changes.
+fn chip_override(a: &CalibrateArgs, rows: &[Row]) -> Result<Option<ChipOverride>> {
+    let Some(path) = &a.chip_config else {
+        return Ok(None);
+    };
+    let origin = path.display().to_string();
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {origin}"))?;
+    let cfg = ChipConfig::from_toml(&text, &origin)?;
+    let chip = ChipOverride { cfg, origin };
+    if !rows.iter().any(|r| chip.applies_to(r)) {
+        let chips: std::collections::BTreeSet<&str> =
+            rows.iter().map(|r| r.chip.as_str()).collect();
+        return Err(anyhow!(
+            "--chip_config: {} changes `{}`, which no selected row runs on (their chips: {})",
+            chip.origin,
+            chip.cfg.name,
+            chips.into_iter().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    Ok(Some(chip))
 }
 
 /// The rows the arguments select.
@@ -90,7 +118,8 @@ pub fn run(a: &CalibrateArgs) -> Result<(), Failure> {
             write_atomic(&p, &r.model()).with_context(|| format!("{}", p.display()))?;
         }
     }
-    let outcomes = parallel_map(&rows, threads, run_row, |_, _| {});
+    let chip = chip_override(a, &rows)?;
+    let outcomes = parallel_map(&rows, threads, |r| run_row_on(r, chip.as_ref()), |_, _| {});
     say!("{}", table(&outcomes).trim_end());
     if a.kernels {
         for x in &outcomes {

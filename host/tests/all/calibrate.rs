@@ -2,15 +2,23 @@
 //! what a calibration outcome must hold whatever its ratio: the kernels it reports ran inside
 //! the execution, one after another on the model's stream, and account for most of it.
 
-use gearsim_host::calibrate::{TARGETS, parse_targets, run_row, table};
+use gearsim_host::calibrate::{
+    ChipOverride, Row, TARGETS, parse_targets, run_row, run_row_on, table,
+};
+use gearsim_sim::ChipConfig;
+
+/// Target M1 at batch 1 (ResNet-18 on `ascend310p`), the suite's fast row.
+fn m1_batch1() -> Row {
+    parse_targets(TARGETS, "targets.csv")
+        .unwrap()
+        .into_iter()
+        .find(|r| r.id == "M1" && r.batch == 1)
+        .expect("M1 batch 1 is a committed target")
+}
 
 #[test]
 fn resnet18_batch1_on_310p_is_reported_with_its_kernels() {
-    let rows = parse_targets(TARGETS, "targets.csv").unwrap();
-    let row = rows
-        .iter()
-        .find(|r| r.id == "M1" && r.batch == 1)
-        .expect("M1 batch 1 is a committed target");
+    let row = &m1_batch1();
     let x = run_row(row);
     assert!(x.error.is_none(), "{:?}", x.error);
     assert!(x.simulated_us > 0.0 && x.ratio().is_finite());
@@ -27,4 +35,36 @@ fn resnet18_batch1_on_310p_is_reported_with_its_kernels() {
         assert!((0.0..=1.0).contains(&k.mte2), "{k:?}");
     }
     assert!(table(std::slice::from_ref(&x)).contains("M1"));
+}
+
+/// A changed chip runs the rows of the preset it changes, says so in their notes, and moves
+/// their times (half the clock: slower); rows of other presets are untouched.
+#[test]
+fn a_changed_chip_runs_the_rows_of_its_preset() {
+    let row = &m1_batch1();
+    let mut cfg = ChipConfig::preset(&row.chip).unwrap();
+    cfg.core.clock_mhz /= 2;
+    let slow = ChipOverride {
+        cfg,
+        origin: "half_clock.toml".into(),
+    };
+    assert!(slow.applies_to(row));
+    let (base, changed) = (run_row(row), run_row_on(row, Some(&slow)));
+    assert!(changed.error.is_none(), "{:?}", changed.error);
+    assert!(
+        changed.simulated_us > 1.3 * base.simulated_us,
+        "{} us at half the clock, {} us at the preset's",
+        changed.simulated_us,
+        base.simulated_us
+    );
+    assert!(changed.notes.iter().any(|n| n.contains("half_clock.toml")));
+    let other = ChipOverride {
+        cfg: ChipConfig::preset("ascend910").unwrap(),
+        origin: "910.toml".into(),
+    };
+    assert!(!other.applies_to(row));
+    assert_eq!(
+        run_row_on(row, Some(&other)).simulated_us,
+        base.simulated_us
+    );
 }
