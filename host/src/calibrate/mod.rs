@@ -163,6 +163,8 @@ pub struct Outcome {
     pub notes: Vec<String>,
     /// Why the row could not be simulated (then the time is 0 and the row is out of band).
     pub error: Option<String>,
+    /// The simulated chip's HBM bandwidth (bytes a second; 0 when the row did not run).
+    pub hbm_bytes_per_second: u64,
 }
 
 impl Outcome {
@@ -229,6 +231,7 @@ pub fn run_row_on(row: &Row, chip: Option<&ChipOverride>) -> Outcome {
         kernels: Vec::new(),
         notes: Vec::new(),
         error: Some(e),
+        hbm_bytes_per_second: 0,
     })
 }
 
@@ -312,6 +315,7 @@ fn simulate(row: &Row, chip: Option<&ChipOverride>) -> Result<Outcome, String> {
             .collect(),
         notes,
         error: None,
+        hbm_bytes_per_second: cfg.memory.hbm_bytes_per_second,
     })
 }
 
@@ -433,14 +437,22 @@ pub fn saturation(outcomes: &[Outcome]) -> Vec<(String, Net, i64, i64)> {
 /// count, time, share of the execution and utilisation.
 pub fn kernel_table(x: &Outcome) -> String {
     let mut o = String::new();
+    // What crossed HBM, and how long that alone takes at the chip's bandwidth: how close the
+    // row is to being memory-bound.
+    let hbm: u64 = x.kernels.iter().map(|k| k.hbm_bytes).sum();
+    let at_peak_us = hbm as f64 / x.hbm_bytes_per_second.max(1) as f64 * 1e6;
     let _ = writeln!(
         o,
-        "{} {} batch {}: {:.1} us simulated, {} kernels",
+        "{} {} batch {}: {:.1} us simulated, {} kernels; {:.1} MB through HBM, {:.1} us of it at \
+         {:.1} GB/s",
         x.row.id,
         x.row.net.name(),
         x.row.batch,
         x.simulated_us,
-        x.kernels.len()
+        x.kernels.len(),
+        hbm as f64 / 1e6,
+        at_peak_us,
+        x.hbm_bytes_per_second as f64 / 1e9
     );
     let _ = writeln!(
         o,

@@ -3,7 +3,7 @@
 //! the execution, one after another on the model's stream, and account for most of it.
 
 use gearsim_host::calibrate::{
-    ChipOverride, Row, TARGETS, parse_targets, run_row, run_row_on, table,
+    ChipOverride, Row, TARGETS, kernel_table, parse_targets, run_row, run_row_on, table,
 };
 use gearsim_sim::ChipConfig;
 
@@ -35,6 +35,21 @@ fn resnet18_batch1_on_310p_is_reported_with_its_kernels() {
         assert!((0.0..=1.0).contains(&k.mte2), "{k:?}");
     }
     assert!(table(std::slice::from_ref(&x)).contains("M1"));
+    // The kernel table's heading says what crossed HBM and its time at the preset's rate.
+    assert_eq!(x.hbm_bytes_per_second, 204_800_000_000);
+    let hbm: u64 = x.kernels.iter().map(|k| k.hbm_bytes).sum();
+    assert!(hbm > 0);
+    let heading = kernel_table(&x)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let want = format!(
+        "{:.1} MB through HBM, {:.1} us of it at 204.8 GB/s",
+        hbm as f64 / 1e6,
+        hbm as f64 / 204.8e3
+    );
+    assert!(heading.ends_with(&want), "{heading}");
 }
 
 /// A changed chip runs the rows of the preset it changes, says so in their notes, and moves
