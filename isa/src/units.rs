@@ -28,6 +28,9 @@ pub const FRACTAL_ELEMS: u64 = FRACTAL_ROWS * C0;
 pub const FRACTAL_BYTES: u64 = FRACTAL_ELEMS * 2;
 /// Bytes of one f32 fractal (L0C).
 pub const FRACTAL_BYTES_F32: u64 = FRACTAL_ELEMS * 4;
+/// Bytes of one row of an f32 fractal: what `broadcast_ub_to_l0c` copies into every row of a
+/// channel block's fractals.
+pub const FRACTAL_ROW_BYTES_F32: u64 = C0 * 4;
 /// Bits of one mask register; `set_mask` takes two (`hi`, `lo`).
 pub const MASK_WORD_BITS: u64 = 64;
 /// Bits of the normal-mode vector mask: one per element of a repeat of the narrowest type.

@@ -3,10 +3,11 @@
 //!
 //! Every DMA between a core and GM is a transfer with a per-core rate cap (its MTE's rate).
 //! When it starts, `chip.rs` splits its bytes into L2 hits and misses (`l2.rs`); at rate `r`
-//! a transfer with miss fraction `m` uses `r * m` of the HBM cap and `r * (1 - m)` of the L2
-//! cap (`m` may exceed 1: a read that misses fetches whole L2 lines for the bytes it wants, so
-//! HBM moves more than the transfer delivers). Active transfers share both caps max-min fairly
-//! by progressive filling: every rate rises together; a transfer stops rising at its own cap, and when HBM (or L2) is full, every
+//! a transfer with hit share `h` and HBM weight `m` uses `r * m` of the HBM cap and `r * h`
+//! of the L2 cap. `m` is its miss share, or more for a read whose misses fetch whole L2 lines
+//! for the bytes it wants (HBM then moves more than the transfer delivers). Active transfers
+//! share both caps max-min fairly by progressive filling: every rate rises together; a
+//! transfer stops rising at its own cap, and when HBM (or L2) is full, every
 //! transfer that uses it stops there, while the others keep rising into what is left. Rates
 //! change only when a transfer starts or ends, so each transfer costs two events however
 //! large it is, and contention between cores shows up exactly in their completion times.

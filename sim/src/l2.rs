@@ -18,8 +18,9 @@
 //!
 //! Reads and writes both allocate; a read brings in whole lines, and [`L2::touch`] says how
 //! many bytes of lines it fetched, which is what HBM moves for it. The cache is write-back
-//! (`memory.l2_write_back`, as Ascend's is): a written line is dirty until its block is evicted, and the bytes of the dirty lines an
-//! allocation evicts are what it writes back to HBM ([`L2::take_written_back`]); written
+//! (`memory.l2_write_back`, as Ascend's is): a written line is dirty until its block is
+//! evicted, and the bytes of the dirty lines an allocation evicts are what it writes back to
+//! HBM ([`L2::take_written_back`]); written
 //! through, every written byte goes to HBM at once and no line is dirty. Contents change when a
 //! DMA starts, in global time order, so a read overlapping an earlier DMA that is still in
 //! flight to the same line counts as a hit, as a miss-status register would merge it.

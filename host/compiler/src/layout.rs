@@ -192,7 +192,6 @@ pub fn assign_fractal_formats(
     set.len()
 }
 
-/// What a lowering of node `id` would see (no constant values), for asking it what it runs.
 /// Whether a value may be 5HD: f16, rank 4 with whole channel blocks, every dim known.
 fn fractal_candidate(d: &TensorDesc) -> bool {
     d.dtype == DataType::F16
@@ -241,6 +240,7 @@ pub fn conv_adds_residual(g: &Graph, conv: NodeId, target: &Target) -> bool {
     pointwise || fractal_conv(g, conv, target, &|w| g.node(w.node).op == "Const")
 }
 
+/// What a lowering of node `id` would see (no constant values), for asking it what it runs.
 fn ctx_of<'a>(g: &'a Graph, id: NodeId, target: &'a Target) -> LowerCtx<'a> {
     let node = g.node(id);
     LowerCtx {

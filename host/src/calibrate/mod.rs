@@ -94,7 +94,10 @@ pub fn parse_targets(text: &str, file: &str) -> Result<Vec<Row>, String> {
                 format!("expected resnet18 or resnet50, got `{}`", f[1]),
             )
         })?;
-        ChipConfig::preset(f[2]).map_err(|e| at("chip", e.to_string()))?;
+        // Its preset's own name (atc's spellings resolve to it), which `ChipOverride` compares.
+        let chip = ChipConfig::preset(f[2])
+            .map_err(|e| at("chip", e.to_string()))?
+            .name;
         let batch: i64 = f[3].parse().ok().filter(|b| *b >= 1).ok_or_else(|| {
             at(
                 "batch",
@@ -117,7 +120,7 @@ pub fn parse_targets(text: &str, file: &str) -> Result<Vec<Row>, String> {
         rows.push(Row {
             id: f[0].to_string(),
             net,
-            chip: f[2].to_string(),
+            chip,
             batch,
             precision,
             aipp,
@@ -146,8 +149,6 @@ pub struct KernelLine {
     pub vector: f64,
     /// Device-memory traffic over its duration.
     pub traffic: Traffic,
-    /// Bytes that crossed the HBM interface over its duration.
-    pub hbm_bytes: u64,
 }
 
 /// The simulated figure of one row.
@@ -196,7 +197,6 @@ fn kernel_line(k: &KernelProfile, cfg: &ChipConfig) -> KernelLine {
         mte2: busy(Pipe::Mte2) / chip_cycles,
         vector: busy(Pipe::V) / chip_cycles,
         traffic: k.traffic,
-        hbm_bytes: k.traffic.hbm_bytes(),
     }
 }
 
@@ -439,7 +439,7 @@ pub fn kernel_table(x: &Outcome) -> String {
     let mut o = String::new();
     // What crossed HBM, and how long that alone takes at the chip's bandwidth: how close the
     // row is to being memory-bound.
-    let hbm: u64 = x.kernels.iter().map(|k| k.hbm_bytes).sum();
+    let hbm: u64 = x.kernels.iter().map(|k| k.traffic.hbm_bytes()).sum();
     let at_peak_us = hbm as f64 / x.hbm_bytes_per_second.max(1) as f64 * 1e6;
     let _ = writeln!(
         o,
@@ -483,7 +483,7 @@ pub fn kernel_table(x: &Outcome) -> String {
             k.traffic.read as f64 / 1e6,
             k.traffic.written as f64 / 1e6,
             100.0 * k.traffic.read_l2_hits as f64 / k.traffic.read.max(1) as f64,
-            k.hbm_bytes as f64 / (k.us * 1e3),
+            k.traffic.hbm_bytes() as f64 / (k.us * 1e3),
         );
     }
     o

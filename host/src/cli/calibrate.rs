@@ -9,11 +9,11 @@ use clap::Args;
 use gearsim_traces::atomic::write_atomic;
 
 use super::Failure;
+use super::flags::read_chip_config;
 use gearsim_host::calibrate::{
     ChipOverride, Row, TARGETS, csv, kernel_table, parse_targets, run_row_on, svg, table,
 };
 use gearsim_host::study::parallel_map;
-use gearsim_sim::ChipConfig;
 
 #[derive(Args)]
 pub struct CalibrateArgs {
@@ -55,10 +55,10 @@ fn chip_override(a: &CalibrateArgs, rows: &[Row]) -> Result<Option<ChipOverride>
     let Some(path) = &a.chip_config else {
         return Ok(None);
     };
-    let origin = path.display().to_string();
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {origin}"))?;
-    let cfg = ChipConfig::from_toml(&text, &origin)?;
-    let chip = ChipOverride { cfg, origin };
+    let chip = ChipOverride {
+        cfg: read_chip_config(path)?,
+        origin: path.display().to_string(),
+    };
     if !rows.iter().any(|r| chip.applies_to(r)) {
         let chips: std::collections::BTreeSet<&str> =
             rows.iter().map(|r| r.chip.as_str()).collect();

@@ -42,11 +42,7 @@ impl ChipArgs {
     /// one function that turns the flags into a `ChipConfig`.
     pub fn config_or(&self, preset: &str) -> Result<ChipConfig> {
         let mut cfg = match &self.chip_config {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read {}", path.display()))?;
-                ChipConfig::from_toml(&text, &path.display().to_string())?
-            }
+            Some(path) => read_chip_config(path)?,
             None => ChipConfig::preset(self.soc_version.as_deref().unwrap_or(preset))?,
         };
         if let Some(mhz) = self.clock_mhz {
@@ -55,6 +51,13 @@ impl ChipArgs {
         }
         Ok(cfg)
     }
+}
+
+/// A chip configuration TOML file (the schema of `sim/presets`), validated; errors name it.
+pub fn read_chip_config(path: &std::path::Path) -> Result<ChipConfig> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(ChipConfig::from_toml(&text, &path.display().to_string())?)
 }
 
 /// Where to write a trace of the command's simulation.

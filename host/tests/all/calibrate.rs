@@ -37,7 +37,7 @@ fn resnet18_batch1_on_310p_is_reported_with_its_kernels() {
     assert!(table(std::slice::from_ref(&x)).contains("M1"));
     // The kernel table's heading says what crossed HBM and its time at the preset's rate.
     assert_eq!(x.hbm_bytes_per_second, 204_800_000_000);
-    let hbm: u64 = x.kernels.iter().map(|k| k.hbm_bytes).sum();
+    let hbm: u64 = x.kernels.iter().map(|k| k.traffic.hbm_bytes()).sum();
     assert!(hbm > 0);
     let heading = kernel_table(&x)
         .lines()

@@ -295,7 +295,7 @@ pub(super) fn plan_l0c_to_ub(f: &L0cToUb, ops: &Operands) -> Plan {
 }
 
 /// Bytes of one channel block's 16 f32 values in UB.
-const FILL_ROW: u64 = 64;
+const FILL_ROW: u64 = units::FRACTAL_ROW_BYTES_F32;
 
 /// The work is the L0C bytes written (the L0C datapath's rate, as for `copy_l0c_to_ub`).
 pub(super) fn plan_l0c_fill(f: &L0cFill, ops: &Operands) -> Plan {

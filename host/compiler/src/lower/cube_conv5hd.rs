@@ -65,7 +65,7 @@ const FRACTAL: u64 = units::FRACTAL_BYTES;
 const FRACTAL_C: u64 = units::FRACTAL_BYTES_F32;
 /// UB bytes of one channel block's bias: 16 f32 values, the row `broadcast_ub_to_l0c` copies
 /// into every row of the block's L0C fractals.
-const BIAS_ROW: u64 = 64;
+const BIAS_ROW: u64 = units::FRACTAL_ROW_BYTES_F32;
 /// Bytes of one pixel unit (16 channels of f16): one DMA block.
 const UNIT: u64 = units::BLOCK_BYTES;
 /// Planning only: cycles before a block's first product (argument loads, the first group's
@@ -529,9 +529,11 @@ impl Plan {
         }
     }
 
-    /// Co blocks (L0 products) of a group of `g` co fractals.
-    fn cob(&self, g: u64) -> u64 {
-        g.div_ceil(self.nbk)
+    /// Co blocks (L0 products) of a group of `g` co fractals, in order: each one's first co
+    /// fractal (from the group's first) and its co fractals.
+    fn co_blocks(&self, g: u64) -> impl Iterator<Item = (u64, u64)> + use<> {
+        let nbk = self.nbk;
+        (0..g.div_ceil(nbk)).map(move |cb| (cb * nbk, nbk.min(g - cb * nbk)))
     }
 
     /// A block's predicted cycles for `tiles` of a group of `g` co fractals (planning only):
@@ -539,9 +541,8 @@ impl Plan {
     /// cube's notice, the last drain.
     fn block_cycles(&self, tiles: &[Tile], g: u64) -> f64 {
         let products = |t: &Tile| -> u64 {
-            (0..self.cob(g))
-                .map(|cb| {
-                    let nb = self.nbk.min(g - cb * self.nbk);
+            self.co_blocks(g)
+                .map(|(_, nb)| {
                     let steps = self.k.div_ceil(self.kf(t.mf(), nb));
                     t.mf() * nb * self.k + steps * CUBE_NOTICE_CYCLES
                 })
@@ -589,11 +590,8 @@ impl Plan {
 
     /// L0 steps of a tile of `mf` pixel fractals over every co block of a group of `g`.
     fn steps(&self, mf: u64, g: u64) -> u64 {
-        (0..self.cob(g))
-            .map(|cb| {
-                self.k
-                    .div_ceil(self.kf(mf, self.nbk.min(g - cb * self.nbk)))
-            })
+        self.co_blocks(g)
+            .map(|(_, nb)| self.k.div_ceil(self.kf(mf, nb)))
             .sum()
     }
 
@@ -1500,12 +1498,7 @@ impl<'a> Gen<'a> {
                 self.set(Pipe::Mte2, Pipe::V, ev::BIAS);
                 self.fills = tiles
                     .iter()
-                    .flat_map(|t| {
-                        (0..plan.cob(g)).map(move |cb| {
-                            let f0 = cb * plan.nbk;
-                            (t.mf(), f0, plan.nbk.min(g - f0))
-                        })
-                    })
+                    .flat_map(|t| plan.co_blocks(g).map(|(f0, nb)| (t.mf(), f0, nb)))
                     .collect();
                 self.wait(Pipe::Mte2, Pipe::V, ev::BIAS);
                 for u in 0..self.fills.len().min(2) {
@@ -1573,10 +1566,8 @@ impl<'a> Gen<'a> {
         }
         // Co fractals from the group's first (L1 holds the group's weights only).
         let g = self.co.1 - self.co.0;
-        let cob = plan.cob(g);
-        for cb in 0..cob {
-            let f0 = cb * plan.nbk;
-            let nb = plan.nbk.min(g - f0);
+        let cob = plan.co_blocks(g).count() as u64;
+        for (cb, (f0, nb)) in (0u64..).zip(plan.co_blocks(g)) {
             let kf = plan.kf(mf, nb);
             let nsteps = plan.k.div_ceil(kf);
             let half = self.l0c_tiles % 2;
