@@ -77,6 +77,8 @@ fn measure(aicore: bool, layout: TableLayout, gears: u32, n: u32) -> (Option<u64
                 kernel: k.addr.0,
                 args: args.0,
                 block_dim: 1,
+                l2ctrl: 0,
+                l2_sections: 0,
             }),
             Some(cycles(r.end.0 - r.first_start.0)),
         )

@@ -547,6 +547,8 @@ impl<S: TraceSink> Device<S> {
             kernel: kernel.addr.0,
             args: args_ptr,
             block_dim,
+            l2ctrl: 0,
+            l2_sections: 0,
         });
         let result = self
             .submit(s, task, name.as_deref())

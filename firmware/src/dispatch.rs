@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use gearsim_isa::Program;
-use gearsim_isa::task::AiCoreKernel;
+use gearsim_isa::task::{AiCoreKernel, L2_SECTION_BYTES, L2Action, L2Section, MAX_L2_SECTIONS};
 use gearsim_sim::{BlockLaunch, Chip, ChipConfig, CoreStats, ExecMode, Kernel, Tick, Traffic};
 use gearsim_traces::TraceSink;
 
@@ -64,6 +64,8 @@ struct KernelRun {
     work: CoreStats,
     /// The chip's traffic counters when it was launched.
     traffic_at_launch: Traffic,
+    /// The L2 ranges its launch forgets when its last block ends.
+    l2_drops: Vec<(u64, u64)>,
 }
 
 /// One finished AI core kernel run, as msprof's op summary shows it: when it ran, on how many
@@ -245,6 +247,7 @@ impl Dispatch {
         if k.args != 0 {
             cx.check_range(at, "AiCoreKernel", "args", k.args, 8)?;
         }
+        let l2_drops = apply_l2_control(cx, at, k)?;
         let mode = if needs_values {
             ExecMode::Full
         } else {
@@ -272,6 +275,7 @@ impl Dispatch {
                 launched: now,
                 work: CoreStats::default(),
                 traffic_at_launch: cx.chip.traffic(),
+                l2_drops,
             },
         );
         self.dispatch_blocks(cx.chip)
@@ -342,6 +346,9 @@ impl Dispatch {
         };
         if finished {
             if let Some(run) = self.runs.remove(&id) {
+                for &(start, len) in &run.l2_drops {
+                    cx.chip.l2_drop(start, len);
+                }
                 self.last_run = Some(RunSummary {
                     first_start: run.first_start,
                     end: run.end,
@@ -371,6 +378,48 @@ impl Dispatch {
         }
         self.dispatch_blocks(cx.chip)
     }
+}
+
+/// Reads a launch's L2 control sections (GE's `rtSmDesc_t`): applies its keeps now and returns
+/// its drops, which apply when the kernel ends. Every section is checked before any applies.
+fn apply_l2_control<S: TraceSink>(
+    cx: &mut Ctx<'_, S>,
+    at: TaskRef,
+    k: &AiCoreKernel,
+) -> Result<Vec<(u64, u64)>, DeviceError> {
+    const K: &str = "AiCoreKernel";
+    if k.l2_sections == 0 {
+        return Ok(Vec::new());
+    }
+    if k.l2_sections > MAX_L2_SECTIONS {
+        return Err(bad(
+            at,
+            K,
+            "l2_sections",
+            format!("{} is outside [0, {MAX_L2_SECTIONS}]", k.l2_sections),
+        ));
+    }
+    let len = u64::from(k.l2_sections) * L2_SECTION_BYTES as u64;
+    cx.check_range(at, K, "l2ctrl", k.l2ctrl, len)?;
+    let mut bytes = vec![0u8; len as usize];
+    cx.chip.read_mem(k.l2ctrl, &mut bytes)?;
+    let mut sections = Vec::with_capacity(k.l2_sections as usize);
+    for (i, chunk) in bytes.chunks_exact(L2_SECTION_BYTES).enumerate() {
+        let mut raw = [0u8; L2_SECTION_BYTES];
+        raw.copy_from_slice(chunk);
+        let s = L2Section::decode(&raw)
+            .map_err(|e| bad(at, K, "l2ctrl", format!("L2 control section {i}: {e}")))?;
+        cx.check_range(at, K, "l2ctrl", s.addr, s.bytes)?;
+        sections.push(s);
+    }
+    let mut drops = Vec::new();
+    for s in sections {
+        match s.action {
+            L2Action::Keep => cx.chip.l2_keep(s.addr, s.bytes),
+            L2Action::Drop => drops.push((s.addr, s.bytes)),
+        }
+    }
+    Ok(drops)
 }
 
 /// Adds `now - base` (one block's work on a core) to `sum`.

@@ -28,5 +28,7 @@ pub fn for_chip(cfg: &ChipConfig) -> Target {
                 / (cfg.core.clock_mhz * 1_000_000))
                 .max(1),
         },
+        l2_bytes: cfg.memory.l2_bytes,
+        buffer_optimize: Default::default(),
     }
 }

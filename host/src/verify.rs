@@ -19,6 +19,7 @@ use std::fmt;
 use gearsim_isa::gear::SHAPE_TENSOR_BYTES;
 use gearsim_isa::om::ModelDesc;
 use gearsim_isa::omtask::{Addr, ModelTasks, OmTask, Region};
+use gearsim_isa::task::MAX_L2_SECTIONS;
 use gearsim_isa::{FMatrix, Instruction, Opcode, Pipe, Program, SReg, Space};
 use gearsim_sim::scalar::{self, Step};
 use gearsim_sim::{Buffer, ChipConfig, MaskState, touches};
@@ -107,6 +108,7 @@ pub fn verify(m: &ModelView<'_>, cfg: &ChipConfig) -> Report {
                 kernel,
                 block_dim,
                 args,
+                ..
             } = &t.task
             else {
                 continue;
@@ -256,7 +258,20 @@ fn check_streams(m: &ModelView<'_>, regions: &RegionSizes, r: &mut Report) {
                     kernel,
                     block_dim,
                     args,
+                    l2,
                 } => {
+                    for (k, c) in l2.iter().enumerate() {
+                        region(c.addr, c.bytes, &format!("L2 control section {k}"));
+                    }
+                    if l2.len() > MAX_L2_SECTIONS as usize {
+                        r.violations.push(Violation {
+                            at: at.clone(),
+                            message: format!(
+                                "{} L2 control sections (at most {MAX_L2_SECTIONS})",
+                                l2.len()
+                            ),
+                        });
+                    }
                     if *kernel as usize >= m.kernels.len() {
                         r.violations.push(Violation {
                             at: at.clone(),

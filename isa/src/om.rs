@@ -25,7 +25,7 @@ pub const MAGIC: [u8; 8] = *b"GEAROM\0\0";
 /// Major version: a reader refuses any other.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version: a reader accepts a higher one and ignores section kinds it does not know.
-pub const VERSION_MINOR: u16 = 0;
+pub const VERSION_MINOR: u16 = 1;
 /// Header size in bytes.
 pub const HEADER_BYTES: usize = 64;
 /// Section table entry size in bytes.

@@ -11,6 +11,7 @@ use std::fmt;
 
 use crate::gear::{MapIndexEngine, TableLayout};
 use crate::om::{Decoder, Encoder, OmError};
+use crate::task::{L2Action, LeField, MAX_L2_SECTIONS};
 
 /// A memory region of a loaded model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -70,6 +71,17 @@ pub struct KernelArg {
     pub bytes: u64,
 }
 
+/// An L2 control section of a kernel launch (GE's `rtL2Ctrl_t` data section), before load.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct L2Control {
+    /// The range's start.
+    pub addr: Addr,
+    /// Its length.
+    pub bytes: u64,
+    /// Keep it in L2 from the kernel's start, or forget it at the kernel's end.
+    pub action: L2Action,
+}
+
 /// One output of a GetNext task.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GetNextSlot {
@@ -92,6 +104,8 @@ pub enum OmTask {
         block_dim: u32,
         /// The argument array: one device address per entry.
         args: Vec<KernelArg>,
+        /// The launch's L2 control sections (at most [`MAX_L2_SECTIONS`]).
+        l2: Vec<L2Control>,
     },
     /// MapIndex on the chosen engine: the lowest gear equal to the query at `x`, written as one
     /// i32 at `y` (-1 when none).
@@ -269,10 +283,40 @@ fn get_u32s(d: &mut Decoder<'_>, field: &str) -> Result<Vec<u32>, OmError> {
     (0..n).map(|_| d.u32(field)).collect()
 }
 
+/// The L2 control sections of a launch: 1..=[`MAX_L2_SECTIONS`] of them.
+fn get_l2(d: &mut Decoder<'_>) -> Result<Vec<L2Control>, OmError> {
+    let n = d.len("l2 sections", 28)?;
+    if n == 0 || n > MAX_L2_SECTIONS as usize {
+        return Err(OmError::Corrupt(format!(
+            "tasks: a launch has {n} L2 control sections (expected 1..={MAX_L2_SECTIONS})"
+        )));
+    }
+    (0..n)
+        .map(|_| {
+            let addr = get_addr(d, "l2 section")?;
+            let bytes = d.u64("l2 section bytes")?;
+            let action = d.u32("l2 section action")?;
+            let action = L2Action::from_le(action.into()).ok_or_else(|| {
+                OmError::Corrupt(format!(
+                    "tasks: L2 control action {action} is unknown (expected 1 keep or 2 drop)"
+                ))
+            })?;
+            Ok(L2Control {
+                addr,
+                bytes,
+                action,
+            })
+        })
+        .collect()
+}
+
 impl OmTask {
     fn code(&self) -> u32 {
         match self {
-            OmTask::AiCore { .. } => 0,
+            // A launch with L2 control sections has its own code (12, since version 1.1), so
+            // files without them read as before.
+            OmTask::AiCore { l2, .. } if l2.is_empty() => 0,
+            OmTask::AiCore { .. } => 12,
             OmTask::MapIndex { .. } => 1,
             OmTask::GetNext { .. } => 2,
             OmTask::GetDynamicDims { .. } => 3,
@@ -294,6 +338,7 @@ impl OmTask {
                 kernel,
                 block_dim,
                 args,
+                l2,
             } => {
                 e.u32(*kernel);
                 e.u32(*block_dim);
@@ -301,6 +346,14 @@ impl OmTask {
                 for a in args {
                     put_addr(e, a.addr);
                     e.u64(a.bytes);
+                }
+                if !l2.is_empty() {
+                    e.len(l2.len());
+                    for c in l2 {
+                        put_addr(e, c.addr);
+                        e.u64(c.bytes);
+                        e.u32(c.action as u32);
+                    }
                 }
             }
             OmTask::MapIndex {
@@ -356,7 +409,7 @@ impl OmTask {
     fn decode(d: &mut Decoder<'_>) -> Result<OmTask, OmError> {
         let code = d.u32("task kind")?;
         Ok(match code {
-            0 => {
+            0 | 12 => {
                 let kernel = d.u32("kernel")?;
                 let block_dim = d.u32("block_dim")?;
                 let n = d.len("args", 24)?;
@@ -368,10 +421,12 @@ impl OmTask {
                         })
                     })
                     .collect::<Result<_, OmError>>()?;
+                let l2 = if code == 12 { get_l2(d)? } else { Vec::new() };
                 OmTask::AiCore {
                     kernel,
                     block_dim,
                     args,
+                    l2,
                 }
             }
             1 => {
@@ -441,7 +496,7 @@ impl OmTask {
             11 => OmTask::EndGraph,
             k => {
                 return Err(OmError::Corrupt(format!(
-                    "tasks: task kind {k} is unknown (expected 0..=11)"
+                    "tasks: task kind {k} is unknown (expected 0..=12)"
                 )));
             }
         })
@@ -640,8 +695,32 @@ mod tests {
                                 bytes: 32,
                             },
                         ],
+                        l2: vec![],
                     },
                     name: "relu".into(),
+                },
+                NamedTask {
+                    task: OmTask::AiCore {
+                        kernel: 0,
+                        block_dim: 2,
+                        args: vec![KernelArg {
+                            addr: fm(64),
+                            bytes: 64,
+                        }],
+                        l2: vec![
+                            L2Control {
+                                addr: fm(64),
+                                bytes: 64,
+                                action: L2Action::Keep,
+                            },
+                            L2Control {
+                                addr: fm(0),
+                                bytes: 64,
+                                action: L2Action::Drop,
+                            },
+                        ],
+                    },
+                    name: "relu_l2".into(),
                 },
                 NamedTask {
                     task: OmTask::StreamActive { stream: None },

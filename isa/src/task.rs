@@ -162,6 +162,65 @@ task_enum! {
     }
 }
 
+task_enum! {
+    /// What an L2 control section of a kernel launch does to its range (the data sections of
+    /// GE's per-launch `rtL2Ctrl_t` under `--buffer_optimize=l2_optimize`).
+    L2Action {
+        /// From the kernel's start, the range's lines stay in L2 (reserved pages): streaming
+        /// data evicts them only from a set whose every way is kept.
+        Keep = 1,
+        /// At the kernel's end, the range's lines are forgotten without a write to device
+        /// memory (`L2_load_to_ddr = 0`: the data is dead) and any keep on it ends.
+        Drop = 2,
+    }
+}
+
+/// Most L2 control sections one launch carries (`rtL2Ctrl_t` has eight data sections).
+pub const MAX_L2_SECTIONS: u32 = 8;
+
+/// Bytes of one L2 control section in device memory: address (u64), bytes (u64), action
+/// ([`L2Action`], u32) and four zero bytes, little-endian.
+pub const L2_SECTION_BYTES: usize = 24;
+
+/// One L2 control section of a kernel launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct L2Section {
+    /// First byte of the range.
+    pub addr: u64,
+    /// Its length.
+    pub bytes: u64,
+    /// What happens to it.
+    pub action: L2Action,
+}
+
+impl L2Section {
+    /// The section's bytes in device memory.
+    pub fn encode(&self) -> [u8; L2_SECTION_BYTES] {
+        let mut out = [0u8; L2_SECTION_BYTES];
+        out[..8].copy_from_slice(&self.addr.to_le_bytes());
+        out[8..16].copy_from_slice(&self.bytes.to_le_bytes());
+        out[16..20].copy_from_slice(&(self.action as u32).to_le_bytes());
+        out
+    }
+
+    /// A section read back, or why it is not one: the action's value when it names none, or
+    /// the reserved bytes when they are not zero.
+    pub fn decode(b: &[u8; L2_SECTION_BYTES]) -> Result<L2Section, String> {
+        let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+        let action = u32::from_le_bytes([b[16], b[17], b[18], b[19]]);
+        if b[20..] != [0; 4] {
+            return Err("reserved bytes 20..24 are not zero".into());
+        }
+        let action = L2Action::from_le(U32::new(action))
+            .ok_or_else(|| format!("action {action} is not 1 (keep) or 2 (drop)"))?;
+        Ok(L2Section {
+            addr: word(0),
+            bytes: word(8),
+            action,
+        })
+    }
+}
+
 macro_rules! tasks {
     ( $(
         $(#[doc = $doc:literal])*
@@ -266,6 +325,10 @@ tasks! {
         args: u64,
         /// Number of blocks.
         block_dim: u32,
+        /// Device address of the launch's L2 control sections ([`L2Section`]s), 0 for none.
+        l2ctrl: u64,
+        /// How many sections are there (at most [`MAX_L2_SECTIONS`]).
+        l2_sections: u32,
     }
     /// Launch an AI CPU kernel.
     AiCpuKernel = 1 {

@@ -645,6 +645,18 @@ impl<S: TraceSink> Chip<S> {
         )
     }
 
+    /// Keeps GM bytes `[start, start + len)` resident in the L2 until [`Chip::l2_drop`]
+    /// releases them (an L2 control section of a kernel launch; nothing without an L2).
+    pub fn l2_keep(&mut self, start: u64, len: u64) {
+        self.l2.keep_range(start, len);
+    }
+
+    /// Forgets the L2's copy of GM bytes `[start, start + len)` without writing it to device
+    /// memory (the data is dead), and ends any keep on them.
+    pub fn l2_drop(&mut self, start: u64, len: u64) {
+        self.l2.drop_range(start, len);
+    }
+
     /// Everything DMAs have moved so far, for deltas over a window (a kernel's run).
     pub fn traffic(&self) -> Traffic {
         Traffic {

@@ -43,6 +43,9 @@ struct Set {
     refs: u32,
     /// The way the CLOCK hand points at.
     hand: u8,
+    /// The ways holding a block of a kept range, which replacement passes over while the set
+    /// has other ways.
+    keep: u32,
 }
 
 const LOW_BITS: u64 = 0x7f7f_7f7f_7f7f_7f7f;
@@ -75,6 +78,9 @@ pub(crate) struct L2 {
     write_back: bool,
     /// Bytes of dirty lines evicted since [`L2::take_written_back`] last ran.
     written_back: u64,
+    /// The kept ranges, `[start, end)` in GM bytes (few: the sections of the kernels between a
+    /// value's producer and its last reader).
+    kept: Vec<(u64, u64)>,
 }
 
 impl L2 {
@@ -100,6 +106,7 @@ impl L2 {
             dirty: vec![0; (sets * ways) as usize],
             write_back: false,
             written_back: 0,
+            kept: Vec::new(),
         }
     }
 
@@ -214,28 +221,33 @@ impl L2 {
         let si = self.set_of(block);
         let ways = self.ways;
         let base = si * ways;
-        let key = block + 1;
-        let partial = self.partial_of(block);
-        let pattern = u64::from(partial) * 0x0101_0101_0101_0101;
-        let set = &mut self.sets[si];
-        for (word, (&w, &present)) in set.partial.iter().zip(&self.way_bytes).enumerate() {
-            let mut candidates = equal_bytes(w, pattern) & present;
-            while candidates != 0 {
-                let way = word * 8 + candidates.trailing_zeros() as usize / 8;
-                if self.tags[base + way] == key {
-                    set.refs |= 1 << way;
-                    return (base + way, self.valid[base + way]);
-                }
-                candidates &= candidates - 1;
-            }
+        if let Some(way) = self.find(si, block) {
+            self.sets[si].refs |= 1 << way;
+            return (base + way, self.valid[base + way]);
         }
+        let partial = self.partial_of(block);
+        let kept = self.is_kept(block);
+        let set = &mut self.sets[si];
         let hand = usize::from(set.hand);
+        // Ways of kept blocks are passed over while the set has others (GE's L2 page
+        // reservation); a set whose every way is kept evicts among them all.
+        let all = bits(0, ways);
+        let mut open = all & !set.keep;
+        if open == 0 {
+            open = all;
+        }
         let mut refs = set.refs;
-        let free = !refs & bits(0, ways);
+        let free = !refs & open;
         let victim = if free == 0 {
-            // Every way was referenced: a full turn clears them all and stops at the hand.
-            refs = 0;
-            hand
+            // Every open way was referenced: a full turn clears them and stops at the first
+            // open way from the hand.
+            refs &= !open;
+            let ahead = open & !bits(0, hand);
+            if ahead != 0 {
+                ahead.trailing_zeros() as usize
+            } else {
+                open.trailing_zeros() as usize
+            }
         } else {
             let ahead = free & !bits(0, hand);
             if ahead != 0 {
@@ -259,12 +271,105 @@ impl L2 {
         let shift = 8 * (victim % 8);
         let word = &mut set.partial[victim / 8];
         *word = (*word & !(0xff << shift)) | (u64::from(partial) << shift);
+        if kept {
+            set.keep |= 1 << victim;
+        } else {
+            set.keep &= !(1 << victim);
+        }
         let slot = base + victim;
         self.written_back += u64::from(self.dirty[slot].count_ones()) << self.line_shift;
-        self.tags[slot] = key;
+        self.tags[slot] = block + 1;
         self.valid[slot] = 0;
         self.dirty[slot] = 0;
         (slot, 0)
+    }
+
+    /// The way of set `si` holding `block`, if it is resident.
+    fn find(&self, si: usize, block: u64) -> Option<usize> {
+        let base = si * self.ways;
+        let key = block + 1;
+        let pattern = u64::from(self.partial_of(block)) * 0x0101_0101_0101_0101;
+        let set = &self.sets[si];
+        for (word, (&w, &present)) in set.partial.iter().zip(&self.way_bytes).enumerate() {
+            let mut candidates = equal_bytes(w, pattern) & present;
+            while candidates != 0 {
+                let way = word * 8 + candidates.trailing_zeros() as usize / 8;
+                if self.tags[base + way] == key {
+                    return Some(way);
+                }
+                candidates &= candidates - 1;
+            }
+        }
+        None
+    }
+
+    /// Whether any byte of `block` is in a kept range.
+    fn is_kept(&self, block: u64) -> bool {
+        let start = block << self.block_shift;
+        let end = start + (1 << self.block_shift);
+        self.kept.iter().any(|&(s, e)| s < end && start < e)
+    }
+
+    /// Keeps `[start, start + len)` in the cache until [`L2::drop_range`] releases it: the
+    /// blocks of the range, resident now or allocated later, are evicted only from a set
+    /// whose every way is kept (GE's `--buffer_optimize=l2_optimize` maps such a section to
+    /// reserved L2 pages for the kernels between its producer and its last reader).
+    pub(crate) fn keep_range(&mut self, start: u64, len: u64) {
+        if !self.enabled() || len == 0 {
+            return;
+        }
+        let end = start.saturating_add(len);
+        self.kept.push((start, end));
+        for block in (start >> self.block_shift)..=((end - 1) >> self.block_shift) {
+            let si = self.set_of(block);
+            if let Some(way) = self.find(si, block) {
+                self.sets[si].keep |= 1 << way;
+            }
+        }
+    }
+
+    /// Forgets the data of `[start, start + len)` without writing it to HBM (the section is
+    /// dead: GE's `L2_load_to_ddr = 0` for a value after its last reader). The lines wholly
+    /// inside the range become invalid and clean, a block left with no line frees its way,
+    /// and kept ranges inside the range are released.
+    pub(crate) fn drop_range(&mut self, start: u64, len: u64) {
+        if !self.enabled() || len == 0 {
+            return;
+        }
+        let end = start.saturating_add(len);
+        self.kept.retain(|&(s, e)| !(start <= s && e <= end));
+        let line = 1u64 << self.line_shift;
+        for block in (start >> self.block_shift)..=((end - 1) >> self.block_shift) {
+            let si = self.set_of(block);
+            let Some(way) = self.find(si, block) else {
+                continue;
+            };
+            let base = block << self.block_shift;
+            // Lines wholly inside [start, end).
+            let first = start.max(base).div_ceil(line) * line;
+            let last = end.min(base + (1 << self.block_shift)) / line * line;
+            if last <= first {
+                continue;
+            }
+            let lines = bits(
+                ((first - base) >> self.line_shift) as usize,
+                ((last - base) >> self.line_shift) as usize,
+            ) as u16;
+            let slot = si * self.ways + way;
+            self.valid[slot] &= !lines;
+            self.dirty[slot] &= !lines;
+            let kept = self.is_kept(block);
+            let set = &mut self.sets[si];
+            if self.valid[slot] == 0 {
+                self.tags[slot] = 0;
+                let shift = 8 * (way % 8);
+                set.partial[way / 8] &= !(0xff << shift);
+                set.refs &= !(1 << way);
+                set.keep &= !(1 << way);
+            } else if !kept {
+                set.keep &= !(1 << way);
+            }
+        }
     }
 }
 
@@ -444,6 +549,66 @@ mod tests {
         l2.touch_hits(&range(0, 1024));
         l2.touch_hits(&range(BLOCK, 512));
         assert_eq!(l2.touch_hits(&range(0, 1024)), (1024, 0));
+    }
+
+    #[test]
+    fn a_kept_block_outlives_streaming_data_until_it_is_dropped() {
+        // One set of 2 ways: block 0 is kept, blocks 1.. stream through the other way.
+        let mut l2 = L2::new(2 * BLOCK, 512, 2).with_write_back(true);
+        l2.keep_range(0, BLOCK);
+        l2.touch_hits(&write(0, BLOCK));
+        for b in 1..6 {
+            l2.touch_hits(&range(b * BLOCK, 512));
+        }
+        assert_eq!(
+            l2.touch_hits(&range(0, BLOCK)),
+            (BLOCK, BLOCK),
+            "still resident"
+        );
+        assert_eq!(l2.take_written_back(), 0, "and never written back");
+        // Without the keep, the same stream evicts it (and writes its dirty lines back).
+        let mut plain = L2::new(2 * BLOCK, 512, 2).with_write_back(true);
+        plain.touch_hits(&write(0, BLOCK));
+        for b in 1..6 {
+            plain.touch_hits(&range(b * BLOCK, 512));
+        }
+        assert_eq!(plain.touch_hits(&range(0, BLOCK)).1, 0);
+        assert_eq!(plain.take_written_back(), BLOCK);
+        // Dropped, its lines are gone without a write-back and its way is free again.
+        l2.drop_range(0, BLOCK);
+        assert_eq!(l2.take_written_back(), 0);
+        assert_eq!(l2.touch_hits(&range(0, 512)).1, 0);
+        assert!(l2.kept.is_empty());
+    }
+
+    #[test]
+    fn a_set_of_kept_ways_still_takes_new_blocks() {
+        // One way, kept: a new block must evict it (the fallback), with its write-back.
+        let mut l2 = L2::new(BLOCK, 512, 1).with_write_back(true);
+        l2.keep_range(0, BLOCK);
+        l2.touch_hits(&write(0, 512));
+        l2.touch_hits(&range(BLOCK, 512));
+        assert_eq!(l2.take_written_back(), 512);
+        assert_eq!(l2.touch_hits(&range(BLOCK, 512)).1, 512);
+    }
+
+    #[test]
+    fn a_drop_clears_only_the_lines_wholly_inside_its_range() {
+        let mut l2 = L2::new(1 << 20, 512, 16).with_write_back(true);
+        l2.touch_hits(&write(0, 4 * 512));
+        // Bytes 100..1124: line 1 (512..1024) is wholly inside, lines 0 and 2 are not.
+        l2.drop_range(100, 1024);
+        assert_eq!(l2.touch_hits(&range(0, 512)).1, 512);
+        assert_eq!(l2.touch_hits(&range(512, 512)).1, 0);
+        assert_eq!(l2.touch_hits(&range(1024, 1024)).1, 1024);
+        // A range already kept by a block resident before the keep is marked too.
+        let mut l2 = L2::new(2 * BLOCK, 512, 2);
+        l2.touch_hits(&range(0, 512));
+        l2.keep_range(0, 512);
+        for b in 1..6 {
+            l2.touch_hits(&range(b * BLOCK, 512));
+        }
+        assert_eq!(l2.touch_hits(&range(0, 512)).1, 512);
     }
 
     #[test]

@@ -168,6 +168,8 @@ fn kernel_pointers_must_point_at_kernel_images() {
             kernel: 1 << 40,
             args: 0,
             block_dim: 1,
+            l2ctrl: 0,
+            l2_sections: 0,
         }),
         None,
     )
@@ -186,6 +188,8 @@ fn kernel_pointers_must_point_at_kernel_images() {
             kernel: junk.0,
             args: 0,
             block_dim: 1,
+            l2ctrl: 0,
+            l2_sections: 0,
         }),
         None,
     )
@@ -209,6 +213,8 @@ fn kernel_pointers_must_point_at_kernel_images() {
             kernel: p.0,
             args: 0,
             block_dim: 1,
+            l2ctrl: 0,
+            l2_sections: 0,
         }),
         None,
     )
@@ -227,6 +233,8 @@ fn kernel_pointers_must_point_at_kernel_images() {
             kernel: k.addr.0,
             args: 0,
             block_dim: 0,
+            l2ctrl: 0,
+            l2_sections: 0,
         }),
         None,
     )
@@ -236,4 +244,67 @@ fn kernel_pointers_must_point_at_kernel_images() {
         e,
         "stream 0 task 0: AiCoreKernel: field `block_dim`: 0 is outside [1, 65535]"
     );
+}
+
+#[test]
+fn l2_control_sections_are_checked_before_any_applies() {
+    use gearsim_isa::task::{L2Action, L2Section};
+    let launch = |dev: &mut gearsim_firmware::Device<NullSink>, l2ctrl: u64, n: u32| {
+        let s = dev.create_stream().unwrap();
+        let k = dev
+            .load_kernel(gearsim_isa::assemble("end", "e.s").unwrap())
+            .unwrap();
+        dev.submit(
+            s,
+            Task::AiCoreKernel(AiCoreKernel {
+                kernel: k.addr.0,
+                args: 0,
+                block_dim: 1,
+                l2ctrl,
+                l2_sections: n,
+            }),
+            None,
+        )
+        .unwrap();
+        dev.synchronize(s)
+    };
+    let section = |addr, bytes, action| {
+        L2Section {
+            addr,
+            bytes,
+            action,
+        }
+        .encode()
+    };
+    // Nine sections: more than rtL2Ctrl_t's eight.
+    let mut dev = device("ascend310p", NullSink);
+    let e = launch(&mut dev, 0, 9).unwrap_err().to_string();
+    assert_eq!(
+        e,
+        "stream 0 task 0: AiCoreKernel: field `l2_sections`: 9 is outside [0, 8]"
+    );
+    // An unknown action.
+    let mut dev = device("ascend310p", NullSink);
+    let mut raw = section(0, 512, L2Action::Keep);
+    raw[16] = 7;
+    let p = upload(&mut dev, &raw);
+    let e = launch(&mut dev, p.0, 1).unwrap_err().to_string();
+    assert!(
+        e.ends_with("L2 control section 0: action 7 is not 1 (keep) or 2 (drop)"),
+        "{e}"
+    );
+    // A range outside device memory.
+    let mut dev = device("ascend310p", NullSink);
+    let p = upload(&mut dev, &section(1 << 40, 512, L2Action::Drop));
+    let e = launch(&mut dev, p.0, 1).unwrap_err().to_string();
+    assert!(
+        e.contains("field `l2ctrl`: device range [0x10000000000, +512)"),
+        "{e}"
+    );
+    // A valid keep and drop run.
+    let mut dev = device("ascend310p", NullSink);
+    let mut both = section(0, 4096, L2Action::Keep).to_vec();
+    both.extend_from_slice(&section(0, 4096, L2Action::Drop));
+    let p = upload(&mut dev, &both);
+    launch(&mut dev, p.0, 2).unwrap();
 }

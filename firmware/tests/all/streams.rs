@@ -238,6 +238,8 @@ fn kernels_run_in_waves_and_share_cores() {
                 kernel: k.addr.0,
                 args: 0,
                 block_dim: 8,
+                l2ctrl: 0,
+                l2_sections: 0,
             }),
             None,
         )

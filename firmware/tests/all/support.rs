@@ -84,6 +84,8 @@ pub fn map_index_task<S: TraceSink>(
                 kernel: k.addr.0,
                 args: args.0,
                 block_dim: 1,
+                l2ctrl: 0,
+                l2_sections: 0,
             })
         }
         Engine::AiCpu => {

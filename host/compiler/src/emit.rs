@@ -26,14 +26,15 @@ use std::collections::BTreeMap;
 
 use gearsim_isa::gear::{SHAPE_TENSOR_BYTES, layout_table};
 use gearsim_isa::omtask::{
-    Addr, GetNextSlot, KernelArg, KernelImage, ModelTasks, NamedTask, OmTask, Region,
+    Addr, GetNextSlot, KernelArg, KernelImage, L2Control, ModelTasks, NamedTask, OmTask, Region,
 };
+use gearsim_isa::task::{L2Action, MAX_L2_SECTIONS};
 
 use super::Target;
 use super::gear::{self, GearSpec};
 use super::ir::{Graph, Model, Node, NodeId, Tensor, TensorDesc, Value};
 use super::lower::{Kernel, LowerCtx, LowerError, Lowered, Operand, lower_node};
-use super::memory::{Interval, Weights, place};
+use super::memory::{BufferOptimize, Interval, L2_KEEP_SHARE, Weights, l2_keeps, place};
 
 /// What emission produced.
 #[derive(Debug, Clone, Default)]
@@ -394,6 +395,45 @@ impl Emitter<'_> {
                 }),
             }
         };
+        // 4b. L2 control (`--buffer_optimize=l2_optimize`): each placed block is forgotten
+        // after the last kernel of its last reader (or of the last kernel node before it, when
+        // that reader is a relabelling), and kept from its producer's start when the budget
+        // allows.
+        let l2_on =
+            self.target.buffer_optimize == BufferOptimize::L2Optimize && self.target.l2_bytes > 0;
+        let mut l2_at_start: BTreeMap<usize, Vec<L2Control>> = BTreeMap::new();
+        let mut l2_at_end: BTreeMap<usize, Vec<L2Control>> = BTreeMap::new();
+        if l2_on {
+            let (num, den) = L2_KEEP_SHARE;
+            let keeps = l2_keeps(&intervals, self.target.l2_bytes / den * num);
+            let kernel_nodes: Vec<usize> = lowered
+                .iter()
+                .filter(|(_, l)| matches!(l, Lowered::Kernels { .. }))
+                .map(|(id, _)| id.0 as usize)
+                .collect();
+            for (((v, ws, iv), off), keep) in items.iter().zip(&offsets).zip(&keeps) {
+                let addr = Addr::new(Region::FeatureMap, env.fm_base + off);
+                let section = |action| L2Control {
+                    addr,
+                    bytes: iv.bytes,
+                    action,
+                };
+                let producer = ws.unwrap_or(v.node.0 as usize);
+                if *keep {
+                    l2_at_start
+                        .entry(producer)
+                        .or_default()
+                        .push(section(L2Action::Keep));
+                }
+                let reader = kernel_nodes.iter().rev().find(|&&k| k <= iv.last);
+                if let Some(&reader) = reader {
+                    l2_at_end
+                        .entry(reader)
+                        .or_default()
+                        .push(section(L2Action::Drop));
+                }
+            }
+        }
         // 5. Tasks in node order.
         let mut tasks = Vec::new();
         for (id, l) in &lowered {
@@ -404,6 +444,17 @@ impl Emitter<'_> {
                 continue;
             };
             let node = g.node(*id);
+            // A launch carries at most MAX_L2_SECTIONS: the node's drops first (a dead section
+            // written back costs traffic), then its keeps.
+            let mut ends = l2_at_end.remove(&(id.0 as usize)).unwrap_or_default();
+            let mut starts = l2_at_start.remove(&(id.0 as usize)).unwrap_or_default();
+            let cap = MAX_L2_SECTIONS as usize;
+            ends.truncate(cap);
+            if kernels.len() == 1 {
+                starts.truncate(cap - ends.len());
+            } else {
+                starts.truncate(cap);
+            }
             for (ki, k) in kernels.iter().enumerate() {
                 let mut args = Vec::with_capacity(k.args.len());
                 for a in &k.args {
@@ -467,11 +518,19 @@ impl Emitter<'_> {
                 } else {
                     format!("{}#{ki}", node.name)
                 };
+                let mut l2 = Vec::new();
+                if ki == 0 {
+                    l2.append(&mut starts);
+                }
+                if ki + 1 == kernels.len() {
+                    l2.append(&mut ends);
+                }
                 tasks.push(named(
                     OmTask::AiCore {
                         kernel,
                         block_dim: k.block_dim,
                         args,
+                        l2,
                     },
                     name,
                 ));

@@ -47,6 +47,10 @@ pub struct Target {
     pub map_index_max_dims: u32,
     /// The AI cores kernels are tiled for.
     pub core: CoreSpec,
+    /// L2 bytes (what kept feature-map sections are budgeted against; 0: no L2).
+    pub l2_bytes: u64,
+    /// atc's `--buffer_optimize`: whether launches carry L2 control sections.
+    pub buffer_optimize: memory::BufferOptimize,
 }
 
 /// The AI core resources kernel tiling depends on.

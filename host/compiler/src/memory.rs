@@ -7,11 +7,16 @@
 //!   region is the largest branch's size — the max over gears, not the sum.
 //! - **Compile-time inputs**: a constant read only as an operator's compile-time parameter
 //!   (Reshape's shape, a reduction's axes) is never stored.
+//! - **L2 control** (atc's `--buffer_optimize=l2_optimize`, its default): every launch tells
+//!   the L2 which feature-map sections to keep resident from their producer to their last
+//!   reader (within a budget of L2 bytes, chosen greedily in producer order) and which to forget
+//!   without a write-back after their last reader.
 
 use std::collections::BTreeMap;
 
 use super::infer::Registry;
 use super::ir::{Graph, NodeId, Tensor};
+use super::options::OptionError;
 
 /// Alignment of every block.
 pub const ALIGN: u64 = 512;
@@ -146,6 +151,75 @@ fn take(free: &mut BTreeMap<u64, u64>, top: &mut u64, size: u64) -> u64 {
     }
 }
 
+/// atc's `--buffer_optimize`: whether launches carry L2 control sections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BufferOptimize {
+    /// `l2_optimize` (atc's default): feature maps kept in L2 between their producer and last
+    /// reader within a budget, and forgotten without a write-back once dead.
+    #[default]
+    L2Optimize,
+    /// `off_optimize`: no L2 control; the L2 is a plain cache.
+    OffOptimize,
+}
+
+impl BufferOptimize {
+    /// atc's spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            BufferOptimize::L2Optimize => "l2_optimize",
+            BufferOptimize::OffOptimize => "off_optimize",
+        }
+    }
+
+    /// Parses atc's spelling (`l1_optimize`, L1 fusion, is not modelled and says so).
+    pub fn parse(s: &str) -> Result<BufferOptimize, OptionError> {
+        match s {
+            "l2_optimize" => Ok(BufferOptimize::L2Optimize),
+            "off_optimize" => Ok(BufferOptimize::OffOptimize),
+            "l1_optimize" => Err(OptionError::new(
+                "E10001",
+                "Value l1_optimize for parameter --buffer_optimize is invalid. Reason: gearsim \
+                 does not model L1 fusion; use l2_optimize (the default) or off_optimize.",
+            )),
+            _ => Err(OptionError::new(
+                "E10001",
+                format!(
+                    "Value {s} for parameter --buffer_optimize is invalid. Reason: The current \
+                     value is not within the valid range (l2_optimize, l1_optimize, \
+                     off_optimize)."
+                ),
+            )),
+        }
+    }
+}
+
+/// Share of the L2 that kept sections may fill at once; the rest stays a cache for weights and
+/// the sections not kept. An assumption: GE's page budget is not public.
+pub const L2_KEEP_SHARE: (u64, u64) = (1, 2);
+
+/// Which blocks to keep in L2 from producer to last reader: greedily in order of `first`
+/// (ties in the given order), a block is kept when the kept blocks live at each of its nodes
+/// leave room for it in `budget` bytes.
+pub fn l2_keeps(blocks: &[Interval], budget: u64) -> Vec<bool> {
+    let nodes = blocks.iter().map(|b| b.last + 1).max().unwrap_or(0);
+    let mut used = vec![0u64; nodes];
+    let mut order: Vec<usize> = (0..blocks.len()).collect();
+    order.sort_by_key(|&i| blocks[i].first);
+    let mut keep = vec![false; blocks.len()];
+    for i in order {
+        let b = blocks[i];
+        if b.bytes == 0 || b.last < b.first {
+            continue;
+        }
+        let span = &mut used[b.first..=b.last];
+        if span.iter().all(|&u| u + b.bytes <= budget) {
+            span.iter_mut().for_each(|u| *u += b.bytes);
+            keep[i] = true;
+        }
+    }
+    keep
+}
+
 fn release(free: &mut BTreeMap<u64, u64>, off: u64, size: u64) {
     let (mut start, mut len) = (off, size);
     if let Some((&p, &ps)) = free.range(..off).next_back() {
@@ -164,6 +238,41 @@ fn release(free: &mut BTreeMap<u64, u64>, off: u64, size: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kept_blocks_never_exceed_the_budget_at_any_node() {
+        let iv = |first, last, bytes| Interval { first, last, bytes };
+        // 0..=2 (600) fits; 1..=1 (500) would make 1100 at node 1; 2..=3 (400) makes 1000 at
+        // node 2; 3..=4 (700) would make 1100 at node 3; 4..=4 (700) fits after 2..=3 ends.
+        let blocks = [
+            iv(0, 2, 600),
+            iv(1, 1, 500),
+            iv(2, 3, 400),
+            iv(3, 4, 700),
+            iv(4, 4, 600),
+        ];
+        assert_eq!(l2_keeps(&blocks, 1000), [true, false, true, false, true]);
+        assert_eq!(l2_keeps(&blocks, 0), [false; 5]);
+    }
+
+    #[test]
+    fn buffer_optimize_takes_atcs_spellings() {
+        assert_eq!(
+            BufferOptimize::parse("l2_optimize").unwrap(),
+            BufferOptimize::L2Optimize
+        );
+        assert_eq!(
+            BufferOptimize::parse("off_optimize").unwrap(),
+            BufferOptimize::OffOptimize
+        );
+        for bad in ["l1_optimize", "L2_optimize", ""] {
+            assert_eq!(
+                BufferOptimize::parse(bad).unwrap_err().code,
+                "E10001",
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn placed_blocks_never_overlap_while_both_are_live() {

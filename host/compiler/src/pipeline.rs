@@ -258,6 +258,10 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
     desc.build_options = vec![
         ("precision_mode".into(), opts.precision.name().into()),
         ("fusion_switch".into(), opts.fusion.describe()),
+        (
+            "buffer_optimize".into(),
+            opts.target.buffer_optimize.name().into(),
+        ),
     ];
     if let Some(path) = aipp_conf {
         desc.build_options.push(("insert_op_conf".into(), path));

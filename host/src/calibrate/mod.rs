@@ -24,6 +24,7 @@ use gearsim_sim::{ChipConfig, ExecMode, Traffic};
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::study::svg::{Figure, Panel, Series, render};
 use gearsim_compiler::ir::Tensor;
+use gearsim_compiler::memory::BufferOptimize;
 use gearsim_compiler::options::GearOptions;
 use gearsim_compiler::pipeline::{CompileOptions, compile};
 use gearsim_compiler::precision::PrecisionMode;
@@ -203,7 +204,7 @@ fn kernel_line(k: &KernelProfile, cfg: &ChipConfig) -> KernelLine {
 /// Builds, compiles and runs one row; a row that cannot be built, compiled or run is an
 /// outcome with its error (the table reports every row).
 pub fn run_row(row: &Row) -> Outcome {
-    run_row_on(row, None)
+    run_row_on(row, None, BufferOptimize::default())
 }
 
 /// A changed chip to run the rows of its preset on instead (a sensitivity study: `name` in
@@ -223,9 +224,14 @@ impl ChipOverride {
     }
 }
 
-/// [`run_row`], on `chip` when the row's preset is the one it changes.
-pub fn run_row_on(row: &Row, chip: Option<&ChipOverride>) -> Outcome {
-    simulate(row, chip).unwrap_or_else(|e| Outcome {
+/// [`run_row`], on `chip` when the row's preset is the one it changes, compiled with atc's
+/// `--buffer_optimize` set to `buffer_optimize`.
+pub fn run_row_on(
+    row: &Row,
+    chip: Option<&ChipOverride>,
+    buffer_optimize: BufferOptimize,
+) -> Outcome {
+    simulate(row, chip, buffer_optimize).unwrap_or_else(|e| Outcome {
         row: row.clone(),
         simulated_us: 0.0,
         kernels: Vec::new(),
@@ -238,8 +244,15 @@ pub fn run_row_on(row: &Row, chip: Option<&ChipOverride>) -> Outcome {
 /// The AIPP configuration of the rows measured with AIPP on.
 const AIPP_IMAGENET: &str = include_str!("aipp_imagenet.cfg");
 
-fn simulate(row: &Row, chip: Option<&ChipOverride>) -> Result<Outcome, String> {
+fn simulate(
+    row: &Row,
+    chip: Option<&ChipOverride>,
+    buffer_optimize: BufferOptimize,
+) -> Result<Outcome, String> {
     let mut notes = Vec::new();
+    if buffer_optimize != BufferOptimize::default() {
+        notes.push(format!("buffer_optimize: {}", buffer_optimize.name()));
+    }
     let cfg = match chip.filter(|c| c.applies_to(row)) {
         Some(c) => {
             notes.push(format!("chip: {} (not the preset)", c.origin));
@@ -273,7 +286,10 @@ fn simulate(row: &Row, chip: Option<&ChipOverride>) -> Result<Outcome, String> {
         mapindex_engine: Default::default(),
         fusion: Default::default(),
         precision: row.precision,
-        target: crate::target::for_chip(&cfg),
+        target: gearsim_compiler::Target {
+            buffer_optimize,
+            ..crate::target::for_chip(&cfg)
+        },
     };
     let name = format!("{}_b{}.onnx", row.net.name(), row.batch);
     let om = compile(&onnx, &name, &opts)

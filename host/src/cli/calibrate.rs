@@ -10,6 +10,7 @@ use gearsim_traces::atomic::write_atomic;
 
 use super::Failure;
 use super::flags::read_chip_config;
+use gearsim_compiler::memory::BufferOptimize;
 use gearsim_host::calibrate::{
     ChipOverride, Row, TARGETS, csv, kernel_table, parse_targets, run_row_on, svg, table,
 };
@@ -48,6 +49,10 @@ pub struct CalibrateArgs {
     /// the table moves with one parameter.
     #[arg(long = "chip_config", value_name = "FILE")]
     chip_config: Option<PathBuf>,
+    /// atc's --buffer_optimize for every row: l2_optimize (the default, as atc's) or
+    /// off_optimize (no L2 control: the L2 is a plain cache), to see what the L2 control gives.
+    #[arg(long = "buffer_optimize", default_value = "l2_optimize")]
+    buffer_optimize: String,
 }
 
 /// `--chip_config`'s chip; an error when no selected row runs on the preset it changes.
@@ -119,7 +124,13 @@ pub fn run(a: &CalibrateArgs) -> Result<(), Failure> {
         }
     }
     let chip = chip_override(a, &rows)?;
-    let outcomes = parallel_map(&rows, threads, |r| run_row_on(r, chip.as_ref()), |_, _| {});
+    let buffer = BufferOptimize::parse(&a.buffer_optimize)?;
+    let outcomes = parallel_map(
+        &rows,
+        threads,
+        |r| run_row_on(r, chip.as_ref(), buffer),
+        |_, _| {},
+    );
     say!("{}", table(&outcomes).trim_end());
     if a.kernels {
         for x in &outcomes {

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, anyhow};
 use clap::Args;
+use gearsim_compiler::memory::BufferOptimize;
 use gearsim_compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
 use gearsim_compiler::precision::PrecisionMode;
 use gearsim_host::atc;
@@ -55,6 +56,11 @@ pub struct CompileArgs {
     /// allow_fp32_to_fp16, must_keep_origin_dtype or allow_mix_precision.
     #[arg(long = "precision_mode", default_value = "force_fp16")]
     precision_mode: String,
+    /// L2 control: l2_optimize (atc's default: each launch keeps the feature maps it makes in
+    /// L2 for their readers, within half the L2, and forgets dead ones without a write-back)
+    /// or off_optimize (the L2 is a plain cache).
+    #[arg(long = "buffer_optimize", default_value = "l2_optimize")]
+    buffer_optimize: String,
     /// Hybrid mode: also store the source graph, so input shapes that match no gear run a
     /// dynamic-shape path (op by op, kernels cached by shape) instead of failing with E13025.
     #[arg(long = "hybrid")]
@@ -94,12 +100,14 @@ pub fn run(a: &CompileArgs) -> Result<(), Failure> {
         }
     };
     let precision = PrecisionMode::parse(&a.precision_mode)?;
+    let mut target = target::for_chip(&chip);
+    target.buffer_optimize = BufferOptimize::parse(&a.buffer_optimize)?;
     let opts = CompileOptions {
         gear: a.gear.options()?,
         getnext_sink: a.getnext_sink,
         table_layout,
         mapindex_engine,
-        target: target::for_chip(&chip),
+        target,
         fusion,
         precision,
     };

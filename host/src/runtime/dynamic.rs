@@ -402,6 +402,8 @@ impl DynamicModel {
                 kernel: handle.addr.0,
                 args: args_ptr.0,
                 block_dim: *block_dim,
+                l2ctrl: 0,
+                l2_sections: 0,
             });
             l.host.submit(l.dev, l.stream, launch, &n.name)?;
         }

@@ -182,6 +182,8 @@ mod tests {
                 kernel: k.addr.0,
                 args: args.0,
                 block_dim: 1,
+                l2ctrl: 0,
+                l2_sections: 0,
             });
             host.submit(&mut dev, s, launch, "tiny").unwrap();
             host.sync(&mut dev, s).unwrap();

@@ -16,8 +16,8 @@ use gearsim_isa::gear::{MAX_RANK, TableLayout};
 use gearsim_isa::om::{ModelDesc, OmError, OmFile, SectionKind};
 use gearsim_isa::omtask::{Addr, ModelTasks, OmTask, Region, decode_kernels};
 use gearsim_isa::task::{
-    AiCoreKernel, AiCpuKernel, LabelGoto, LabelSet, LabelSwitchByIndex, Memcpy, MemcpyKind,
-    ModelEndGraph, NO_STREAM, StreamActive, Task,
+    AiCoreKernel, AiCpuKernel, L2_SECTION_BYTES, L2Section, LabelGoto, LabelSet,
+    LabelSwitchByIndex, Memcpy, MemcpyKind, ModelEndGraph, NO_STREAM, StreamActive, Task,
 };
 use gearsim_traces::TraceSink;
 
@@ -238,6 +238,7 @@ impl LoadedModel {
                         kernel,
                         block_dim,
                         args,
+                        l2,
                     } => {
                         let k = kernels.get(*kernel as usize).ok_or_else(|| {
                             LoadError::Model(format!("task {} names kernel {kernel}", t.name))
@@ -254,10 +255,28 @@ impl LoadedModel {
                         } else {
                             put(dev, &bytes)?.0
                         };
+                        // The launch's L2 control sections, as rtSmDesc_t is, in device
+                        // memory beside its arguments.
+                        let mut sections = Vec::with_capacity(l2.len() * L2_SECTION_BYTES);
+                        for c in l2 {
+                            let section = L2Section {
+                                addr: r.resolve(&t.name, c.addr)?,
+                                bytes: c.bytes,
+                                action: c.action,
+                            };
+                            sections.extend_from_slice(&section.encode());
+                        }
+                        let l2ctrl = if sections.is_empty() {
+                            0
+                        } else {
+                            put(dev, &sections)?.0
+                        };
                         Task::AiCoreKernel(AiCoreKernel {
                             kernel: k.addr.0,
                             args,
                             block_dim: *block_dim,
+                            l2ctrl,
+                            l2_sections: l2.len() as u32,
                         })
                     }
                     OmTask::MapIndex {
@@ -303,6 +322,8 @@ impl LoadedModel {
                                     kernel: k.addr.0,
                                     args: put(dev, &args)?.0,
                                     block_dim: 1,
+                                    l2ctrl: 0,
+                                    l2_sections: 0,
                                 })
                             }
                             MapIndexEngine::AiCpu => {

@@ -64,7 +64,10 @@ fn a_changed_chip_runs_the_rows_of_its_preset() {
         origin: "half_clock.toml".into(),
     };
     assert!(slow.applies_to(row));
-    let (base, changed) = (run_row(row), run_row_on(row, Some(&slow)));
+    let (base, changed) = (
+        run_row(row),
+        run_row_on(row, Some(&slow), Default::default()),
+    );
     assert!(changed.error.is_none(), "{:?}", changed.error);
     assert!(
         changed.simulated_us > 1.3 * base.simulated_us,
@@ -79,7 +82,7 @@ fn a_changed_chip_runs_the_rows_of_its_preset() {
     };
     assert!(!other.applies_to(row));
     assert_eq!(
-        run_row_on(row, Some(&other)).simulated_us,
+        run_row_on(row, Some(&other), Default::default()).simulated_us,
         base.simulated_us
     );
 }

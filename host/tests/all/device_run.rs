@@ -85,3 +85,36 @@ pub fn cnn_input() -> Tensor {
     )
     .unwrap()
 }
+
+/// Compiles `onnx` (an image network taking f16 `[batch, 3, 224, 224]`) with `opts` and runs it
+/// once timing-only with profiles on `cfg`, on an all-zero image.
+pub fn run_image_net_timing_only(
+    cfg: &ChipConfig,
+    onnx: &[u8],
+    opts: &gearsim_compiler::pipeline::CompileOptions,
+    batch: i64,
+) -> gearsim_host::runtime::RunReport {
+    let om = gearsim_compiler::pipeline::compile(onnx, "net.onnx", opts)
+        .unwrap()
+        .om_bytes()
+        .unwrap();
+    let mut rt = gearsim_host::runtime::Runtime::new(
+        cfg.clone(),
+        gearsim_traces::NullSink,
+        gearsim_host::runtime::RuntimeOptions {
+            exec_mode: ExecMode::TimingOnly,
+            profile: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let m = rt.load(&om).unwrap();
+    let pixels = (batch * 3 * 224 * 224) as usize;
+    let x = Tensor::new(
+        gearsim_compiler::ir::DataType::F16,
+        vec![batch, 3, 224, 224],
+        vec![0; pixels * 2],
+    )
+    .unwrap();
+    rt.run(m, &[x]).unwrap()
+}

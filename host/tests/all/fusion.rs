@@ -13,8 +13,8 @@ use gearsim_host::atc;
 use gearsim_host::calibrate::nets::{DType, Net};
 use gearsim_host::runtime::{Runtime, RuntimeOptions};
 
-use super::device_run::{cnn_input, cnn_options};
-use gearsim_sim::{ChipConfig, ExecMode};
+use super::device_run::{cnn_input, cnn_options, run_image_net_timing_only};
+use gearsim_sim::ChipConfig;
 use gearsim_traces::NullSink;
 
 /// Runs the demo CNN (conv, batch norm, ReLU, residual Add, depthwise, pooling, Gemm) at batch
@@ -92,29 +92,7 @@ fn resnet_blocks_fuse_their_activations_into_conv_and_add() {
     let names: Vec<&str> = c.emitted.kernels.iter().map(|k| k.name.as_str()).collect();
     assert!(names.iter().any(|n| n.ends_with("_relu")), "{names:?}");
     // Timing: the fused network is faster (fewer launches, one pass less over each tensor).
-    let time = |opts: &CompileOptions| {
-        let om = compile(&onnx, "resnet18.onnx", opts)
-            .unwrap()
-            .om_bytes()
-            .unwrap();
-        let mut rt = Runtime::new(
-            cfg.clone(),
-            NullSink,
-            RuntimeOptions {
-                exec_mode: ExecMode::TimingOnly,
-                ..RuntimeOptions::default()
-            },
-        )
-        .unwrap();
-        let m = rt.load(&om).unwrap();
-        let x = Tensor::new(
-            DataType::F16,
-            vec![1, 3, 224, 224],
-            vec![0; 3 * 224 * 224 * 2],
-        )
-        .unwrap();
-        rt.run(m, &[x]).unwrap().execute_ps
-    };
+    let time = |opts: &CompileOptions| run_image_net_timing_only(&cfg, &onnx, opts, 1).execute_ps;
     let mut off = opts.clone();
     off.fusion = FusionSwitches::all_off();
     assert!(time(&opts) < time(&off));

@@ -191,12 +191,17 @@ fn task_numbers(t: &mut ModelTasks) -> Vec<Num<'_>> {
                 kernel,
                 block_dim,
                 args,
+                l2,
             } => {
                 out.push(Num::U32(kernel));
                 out.push(Num::U32(block_dim));
                 for a in args {
                     out.push(Num::U64(&mut a.bytes));
                     out.extend(addr_numbers(&mut a.addr));
+                }
+                for c in l2 {
+                    out.push(Num::U64(&mut c.bytes));
+                    out.extend(addr_numbers(&mut c.addr));
                 }
             }
             OmTask::MapIndex {

@@ -17,6 +17,7 @@ mod fuzz_npy;
 mod fuzz_om;
 mod fuzz_onnx;
 mod fuzz_options;
+mod l2_control;
 mod lower_conv;
 mod lower_cube;
 mod lower_elementwise;

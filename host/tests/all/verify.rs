@@ -54,6 +54,7 @@ fn run(kernel: &str, args: Vec<KernelArg>, block_dim: u32, extra: Vec<NamedTask>
             kernel: 0,
             block_dim,
             args,
+            l2: vec![],
         },
         "node",
     )];

@@ -112,6 +112,7 @@ fn sample_tasks() -> ModelTasks {
                                 bytes: 128,
                             },
                         ],
+                        l2: vec![],
                     },
                 ),
                 task(

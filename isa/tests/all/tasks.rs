@@ -12,6 +12,8 @@ fn task() -> impl Strategy<Value = Task> {
                 kernel: v[0],
                 args: v[2],
                 block_dim: u(1),
+                l2ctrl: 0,
+                l2_sections: 0,
             }),
             TaskKind::AiCpuKernel => Task::AiCpuKernel(AiCpuKernel {
                 kernel: u(0),
