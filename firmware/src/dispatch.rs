@@ -348,6 +348,9 @@ impl Dispatch {
             if let Some(run) = self.runs.remove(&id) {
                 for &(start, len) in &run.l2_drops {
                     cx.chip.l2_drop(start, len);
+                    let sink = cx.chip.sink_mut();
+                    cx.lanes
+                        .l2_control(sink, run.task, "l2_drop", start, len, run.end);
                 }
                 self.last_run = Some(RunSummary {
                     first_start: run.first_start,
@@ -413,9 +416,15 @@ fn apply_l2_control<S: TraceSink>(
         sections.push(s);
     }
     let mut drops = Vec::new();
+    let now = cx.now();
     for s in sections {
         match s.action {
-            L2Action::Keep => cx.chip.l2_keep(s.addr, s.bytes),
+            L2Action::Keep => {
+                cx.chip.l2_keep(s.addr, s.bytes);
+                let sink = cx.chip.sink_mut();
+                cx.lanes
+                    .l2_control(sink, at, "l2_keep", s.addr, s.bytes, now);
+            }
             L2Action::Drop => drops.push((s.addr, s.bytes)),
         }
     }

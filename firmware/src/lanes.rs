@@ -20,6 +20,8 @@ pub(crate) struct Lanes {
     /// Host to device, device to host.
     pcie: [Option<LaneId>; 2],
     queues: BTreeMap<u32, LaneId>,
+    /// The L2 control sections launches apply.
+    l2: Option<LaneId>,
     names: BTreeMap<String, StrId>,
 }
 
@@ -137,6 +139,34 @@ impl Lanes {
             start: start.0,
             end: end.0.max(start.0),
             pc: at.index,
+            detail,
+        });
+    }
+
+    /// An L2 control section of the launch `at` took effect at `now`: `action` is `l2_keep`
+    /// (at the kernel's start) or `l2_drop` (at its end).
+    pub(crate) fn l2_control<S: TraceSink>(
+        &mut self,
+        sink: &mut S,
+        at: TaskRef,
+        action: &str,
+        addr: u64,
+        bytes: u64,
+        now: Tick,
+    ) {
+        if !sink.enabled() {
+            return;
+        }
+        let lane = *self
+            .l2
+            .get_or_insert_with(|| lane(sink, "chip", "L2 control".into(), LaneKind::Memory));
+        let name = self.name(sink, action);
+        let detail = sink.intern(&format!("{at}: [{addr:#x}, +{bytes})"));
+        sink.record(Record::Instant {
+            lane,
+            name,
+            at: now.0,
+            arg: u32::try_from(bytes.div_ceil(1024)).unwrap_or(u32::MAX),
             detail,
         });
     }

@@ -291,6 +291,25 @@ fn demo_runs_and_checks_its_results() {
     assert!(stdout.contains("all 14 runs checked"), "{stdout}");
     let t = gearsim_traces::TraceFile::open(&trace).unwrap();
     assert!(t.record_count() > 1000);
+    // The L2 control of every launch shows on its own lane: a drop for each feature map.
+    let l2 = t
+        .lanes()
+        .iter()
+        .position(|l| l.thread == "L2 control")
+        .expect("an L2 control lane");
+    let (mut keeps, mut drops) = (0, 0);
+    for r in t.records() {
+        if let gearsim_traces::Record::Instant { lane, name, .. } = r {
+            if lane.0 as usize == l2 {
+                match t.string(name) {
+                    "l2_keep" => keeps += 1,
+                    "l2_drop" => drops += 1,
+                    other => panic!("unexpected {other} on the L2 control lane"),
+                }
+            }
+        }
+    }
+    assert!(keeps > 0 && drops >= keeps, "{keeps} keeps, {drops} drops");
 }
 
 #[test]

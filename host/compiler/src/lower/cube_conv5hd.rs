@@ -49,6 +49,9 @@
 //! An NCHW side is converted by a Transpose kernel (`[N][C1][16][HW]` ↔ `[N][C1][HW][16]`)
 //! into or out of the node's workspace.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
+
 use gearsim_isa::units;
 use gearsim_isa::{DType, Pipe, SReg, SType, Space};
 
@@ -430,8 +433,16 @@ impl Plan {
             for &co in &ranges {
                 let g = co.1 - co.0;
                 let splits = best_splits(per_image, mf_max, &|mf| sized.steps(mf, g));
+                // The search asks for the same runs many times over (each trial finish
+                // re-searches every block's run), and a run's tiling is linear in its length.
+                let known = RefCell::new(HashMap::new());
                 let runs = distribute_by(s.n * per_image, per_group, &|_, at, r| {
-                    sized.block_cycles(&tiles(s, at, at + r, &splits, mf_max), g)
+                    if let Some(&c) = known.borrow().get(&(at, r)) {
+                        return c;
+                    }
+                    let c = sized.block_cycles(&tiles(s, at, at + r, &splits, mf_max), g);
+                    known.borrow_mut().insert((at, r), c);
+                    c
                 });
                 blocks.extend(runs.iter().map(|&(a, b)| Block {
                     co,
