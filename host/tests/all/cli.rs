@@ -483,6 +483,13 @@ fn compile_rejects_a_bad_precision_mode_or_fusion_switch_file_and_writes_nothing
         err.contains("E10001") && err.contains("--precision_mode"),
         "{err}"
     );
+    for bad in ["l3_optimize", "l1_optimize"] {
+        let err = fails(&["--buffer_optimize", bad]);
+        assert!(
+            err.contains("E10001") && err.contains("--buffer_optimize") && err.contains(bad),
+            "{err}"
+        );
+    }
     let switch = scratch("switch.json");
     std::fs::write(
         &switch,
