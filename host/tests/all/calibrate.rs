@@ -86,3 +86,37 @@ fn a_changed_chip_runs_the_rows_of_its_preset() {
         base.simulated_us
     );
 }
+
+#[test]
+fn resnet50s_residual_pointwise_layers_fall_off_the_l2_between_batch_4_and_8() {
+    // A public measurement outside the targets (Huawei's msadvisor documentation, CANN 7.0:
+    // ResNet-50 int8 on an Atlas inference card): res2a/b/c_branch2c, the residual 1×1
+    // convolutions at 56×56, take 3.8-5.2x longer at batch 8 than at batch 4, because their
+    // data no longer fits the L2. The same layers here must show the cliff, not the 2x of
+    // twice the work.
+    let rows = parse_targets(TARGETS, "targets.csv").unwrap();
+    let residual_layers = |batch: i64| -> Vec<f64> {
+        let row = rows
+            .iter()
+            .find(|r| r.id == "M2" && r.batch == batch)
+            .expect("M2 is a committed target");
+        let x = run_row(row);
+        assert!(x.error.is_none(), "{:?}", x.error);
+        let name = format!("Conv_f16_{batch}x256x56x56_5hd_relu");
+        let times: Vec<f64> = x
+            .kernels
+            .iter()
+            .filter(|k| k.name == name)
+            .map(|k| k.us)
+            .collect();
+        assert_eq!(times.len(), 3, "{name} in {:?}", x.kernels);
+        times
+    };
+    let (b4, b8) = (residual_layers(4), residual_layers(8));
+    for (i, (a, b)) in b4.iter().zip(&b8).enumerate() {
+        assert!(
+            b / a > 2.8,
+            "layer {i}: {a} us at batch 4, {b} us at batch 8"
+        );
+    }
+}
