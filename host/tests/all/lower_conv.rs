@@ -668,3 +668,16 @@ fn conv5hd_uneven_output_channel_groups_with_bias() {
         47,
     );
 }
+
+#[test]
+fn conv5hd_pointwise_tiles_its_plane_in_rows_of_one_fractal() {
+    // 12×20 = 240 pixels = 15 fractals: the kernel tiles the plane as 15 rows of 16 pixels
+    // (a tile's band reads no row outside it), NCHW and 5HD sides, with bias; and a plane that
+    // does not divide into fractals (7×9) keeps its grid.
+    cube(
+        &Case::new(3, 32, (12, 20), 48, 1).bias().formats(F5, F5),
+        48,
+    );
+    cube(&Case::new(2, 16, (12, 20), 32, 1).formats(ND, F5), 49);
+    cube(&Case::new(2, 16, (7, 9), 32, 1).formats(F5, ND), 50);
+}

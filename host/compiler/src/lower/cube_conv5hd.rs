@@ -826,8 +826,33 @@ pub(crate) fn supports(s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
     supports_from(s, core, Source::Fractal)
 }
 
+/// The grid the kernel tiles a convolution on: a pointwise one (1×1, stride 1, no padding)
+/// reads exactly the pixels it writes, so any grid of its plane is the same bytes in NC1HWC0;
+/// rows of 16 pixels (one fractal each) when the plane divides into them, so that no tile's
+/// band reads input rows it has no output in (a tile starts on a fractal, a band on a row).
+fn tiling_grid(s: &ConvShape, source: Source) -> ConvShape {
+    let pointwise = s.kh == 1
+        && s.kw == 1
+        && s.sh == 1
+        && s.sw == 1
+        && s.pt + s.pb + s.pl + s.pr == 0
+        && (s.ho, s.wo) == (s.h, s.w);
+    let plane = s.h * s.w;
+    if !pointwise || source.image() || s.w % 16 == 0 || plane % 16 != 0 {
+        return *s;
+    }
+    ConvShape {
+        h: plane / 16,
+        w: 16,
+        ho: plane / 16,
+        wo: 16,
+        ..*s
+    }
+}
+
 /// Whether the fractal-format kernel runs this convolution reading `source`.
 pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> Result<(), String> {
+    let s = &tiling_grid(s, source);
     if s.group != 1 {
         return Err(format!(
             "group {} (the fractal kernel is ungrouped)",
@@ -967,6 +992,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         }
     };
     supports_from(s, &ctx.target.core, source).map_err(|e| ctx.error(e))?;
+    let s = &tiling_grid(s, source);
     let y_desc = &ctx.outputs[0];
     let sides: &[&TensorDesc] = if aipp.is_some() {
         &[y_desc]
