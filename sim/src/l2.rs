@@ -25,6 +25,8 @@
 //! DMA starts, in global time order, so a read overlapping an earlier DMA that is still in
 //! flight to the same line counts as a hit, as a miss-status register would merge it.
 
+use std::collections::BTreeMap;
+
 use crate::exec::Access;
 
 /// Lines per tag (the valid bits of a block are a `u16`).
@@ -78,9 +80,9 @@ pub(crate) struct L2 {
     write_back: bool,
     /// Bytes of dirty lines evicted since [`L2::take_written_back`] last ran.
     written_back: u64,
-    /// The kept ranges, `[start, end)` in GM bytes (few: the sections of the kernels between a
-    /// value's producer and its last reader).
-    kept: Vec<(u64, u64)>,
+    /// The kept bytes as disjoint ranges, start -> end (GM bytes), so that a miss asks one
+    /// predecessor whatever the number of kept sections.
+    kept: BTreeMap<u64, u64>,
 }
 
 impl L2 {
@@ -106,7 +108,7 @@ impl L2 {
             dirty: vec![0; (sets * ways) as usize],
             write_back: false,
             written_back: 0,
-            kept: Vec::new(),
+            kept: BTreeMap::new(),
         }
     }
 
@@ -303,11 +305,36 @@ impl L2 {
         None
     }
 
-    /// Whether any byte of `block` is in a kept range.
+    /// Whether any byte of `block` is kept.
     fn is_kept(&self, block: u64) -> bool {
         let start = block << self.block_shift;
         let end = start + (1 << self.block_shift);
-        self.kept.iter().any(|&(s, e)| s < end && start < e)
+        // The ranges are disjoint: only the last one starting before the block's end can
+        // reach into it.
+        self.kept
+            .range(..end)
+            .next_back()
+            .is_some_and(|(_, &e)| e > start)
+    }
+
+    /// Removes `[start, end)` from the kept ranges, keeping what lies outside it.
+    fn release(&mut self, start: u64, end: u64) {
+        let hit: Vec<(u64, u64)> = self
+            .kept
+            .range(..end)
+            .rev()
+            .take_while(|(_, e)| **e > start)
+            .map(|(s, e)| (*s, *e))
+            .collect();
+        for (s, e) in hit {
+            self.kept.remove(&s);
+            if s < start {
+                self.kept.insert(s, start);
+            }
+            if e > end {
+                self.kept.insert(end, e);
+            }
+        }
     }
 
     /// Keeps `[start, start + len)` in the cache until [`L2::drop_range`] releases it: the
@@ -319,7 +346,21 @@ impl L2 {
             return;
         }
         let end = start.saturating_add(len);
-        self.kept.push((start, end));
+        // Merged with the kept ranges it overlaps or touches.
+        let (mut lo, mut hi) = (start, end);
+        let joined: Vec<(u64, u64)> = self
+            .kept
+            .range(..=end)
+            .rev()
+            .take_while(|(_, e)| **e >= start)
+            .map(|(s, e)| (*s, *e))
+            .collect();
+        for (s, e) in joined {
+            self.kept.remove(&s);
+            lo = lo.min(s);
+            hi = hi.max(e);
+        }
+        self.kept.insert(lo, hi);
         for block in (start >> self.block_shift)..=((end - 1) >> self.block_shift) {
             let si = self.set_of(block);
             if let Some(way) = self.find(si, block) {
@@ -331,13 +372,13 @@ impl L2 {
     /// Forgets the data of `[start, start + len)` without writing it to HBM (the section is
     /// dead: GE's `L2_load_to_ddr = 0` for a value after its last reader). The lines wholly
     /// inside the range become invalid and clean, a block left with no line frees its way,
-    /// and kept ranges inside the range are released.
+    /// and the keep on the range ends.
     pub(crate) fn drop_range(&mut self, start: u64, len: u64) {
         if !self.enabled() || len == 0 {
             return;
         }
         let end = start.saturating_add(len);
-        self.kept.retain(|&(s, e)| !(start <= s && e <= end));
+        self.release(start, end);
         let line = 1u64 << self.line_shift;
         for block in (start >> self.block_shift)..=((end - 1) >> self.block_shift) {
             let si = self.set_of(block);
@@ -579,6 +620,24 @@ mod tests {
         assert_eq!(l2.take_written_back(), 0);
         assert_eq!(l2.touch_hits(&range(0, 512)).1, 0);
         assert!(l2.kept.is_empty());
+    }
+
+    #[test]
+    fn kept_ranges_merge_and_a_drop_releases_only_its_bytes() {
+        let mut l2 = L2::new(1 << 20, 512, 16);
+        l2.keep_range(0, 1000);
+        l2.keep_range(1000, 1000);
+        l2.keep_range(5000, 100);
+        assert_eq!(
+            l2.kept.iter().map(|(s, e)| (*s, *e)).collect::<Vec<_>>(),
+            [(0, 2000), (5000, 5100)]
+        );
+        l2.drop_range(500, 4550);
+        assert_eq!(
+            l2.kept.iter().map(|(s, e)| (*s, *e)).collect::<Vec<_>>(),
+            [(0, 500), (5050, 5100)]
+        );
+        assert!(l2.is_kept(0) && !l2.is_kept(1));
     }
 
     #[test]
