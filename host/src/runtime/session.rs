@@ -830,17 +830,28 @@ impl<S: TraceSink> Runtime<S> {
             None => (None, Vec::new()),
             Some(d) => {
                 let dims = gear_vector(&desc, d, inputs)?;
-                match find_gear(d, &dims) {
-                    Some(g) => (Some(g), dims),
-                    None if model.dynamic.is_some() => {
-                        let reason = format!(
-                            "dims [{}] match no gear ({}): dynamic-shape path",
-                            join(&dims),
-                            gear_list(d)
-                        );
+                // Every input must have its shape in the gear, the ones whose axes the gear
+                // vector does not carry too (an input `--input_shape` leaves out joins a batch
+                // or image-size gear with the same value, spec 2.3).
+                let gear = find_gear(d, &dims);
+                let off_gear = gear.and_then(|g| off_gear_input(&desc, d, g, inputs));
+                match (gear, off_gear) {
+                    (Some(g), None) => (Some(g), dims),
+                    (_, why) if model.dynamic.is_some() => {
+                        let reason = match why {
+                            Some(why) => format!("{why}: dynamic-shape path"),
+                            None => format!(
+                                "dims [{}] match no gear ({}): dynamic-shape path",
+                                join(&dims),
+                                gear_list(d)
+                            ),
+                        };
                         return self.run_dynamic(m, inputs, dims, reason, start);
                     }
-                    None => {
+                    (Some(_), Some(why)) => {
+                        return Err(RuntimeError::NotAGear(why));
+                    }
+                    (None, _) => {
                         return Err(RuntimeError::NotAGear(format!(
                             "The input tensor dimension [{}] is not in the dynamic dimension list \
                              configured by dynamic_dims (gears: {})",
@@ -989,6 +1000,16 @@ impl<S: TraceSink> Runtime<S> {
         };
         let desc = model.loaded.desc.clone();
         check_inputs(&desc, inputs)?;
+        // The device picks the branch from the gear axes alone (a vector matching no gear runs
+        // the last branch, as GE's does); inputs that disagree with the gear those axes pick
+        // would be cut to it silently, so they are refused here.
+        if let Some(d) = desc.dynamic.as_ref() {
+            let dims = gear_vector(&desc, d, inputs)?;
+            if let Some(why) = find_gear(d, &dims).and_then(|g| off_gear_input(&desc, d, g, inputs))
+            {
+                return Err(RuntimeError::NotAGear(why));
+            }
+        }
         for (x, io) in inputs.iter().zip(&desc.inputs) {
             if x.data.len() as u64 > io.bytes {
                 return Err(bad(format!(
@@ -1321,6 +1342,31 @@ fn bad_input(index: Option<usize>, message: String) -> RuntimeError {
 }
 
 /// The gear vector of `inputs`: the runtime value of every -1 axis, inputs in `shape_order`.
+/// The first input whose shape is not the one gear `g` gives it, said as E13025's reason.
+fn off_gear_input(
+    desc: &ModelDesc,
+    d: &DynamicDesc,
+    g: usize,
+    inputs: &[Tensor],
+) -> Option<String> {
+    let want = d.input_dims.get(g)?;
+    inputs
+        .iter()
+        .zip(&desc.inputs)
+        .zip(want)
+        .find(|((x, _), w)| x.dims != **w)
+        .map(|((x, io), w)| {
+            format!(
+                "input `{}` has shape [{}], but gear {g} ({}) gives it [{}]; every input whose \
+                 dims are -1 must match the same gear",
+                io.name,
+                join(&x.dims),
+                join(&d.gears[g]),
+                join(w)
+            )
+        })
+}
+
 fn gear_vector(
     desc: &ModelDesc,
     d: &DynamicDesc,

@@ -27,7 +27,12 @@ fn compiled(model: &str, gear: GearOptions, sink: bool) -> Compiled {
         .join("../tests/models")
         .join(model);
     let bytes = std::fs::read(path).unwrap();
-    let opts = CompileOptions {
+    compile(&bytes, model, &options(gear, sink)).unwrap_or_else(|e| panic!("{model}: {e}"))
+}
+
+/// The tests' compile options: `gear`, sink or not, origin dtypes, on [`cfg`].
+fn options(gear: GearOptions, sink: bool) -> CompileOptions {
+    CompileOptions {
         gear,
         getnext_sink: sink,
         table_layout: Default::default(),
@@ -35,8 +40,7 @@ fn compiled(model: &str, gear: GearOptions, sink: bool) -> Compiled {
         fusion: Default::default(),
         precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
         target: atc::target(&cfg()),
-    };
-    compile(&bytes, model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))
+    }
 }
 
 fn seed(sink: bool) -> Compiled {
@@ -481,19 +485,14 @@ fn buffers_replaced_during_an_asynchronous_dynamic_run_outlive_the_kernels_using
     let c = compile(
         &m.encode_to_vec(),
         "gaps.onnx",
-        &CompileOptions {
-            gear: GearOptions {
+        &options(
+            GearOptions {
                 input_shape: Some("x:1,1,-1,-1".into()),
                 dynamic_image_size: Some("8,8;16,16".into()),
                 ..GearOptions::default()
             },
-            getnext_sink: false,
-            table_layout: Default::default(),
-            mapindex_engine: Default::default(),
-            fusion: Default::default(),
-            precision: gearsim_compiler::precision::PrecisionMode::MustKeepOriginDtype,
-            target: atc::target(&cfg()),
-        },
+            false,
+        ),
     )
     .unwrap();
     let source = gearsim_compiler::onnx::import(&c.source, "gaps.onnx")
@@ -517,5 +516,62 @@ fn buffers_replaced_during_an_asynchronous_dynamic_run_outlive_the_kernels_using
             1e-6,
             &format!("output {o}"),
         );
+    }
+}
+
+/// An input `--input_shape` leaves out joins a batch gear (spec 2.3): its batch must be the
+/// gear's too. A run whose other inputs pick gear [2] while `y` has batch 4 (which would be cut
+/// to 2) or 5 (which overflowed the merged copy) is E13025, naming `y`, in both modes.
+#[test]
+fn every_input_must_have_the_shape_of_the_gear_the_others_pick() {
+    use super::onnx_build::{model, node};
+    use prost::Message as _;
+    let m = model(
+        13,
+        vec![
+            node("Relu", "rx", &["x"], &["ox"]),
+            node("Relu", "ry", &["y"], &["oy"]),
+        ],
+        &[("x", &[None, Some(3)]), ("y", &[None, Some(3)])],
+        &[("ox", &[None, Some(3)]), ("oy", &[None, Some(3)])],
+        vec![],
+    );
+    let ones = |n: i64| Tensor::from_f32s(vec![n, 3], &vec![1.0; 3 * n as usize]);
+    for sink in [false, true] {
+        let c = compile(
+            &m.encode_to_vec(),
+            "two.onnx",
+            &options(
+                GearOptions {
+                    input_shape: Some("x:-1,3".into()),
+                    dynamic_batch_size: Some("1,2,4".into()),
+                    ..GearOptions::default()
+                },
+                sink,
+            ),
+        )
+        .unwrap();
+        let mut rt = runtime(RuntimeOptions::default());
+        let id = rt.load(&c.om_bytes().unwrap()).unwrap();
+        let run = |rt: &mut Runtime<NullSink>, y: i64| {
+            let inputs = [ones(2), ones(y)];
+            if sink {
+                rt.enqueue(id, &inputs)?;
+                rt.run_queued(id)
+            } else {
+                rt.run(id, &inputs)
+            }
+        };
+        let ok = run(&mut rt, 2).unwrap();
+        assert_eq!(ok.outputs[1].dims, [2, 3]);
+        for y in [4, 5] {
+            let e = run(&mut rt, y).unwrap_err();
+            assert_eq!(code(&e), "E13025", "sink {sink}, y batch {y}: {e}");
+            assert!(
+                e.to_string()
+                    .contains(&format!("input `y` has shape [{y},3]")),
+                "{e}"
+            );
+        }
     }
 }
