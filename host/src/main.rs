@@ -13,7 +13,19 @@ use cli::Failure;
 
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::try_parse() {
+        Ok(args) => args,
+        // A bad flag is bad input (exit 1, as the README defines); help and version are not
+        // errors.
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            };
+        }
+    };
     exit_code(std::panic::catch_unwind(|| cli::run(args)))
 }
 

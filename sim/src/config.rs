@@ -15,12 +15,18 @@ use crate::time::Clock;
 #[derive(Debug, Error)]
 pub enum ConfigError {
     /// No preset of that name.
-    #[error("unknown soc_version `{name}` (expected one of: {})", known.join(", "))]
+    #[error(
+        "unknown soc_version `{name}` (expected one of: {}, or atc's {}; case-insensitive)",
+        known.join(", "),
+        aliases.join(", ")
+    )]
     UnknownPreset {
         /// Name asked for.
         name: String,
-        /// Names available.
+        /// Preset names.
         known: Vec<&'static str>,
+        /// atc's names for the modelled parts.
+        aliases: Vec<&'static str>,
     },
     /// The TOML does not parse or does not match the schema.
     #[error("{origin}: {message}")]
@@ -324,7 +330,7 @@ pub const PRESETS: &[(&str, &str)] = &[
 /// atc's `--soc_version` spellings of the parts a preset models (matched case-insensitively):
 /// the 310P3 is the 8-core 310P (the 10-core 310P1 is not modelled), the 910A the first 910.
 pub const SOC_ALIASES: &[(&str, &str)] =
-    &[("ascend310p3", "ascend310p"), ("ascend910a", "ascend910")];
+    &[("Ascend310P3", "ascend310p"), ("Ascend910A", "ascend910")];
 
 impl ChipConfig {
     /// A compiled-in preset by name (case-insensitive, so `Ascend910` works as in atc).
@@ -339,6 +345,7 @@ impl ChipConfig {
             .ok_or_else(|| ConfigError::UnknownPreset {
                 name: name.to_string(),
                 known: PRESETS.iter().map(|(n, _)| *n).collect(),
+                aliases: SOC_ALIASES.iter().map(|(a, _)| *a).collect(),
             })?;
         ChipConfig::from_toml(text, key)
     }

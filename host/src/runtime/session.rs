@@ -852,9 +852,15 @@ impl<S: TraceSink> Runtime<S> {
                         return Err(RuntimeError::NotAGear(why));
                     }
                     (None, _) => {
+                        let option = match d.mode {
+                            1 => "dynamic_batch_size",
+                            2 => "dynamic_image_size",
+                            _ => "dynamic_dims",
+                        };
                         return Err(RuntimeError::NotAGear(format!(
                             "The input tensor dimension [{}] is not in the dynamic dimension list \
-                             configured by dynamic_dims (gears: {})",
+                             configured by {option} (gears: {}); a model compiled with --hybrid \
+                             runs such shapes on a dynamic-shape path",
                             join(&dims),
                             gear_list(d)
                         )));

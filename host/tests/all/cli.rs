@@ -158,7 +158,7 @@ fn bad_inputs_exit_1_with_the_problem_named() {
                 "--soc_version",
                 "ascend999",
             ],
-            "unknown soc_version `ascend999` (expected one of: ascend910, ascend310p)",
+            "unknown soc_version `ascend999` (expected one of: ascend910, ascend310p, or atc's Ascend310P3, Ascend910A; case-insensitive)",
         ),
         (
             &[
@@ -527,4 +527,14 @@ fn compile_rejects_a_bad_precision_mode_or_fusion_switch_file_and_writes_nothing
         "{err}"
     );
     assert_eq!(std::fs::read(&om).unwrap(), b"previous");
+}
+
+#[test]
+fn a_bad_flag_is_bad_input_and_help_is_not_an_error() {
+    let o = gearsim(&["run", "--no_such_flag"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--no_such_flag"), "{err}");
+    assert_eq!(gearsim(&["--help"]).status.code(), Some(0));
+    assert_eq!(gearsim(&["run", "--help"]).status.code(), Some(0));
 }

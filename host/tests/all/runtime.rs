@@ -564,6 +564,14 @@ fn every_input_must_have_the_shape_of_the_gear_the_others_pick() {
         };
         let ok = run(&mut rt, 2).unwrap();
         assert_eq!(ok.outputs[1].dims, [2, 3]);
+        if !sink {
+            // A batch that is no gear names the batch option and the way out (--hybrid).
+            let e = rt.run(id, &[ones(3), ones(3)]).unwrap_err().to_string();
+            assert!(
+                e.contains("E13025") && e.contains("dynamic_batch_size") && e.contains("--hybrid"),
+                "{e}"
+            );
+        }
         for y in [4, 5] {
             let e = run(&mut rt, y).unwrap_err();
             assert_eq!(code(&e), "E13025", "sink {sink}, y batch {y}: {e}");
