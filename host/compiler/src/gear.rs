@@ -382,6 +382,8 @@ pub fn multi_batch_clone(model: &Model, spec: &GearSpec) -> Result<Cloned, GearE
     );
     case.subgraphs = (0..gear_count).map(|i| format!("Batch_{i}")).collect();
     let case_id = root.add(case);
+    root.attrs
+        .insert("_enable_dynamic_batch".into(), Attr::Bool(true));
     // 7. NetOutput: Case outputs, direct outputs from the root inputs, the gear vector in sink mode.
     let mut out_inputs = Vec::new();
     let mut k = 0u32;

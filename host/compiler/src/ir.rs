@@ -260,6 +260,8 @@ pub struct Graph {
     pub name: String,
     /// The nodes; `NodeId(i)` is `nodes[i]`.
     pub nodes: Vec<Node>,
+    /// Graph-level attributes (a gear model's root has GE's `_enable_dynamic_batch`).
+    pub attrs: BTreeMap<String, Attr>,
 }
 
 impl Graph {
@@ -268,6 +270,7 @@ impl Graph {
         Graph {
             name: name.into(),
             nodes: Vec::new(),
+            attrs: BTreeMap::new(),
         }
     }
 
@@ -422,7 +425,12 @@ impl Graph {
     /// The graph as text, one node per line, for dumps and golden tests.
     pub fn dump(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "graph {} {{", self.name);
+        if self.attrs.is_empty() {
+            let _ = writeln!(out, "graph {} {{", self.name);
+        } else {
+            let a: Vec<String> = self.attrs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let _ = writeln!(out, "graph {} [{}] {{", self.name, a.join(", "));
+        }
         for (i, n) in self.nodes.iter().enumerate() {
             let ins: Vec<String> = n
                 .inputs

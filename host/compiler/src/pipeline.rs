@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use gearsim_isa::gear::MAX_RANK;
 use gearsim_isa::om::{DynamicDesc, IoDesc, MemoryDesc, ModelDesc, OmWriter, SectionKind};
 use gearsim_isa::omtask::encode_kernels;
 
@@ -255,6 +256,20 @@ pub fn compile(bytes: &[u8], file: &str, opts: &CompileOptions) -> Result<Compil
         None => static_desc(&name, &opts.target, &after.graph, &emitted),
         Some(spec) => dynamic_desc(&name, opts, spec, &after, &branch_dims, &emitted),
     };
+    // The runtime's descriptions and the device's shape tensors hold at most MAX_RANK dims.
+    for (kind, list) in [("input", &desc.inputs), ("output", &desc.outputs)] {
+        if let Some(io) = list.iter().find(|io| io.dims.len() > MAX_RANK) {
+            return Err(CompileError::Unsupported {
+                file: file.into(),
+                what: format!(
+                    "{kind} `{}` of rank {} (a model's inputs and outputs have at most \
+                     {MAX_RANK} dims, the most a device shape tensor holds)",
+                    io.name,
+                    io.dims.len()
+                ),
+            });
+        }
+    }
     desc.build_options = vec![
         ("precision_mode".into(), opts.precision.name().into()),
         ("fusion_switch".into(), opts.fusion.describe()),

@@ -778,6 +778,29 @@ impl<S: TraceSink> Runtime<S> {
         let (Some(d), Some(cur)) = (desc.dynamic.as_ref(), model.current.as_ref()) else {
             return Ok(io.dims.clone());
         };
+        // As GE's GetCurShape: a shape set by set_input_dynamic_dims (type 3) is looked up
+        // among a dims model's gears, one set by set_dynamic_batch_size / set_dynamic_hw_size
+        // (type 1 / 2) among a batch / image-size model's; the other pairings name no gear.
+        let setter = |kind: u32| match kind {
+            1 => "set_dynamic_batch_size",
+            2 => "set_dynamic_hw_size",
+            _ => "set_input_dynamic_dims",
+        };
+        if cur.kind != d.mode {
+            return Err(RuntimeError::Failure(format!(
+                "the current shape [{}] was set by {}, but model `{}` has {} gears (set them \
+                 with {})",
+                join(&cur.dims),
+                setter(cur.kind),
+                desc.name,
+                match d.mode {
+                    1 => "batch",
+                    2 => "image-size",
+                    _ => "dims",
+                },
+                setter(d.mode)
+            )));
+        }
         let gear = find_gear(d, &cur.dims).ok_or_else(|| {
             RuntimeError::Failure(format!(
                 "the current shape [{}] (type {}) is no gear of the model",

@@ -231,6 +231,13 @@ fn seed_example_root_graph_is_ges() {
     assert_eq!(case.int("_batch_num"), Some(3));
     assert_eq!(case.ints("_pred_value_2"), Some(&[80i64, 60, 4, 4][..]));
     assert_eq!(case.int("mbatch_dynamic_type"), Some(3));
+    assert!(
+        matches!(
+            root.attrs.get("_enable_dynamic_batch"),
+            Some(gearsim_compiler::ir::Attr::Bool(true))
+        ),
+        "the root is marked as GE marks it"
+    );
     assert_eq!(
         strs(case, "user_designate_shape_order"),
         ["data", "label", "mask"]
@@ -599,6 +606,36 @@ fn an_unsupported_op_names_node_op_and_opset() {
     let s = e.to_string();
     assert!(
         s.contains("`NonZero`") && s.contains("`nz`") && s.contains("opset 18"),
+        "{s}"
+    );
+}
+
+#[test]
+fn an_input_of_rank_above_eight_is_refused_when_compiling() {
+    // It used to compile and then fail every load.
+    use super::onnx_build::{model, node};
+    use prost::Message as _;
+    let dims: &[Option<i64>] = &[
+        Some(2),
+        Some(1),
+        Some(1),
+        Some(1),
+        Some(1),
+        Some(1),
+        Some(1),
+        Some(1),
+        Some(2),
+    ];
+    let m = model(
+        13,
+        vec![node("Relu", "r", &["x"], &["y"])],
+        &[("x", dims)],
+        &[("y", dims)],
+        vec![],
+    );
+    let s = compile_err(&m.encode_to_vec(), &options("", "", "")).to_string();
+    assert!(
+        s.contains("input `x` of rank 9") && s.contains("at most 8 dims"),
         "{s}"
     );
 }

@@ -583,3 +583,32 @@ fn every_input_must_have_the_shape_of_the_gear_the_others_pick() {
         }
     }
 }
+
+/// GetCurOutputDims follows the kind of the last Set* call (spec 9): on a batch model a shape
+/// set by set_input_dynamic_dims names no gear, one set by set_dynamic_batch_size does.
+#[test]
+fn the_current_output_dims_follow_the_kind_of_the_last_set_call() {
+    let c = compiled(
+        "cnn.onnx",
+        GearOptions {
+            input_shape: Some("input:-1,3,32,32".into()),
+            dynamic_batch_size: Some("1,2".into()),
+            ..GearOptions::default()
+        },
+        false,
+    );
+    let mut rt = runtime(RuntimeOptions::default());
+    let m = rt.load(&c.om_bytes().unwrap()).unwrap();
+    let gear_input = rt
+        .input_index_by_name(m, "ascend_mbatch_shape_data")
+        .unwrap();
+    rt.set_input_dynamic_dims(m, gear_input, &[2, 3, 32, 32])
+        .unwrap();
+    let e = rt.cur_output_dims(m, 0).unwrap_err().to_string();
+    assert!(
+        e.contains("set by set_input_dynamic_dims") && e.contains("batch gears"),
+        "{e}"
+    );
+    rt.set_dynamic_batch_size(m, gear_input, 2).unwrap();
+    assert_eq!(rt.cur_output_dims(m, 0).unwrap()[0], 2);
+}
