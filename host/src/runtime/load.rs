@@ -582,19 +582,22 @@ fn check_desc(desc: &ModelDesc) -> Result<(), LoadError> {
             ));
         }
         for (i, (dims, io)) in ins.iter().zip(&desc.inputs).enumerate() {
+            // `max_dims` is the gear with the most elements (GE sizes the buffer by element
+            // count), so another gear may be larger on one axis: it must fit the bytes, not
+            // max_dims axis by axis.
             let fits = dims.len() == io.dims.len()
                 && dims
                     .iter()
                     .zip(&io.dims)
-                    .zip(&io.max_dims)
-                    .all(|((&v, &want), &max)| v >= 0 && v <= max && (want == -1 || v == want));
-            if !fits || dims_bytes(in_types[i], dims).is_none() {
+                    .all(|(&v, &want)| v >= 0 && (want == -1 || v == want));
+            if !fits || dims_bytes(in_types[i], dims).is_none_or(|b| b > io.bytes) {
                 return bad(format!(
-                    "gear {k} input {i} `{}`: dims {} do not fit dims {} / max_dims {}",
+                    "gear {k} input {i} `{}`: dims {} do not fit dims {} in a buffer of {} \
+                     bytes",
                     io.name,
                     dims_text(dims),
                     dims_text(&io.dims),
-                    dims_text(&io.max_dims)
+                    io.bytes
                 ));
             }
         }

@@ -612,3 +612,44 @@ fn the_current_output_dims_follow_the_kind_of_the_last_set_call() {
     rt.set_dynamic_batch_size(m, gear_input, 2).unwrap();
     assert_eq!(rt.cur_output_dims(m, 0).unwrap()[0], 2);
 }
+
+/// GE sizes a gear input's buffer by the gear with the most elements (spec 4), so a gear that
+/// is larger on one axis (24×40 beside 32×32) must still load and run, in both modes.
+#[test]
+fn a_gear_larger_on_one_axis_than_the_largest_gear_runs() {
+    for sink in [false, true] {
+        let c = compiled(
+            "gear_image.onnx",
+            GearOptions {
+                input_shape: Some("img:1,3,-1,-1".into()),
+                dynamic_image_size: Some("16,16;32,32;24,40".into()),
+                ..GearOptions::default()
+            },
+            sink,
+        );
+        let mut rt = runtime(RuntimeOptions::default());
+        let m = rt.load(&c.om_bytes().unwrap()).unwrap();
+        for (h, w) in [(16, 16), (24, 40), (32, 32)] {
+            let x = rand_f32(&[1, 3, h, w], -1.0, 1.0, 7);
+            let got = if sink {
+                rt.enqueue(m, std::slice::from_ref(&x)).unwrap();
+                rt.run_queued(m).unwrap()
+            } else {
+                rt.run(m, std::slice::from_ref(&x)).unwrap()
+            };
+            let want = eval_model(&c.before, &[("img".to_string(), x)].into()).unwrap();
+            for (o, reference) in want.iter().enumerate() {
+                let at = format!("sink {sink}, {h}x{w}, output {o}");
+                assert_eq!(got.outputs[o].dims, reference.dims, "{at}");
+                // The convolution's products are f16 on the cube.
+                assert_close(
+                    &f32s(&got.outputs[o]),
+                    &reference.to_f64s(),
+                    2e-3,
+                    1e-3,
+                    &at,
+                );
+            }
+        }
+    }
+}
