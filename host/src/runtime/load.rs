@@ -626,11 +626,20 @@ fn check_desc(desc: &ModelDesc) -> Result<(), LoadError> {
             }
         }
     }
-    let axes: usize = order.iter().map(|&i| minus_ones(i)).sum();
-    if axes != gear_len {
+    // An input with as many -1 axes as a gear has values takes the whole gear, the others
+    // consecutive slices (spec 3.1): the slices fill the gear, or some input takes it whole.
+    let whole = order.iter().any(|&i| minus_ones(i) == gear_len);
+    let sliced: usize = order
+        .iter()
+        .map(|&i| minus_ones(i))
+        .filter(|&k| k != gear_len)
+        .sum();
+    if !(sliced == gear_len || (whole && sliced < gear_len)) {
         return bad(format!(
-            "shape_order {:?} covers {axes} gear axes, the gears have {gear_len} values",
-            d.shape_order
+            "shape_order {:?} splits the gears' {gear_len} values into slices of {sliced} \
+             and {} whole",
+            d.shape_order,
+            if whole { "some" } else { "none" }
         ));
     }
     if !d.getnext_sink {

@@ -1401,7 +1401,11 @@ fn gear_vector(
     d: &DynamicDesc,
     inputs: &[Tensor],
 ) -> Result<Vec<i64>, RuntimeError> {
-    let mut v = Vec::new();
+    // As GE splits a gear among the inputs (spec 3.1): an input with as many -1 axes as the
+    // gear has values takes the whole gear (batch mode's every input with a -1 batch), the
+    // others take consecutive slices.
+    let len = d.gears.first().map_or(0, Vec::len);
+    let (mut slices, mut whole) = (Vec::new(), None);
     for name in &d.shape_order {
         let i = desc
             .inputs
@@ -1410,11 +1414,21 @@ fn gear_vector(
             .ok_or_else(|| {
                 RuntimeError::Failure(format!("shape order names `{name}`, which is no input"))
             })?;
-        for (k, &want) in desc.inputs[i].dims.iter().enumerate() {
-            if want < 0 {
-                v.push(inputs[i].dims[k]);
-            }
+        let values: Vec<i64> = desc.inputs[i]
+            .dims
+            .iter()
+            .zip(&inputs[i].dims)
+            .filter(|(want, _)| **want < 0)
+            .map(|(_, got)| *got)
+            .collect();
+        if values.len() == len {
+            whole.get_or_insert(values);
+        } else {
+            slices.extend(values);
         }
     }
-    Ok(v)
+    Ok(match whole {
+        Some(w) if slices.len() < len => w,
+        _ => slices,
+    })
 }

@@ -519,14 +519,11 @@ fn buffers_replaced_during_an_asynchronous_dynamic_run_outlive_the_kernels_using
     }
 }
 
-/// An input `--input_shape` leaves out joins a batch gear (spec 2.3): its batch must be the
-/// gear's too. A run whose other inputs pick gear [2] while `y` has batch 4 (which would be cut
-/// to 2) or 5 (which overflowed the merged copy) is E13025, naming `y`, in both modes.
-#[test]
-fn every_input_must_have_the_shape_of_the_gear_the_others_pick() {
+/// A model of two inputs `x[N, 3]`, `y[M, 3]`, each through a Relu.
+fn two_relus() -> Vec<u8> {
     use super::onnx_build::{model, node};
     use prost::Message as _;
-    let m = model(
+    model(
         13,
         vec![
             node("Relu", "rx", &["x"], &["ox"]),
@@ -535,11 +532,52 @@ fn every_input_must_have_the_shape_of_the_gear_the_others_pick() {
         &[("x", &[None, Some(3)]), ("y", &[None, Some(3)])],
         &[("ox", &[None, Some(3)]), ("oy", &[None, Some(3)])],
         vec![],
-    );
-    let ones = |n: i64| Tensor::from_f32s(vec![n, 3], &vec![1.0; 3 * n as usize]);
+    )
+    .encode_to_vec()
+}
+
+/// `[n, 3]` ones.
+fn ones(n: i64) -> Tensor {
+    Tensor::from_f32s(vec![n, 3], &vec![1.0; 3 * n as usize])
+}
+
+/// Dynamic batch over several inputs, the common case of NLP models: each input with a -1
+/// batch takes the whole one-value gear (spec 3.1), in both modes. It compiled, then every
+/// load failed ("shape_order covers 2 gear axes, the gears have 1 values").
+#[test]
+fn a_batch_gear_applies_to_every_listed_input_with_a_minus_one_batch() {
+    for sink in [false, true] {
+        let gear = GearOptions {
+            input_shape: Some("x:-1,3;y:-1,3".into()),
+            dynamic_batch_size: Some("1,2,4".into()),
+            ..GearOptions::default()
+        };
+        let c = compile(&two_relus(), "two.onnx", &options(gear, sink)).unwrap();
+        let mut rt = runtime(RuntimeOptions::default());
+        let id = rt.load(&c.om_bytes().unwrap()).unwrap();
+        for b in [1, 4, 2] {
+            let inputs = [ones(b), ones(b)];
+            let r = if sink {
+                rt.enqueue(id, &inputs).unwrap();
+                rt.run_queued(id).unwrap()
+            } else {
+                rt.run(id, &inputs).unwrap()
+            };
+            assert_eq!(r.cur_dynamic_dims, [b], "sink {sink}");
+            assert_eq!(r.outputs[0].dims, [b, 3]);
+            assert_eq!(r.outputs[1].dims, [b, 3]);
+        }
+    }
+}
+
+/// An input `--input_shape` leaves out joins a batch gear (spec 2.3): its batch must be the
+/// gear's too. A run whose other inputs pick gear [2] while `y` has batch 4 (which would be cut
+/// to 2) or 5 (which overflowed the merged copy) is E13025, naming `y`, in both modes.
+#[test]
+fn every_input_must_have_the_shape_of_the_gear_the_others_pick() {
     for sink in [false, true] {
         let c = compile(
-            &m.encode_to_vec(),
+            &two_relus(),
             "two.onnx",
             &options(
                 GearOptions {
