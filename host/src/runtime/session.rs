@@ -21,6 +21,7 @@
 
 use std::collections::VecDeque;
 
+use gearsim_compiler::options::DynamicMode;
 use gearsim_firmware::{Device, DevicePtr, HostPtr, HostTensor, StreamId};
 use gearsim_isa::om::{DynamicDesc, IoDesc, ModelDesc, OmFile, SectionKind};
 use gearsim_sim::{ChipConfig, ExecMode};
@@ -875,11 +876,8 @@ impl<S: TraceSink> Runtime<S> {
                         return Err(RuntimeError::NotAGear(why));
                     }
                     (None, _) => {
-                        let option = match d.mode {
-                            1 => "dynamic_batch_size",
-                            2 => "dynamic_image_size",
-                            _ => "dynamic_dims",
-                        };
+                        let option = DynamicMode::from_mbatch_dynamic_type(d.mode)
+                            .map_or("the gear options", DynamicMode::option_name);
                         return Err(RuntimeError::NotAGear(format!(
                             "The input tensor dimension [{}] is not in the dynamic dimension list \
                              configured by {option} (gears: {}); a model compiled with --hybrid \
@@ -1370,7 +1368,6 @@ fn bad_input(index: Option<usize>, message: String) -> RuntimeError {
     RuntimeError::BadInput { index, message }
 }
 
-/// The gear vector of `inputs`: the runtime value of every -1 axis, inputs in `shape_order`.
 /// The first input whose shape is not the one gear `g` gives it, said as E13025's reason.
 fn off_gear_input(
     desc: &ModelDesc,
@@ -1396,6 +1393,7 @@ fn off_gear_input(
         })
 }
 
+/// The gear vector of `inputs`: the runtime values of the -1 axes, inputs in `shape_order`.
 fn gear_vector(
     desc: &ModelDesc,
     d: &DynamicDesc,
