@@ -5,7 +5,7 @@
 
 use gearsim_isa::Program;
 use gearsim_isa::task::{Task, TaskDescriptor};
-use gearsim_sim::{Chip, ChipConfig, CoreStats, ExecMode, Kernel, LANES, Tick};
+use gearsim_sim::{Chip, ChipConfig, CoreStats, ExecMode, Guard, Kernel, LANES, Tick};
 use gearsim_traces::TraceSink;
 use zerocopy::IntoBytes;
 
@@ -14,6 +14,9 @@ use crate::error::{DeviceError, TaskRef};
 use crate::firmware::Firmware;
 use crate::kernels::SHAPE_TENSOR_BYTES;
 use crate::streams::{Stream, StreamKind, Streams};
+
+/// Bytes of red zone after a directly launched kernel's argument block (32 more arguments).
+const ARGS_RED_ZONE: u64 = 256;
 
 /// A device address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -524,14 +527,26 @@ impl<S: TraceSink> Device<S> {
                 "block_dim {block_dim} is outside [1, {max}]"
             )));
         }
-        let args_ptr = if args.is_empty() {
-            0
-        } else {
-            let bytes: Vec<u8> = args.iter().flat_map(|a| a.to_le_bytes()).collect();
-            let p = self.alloc(bytes.len() as u64)?;
-            self.write(p, &bytes)?;
-            p.0
-        };
+        // The argument block is followed by a red zone, so a kernel that reads more
+        // arguments than it was given stops with a fault saying so instead of reading
+        // whatever lies beyond (and, say, looping on a zero count until the timeout).
+        let bytes: Vec<u8> = args.iter().flat_map(|a| a.to_le_bytes()).collect();
+        let block = self.alloc(bytes.len() as u64 + ARGS_RED_ZONE)?;
+        self.write(block, &bytes)?;
+        let guard = block.0 + bytes.len() as u64;
+        self.chip.add_guard(Guard {
+            start: guard,
+            len: ARGS_RED_ZONE,
+            what: format!(
+                "past the end of the kernel's argument block at {:#x}, which holds {} argument{} \
+                 ({} bytes): the kernel reads more arguments than it was given",
+                block.0,
+                args.len(),
+                if args.len() == 1 { "" } else { "s" },
+                bytes.len()
+            ),
+        });
+        let args_ptr = block.0;
         let s = self.default_stream()?;
         let cores = self.chip.core_count();
         let before: Vec<CoreStats> = (0..cores)
@@ -554,10 +569,9 @@ impl<S: TraceSink> Device<S> {
             .submit(s, task, name.as_deref())
             .and_then(|_| self.synchronize(s));
         self.fw.sched.dispatch.mode = saved;
+        self.chip.remove_guard(guard);
         result?;
-        if args_ptr != 0 {
-            self.free(DevicePtr(args_ptr))?;
-        }
+        self.free(block)?;
         let run = self.fw.sched.dispatch.last_run.clone().unwrap_or_default();
         let core_stats = (0..cores)
             .map(|c| {

@@ -19,9 +19,7 @@ use crate::timers::{Fw, ns};
 pub const KERNEL_MAGIC: [u8; 8] = *b"GEARKRN\0";
 /// Size of a kernel image's header: magic, instruction count (u32), flags (u32).
 pub const KERNEL_HEADER_BYTES: u64 = 16;
-/// Kernel image flag: the kernel's control flow depends on computed values, so it always runs
-/// in full mode (MapIndex scans the bits its vector compare produced).
-pub const KERNEL_NEEDS_VALUES: u32 = 1;
+pub use gearsim_isa::task::KERNEL_NEEDS_VALUES;
 /// Longest kernel image the scheduler decodes.
 pub const MAX_KERNEL_INSTRUCTIONS: u32 = 1 << 20;
 

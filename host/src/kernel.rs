@@ -303,6 +303,16 @@ pub enum RunError {
     Device(#[from] DeviceError),
 }
 
+impl RunError {
+    /// Whether a block ran past the kernel timeout.
+    pub fn is_timeout(&self) -> bool {
+        matches!(
+            self,
+            RunError::Device(DeviceError::Fault(gearsim_sim::StopReason::Timeout { .. }))
+        )
+    }
+}
+
 /// What `gearsim kernel run` reports.
 #[derive(Debug, Clone)]
 pub struct KernelRunReport {

@@ -25,7 +25,7 @@ pub const MAGIC: [u8; 8] = *b"GEAROM\0\0";
 /// Major version: a reader refuses any other.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version: a reader accepts a higher one and ignores section kinds it does not know.
-pub const VERSION_MINOR: u16 = 1;
+pub const VERSION_MINOR: u16 = 2;
 /// Header size in bytes.
 pub const HEADER_BYTES: usize = 64;
 /// Section table entry size in bytes.
@@ -48,17 +48,21 @@ pub enum SectionKind {
     Labels = 5,
     /// The compiled graph (for the runtime's dynamic-shape fallback).
     Graph = 6,
+    /// Per-kernel image flags (`task::KERNEL_NEEDS_VALUES`), one u32 per kernel; absent when
+    /// no kernel has a flag (since minor version 2; an older reader ignores it).
+    KernelFlags = 7,
 }
 
 impl SectionKind {
     /// Every kind.
-    pub const ALL: [SectionKind; 6] = [
+    pub const ALL: [SectionKind; 7] = [
         SectionKind::Desc,
         SectionKind::Weights,
         SectionKind::Kernels,
         SectionKind::Tasks,
         SectionKind::Labels,
         SectionKind::Graph,
+        SectionKind::KernelFlags,
     ];
 
     /// The kind with this number.

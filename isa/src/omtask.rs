@@ -654,6 +654,42 @@ pub fn decode_kernels(bytes: &[u8]) -> Result<Vec<KernelImage>, OmError> {
     Ok(out)
 }
 
+/// Encodes the `KernelFlags` section: one u32 of image flags per kernel, in `Kernels` order.
+pub fn encode_kernel_flags(flags: &[u32]) -> Vec<u8> {
+    let mut e = Encoder::default();
+    e.len(flags.len());
+    for f in flags {
+        e.u32(*f);
+    }
+    e.bytes
+}
+
+/// Parses the `KernelFlags` section of a model with `kernels` kernels: one entry per kernel,
+/// no bit this build does not know.
+pub fn decode_kernel_flags(bytes: &[u8], kernels: usize) -> Result<Vec<u32>, OmError> {
+    let mut d = Decoder::new(bytes, "kernel flags");
+    let n = d.len("kernel flags", 4)?;
+    if n != kernels {
+        return Err(OmError::Corrupt(format!(
+            "kernel flags: {n} entries for {kernels} kernels"
+        )));
+    }
+    let flags = (0..n)
+        .map(|i| {
+            let f = d.u32("kernel flags")?;
+            if f & !crate::task::KERNEL_FLAGS_KNOWN != 0 {
+                return Err(OmError::Corrupt(format!(
+                    "kernel flags: kernel {i} has flags {f:#x}, this build knows {:#x}",
+                    crate::task::KERNEL_FLAGS_KNOWN
+                )));
+            }
+            Ok(f)
+        })
+        .collect::<Result<Vec<u32>, OmError>>()?;
+    d.finish()?;
+    Ok(flags)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -816,5 +852,19 @@ mod tests {
         for len in 0..b.len() {
             assert!(decode_kernels(&b[..len]).is_err());
         }
+    }
+
+    #[test]
+    fn kernel_flags_round_trip_and_are_checked() {
+        let f = vec![0, crate::task::KERNEL_NEEDS_VALUES, 0];
+        let b = encode_kernel_flags(&f);
+        assert_eq!(decode_kernel_flags(&b, 3).unwrap(), f);
+        for len in 0..b.len() {
+            assert!(decode_kernel_flags(&b[..len], 3).is_err());
+        }
+        let e = decode_kernel_flags(&b, 2).unwrap_err();
+        assert!(e.to_string().contains("3 entries for 2 kernels"), "{e}");
+        let e = decode_kernel_flags(&encode_kernel_flags(&[0x10]), 1).unwrap_err();
+        assert!(e.to_string().contains("flags 0x10"), "{e}");
     }
 }

@@ -175,6 +175,15 @@ task_enum! {
     }
 }
 
+/// Kernel image flag: the kernel's addresses or control flow depend on the data it reads (a
+/// MapIndex scanning its compare bits, a Gather addressing rows by its indices), so it always
+/// runs in full mode, also inside a timing-only run. The one definition of the bit, for the
+/// device image header and the `.om`'s kernel flags alike.
+pub const KERNEL_NEEDS_VALUES: u32 = 1;
+
+/// Every kernel image flag this build knows.
+pub const KERNEL_FLAGS_KNOWN: u32 = KERNEL_NEEDS_VALUES;
+
 /// Most L2 control sections one launch carries (`rtL2Ctrl_t` has eight data sections).
 pub const MAX_L2_SECTIONS: u32 = 8;
 

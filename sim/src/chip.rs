@@ -707,6 +707,16 @@ impl<S: TraceSink> Chip<S> {
     pub fn memory(&self) -> &DeviceMemory {
         &self.mem
     }
+
+    /// Adds a red zone of device memory (see [`DeviceMemory::add_guard`]).
+    pub fn add_guard(&mut self, guard: crate::memory::Guard) {
+        self.mem.add_guard(guard);
+    }
+
+    /// Removes the red zone starting at `start`.
+    pub fn remove_guard(&mut self, start: u64) {
+        self.mem.remove_guard(start);
+    }
 }
 
 /// The rate cap of a transfer of `bytes` whose `hit_bytes` move at `hit_cap` and the rest at

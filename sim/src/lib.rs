@@ -52,6 +52,6 @@ pub use config::{
 pub use core::{BlockLaunch, CoreStats, LANES, PipeStats};
 pub use exec::{MaskState, Touch, scalar, touches};
 pub use kernel::{ExecMode, Kernel};
-pub use memory::{DeviceMemory, OutOfRange};
+pub use memory::{DeviceMemory, Guard, OutOfRange};
 pub use stop::{Blocked, Buffer, FlagId, StopReason};
 pub use time::{Clock, Cycles, Tick};

@@ -17,12 +17,26 @@ pub struct OutOfRange {
     pub capacity: u64,
 }
 
+/// A range no kernel may touch with a scalar access (a red zone), and what it guards.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guard {
+    /// First byte.
+    pub start: u64,
+    /// Bytes.
+    pub len: u64,
+    /// What touching it means, for the fault report (e.g. "past the end of the 2-argument
+    /// block at 0x1000").
+    pub what: String,
+}
+
 /// The device address space.
 #[derive(Debug)]
 pub struct DeviceMemory {
     capacity: u64,
     pages: BTreeMap<u64, Box<[u8; PAGE]>>,
     unknown: RangeSet,
+    /// Red zones (few: one per directly launched kernel's argument block).
+    guards: Vec<Guard>,
 }
 
 impl DeviceMemory {
@@ -32,7 +46,27 @@ impl DeviceMemory {
             capacity,
             pages: BTreeMap::new(),
             unknown: RangeSet::default(),
+            guards: Vec::new(),
         }
+    }
+
+    /// Adds a red zone: a scalar access touching it stops the kernel with a fault naming
+    /// `guard.what`.
+    pub fn add_guard(&mut self, guard: Guard) {
+        self.guards.push(guard);
+    }
+
+    /// Removes the red zone starting at `start`.
+    pub fn remove_guard(&mut self, start: u64) {
+        self.guards.retain(|g| g.start != start);
+    }
+
+    /// The red zone `[addr, addr + len)` touches, if any.
+    pub fn guard_at(&self, addr: u64, len: u64) -> Option<&Guard> {
+        let end = addr.saturating_add(len);
+        self.guards
+            .iter()
+            .find(|g| addr < g.start.saturating_add(g.len) && g.start < end)
     }
 
     /// Capacity in bytes.

@@ -150,6 +150,19 @@ pub enum StopReason {
         /// The flag.
         flag: FlagId,
     },
+    /// A scalar access touched a red zone (e.g. read past a kernel's argument block).
+    Guarded {
+        /// Core.
+        core: u32,
+        /// Program counter.
+        pc: u32,
+        /// The address accessed.
+        addr: u64,
+        /// Whether it was a load.
+        load: bool,
+        /// What the red zone guards.
+        what: String,
+    },
     /// In timing-only mode the scalar unit read data that only the full mode computes.
     ValueNeeded {
         /// Core.
@@ -227,6 +240,17 @@ impl fmt::Display for StopReason {
             } => write!(
                 f,
                 "flag overflow: core {core} {pipe} pc {pc}: set_flag {flag} while it is still set (a wait_flag is missing)"
+            ),
+            StopReason::Guarded {
+                core,
+                pc,
+                addr,
+                load,
+                what,
+            } => write!(
+                f,
+                "guarded access: core {core} S pc {pc} {} GM {addr:#x}, {what}",
+                if *load { "reads" } else { "writes" }
             ),
             StopReason::ValueNeeded {
                 core,

@@ -497,6 +497,17 @@ def save(model, name):
           f"{len(data)} bytes")
 
 
+def seed_inputs():
+    """Inputs of `gear_dims.onnx` at its gear 40,40,2,2 (`inputs/seed_*.npy`), for the README's
+    `gearsim run` example; their own seed, so they do not move the models' weights."""
+    rng = np.random.default_rng(7)
+    d = os.path.join(HERE, "inputs")
+    os.makedirs(d, exist_ok=True)
+    np.save(os.path.join(d, "seed_data.npy"), rng.standard_normal((1, 1, 40, 40)).astype(np.float32))
+    np.save(os.path.join(d, "seed_label.npy"), np.arange(40, dtype=np.int32).reshape(1, 40))
+    np.save(os.path.join(d, "seed_mask.npy"), rng.standard_normal((2, 2)).astype(np.float32))
+
+
 def main():
     m = cnn()
     out = run_check(m, {"input": RNG.standard_normal((2, 3, 32, 32)).astype(np.float32)})
@@ -534,6 +545,8 @@ def main():
     })
     assert out[0].shape == (1, 1, 20, 40) and out[1].shape == (2,), [o.shape for o in out]
     save(m, "gear_dims.onnx")
+
+    seed_inputs()
 
 
 if __name__ == "__main__":

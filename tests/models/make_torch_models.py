@@ -8,6 +8,10 @@ Writes into tests/models/torch/:
                           residual add), max pool, global average pool, linear; batch dynamic.
   transformer_torch.onnx  a transformer encoder layer (multi-head softmax attention, LayerNorm,
                           GELU MLP, residuals) on [1, S, 64]; sequence length dynamic.
+  qkv_encoder_torch.onnx  a 2-block transformer encoder on token ids [B, S] (embedding, one
+                          fused Linear(d, 3d) for Q, K and V split with .chunk(3, dim=-1),
+                          softmax attention, GELU MLP, pre-LayerNorm); batch and sequence
+                          dynamic (the legacy exporter computes the chunk bounds from Shape).
   <model>_<gear>_input_<i>.npy / _output_<i>.npy
                           seeded random inputs per gear and onnxruntime's outputs for them.
 
@@ -94,6 +98,70 @@ class EncoderLayer(nn.Module):
         return self.norm2(x + self.ff2(self.act(self.ff1(x))))
 
 
+class QkvBlock(nn.Module):
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.heads, self.dh = heads, d // heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln1 = nn.LayerNorm(d)
+        self.ln2 = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).chunk(3, dim=-1)
+
+        def heads(t):
+            return t.view(b, s, self.heads, self.dh).transpose(1, 2)
+
+        q, k, v = heads(q), heads(k), heads(v)
+        att = torch.softmax(q @ k.transpose(-2, -1) / (self.dh ** 0.5), dim=-1)
+        x = x + self.proj((att @ v).transpose(1, 2).reshape(b, s, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class QkvEncoder(nn.Module):
+    def __init__(self, vocab=100, d=64):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.blocks = nn.Sequential(QkvBlock(d), QkvBlock(d))
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, ids):
+        return self.ln(self.blocks(self.emb(ids)))
+
+
+QKV_GEARS = [(1, 8), (2, 16), (4, 32)]
+QKV_VOCAB = 100
+
+
+def qkv_encoder():
+    """The fused-QKV encoder and its references, from their own seeds (independent of the
+    other models, so regenerating one leaves the others' files alone)."""
+    torch.manual_seed(1)
+    rng = np.random.default_rng(1)
+    model = QkvEncoder(QKV_VOCAB).eval()
+    path = os.path.join(HERE, "qkv_encoder_torch.onnx")
+    torch.onnx.export(
+        model,
+        (torch.zeros(2, 16, dtype=torch.int64),),
+        path,
+        input_names=["ids"],
+        output_names=["output"],
+        dynamic_axes={"ids": {0: "batch", 1: "seq"}, "output": {0: "batch", 1: "seq"}},
+        opset_version=OPSET,
+        do_constant_folding=True,
+        dynamo=False,
+    )
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for b, s in QKV_GEARS:
+        ids = rng.integers(0, QKV_VOCAB, (b, s)).astype(np.int64)
+        (y,) = session.run(None, {"ids": ids})
+        np.save(os.path.join(HERE, f"qkv_encoder_torch_{b}x{s}_input_0.npy"), ids)
+        np.save(os.path.join(HERE, f"qkv_encoder_torch_{b}x{s}_output_0.npy"), y.astype(np.float32))
+
+
 def export(model, example, path, input_name, dynamic_axis, axis_name):
     model.eval()
     torch.onnx.export(
@@ -143,6 +211,7 @@ def main():
     path = os.path.join(HERE, "transformer_torch.onnx")
     export(tf, torch.zeros(1, 16, 64), path, "x", 1, "seq")
     references("transformer_torch", path, "x", [(s, (1, s, 64)) for s in TRANSFORMER_GEARS], rng)
+    qkv_encoder()
 
 
 if __name__ == "__main__":

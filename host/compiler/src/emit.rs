@@ -22,13 +22,13 @@
 //! stored only when a kernel reads them (a weight a kernel reads in a prepared layout is stored
 //! in that layout only), deduplicated by content.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use gearsim_isa::gear::{SHAPE_TENSOR_BYTES, layout_table};
 use gearsim_isa::omtask::{
     Addr, GetNextSlot, KernelArg, KernelImage, L2Control, ModelTasks, NamedTask, OmTask, Region,
 };
-use gearsim_isa::task::{L2Action, MAX_L2_SECTIONS};
+use gearsim_isa::task::{KERNEL_NEEDS_VALUES, L2Action, MAX_L2_SECTIONS};
 
 use super::Target;
 use super::gear::{self, GearSpec};
@@ -69,6 +69,44 @@ pub struct Placement {
     pub bytes: u64,
 }
 
+/// Marks the kernels a timing-only run must still run in full mode: those whose scalar unit
+/// reads input values ([`Kernel::value_inputs`]), and every kernel upstream of those inputs
+/// (their values must be computed for the reader to see them), back to the graph's inputs and
+/// constants.
+fn mark_needs_values(g: &Graph, lowered: &mut BTreeMap<NodeId, Lowered>) {
+    let mut need: BTreeSet<NodeId> = BTreeSet::new();
+    let mut upstream: Vec<NodeId> = Vec::new();
+    for (id, l) in lowered.iter() {
+        let Lowered::Kernels { kernels, .. } = l else {
+            continue;
+        };
+        for k in kernels {
+            if !k.value_inputs.is_empty() {
+                need.insert(*id);
+            }
+            let inputs = &g.node(*id).inputs;
+            upstream.extend(
+                k.value_inputs
+                    .iter()
+                    .filter_map(|i| inputs.get(*i).copied().flatten())
+                    .map(|v| v.node),
+            );
+        }
+    }
+    while let Some(id) = upstream.pop() {
+        if need.insert(id) {
+            upstream.extend(g.node(id).inputs.iter().flatten().map(|v| v.node));
+        }
+    }
+    for id in need {
+        if let Some(Lowered::Kernels { kernels, .. }) = lowered.get_mut(&id) {
+            for k in kernels {
+                k.needs_values = true;
+            }
+        }
+    }
+}
+
 impl Emitted {
     /// The kernels as stored in the `.om`.
     pub fn kernel_images(&self) -> Result<Vec<KernelImage>, String> {
@@ -85,6 +123,23 @@ impl Emitted {
                 })
             })
             .collect()
+    }
+
+    /// The kernels' image flags, in `.om` order; `None` when no kernel has one (the `.om`
+    /// then has no `KernelFlags` section).
+    pub fn kernel_flags(&self) -> Option<Vec<u32>> {
+        let flags: Vec<u32> = self
+            .kernels
+            .iter()
+            .map(|k| {
+                if k.needs_values {
+                    KERNEL_NEEDS_VALUES
+                } else {
+                    0
+                }
+            })
+            .collect();
+        flags.iter().any(|f| *f != 0).then_some(flags)
     }
 }
 
@@ -208,6 +263,8 @@ impl Emitter<'_> {
             message: format!("kernel {} does not encode at pc {pc}: {err}", k.name),
         })?;
         if let Some(i) = self.code_index.get(&code) {
+            // One image serves every launch of this code: it runs in full mode if any does.
+            self.out.kernels[*i as usize].needs_values |= k.needs_values;
             return Ok(*i);
         }
         let i = self.out.kernels.len() as u32;
@@ -252,6 +309,8 @@ impl Emitter<'_> {
             })?;
             lowered.insert(id, l);
         }
+        // 1b. Values a timing-only run must still compute.
+        mark_needs_values(g, &mut lowered);
         // 2. Aliases: a relabelled value shares its source's bytes.
         let source = |mut v: Value| -> Value {
             while let Some(Lowered::Alias { input }) = lowered.get(&v.node) {

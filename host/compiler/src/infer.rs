@@ -499,10 +499,20 @@ fn check_sizes(node: &Node, outputs: &[TensorDesc]) -> Result<(), InferError> {
     Ok(())
 }
 
+/// What [`fold_constants`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Folded {
+    /// Nodes replaced by constants.
+    pub nodes: usize,
+    /// Each old node's new id (`None`: removed): the removal renumbers the nodes, so ids held
+    /// across the fold must go through it.
+    pub remap: Vec<Option<NodeId>>,
+}
+
 /// Replaces every non-input node whose outputs are all known by `Const` nodes carrying the
-/// values, then removes what no output needs. Returns how many nodes were folded.
-pub fn fold_constants(graph: &mut Graph, known: &Known) -> usize {
-    let mut folded = 0;
+/// values, then removes what no output needs.
+pub fn fold_constants(graph: &mut Graph, known: &Known) -> Folded {
+    let mut nodes = 0;
     for i in 0..graph.nodes.len() {
         let id = NodeId(i as u32);
         let n = &graph.nodes[i];
@@ -518,10 +528,12 @@ pub fn fold_constants(graph: &mut Graph, known: &Known) -> usize {
         let mut c = Node::new(n.name.clone(), "Const", Vec::new(), vec![TensorDesc::of(t)]);
         c.attrs.insert("value".into(), Attr::Tensor(t.clone()));
         graph.nodes[i] = c;
-        folded += 1;
+        nodes += 1;
     }
-    graph.remove_dead();
-    folded
+    Folded {
+        nodes,
+        remap: graph.remove_dead_remapped(),
+    }
 }
 
 /// Broadcasts two shapes with the numpy rules; `None` names the first conflicting axis.

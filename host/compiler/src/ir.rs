@@ -371,6 +371,12 @@ impl Graph {
     /// Removes nodes not needed by any `NetOutput` (and not side-effecting `Data`), renumbering
     /// edges. Returns how many were removed.
     pub fn remove_dead(&mut self) -> usize {
+        removed_count(&self.remove_dead_remapped())
+    }
+
+    /// [`Graph::remove_dead`], returning each old node's new id (`None`: removed), for callers
+    /// that hold node ids across the removal.
+    pub fn remove_dead_remapped(&mut self) -> Vec<Option<NodeId>> {
         let mut live = vec![false; self.nodes.len()];
         for (i, n) in self.nodes.iter().enumerate() {
             if n.op == "NetOutput" || n.op == "Data" {
@@ -388,12 +394,17 @@ impl Graph {
                 live[c.0 as usize] = true;
             }
         }
-        self.retain(&live)
+        self.retain_remapped(&live)
     }
 
     /// Keeps the nodes with `keep[i]` set, renumbering edges; edges from removed nodes become
     /// absent inputs and removed control edges are dropped. Returns how many were removed.
     pub fn retain(&mut self, keep: &[bool]) -> usize {
+        removed_count(&self.retain_remapped(keep))
+    }
+
+    /// [`Graph::retain`], returning each old node's new id (`None`: removed).
+    pub fn retain_remapped(&mut self, keep: &[bool]) -> Vec<Option<NodeId>> {
         let mut remap = vec![None; self.nodes.len()];
         let mut kept = Vec::new();
         for (i, n) in std::mem::take(&mut self.nodes).into_iter().enumerate() {
@@ -402,7 +413,6 @@ impl Graph {
                 kept.push(n);
             }
         }
-        let removed = remap.iter().filter(|r| r.is_none()).count();
         for n in &mut kept {
             for v in &mut n.inputs {
                 *v = v.and_then(|x| {
@@ -419,7 +429,7 @@ impl Graph {
                 .collect();
         }
         self.nodes = kept;
-        removed
+        remap
     }
 
     /// The graph as text, one node per line, for dumps and golden tests.
@@ -501,4 +511,9 @@ impl Model {
         }
         out
     }
+}
+
+/// How many nodes a remap (old id → new id) removed.
+fn removed_count(remap: &[Option<NodeId>]) -> usize {
+    remap.iter().filter(|r| r.is_none()).count()
 }

@@ -410,8 +410,8 @@ fn all_digits(s: &str) -> bool {
 /// its last `:` into a (trimmed) name and a value; an empty value is a scalar; dims split on `,`.
 /// With `dynamic` (a gear option is set) values ≤ 0 are accepted; without it they are E10011.
 ///
-/// Errors, in GE's order per value: a `.` (E10002), `stol` failing (E10014 invalid, E10013 out
-/// of range), a character other than digits after one leading `-` (E10002), then ≤ 0 (E10011).
+/// Errors, in GE's order per value: a `.` (E10002), a character other than digits after one
+/// leading `-` (E10002), `stol` failing (E10014 invalid, E10013 out of range), then ≤ 0 (E10011).
 /// Whitespace around a value is trimmed before the checks.
 pub fn parse_input_shape(s: &str, dynamic: bool) -> Result<Vec<InputShape>, OptionError> {
     let mut out = Vec::new();
@@ -435,6 +435,11 @@ pub fn parse_input_shape(s: &str, dynamic: bool) -> Result<Vec<InputShape>, Opti
             }
             // GE trims the value in place before `stol`, so the later checks see it trimmed.
             let v = trim(raw);
+            // The digit check comes before the conversion (spec §2.2), so `x` is E10002, not
+            // `stol`'s E10014; an empty value or a lone `-` passes it and fails in `stol`.
+            if !all_digits(v.strip_prefix('-').unwrap_or(v)) {
+                return Err(e10002(item, DIGIT_ERROR, SAMPLE_VALUES));
+            }
             let n = match stol(v) {
                 Ok(n) => n,
                 Err(StolError::OutOfRange) => {
@@ -450,9 +455,6 @@ pub fn parse_input_shape(s: &str, dynamic: bool) -> Result<Vec<InputShape>, Opti
                     ));
                 }
             };
-            if !all_digits(v.strip_prefix('-').unwrap_or(v)) {
-                return Err(e10002(item, DIGIT_ERROR, SAMPLE_VALUES));
-            }
             if !dynamic && n <= 0 {
                 return Err(OptionError::new(
                     "E10011",

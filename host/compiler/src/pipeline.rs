@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gearsim_isa::gear::MAX_RANK;
 use gearsim_isa::om::{DynamicDesc, IoDesc, MemoryDesc, ModelDesc, OmWriter, SectionKind};
-use gearsim_isa::omtask::encode_kernels;
+use gearsim_isa::omtask::{encode_kernel_flags, encode_kernels};
 
 use super::aipp;
 use super::emit::{self, EmitError, Emitted};
@@ -54,10 +54,10 @@ pub struct CompileOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
     /// An option is invalid (GE's E-code and message).
-    #[error("{0}")]
+    #[error(transparent)]
     Option(#[from] OptionError),
     /// The ONNX file cannot be imported.
-    #[error("{0}")]
+    #[error(transparent)]
     Onnx(#[from] OnnxError),
     /// The options do not fit the model (an `--input_shape` name the model lacks, a rank or dim
     /// that disagrees): GE's E-code and message, after the model file's name.
@@ -167,6 +167,9 @@ impl Compiled {
             SectionKind::Kernels,
             encode_kernels(&self.emitted.kernel_images()?),
         );
+        if let Some(flags) = self.emitted.kernel_flags() {
+            w.section(SectionKind::KernelFlags, encode_kernel_flags(&flags));
+        }
         w.section(SectionKind::Tasks, self.emitted.tasks.encode());
         if hybrid {
             w.section(SectionKind::Graph, self.source.clone());
@@ -389,21 +392,31 @@ fn gear_graph(
                     error,
                 }
             })?;
-        infer::fold_constants(b, &known);
+        // Folding renumbers the nodes: the root constants' `Data` ids go through its remap
+        // (using the old ids gave a branch constant another constant's value).
+        let remap = infer::fold_constants(b, &known).remap;
+        let const_inputs: Vec<(NodeId, &super::ir::Tensor)> = cloned.const_inputs[i]
+            .iter()
+            .filter_map(|(id, t)| {
+                remap
+                    .get(id.0 as usize)
+                    .copied()
+                    .flatten()
+                    .map(|id| (id, t))
+            })
+            .collect();
         // Root constants reach the branch as inputs; converting one makes a branch constant
         // (stored once: identical constants of all branches share their bytes).
-        let root_constants: BTreeMap<NodeId, &super::ir::Tensor> = cloned.const_inputs[i]
-            .iter()
-            .map(|(id, t)| (*id, t))
-            .collect();
+        let root_constants: BTreeMap<NodeId, &super::ir::Tensor> =
+            const_inputs.iter().copied().collect();
         let constant = |g: &Graph, v: Value| {
             precision::const_node(g, v)
                 .or_else(|| root_constants.get(&v.node).map(|t| (*t).clone()))
         };
         let (_, moved) = precision::apply(b, opts.precision, &constant);
-        let seeds: Vec<(NodeId, super::ir::Tensor)> = cloned.const_inputs[i]
+        let seeds: Vec<(NodeId, super::ir::Tensor)> = const_inputs
             .iter()
-            .filter_map(|(id, t)| moved.get(id.0 as usize).map(|m| (*m, t.clone())))
+            .filter_map(|(id, t)| moved.get(id.0 as usize).map(|m| (*m, (*t).clone())))
             .collect();
         localize_static_constants(b, &seeds, registry);
         // Folding made new Const nodes; they belong to the branch too.

@@ -53,7 +53,16 @@ pub struct KernelRunArgs {
     /// Save every named argument buffer to DIR/NAME.bin after the run.
     #[arg(long = "output_dir", value_name = "DIR")]
     output_dir: Option<PathBuf>,
+    /// Stop a block that runs longer than this many core cycles (a runaway kernel then ends
+    /// in seconds, not after the chip's own 10^9-cycle timeout) [default: 5000000, 5 ms of
+    /// device time at 1 GHz, or the chip file's `core.kernel_timeout_cycles` if smaller].
+    #[arg(long = "max_cycles", value_name = "CYCLES")]
+    max_cycles: Option<u64>,
 }
+
+/// `kernel run`'s default block limit: far above the example kernels, and a runaway kernel
+/// streaming data on all 32 cores of `ascend910` in full mode stops in about 20 s of host time.
+const DEFAULT_MAX_CYCLES: u64 = 5_000_000;
 
 #[derive(Args)]
 pub struct AsmArgs {
@@ -114,7 +123,12 @@ fn load_program(path: &Path) -> Result<Program> {
 }
 
 fn kernel_run(a: &KernelRunArgs) -> Result<(), Failure> {
-    let cfg = a.chip.config()?;
+    let mut cfg = a.chip.config()?;
+    cfg.core.kernel_timeout_cycles = match a.max_cycles {
+        Some(0) => return Err(anyhow!("--max_cycles must be at least 1").into()),
+        Some(n) => n,
+        None => cfg.core.kernel_timeout_cycles.min(DEFAULT_MAX_CYCLES),
+    };
     let program = load_program(&a.file)?;
     let args = parse_args(&a.args)?;
     let mode = exec_mode(a.timing_only);
@@ -134,6 +148,17 @@ fn kernel_run(a: &KernelRunArgs) -> Result<(), Failure> {
             // A hardware fault still leaves a useful trace of everything up to the fault.
             if matches!(e, RunError::Device(DeviceError::Fault(_))) {
                 finish_trace(dev.into_sink())?;
+            }
+            if e.is_timeout() {
+                let given = if a.max_cycles.is_some() {
+                    "the limit --max_cycles gives"
+                } else {
+                    "`kernel run`'s default limit"
+                };
+                return Err(anyhow!(
+                    "{e}: {given}; a kernel that needs longer runs with a larger --max_cycles"
+                )
+                .into());
             }
             Err(e.into())
         }

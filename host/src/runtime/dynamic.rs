@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use gearsim_firmware::{Device, DevicePtr, HostPtr, KernelHandle};
 use gearsim_isa::om::ModelDesc;
-use gearsim_isa::task::{AiCoreKernel, Task};
+use gearsim_isa::task::{AiCoreKernel, KERNEL_NEEDS_VALUES, Task};
 use gearsim_traces::TraceSink;
 
 use super::copy::{self, Link, Transfers};
@@ -152,7 +152,7 @@ impl DynamicModel {
             }
         }
         let known =
-            infer_graph(&mut g, &ops::standard(), self.model.opset).map_err(DynamicError::from)?;
+            infer_graph(&mut g, &ops::standard(), self.model.opset).map_err(DynamicError::Infer)?;
         fold_constants(&mut g, &known);
         // The same types as the gear branches: fp32 ops the mode computes in fp16 do so here
         // too, with casts at the edges.
@@ -301,7 +301,15 @@ impl DynamicModel {
                 } => {
                     let mut loaded = Vec::new();
                     for k in kernels {
-                        let h = dev.load_kernel(k.program)?;
+                        // A kernel reading input values runs in full mode (its producers
+                        // ran before it, so in a timing-only run they must have been
+                        // computed: ops run one by one here, see `needs_values`).
+                        let flags = if k.value_inputs.is_empty() {
+                            0
+                        } else {
+                            KERNEL_NEEDS_VALUES
+                        };
+                        let h = dev.load_kernel_flags(k.program, flags)?;
                         loaded.push((h, k.block_dim, k.args));
                     }
                     let derived = derived

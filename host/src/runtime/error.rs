@@ -77,13 +77,13 @@ pub enum RuntimeError {
     #[error("[E13025] Input tensor is invalid. Reason: {0}")]
     NotAGear(String),
     /// The `.om` is unusable.
-    #[error("{0}")]
+    #[error(transparent)]
     Om(#[from] OmError),
     /// The model could not be loaded or run.
-    #[error("{0}")]
+    #[error(transparent)]
     Load(#[from] LoadError),
     /// The simulated device reported a fault.
-    #[error("{0}")]
+    #[error(transparent)]
     Device(#[from] DeviceError),
     /// The dynamic-shape path failed (hybrid mode).
     #[error("dynamic-shape path: {0}")]
@@ -129,13 +129,14 @@ impl RuntimeError {
 #[derive(Debug, thiserror::Error)]
 pub enum DynamicError {
     /// The source graph the `.om` carries could not be imported.
-    #[error("{0}")]
+    #[error(transparent)]
     Import(#[from] OnnxError),
     /// Shape inference for the actual input shapes failed.
+    /// (No `#[from]`: a source would print the inner message a second time after this one.)
     #[error("shape inference: {0}")]
-    Infer(#[from] InferError),
+    Infer(InferError),
     /// A node could not be lowered for its shapes.
-    #[error("{0}")]
+    #[error(transparent)]
     Lower(#[from] LowerError),
     /// The graph does not fit the model's description or a value the path needs is missing.
     #[error("{0}")]

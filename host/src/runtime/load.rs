@@ -14,7 +14,7 @@ use gearsim_isa::Program;
 use gearsim_isa::gear::MapIndexEngine;
 use gearsim_isa::gear::{MAX_RANK, TableLayout};
 use gearsim_isa::om::{ModelDesc, OmError, OmFile, SectionKind};
-use gearsim_isa::omtask::{Addr, ModelTasks, OmTask, Region, decode_kernels};
+use gearsim_isa::omtask::{Addr, ModelTasks, OmTask, Region, decode_kernel_flags, decode_kernels};
 use gearsim_isa::task::{
     AiCoreKernel, AiCpuKernel, L2_SECTION_BYTES, L2Section, LabelGoto, LabelSet,
     LabelSwitchByIndex, Memcpy, MemcpyKind, ModelEndGraph, NO_STREAM, StreamActive, Task,
@@ -31,10 +31,10 @@ pub const QUEUE_DEPTH: u32 = 64;
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// The `.om` is unusable.
-    #[error("{0}")]
+    #[error(transparent)]
     Om(#[from] OmError),
     /// The device refused something.
-    #[error("{0}")]
+    #[error(transparent)]
     Device(#[from] DeviceError),
     /// The model is inconsistent.
     #[error("the model is inconsistent: {0}")]
@@ -165,6 +165,10 @@ impl LoadedModel {
     ) -> Result<LoadedModel, LoadError> {
         check_desc(&desc)?;
         let images = decode_kernels(om.section(SectionKind::Kernels).unwrap_or(&[]))?;
+        let flags = match om.section(SectionKind::KernelFlags) {
+            Some(bytes) => decode_kernel_flags(bytes, images.len())?,
+            None => vec![0; images.len()],
+        };
         let tasks = ModelTasks::decode(
             om.section(SectionKind::Tasks)
                 .ok_or_else(|| LoadError::Model("the .om has no task streams".into()))?,
@@ -205,10 +209,11 @@ impl LoadedModel {
         // Kernels.
         let kernels = images
             .iter()
-            .map(|k| {
+            .zip(&flags)
+            .map(|(k, flags)| {
                 let program = Program::decode(Some(k.name.clone()), &k.code)
                     .map_err(|e| LoadError::Model(format!("kernel {}: {e}", k.name)))?;
-                Ok(dev.load_kernel(program)?)
+                Ok(dev.load_kernel_flags(program, *flags)?)
             })
             .collect::<Result<Vec<_>, LoadError>>()?;
         // Labels, side streams and the queue.

@@ -538,3 +538,93 @@ fn a_bad_flag_is_bad_input_and_help_is_not_an_error() {
     assert_eq!(gearsim(&["--help"]).status.code(), Some(0));
     assert_eq!(gearsim(&["run", "--help"]).status.code(), Some(0));
 }
+
+/// Issue 16: every E-code error printed its message twice (the error and, after it, the same
+/// error again as its own source); a missing file printed the operating system's reason twice.
+#[test]
+fn an_error_message_is_printed_once() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let model = root.join("tests/models/gear_image.onnx");
+    let om = scratch("printed_once.om");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            [
+                "compile",
+                "--model",
+                model.to_str().unwrap(),
+                "--output",
+                om.to_str().unwrap(),
+                "--input_shape=data:-1,3,x,8",
+                "--dynamic_batch_size=1,2",
+            ]
+            .map(String::from)
+            .to_vec(),
+            "E10002",
+        ),
+        (
+            [
+                "compile",
+                "--model",
+                "/nonexistent/m.onnx",
+                "--output",
+                om.to_str().unwrap(),
+            ]
+            .map(String::from)
+            .to_vec(),
+            "No such file",
+        ),
+        (
+            ["run", "--model", "/nonexistent/m.om"]
+                .map(String::from)
+                .to_vec(),
+            "No such file",
+        ),
+    ];
+    for (args, want) in cases {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = gearsim(&args);
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert_eq!(
+            err.matches(want).count(),
+            1,
+            "{args:?}: `{want}` once in:\n{err}"
+        );
+    }
+    assert!(!om.exists());
+}
+
+/// Issue 16: `kernel run vadd_f16_db.s --block_dim 32` without `--args` ran for many minutes
+/// (the kernel read its count from beyond an empty argument block and looped on zero).
+#[test]
+fn a_kernel_reading_past_its_arguments_is_named_and_a_runaway_kernel_stops() {
+    let vadd = example("vadd_f16_db.s");
+    let o = gearsim(&["kernel", "run", &vadd, "--block_dim", "32"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("core 0 S pc 1 reads GM")
+            && err.contains("argument block")
+            && err.contains("holds 0 arguments")
+            && err.contains("reads more arguments than it was given"),
+        "{err}"
+    );
+    // A zero count loops (the loop counter wraps); the limit stops it and says how to raise it.
+    let o = gearsim(&[
+        "kernel",
+        "run",
+        &vadd,
+        "--args",
+        "x=zeros:1g,y=zeros:1g,z=zeros:1g,0",
+        "--max_cycles",
+        "200000",
+    ]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("still running after 200000 cycles") && err.contains("--max_cycles"),
+        "{err}"
+    );
+    let o = gearsim(&["kernel", "run", &vadd, "--max_cycles", "0"]);
+    assert_eq!(o.status.code(), Some(1));
+}

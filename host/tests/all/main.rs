@@ -31,6 +31,7 @@ mod npy;
 #[path = "../../compiler/tests/support/onnx_build.rs"]
 mod onnx_build;
 mod precision;
+mod readme;
 mod runtime;
 mod study;
 mod verify;

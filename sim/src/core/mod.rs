@@ -1007,6 +1007,17 @@ impl AiCore {
                 size: limit,
             });
         }
+        if buffer == Buffer::Gm
+            && let Some(g) = ctx.mem.guard_at(addr, size)
+        {
+            return Err(StopReason::Guarded {
+                core,
+                pc,
+                addr,
+                load,
+                what: g.what.clone(),
+            });
+        }
         let mut bytes = [0u8; 8];
         let n = size as usize;
         if load {

@@ -14,4 +14,5 @@ mod mutual_imports;
 mod regression;
 mod semantics;
 mod tidy;
+mod timing_only;
 mod torch_models;

@@ -1,6 +1,8 @@
 //! Whole models exported from PyTorch (`tests/models/make_torch_models.py`): a torchvision-style
 //! CNN (depthwise convolutions, residuals, ReLU6, pooling) for dynamic batch and a transformer
-//! encoder layer (softmax attention, LayerNorm, GELU) for dynamic sequence length, compiled
+//! encoder layer (softmax attention, LayerNorm, GELU) for dynamic sequence length, a 2-block
+//! encoder on token ids whose fused QKV projection is split with `.chunk` (batch × sequence
+//! gears), compiled
 //! with gears and run at every gear in non-sink and sink mode, against onnxruntime's outputs
 //! stored next to the models.
 //!
@@ -55,7 +57,8 @@ fn worst(got: &Tensor, want: &Tensor) -> f64 {
         .fold(0f64, f64::max)
 }
 
-fn check(model: &str, stem: &str, gear: GearOptions, gears: &[i64]) {
+/// `gears` names each gear's reference files (`<stem>_<gear>_input_0.npy`), in gear order.
+fn check(model: &str, stem: &str, gear: GearOptions, gears: &[&str]) {
     let cfg = ChipConfig::preset("ascend910").unwrap();
     let mut rt = Runtime::new(cfg, NullSink, RuntimeOptions::default()).unwrap();
     let plain = rt.load(&om(model, &gear, false)).unwrap();
@@ -88,7 +91,7 @@ fn torchvision_style_cnn_matches_onnxruntime_at_every_batch_gear() {
             dynamic_batch_size: Some("1,2,4".into()),
             ..GearOptions::default()
         },
-        &[1, 2, 4],
+        &["1", "2", "4"],
     );
 }
 
@@ -102,6 +105,24 @@ fn transformer_encoder_matches_onnxruntime_at_every_sequence_gear() {
             dynamic_dims: Some("16;32;64".into()),
             ..GearOptions::default()
         },
-        &[16, 32, 64],
+        &["16", "32", "64"],
+    );
+}
+
+/// Issue 16: the legacy exporter computes `.chunk(3, dim=-1)`'s bounds from `Shape`; in a gear
+/// branch they fold to constants, and the second block's Slice took another constant's value
+/// (`the slice bounds give dims [1, 8, 192], inference gave [1, 8, 64]`) because folding
+/// renumbered the branch's nodes under the root constants' ids.
+#[test]
+fn fused_qkv_encoder_matches_onnxruntime_at_every_dims_gear() {
+    check(
+        "qkv_encoder_torch.onnx",
+        "qkv_encoder_torch",
+        GearOptions {
+            input_shape: Some("ids:-1,-1".into()),
+            dynamic_dims: Some("1,8;2,16;4,32".into()),
+            ..GearOptions::default()
+        },
+        &["1x8", "2x16", "4x32"],
     );
 }

@@ -352,7 +352,14 @@ pub(crate) fn expand_kernel(
         at += nf;
     }
     VECOUT.alloc(&mut a, 0);
-    ctx.kernel(a, 1, operands.to_vec())
+    let value_inputs = match (mode, &operands[0]) {
+        (Expand::Rows | Expand::Fill, Operand::Input(i)) => vec![*i],
+        _ => Vec::new(),
+    };
+    Ok(Kernel {
+        value_inputs,
+        ..ctx.kernel(a, 1, operands.to_vec())?
+    })
 }
 
 /// A matrix operand of a product: a constant (packed at compile time) or a runtime f16

@@ -78,6 +78,14 @@ pub struct Kernel {
     pub args: Vec<Operand>,
     /// Tiling parameters, for dumps and studies.
     pub tiling: Vec<(String, i64)>,
+    /// The node inputs whose values the kernel's scalar unit reads (a Gather's indices steer
+    /// its row addresses; a runtime bias is read to be broadcast): a timing-only run must
+    /// still compute them, so the producers of these inputs run in full mode too.
+    pub value_inputs: Vec<usize>,
+    /// Whether the kernel runs in full mode in every run (`.om` kernel flag
+    /// `KERNEL_NEEDS_VALUES`): it reads values itself, or a kernel that does reads what it
+    /// computes. Set by emission from `value_inputs`.
+    pub needs_values: bool,
 }
 
 impl Kernel {
@@ -164,6 +172,8 @@ impl LowerCtx<'_> {
             block_dim,
             args,
             tiling: f.tiling,
+            value_inputs: Vec::new(),
+            needs_values: false,
         })
     }
 }

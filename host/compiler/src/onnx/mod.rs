@@ -63,13 +63,13 @@ pub struct Imported {
 #[derive(Debug, thiserror::Error)]
 pub enum OnnxError {
     /// The file could not be read.
-    #[error("{file}: cannot read the file: {source}")]
+    #[error("{file}: cannot read the file: {cause}")]
     Io {
         /// The file.
         file: String,
-        /// What the operating system said.
-        #[source]
-        source: std::io::Error,
+        /// What the operating system said (not a `source`: the message already carries it,
+        /// and a source would print it twice).
+        cause: std::io::Error,
     },
     /// The bytes are not a protobuf `ModelProto`.
     #[error("{file}: not a valid ONNX model (protobuf decoding failed: {message})")]
@@ -232,9 +232,9 @@ pub enum OnnxError {
 pub fn import_file(path: impl AsRef<Path>) -> Result<Imported, OnnxError> {
     let path = path.as_ref();
     let file = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| OnnxError::Io {
+    let bytes = std::fs::read(path).map_err(|cause| OnnxError::Io {
         file: file.clone(),
-        source,
+        cause,
     })?;
     import(&bytes, &file)
 }

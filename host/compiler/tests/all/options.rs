@@ -107,7 +107,8 @@ const OPTION_ROWS: &[(&str, &str, &str)] = &[
     ("plus sign", "shape=x:+1,-1 | dims=1;2", "E10002"),
     ("no colon", "shape=x1,-1 | dims=1;2", "E10002 two parts: name and value"),
     ("trailing ; in shape", "shape=x:-1; | dims=1;2", "E10002"),
-    ("stol invalid", "shape=x:abc | dims=1;2", "E10014"),
+    // The digit check comes before `stol` (issue 16: `data:-1,3,x,8` was E10014).
+    ("letters are not digits", "shape=data:-1,3,x,8 | dims=1;2", "E10002 It is not a digit"),
     ("empty dim", "shape=x:1,,-1 | dims=1;2", "E10014"),
     ("lone minus", "shape=x:-,-1 | dims=1;2", "E10014"),
     ("out of range", "shape=x:99999999999999999999,-1 | dims=1;2", "E10013 Value 99999999999999999999 for --input_shape is out of range."),

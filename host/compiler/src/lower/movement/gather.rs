@@ -19,7 +19,7 @@ use gearsim_isa::{SType, Space};
 
 use super::super::queue;
 use super::super::writer::{Asm, Reg};
-use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
+use super::super::{Kernel, LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::kit::{
     self, BLOCK, Chain, Digit, Frame, Job, MAX_BURSTS, Pipe, Scratch, Split, Xfer, round32,
 };
@@ -251,7 +251,11 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     chain.epilogue(&mut a);
     let args = vec![Operand::Input(0), Operand::Input(1), Operand::Output(0)];
     Ok(Lowered::Kernels {
-        kernels: vec![ctx.kernel(a, split.blocks, args)?],
+        kernels: vec![Kernel {
+            // The scalar unit reads the indices to address the rows.
+            value_inputs: vec![1],
+            ..ctx.kernel(a, split.blocks, args)?
+        }],
         derived: Vec::new(),
         workspace_bytes: 0,
     })

@@ -1,0 +1,182 @@
+//! Timing-only runs of every test model: each model is compiled with its gears and run at every
+//! gear in full and in timing-only mode, and the two traces must hold the same records (the
+//! same timeline, event for event). Kernels whose addresses depend on data (a Gather's indices,
+//! a runtime bias broadcast) and everything upstream of those values run in full mode inside
+//! a timing-only run; before that, the fused-QKV encoder's embedding Gather stopped with
+//! "timing-only run needs a value" (issue 16).
+
+use std::io::Cursor;
+
+use gearsim_compiler::ir::Tensor;
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, compile};
+use gearsim_host::atc;
+use gearsim_host::runtime::{Runtime, RuntimeOptions};
+use gearsim_sim::{ChipConfig, ExecMode};
+use gearsim_tests::{Rng, workspace_root};
+use gearsim_traces::{TraceFile, TraceWriter};
+
+/// One input of a gear: name-less, in model-input order.
+enum Input {
+    F32(Vec<i64>),
+    I32(Vec<i64>),
+    /// Token ids below the bound.
+    Ids(Vec<i64>, i64),
+}
+
+struct Case {
+    file: &'static str,
+    gear: GearOptions,
+    /// Per gear, its inputs.
+    gears: Vec<Vec<Input>>,
+}
+
+fn options(
+    shape: &str,
+    batch: Option<&str>,
+    image: Option<&str>,
+    dims: Option<&str>,
+) -> GearOptions {
+    GearOptions {
+        input_shape: Some(shape.into()),
+        dynamic_batch_size: batch.map(Into::into),
+        dynamic_image_size: image.map(Into::into),
+        dynamic_dims: dims.map(Into::into),
+        ..GearOptions::default()
+    }
+}
+
+/// Every model under `tests/models` that the compiler tests run, with gears of each mode.
+fn cases() -> Vec<Case> {
+    use Input::*;
+    vec![
+        Case {
+            file: "cnn.onnx",
+            gear: options("input:-1,3,32,32", Some("1,4"), None, None),
+            gears: vec![vec![F32(vec![1, 3, 32, 32])], vec![F32(vec![4, 3, 32, 32])]],
+        },
+        Case {
+            file: "gear_batch.onnx",
+            gear: options("x:-1,4,8,8", Some("1,2"), None, None),
+            gears: vec![vec![F32(vec![1, 4, 8, 8])], vec![F32(vec![2, 4, 8, 8])]],
+        },
+        Case {
+            file: "gear_image.onnx",
+            gear: options("img:1,3,-1,-1", None, Some("16,16;24,40"), None),
+            gears: vec![vec![F32(vec![1, 3, 16, 16])], vec![F32(vec![1, 3, 24, 40])]],
+        },
+        Case {
+            file: "gear_dims.onnx",
+            gear: options(
+                "data:1,1,40,-1;label:1,-1;mask:-1,-1",
+                None,
+                None,
+                Some("20,20,1,1;40,40,2,2"),
+            ),
+            gears: [(20, 20, 1, 1), (40, 40, 2, 2)]
+                .into_iter()
+                .map(|(t, l, m, k)| vec![F32(vec![1, 1, 40, t]), I32(vec![1, l]), F32(vec![m, k])])
+                .collect(),
+        },
+        Case {
+            file: "transformer.onnx",
+            gear: options("x:1,-1,64", None, None, Some("5;16")),
+            gears: vec![vec![F32(vec![1, 5, 64])], vec![F32(vec![1, 16, 64])]],
+        },
+        Case {
+            file: "torch/cnn_torch.onnx",
+            gear: options("input:-1,3,32,32", Some("1,2"), None, None),
+            gears: vec![vec![F32(vec![1, 3, 32, 32])], vec![F32(vec![2, 3, 32, 32])]],
+        },
+        Case {
+            file: "torch/transformer_torch.onnx",
+            gear: options("x:1,-1,64", None, None, Some("16;32")),
+            gears: vec![vec![F32(vec![1, 16, 64])], vec![F32(vec![1, 32, 64])]],
+        },
+        Case {
+            file: "torch/qkv_encoder_torch.onnx",
+            gear: options("ids:-1,-1", None, None, Some("1,8;2,16")),
+            gears: vec![vec![Ids(vec![1, 8], 100)], vec![Ids(vec![2, 16], 100)]],
+        },
+    ]
+}
+
+fn tensor(input: &Input, rng: &mut Rng) -> Tensor {
+    let count = |dims: &[i64]| dims.iter().product::<i64>() as usize;
+    match input {
+        Input::F32(dims) => {
+            let v: Vec<f32> = (0..count(dims)).map(|_| rng.uniform(-1.0, 1.0)).collect();
+            Tensor::from_f32s(dims.clone(), &v)
+        }
+        Input::I32(dims) => {
+            let v: Vec<i32> = (0..count(dims))
+                .map(|_| (rng.next_u64() % 7) as i32)
+                .collect();
+            Tensor::from_i32s(dims.clone(), &v)
+        }
+        Input::Ids(dims, bound) => {
+            let v: Vec<i64> = (0..count(dims))
+                .map(|_| (rng.next_u64() % *bound as u64) as i64)
+                .collect();
+            Tensor::from_i64s(dims.clone(), &v)
+        }
+    }
+}
+
+/// The trace of running every gear of `case` once in `mode`, and each run's device time.
+fn traced(case: &Case, om: &[u8], mode: ExecMode) -> (TraceFile, Vec<u64>) {
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    let sink = TraceWriter::new(Cursor::new(Vec::new())).unwrap();
+    let opts = RuntimeOptions {
+        exec_mode: mode,
+        ..RuntimeOptions::default()
+    };
+    let mut rt = Runtime::new(cfg, sink, opts).unwrap();
+    let m = rt.load(om).unwrap();
+    let mut rng = Rng::new(7);
+    let mut times = Vec::new();
+    for (i, inputs) in case.gears.iter().enumerate() {
+        let inputs: Vec<Tensor> = inputs.iter().map(|x| tensor(x, &mut rng)).collect();
+        let r = rt
+            .run(m, &inputs)
+            .unwrap_or_else(|e| panic!("{} gear {i} in {mode:?}: {e}", case.file));
+        assert_eq!(r.gear, Some(i), "{} gear {i}", case.file);
+        times.push(r.device_time_ps);
+    }
+    let bytes = rt.into_sink().finish().unwrap().into_inner();
+    (TraceFile::from_bytes(bytes).unwrap(), times)
+}
+
+#[test]
+fn timing_only_has_the_full_mode_timeline_on_every_test_model() {
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    for case in cases() {
+        let onnx = std::fs::read(workspace_root().join("tests/models").join(case.file)).unwrap();
+        let opts = CompileOptions {
+            gear: case.gear.clone(),
+            getnext_sink: false,
+            table_layout: Default::default(),
+            mapindex_engine: Default::default(),
+            fusion: Default::default(),
+            precision: Default::default(),
+            target: atc::target(&cfg),
+        };
+        let om = compile(&onnx, case.file, &opts)
+            .unwrap_or_else(|e| panic!("{}: {e}", case.file))
+            .om_bytes()
+            .unwrap();
+        let (full, full_times) = traced(&case, &om, ExecMode::Full);
+        let (timing, timing_times) = traced(&case, &om, ExecMode::TimingOnly);
+        assert_eq!(full_times, timing_times, "{}: device times", case.file);
+        assert_eq!(
+            full.record_count(),
+            timing.record_count(),
+            "{}: record counts",
+            case.file
+        );
+        for (i, (a, b)) in full.records().zip(timing.records()).enumerate() {
+            assert_eq!(a, b, "{}: record {i} differs", case.file);
+        }
+        assert_eq!(full.lanes(), timing.lanes(), "{}: lanes", case.file);
+    }
+}
