@@ -874,11 +874,12 @@ impl Scoreboard {
         let line = |s: &mut String, what: &str, t: Totals| {
             let _ = writeln!(
                 s,
-                "{what:<34} {:>5} tests {:>5} passed {:>4} failed {:>5} unsupported   pass rate {:.1}% of {} supported",
+                "{what:<34} {:>5} tests {:>5} passed {:>4} failed {:>5} unsupported   {:.1}% of all pass, {:.1}% of {} supported",
                 t.tests,
                 t.passed,
                 t.failed,
                 t.unsupported,
+                100.0 * t.passed as f64 / t.tests.max(1) as f64,
                 100.0 * t.pass_rate(),
                 t.supported()
             );
@@ -959,7 +960,7 @@ impl Scoreboard {
             w,
             "How a test is classified: **unsupported** when its graph uses an operator the \
              compiler does not register, or the compiler rejects it deliberately (opset outside \
-             {MIN_OPSET}..={MAX_OPSET}, element type, attribute, an operator with no device \
+             {MIN_OPSET}..={MAX_OPSET} or an operator's older form, element type, attribute, an operator with no device \
              kernel or a stated lowering limit); **failed** when it compiles but computes wrong \
              outputs, fails at run time, panics, or the compiler rejects the valid model for \
              another reason; **passed** otherwise. Graph inputs an operator needs at compile time \
@@ -971,17 +972,18 @@ impl Scoreboard {
         let _ = writeln!(w, "## Totals\n");
         let _ = writeln!(
             w,
-            "| tests | count | passed | failed | unsupported | pass rate of supported |"
+            "| tests | count | passed | failed | unsupported | **pass rate of all** | pass rate of supported |"
         );
-        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|");
+        let _ = writeln!(w, "|---|---:|---:|---:|---:|---:|---:|");
         let row = |w: &mut String, what: &str, t: Totals| {
             let _ = writeln!(
                 w,
-                "| {what} | {} | {} | {} | {} | {:.1}% ({} of {}) |",
+                "| {what} | {} | {} | {} | {} | **{:.1}%** | {:.1}% ({} of {}) |",
                 t.tests,
                 t.passed,
                 t.failed,
                 t.unsupported,
+                100.0 * t.passed as f64 / t.tests.max(1) as f64,
                 100.0 * t.pass_rate(),
                 t.passed,
                 t.supported()
@@ -1000,7 +1002,9 @@ impl Scoreboard {
         row(w, "all node tests", self.all_totals());
         let _ = writeln!(
             w,
-            "\nRequired: at least {:.0}% of the supported tests of the compiler's operators pass.\n",
+            "\nThe headline is the pass rate over all tests of the compiler's operators (issue 16 \
+             asks for at least 90%); unsupported ones count as not passed. Required by the test \
+             suite: at least {:.0}% of the supported tests of the compiler's operators pass.\n",
             100.0 * REQUIRED_PASS_RATE
         );
         let _ = writeln!(w, "## Per operator\n");

@@ -518,6 +518,49 @@ MODEL_CASES.append(("model_cnn_batch1", "cnn.onnx", {"input": f32(1, 3, 32, 32)}
 MODEL_CASES.append(("model_transformer_s5", "transformer.onnx", {"x": f32(1, 5, 64)}))
 
 
+# ---------------------------------------------------------------------------------------------
+# Issue 16's operators (after the others, so their random draws leave the earlier cases alone).
+
+case("exp", "Exp", node("Exp", ["x"]), {"x": f32(3, 5, scale=3.0)})
+case("log", "Log", node("Log", ["x"]), {"x": pos32(2, 7)})
+case("abs_i32", "Abs", node("Abs", ["x"]), {"x": ints(np.int32, -50, 50, 9)})
+case("abs_f32", "Abs", node("Abs", ["x"]), {"x": f32(6)})
+case("neg", "Neg", node("Neg", ["x"]), {"x": f32(2, 5)})
+case("neg_i64", "Neg", node("Neg", ["x"]), {"x": ints(np.int64, -9, 9, 4)})
+case("reciprocal", "Reciprocal", node("Reciprocal", ["x"]), {"x": pos32(8)})
+case("floor", "Floor", node("Floor", ["x"]), {"x": f32(11, scale=5.0)})
+case("ceil", "Ceil", node("Ceil", ["x"]), {"x": f32(11, scale=5.0)})
+case("softplus", "Softplus", node("Softplus", ["x"]), {"x": f32(3, 4, scale=6.0)})
+case("softsign", "Softsign", node("Softsign", ["x"]), {"x": f32(3, 4, scale=6.0)})
+case("leaky_relu", "LeakyRelu", node("LeakyRelu", ["x"], alpha=0.3), {"x": f32(10)})
+case("elu", "Elu", node("Elu", ["x"], alpha=0.7), {"x": f32(10, scale=3.0)})
+case("selu", "Selu", node("Selu", ["x"]), {"x": f32(10, scale=3.0)})
+case("celu", "Celu", node("Celu", ["x"], alpha=2.0), {"x": f32(10, scale=3.0)})
+case("hard_sigmoid", "HardSigmoid", node("HardSigmoid", ["x"], alpha=0.3, beta=0.4),
+     {"x": f32(10, scale=4.0)})
+case("hard_swish", "HardSwish", node("HardSwish", ["x"]), {"x": f32(10, scale=5.0)})
+case("thresholded_relu", "ThresholdedRelu", node("ThresholdedRelu", ["x"], alpha=0.5),
+     {"x": f32(10, scale=2.0)})
+case("less_broadcast", "Less", node("Less", ["a", "b"]), {"a": f32(2, 3), "b": f32(3)})
+case("greater_i32", "Greater", node("Greater", ["a", "b"]),
+     {"a": ints(np.int32, -3, 3, 8), "b": ints(np.int32, -3, 3, 8)})
+case("less_or_equal", "LessOrEqual", node("LessOrEqual", ["a", "b"]),
+     {"a": ints(np.int8, -3, 3, 8), "b": ints(np.int8, -3, 3, 8)})
+case("greater_or_equal", "GreaterOrEqual", node("GreaterOrEqual", ["a", "b"]),
+     {"a": f32(4, 1), "b": f32(1, 3)})
+case("and_broadcast", "And", node("And", ["a", "b"]),
+     {"a": RNG.integers(0, 2, (2, 3)).astype(bool), "b": RNG.integers(0, 2, (3,)).astype(bool)})
+case("or", "Or", node("Or", ["a", "b"]),
+     {"a": RNG.integers(0, 2, (6,)).astype(bool), "b": RNG.integers(0, 2, (6,)).astype(bool)})
+case("xor", "Xor", node("Xor", ["a", "b"]),
+     {"a": RNG.integers(0, 2, (6,)).astype(bool), "b": RNG.integers(0, 2, (6,)).astype(bool)})
+case("not", "Not", node("Not", ["x"]), {"x": RNG.integers(0, 2, (2, 4)).astype(bool)})
+case("size", "Size", node("Size", ["x"]), {"x": f32(2, 3, 4)})
+case("constant_of_shape", "ConstantOfShape",
+     node("ConstantOfShape", ["s"], value=numpy_helper.from_array(np.array([3], np.int32), "v")),
+     {}, {"s": i64([2, 3])})
+
+
 def build_model_case(name, file, feeds):
     """Writes only the JSON of a committed model (its "model" path points one level up)."""
     model = onnx.load(os.path.join(HERE, file))

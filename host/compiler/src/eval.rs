@@ -903,10 +903,75 @@ impl Kernel<'_> {
             "Tanh" => one(self.unary_f(f64::tanh)?),
             "Relu" => one(self.relu()?),
             "Gelu" => one(self.gelu()?),
+            "Exp" => one(self.unary_f(f64::exp)?),
+            "Log" => one(self.unary_f(f64::ln)?),
+            "Reciprocal" => one(self.unary_f(|x| 1.0 / x)?),
+            "Floor" => one(self.unary_f(f64::floor)?),
+            "Ceil" => one(self.unary_f(f64::ceil)?),
+            "Abs" => one(self.signed_unary(f64::abs, i64::wrapping_abs)?),
+            "Neg" => one(self.signed_unary(|x| -x, i64::wrapping_neg)?),
+            "Softplus" => one(self.unary_f(|x| x.max(0.0) + (-x.abs()).exp().ln_1p())?),
+            "Softsign" => one(self.unary_f(|x| x / (1.0 + x.abs()))?),
+            "HardSwish" => one(self.unary_f(|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0))?),
+            "LeakyRelu" => {
+                let a = self.alpha(0.01);
+                one(self.unary_f(|x| if x < 0.0 { a * x } else { x })?)
+            }
+            "Elu" => {
+                let a = self.alpha(1.0);
+                one(self.unary_f(|x| if x < 0.0 { a * x.exp_m1() } else { x })?)
+            }
+            "Selu" => {
+                let a = self.alpha(1.673_263_2);
+                let g = f64::from(self.node.float("gamma").unwrap_or(1.050_701));
+                one(self.unary_f(|x| g * if x <= 0.0 { a * x.exp_m1() } else { x })?)
+            }
+            "Celu" => {
+                let a = self.alpha(1.0);
+                one(self.unary_f(|x| x.max(0.0) + (a * (x / a).exp_m1()).min(0.0))?)
+            }
+            "HardSigmoid" => {
+                let a = self.alpha(0.2);
+                let b = f64::from(self.node.float("beta").unwrap_or(0.5));
+                one(self.unary_f(|x| (a * x + b).clamp(0.0, 1.0))?)
+            }
+            "ThresholdedRelu" => {
+                let a = self.alpha(1.0);
+                one(self.unary_f(|x| if x > a { x } else { 0.0 })?)
+            }
             "Clip" => one(self.clip()?),
             "Add" | "Sub" | "Mul" | "Div" => one(self.arith(op)?),
             "Pow" => one(self.pow()?),
-            "Equal" => one(self.equal()?),
+            "And" | "Or" | "Xor" => one(self.logic(op)?),
+            "Size" => {
+                let n = self.input(0)?.dims.iter().product::<i64>();
+                one(self.out_i64(0, &[n])?)
+            }
+            "ConstantOfShape" => {
+                let out = self.out(0)?;
+                let value = match self.node.attr("value") {
+                    Some(Attr::Tensor(t)) => t.data.to_vec(),
+                    _ => 0f32.to_le_bytes().to_vec(),
+                };
+                let n = out.dims.iter().product::<i64>().max(0) as usize;
+                one(Tensor {
+                    dtype: out.dtype,
+                    dims: out.dims.clone(),
+                    data: value.repeat(n).into(),
+                })
+            }
+            "Not" => {
+                let v: Vec<i64> = self
+                    .input(0)?
+                    .to_i64s()
+                    .iter()
+                    .map(|v| i64::from(*v == 0))
+                    .collect();
+                one(self.out_i64(0, &v)?)
+            }
+            "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => {
+                one(self.compare(op)?)
+            }
             "Where" => one(self.where_()?),
             "Cast" => one(self.cast()?),
             "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => one(self.relabel()?),
@@ -1006,6 +1071,26 @@ impl Kernel<'_> {
     fn unary_f(&self, f: impl Fn(f64) -> f64) -> Result<Tensor, EvalError> {
         let v: Vec<f64> = f64s(self.input(0)?).into_iter().map(f).collect();
         self.out_f64(0, &v)
+    }
+
+    /// The `alpha` attribute (an f32 in ONNX), widened.
+    fn alpha(&self, default: f32) -> f64 {
+        f64::from(self.node.float("alpha").unwrap_or(default))
+    }
+
+    /// A unary op on floats (in f64) or signed integers (wrapping, as the integer types do).
+    fn signed_unary(
+        &self,
+        f: impl Fn(f64) -> f64,
+        i: impl Fn(i64) -> i64,
+    ) -> Result<Tensor, EvalError> {
+        let x = self.input(0)?;
+        if x.dtype.is_float() {
+            self.unary_f(f)
+        } else {
+            let v: Vec<i64> = x.to_i64s().into_iter().map(i).collect();
+            self.out_i64(0, &v)
+        }
     }
 
     /// `max(x, 0)`, keeping NaN as numpy's `maximum` does.
@@ -1151,7 +1236,37 @@ impl Kernel<'_> {
         self.out_i64(0, &v)
     }
 
-    fn equal(&self) -> Result<Tensor, EvalError> {
+    /// And, Or, Xor of bool tensors with broadcasting.
+    fn logic(&self, op: &str) -> Result<Tensor, EvalError> {
+        let (a, b) = (self.input(0)?.to_i64s(), self.input(1)?.to_i64s());
+        let maps = self.broadcast_maps(&[0, 1])?;
+        let v: Vec<i64> = maps[0]
+            .iter()
+            .zip(&maps[1])
+            .map(|(i, j)| {
+                let (x, y) = (a[*i] != 0, b[*j] != 0);
+                i64::from(match op {
+                    "And" => x && y,
+                    "Or" => x || y,
+                    _ => x != y,
+                })
+            })
+            .collect();
+        self.out_i64(0, &v)
+    }
+
+    /// Equal, Less, Greater, LessOrEqual, GreaterOrEqual with broadcasting; NaN compares
+    /// false, as IEEE comparisons do.
+    fn compare(&self, op: &str) -> Result<Tensor, EvalError> {
+        fn holds<T: PartialOrd>(op: &str, x: T, y: T) -> bool {
+            match op {
+                "Less" => x < y,
+                "Greater" => x > y,
+                "LessOrEqual" => x <= y,
+                "GreaterOrEqual" => x >= y,
+                _ => x == y,
+            }
+        }
         let (a, b) = (self.input(0)?, self.input(1)?);
         let maps = self.broadcast_maps(&[0, 1])?;
         let v: Vec<i64> = if a.dtype.is_float() {
@@ -1159,14 +1274,14 @@ impl Kernel<'_> {
             maps[0]
                 .iter()
                 .zip(&maps[1])
-                .map(|(i, j)| i64::from(x[*i] == y[*j]))
+                .map(|(i, j)| i64::from(holds(op, x[*i], y[*j])))
                 .collect()
         } else {
             let (x, y) = (a.to_i64s(), b.to_i64s());
             maps[0]
                 .iter()
                 .zip(&maps[1])
-                .map(|(i, j)| i64::from(x[*i] == y[*j]))
+                .map(|(i, j)| i64::from(holds(op, x[*i], y[*j])))
                 .collect()
         };
         self.out_i64(0, &v)

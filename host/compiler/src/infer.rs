@@ -149,12 +149,26 @@ pub struct OpDef {
 #[derive(Default)]
 pub struct Registry {
     ops: BTreeMap<&'static str, OpDef>,
+    /// Per operator, the first opset whose form is the one implemented (absent: 1).
+    first_opset: BTreeMap<&'static str, i64>,
 }
 
 impl Registry {
     /// Registers an operator type (a later registration of the same type replaces it).
     pub fn register(&mut self, def: OpDef) {
         self.ops.insert(def.op, def);
+    }
+
+    /// Registers an operator type whose form before opset `since` differs from the one
+    /// implemented: a model of an older opset using it is refused as unsupported.
+    pub fn register_since(&mut self, def: OpDef, since: i64) {
+        self.first_opset.insert(def.op, since);
+        self.register(def);
+    }
+
+    /// The first opset whose form of `op` is the one implemented.
+    pub fn first_opset(&self, op: &str) -> i64 {
+        self.first_opset.get(op).copied().unwrap_or(1)
     }
 
     /// The definition of an operator type.
@@ -379,6 +393,20 @@ fn infer_node(
             chains,
         }
     };
+    let since = registry.first_opset(&node.op);
+    if opset < since {
+        return Err(wrap(OpError {
+            input: None,
+            output: None,
+            attr: None,
+            expected: format!("the form {} has from opset {since} on", node.op),
+            got: format!("opset {opset}"),
+            fix: format!(
+                "its opset-{opset} form is not supported: re-export the model with opset \
+                 {since} or later"
+            ),
+        }));
+    }
     let n_in = node.inputs.len();
     if n_in < def.min_inputs || n_in > def.max_inputs {
         let want = if def.max_inputs == usize::MAX {

@@ -109,6 +109,22 @@ const FP16_KERNELS: &[&str] = &[
     "Gelu",
     "Sqrt",
     "Clip",
+    "Exp",
+    "Log",
+    "Abs",
+    "Neg",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Softplus",
+    "Softsign",
+    "LeakyRelu",
+    "Elu",
+    "Selu",
+    "Celu",
+    "HardSigmoid",
+    "HardSwish",
+    "ThresholdedRelu",
     "MaxPool",
     "AveragePool",
     "GlobalAveragePool",
@@ -123,7 +139,7 @@ const FP16_KERNELS: &[&str] = &[
 
 /// Ops `allow_mix_precision` keeps in fp32 (with the reductions and normalisations, which
 /// have no fp16 kernel).
-const SENSITIVE: &[&str] = &["Div", "Sqrt", "Erf"];
+const SENSITIVE: &[&str] = &["Div", "Sqrt", "Erf", "Exp", "Log", "Reciprocal"];
 
 /// The value of a graph value known at compile time (a `Const`, or a branch input that
 /// stands for a root constant), if any.

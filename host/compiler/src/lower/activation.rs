@@ -18,6 +18,11 @@
 //! - Gelu (tanh) `x / (1 + exp(-2u))`, `u = sqrt(2/pi) (x + 0.044715 x^3)`, which equals
 //!   `x (1 + tanh u) / 2` and has no cancellation; exp overflow gives -0 for very negative x.
 //! - Pow: see [`pow_general`].
+//! - Softplus `max(x, 0) + ln(1 + exp(-|x|))`: never overflows, exact to f32 for large |x|.
+//! - Elu, Selu, Celu use `exp(x) - 1` on the negative side only (selected by a mask), so
+//!   overflow on the positive side never reaches the result.
+//! - Floor and Ceil convert to i32 with the rounding mode and back, as TBE's `floor` / `ceil`
+//!   do (values beyond 2^31 saturate, as there).
 
 use std::f32::consts::{FRAC_1_SQRT_2, FRAC_2_SQRT_PI};
 
@@ -26,8 +31,8 @@ use gearsim_isa::{Cmp, DType, ProgramBuilder, Round};
 use super::vec::{View, Vx};
 use super::writer::Reg;
 
-/// A unary function computed in f32.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A unary function computed in f32 (the parameters are the ONNX attributes).
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Act {
     /// `1 / (1 + e^-x)`.
     Sigmoid,
@@ -39,14 +44,44 @@ pub enum Act {
     Gelu,
     /// Gelu with approximate = "tanh".
     GeluTanh,
+    /// `-x`.
+    Neg,
+    /// Round down (`Floor`) or up (`Ceil`) to an integer.
+    Round(Round),
+    /// `ln(1 + e^x)`.
+    Softplus,
+    /// `x / (1 + |x|)`.
+    Softsign,
+    /// `x < 0 ? alpha x : x`.
+    LeakyRelu(f32),
+    /// `x < 0 ? alpha (e^x - 1) : x`.
+    Elu(f32),
+    /// `gamma (x <= 0 ? alpha (e^x - 1) : x)` (alpha, gamma).
+    Selu(f32, f32),
+    /// `max(0, x) + min(0, alpha (e^(x / alpha) - 1))`.
+    Celu(f32),
+    /// `max(0, min(1, alpha x + beta))` (alpha, beta).
+    HardSigmoid(f32, f32),
+    /// `x max(0, min(1, x / 6 + 1 / 2))`.
+    HardSwish,
+    /// `x > alpha ? x : 0`.
+    ThresholdedRelu(f32),
 }
 
 impl Act {
     /// f32 scratch tiles the body needs (besides one bit-mask buffer).
     pub fn scratch(self) -> usize {
         match self {
-            Act::Sigmoid => 0,
-            Act::GeluTanh => 1,
+            Act::Sigmoid | Act::Neg | Act::Round(_) | Act::HardSigmoid(..) => 0,
+            Act::GeluTanh
+            | Act::Softsign
+            | Act::LeakyRelu(_)
+            | Act::Elu(_)
+            | Act::Selu(..)
+            | Act::Celu(_)
+            | Act::HardSwish
+            | Act::ThresholdedRelu(_) => 1,
+            Act::Softplus => 2,
             Act::Tanh | Act::Erf | Act::Gelu => 3,
         }
     }
@@ -160,7 +195,91 @@ pub fn emit(vx: &mut Vx<'_>, act: Act, o: View, x: View, s: &[View], bits: Reg) 
             vx.adds(w, w, 1.0);
             vx.vbin(ProgramBuilder::vdiv, DType::F32, o, x, w);
         }
+        Act::Neg => vx.muls(o, x, -1.0),
+        Act::Round(r) => {
+            vx.vconv(DType::I32, DType::F32, o, x, r);
+            vx.vconv(DType::F32, DType::I32, o, o, Round::Rint);
+        }
+        Act::Softplus => {
+            let (t, r) = (s[0], s[1]);
+            vx.vun(ProgramBuilder::vabs, DType::F32, t, x);
+            vx.muls(t, t, -1.0);
+            vx.vun(ProgramBuilder::vexp, DType::F32, t, t);
+            vx.adds(t, t, 1.0);
+            vx.vun(ProgramBuilder::vln, DType::F32, t, t);
+            vx.vun(ProgramBuilder::vrelu, DType::F32, r, x);
+            vx.vbin(ProgramBuilder::vadd, DType::F32, o, r, t);
+        }
+        Act::Softsign => {
+            let t = s[0];
+            vx.vun(ProgramBuilder::vabs, DType::F32, t, x);
+            vx.adds(t, t, 1.0);
+            vx.vbin(ProgramBuilder::vdiv, DType::F32, o, x, t);
+        }
+        Act::LeakyRelu(alpha) => {
+            let t = s[0];
+            vx.muls(t, x, alpha);
+            vx.vcmps_f32(Cmp::Lt, bits, x, 0.0);
+            vx.vsel(DType::F32, o, t, x, bits);
+        }
+        Act::Elu(alpha) => {
+            let t = s[0];
+            expm1_scaled(vx, t, x, alpha);
+            vx.vcmps_f32(Cmp::Lt, bits, x, 0.0);
+            vx.vsel(DType::F32, o, t, x, bits);
+        }
+        Act::Selu(alpha, gamma) => {
+            let t = s[0];
+            expm1_scaled(vx, t, x, alpha);
+            vx.vcmps_f32(Cmp::Le, bits, x, 0.0);
+            vx.vsel(DType::F32, o, t, x, bits);
+            vx.muls(o, o, gamma);
+        }
+        Act::Celu(alpha) => {
+            let t = s[0];
+            vx.muls(t, x, 1.0 / alpha);
+            expm1_scaled(vx, t, t, alpha);
+            vx.vcmps_f32(Cmp::Lt, bits, x, 0.0);
+            vx.vsel(DType::F32, o, t, x, bits);
+        }
+        Act::HardSigmoid(alpha, beta) => {
+            vx.muls(o, x, alpha);
+            vx.adds(o, o, beta);
+            clamp01(vx, o);
+        }
+        Act::HardSwish => {
+            let t = s[0];
+            vx.muls(t, x, 1.0 / 6.0);
+            vx.adds(t, t, 0.5);
+            clamp01(vx, t);
+            vx.vbin(ProgramBuilder::vmul, DType::F32, o, x, t);
+        }
+        Act::ThresholdedRelu(alpha) => {
+            let t = s[0];
+            vx.vdup(DType::F32, t, i64::from(0f32.to_bits()));
+            vx.vcmps_f32(Cmp::Gt, bits, x, alpha);
+            vx.vsel(DType::F32, o, x, t, bits);
+        }
     }
+}
+
+/// `d = alpha (e^x - 1)` (`d` may be `x`).
+fn expm1_scaled(vx: &mut Vx<'_>, d: View, x: View, alpha: f32) {
+    vx.vun(ProgramBuilder::vexp, DType::F32, d, x);
+    vx.adds(d, d, -1.0);
+    vx.muls(d, d, alpha);
+}
+
+/// `d = max(0, min(1, d))`.
+fn clamp01(vx: &mut Vx<'_>, d: View) {
+    vx.vscalar(
+        ProgramBuilder::vmins,
+        DType::F32,
+        d,
+        d,
+        i64::from(1f32.to_bits()),
+    );
+    vx.vun(ProgramBuilder::vrelu, DType::F32, d, d);
 }
 
 /// A constant exponent with a cheaper exact form than exp(b ln a).

@@ -31,9 +31,12 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
     let f: LowerFn = match op {
         "Add" | "Sub" | "Mul" | "Div" => arith,
         "Pow" => pow,
-        "Equal" => equal,
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => equal,
+        "And" | "Or" | "Xor" | "Not" => logic,
         "Where" => where_op,
-        "Relu" | "Sqrt" | "Sigmoid" | "Tanh" | "Erf" | "Gelu" => unary,
+        "Relu" | "Sqrt" | "Sigmoid" | "Tanh" | "Erf" | "Gelu" | "Exp" | "Log" | "Abs" | "Neg"
+        | "Reciprocal" | "Floor" | "Ceil" | "Softplus" | "Softsign" | "LeakyRelu" | "Elu"
+        | "Selu" | "Celu" | "HardSigmoid" | "HardSwish" | "ThresholdedRelu" => unary,
         "Clip" => clip,
         "Cast" => cast,
         _ => return None,
@@ -390,6 +393,9 @@ pub fn arith(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         "Div" => (ProgramBuilder::vdiv, &FLOATS),
         _ => return Err(ctx.error(format!("{op} is not a binary vector op"))),
     };
+    if let Some(kind) = byte_kind(out.dtype) {
+        return arith_bytes(ctx, vop, kind);
+    }
     check_type(ctx, "the output", out.dtype, types)?;
     let ty = body_type(out.dtype);
     let e = out.dtype.size() as u64;
@@ -421,6 +427,49 @@ pub fn arith(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     )
 }
 
+/// The byte kind of an 8-bit integer type.
+fn byte_kind(t: DataType) -> Option<ByteKind> {
+    match t {
+        DataType::I8 => Some(ByteKind::I8),
+        DataType::U8 => Some(ByteKind::U8),
+        _ => None,
+    }
+}
+
+/// Add, Sub, Mul, Div of int8 / uint8: the kernels load bytes as i32 (sign- or zero-extended),
+/// compute in i32 and store the low byte, which wraps as the 8-bit types do; Div divides in
+/// f32 and truncates toward zero (exact: the operands have at most 8 bits).
+fn arith_bytes(ctx: &LowerCtx<'_>, vop: BinOp, kind: ByteKind) -> Result<Lowered, LowerError> {
+    let out = output(ctx)?;
+    let div = ctx.node.op == "Div";
+    let body = move |asm: &mut Asm, t: &Body| {
+        let mut vx = Vx { a: asm, tmp: t.tmp };
+        let o = t.outs[0];
+        if div {
+            let (fa, fb) = (t.scratch[0], t.scratch[1]);
+            vx.vconv(DType::F32, DType::I32, fa, t.ins[0], Round::Rint);
+            vx.vconv(DType::F32, DType::I32, fb, t.ins[1], Round::Rint);
+            vx.vbin(ProgramBuilder::vdiv, DType::F32, fa, fa, fb);
+            vx.vconv(DType::I32, DType::F32, o, fa, Round::Trunc);
+        } else {
+            vx.vbin(vop, DType::I32, o, t.ins[0], t.ins[1]);
+        }
+    };
+    let fmt = Fmt::Byte(kind);
+    let ins = [src(ctx, 0, fmt)?, src(ctx, 1, fmt)?];
+    let scratch = if div { vec![4, 4] } else { Vec::new() };
+    broadcast_lowering(
+        ctx,
+        "bytes",
+        &ins,
+        fmt,
+        &dims(ctx, out)?,
+        scratch,
+        Vec::new(),
+        &body,
+    )
+}
+
 /// What a unary op computes.
 #[derive(Clone, Copy)]
 enum Unary {
@@ -430,13 +479,43 @@ enum Unary {
     Act(Act),
 }
 
-/// Relu, Sqrt, Sigmoid, Tanh, Erf, Gelu.
+/// The unary ops: one vector instruction (Relu, Sqrt, Exp, Log, Abs, Reciprocal) or an f32
+/// body ([`Act`]: the transcendental and piecewise activations, Neg, Floor, Ceil).
 pub fn unary(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let x = ctx.input(0)?;
     let op = ctx.node.op.as_str();
+    let alpha = |default: f32| ctx.node.float("alpha").unwrap_or(default);
     let (unary, types): (Unary, &[DataType]) = match op {
         "Relu" => (Unary::Vector(ProgramBuilder::vrelu), &NUMERIC),
         "Sqrt" => (Unary::Vector(ProgramBuilder::vsqrt), &FLOATS),
+        "Exp" => (Unary::Vector(ProgramBuilder::vexp), &FLOATS),
+        "Log" => (Unary::Vector(ProgramBuilder::vln), &FLOATS),
+        "Abs" => (Unary::Vector(ProgramBuilder::vabs), &NUMERIC),
+        "Reciprocal" => (Unary::Vector(ProgramBuilder::vrec), &FLOATS),
+        "Neg" => (Unary::Act(Act::Neg), &FLOATS),
+        "Floor" => (Unary::Act(Act::Round(Round::Floor)), &FLOATS),
+        "Ceil" => (Unary::Act(Act::Round(Round::Ceil)), &FLOATS),
+        "Softplus" => (Unary::Act(Act::Softplus), &FLOATS),
+        "Softsign" => (Unary::Act(Act::Softsign), &FLOATS),
+        "LeakyRelu" => (Unary::Act(Act::LeakyRelu(alpha(0.01))), &FLOATS),
+        "Elu" => (Unary::Act(Act::Elu(alpha(1.0))), &FLOATS),
+        "Selu" => (
+            Unary::Act(Act::Selu(
+                alpha(1.673_263_2),
+                ctx.node.float("gamma").unwrap_or(1.050_701),
+            )),
+            &FLOATS,
+        ),
+        "Celu" => (Unary::Act(Act::Celu(alpha(1.0))), &FLOATS),
+        "HardSigmoid" => (
+            Unary::Act(Act::HardSigmoid(
+                alpha(0.2),
+                ctx.node.float("beta").unwrap_or(0.5),
+            )),
+            &FLOATS,
+        ),
+        "HardSwish" => (Unary::Act(Act::HardSwish), &FLOATS),
+        "ThresholdedRelu" => (Unary::Act(Act::ThresholdedRelu(alpha(1.0))), &FLOATS),
         "Sigmoid" => (Unary::Act(Act::Sigmoid), &FLOATS),
         "Tanh" => (Unary::Act(Act::Tanh), &FLOATS),
         "Erf" => (Unary::Act(Act::Erf), &FLOATS),
@@ -498,10 +577,16 @@ enum Bound {
 /// Clip with optional min and max (constants become immediates, runtime tensors splats).
 pub fn clip(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let x = ctx.input(0)?;
-    check_type(ctx, "the input", x.dtype, &NUMERIC)?;
+    // int8 / uint8 load as i32 and clip there (the bounds are in range, so the low byte
+    // stored is the clipped value).
+    let bytes = byte_kind(x.dtype);
+    if bytes.is_none() {
+        check_type(ctx, "the input", x.dtype, &NUMERIC)?;
+    }
     let ty = body_type(x.dtype);
     let e = x.dtype.size() as u64;
-    let mut ins = vec![src(ctx, 0, Fmt::Plain(e))?];
+    let fmt = bytes.map_or(Fmt::Plain(e), Fmt::Byte);
+    let mut ins = vec![src(ctx, 0, fmt)?];
     let mut bounds = [Bound::None; 2];
     for (slot, i) in [1usize, 2].into_iter().enumerate() {
         let Some(d) = ctx.inputs.get(i).copied().flatten() else {
@@ -519,9 +604,10 @@ pub fn clip(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
             return Err(ctx.error(format!("bound {i} has {n} elements; Clip takes one")));
         }
         bounds[slot] = match ctx.values.get(i).copied().flatten() {
+            Some(t) if bytes.is_some() => Bound::Imm(t.to_i64s()[0]),
             Some(t) => Bound::Imm(raw_bits(t)),
             None => {
-                ins.push(src(ctx, i, Fmt::Plain(e))?);
+                ins.push(src(ctx, i, fmt)?);
                 Bound::Input(ins.len() - 1)
             }
         };
@@ -555,7 +641,7 @@ pub fn clip(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         }
     };
     let scratch = if float { vec![1] } else { Vec::new() };
-    if ins.len() == 1 {
+    if ins.len() == 1 && bytes.is_none() {
         let n = dims(ctx, x)?.iter().product();
         return stream_lowering(
             ctx,
@@ -571,7 +657,7 @@ pub fn clip(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         ctx,
         "bounds",
         &ins,
-        Fmt::Plain(e),
+        fmt,
         &dims(ctx, x)?,
         scratch,
         Vec::new(),
@@ -683,9 +769,54 @@ fn bool_consts() -> Vec<Const> {
     vec![Const::i32(1), Const::i32(0)]
 }
 
+/// And, Or, Xor (broadcasting) and Not on bool tensors, which the kernels load as i32 0 / 1:
+/// And is the minimum, Or the maximum, Xor `|a - b|`, Not `1 - a`.
+pub fn logic(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let op = ctx.node.op.clone();
+    let out = output(ctx)?;
+    let n_in = ctx.inputs.len();
+    for i in 0..n_in {
+        check_type(ctx, "an input", ctx.input(i)?.dtype, &[DataType::Bool])?;
+    }
+    let body = move |asm: &mut Asm, t: &Body| {
+        let mut vx = Vx { a: asm, tmp: t.tmp };
+        let o = t.outs[0];
+        match op.as_str() {
+            "And" => vx.vbin(ProgramBuilder::vmin, DType::I32, o, t.ins[0], t.ins[1]),
+            "Or" => vx.vbin(ProgramBuilder::vmax, DType::I32, o, t.ins[0], t.ins[1]),
+            "Xor" => {
+                vx.vbin(ProgramBuilder::vsub, DType::I32, o, t.ins[0], t.ins[1]);
+                vx.vun(ProgramBuilder::vabs, DType::I32, o, o);
+            }
+            _ => vx.vbin(ProgramBuilder::vsub, DType::I32, o, t.consts[0], t.ins[0]),
+        }
+    };
+    let bool_fmt = Fmt::Byte(ByteKind::Bool);
+    let ins = (0..n_in)
+        .map(|i| src(ctx, i, bool_fmt))
+        .collect::<Result<Vec<_>, _>>()?;
+    broadcast_lowering(
+        ctx,
+        "",
+        &ins,
+        bool_fmt,
+        &dims(ctx, out)?,
+        Vec::new(),
+        bool_consts(),
+        &body,
+    )
+}
+
 /// Equal, with a bool output (any broadcast; every type but float64 and int16).
 pub fn equal(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let (a, b) = (ctx.input(0)?, ctx.input(1)?);
+    let cmp = match ctx.node.op.as_str() {
+        "Less" => Cmp::Lt,
+        "Greater" => Cmp::Gt,
+        "LessOrEqual" => Cmp::Le,
+        "GreaterOrEqual" => Cmp::Ge,
+        _ => Cmp::Eq,
+    };
     let out = output(ctx)?;
     if a.dtype != b.dtype {
         return Err(ctx.error(format!(
@@ -699,14 +830,27 @@ pub fn equal(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let body = |asm: &mut Asm, t: &Body| {
         let mut vx = Vx { a: asm, tmp: t.tmp };
         let bits = t.scratch[0].reg;
-        vx.vcmp(Cmp::Eq, ty, bits, t.ins[0], t.ins[1]);
+        vx.vcmp(cmp, ty, bits, t.ins[0], t.ins[1]);
         vx.vsel(DType::I32, t.outs[0], t.consts[0], t.consts[1], bits);
     };
+    if fmt == Fmt::I64 && cmp != Cmp::Eq {
+        return Err(ctx.error(
+            "an ordered comparison of int64 has no vector kernel (the unit compares 32-bit \
+             words); cast to int32 first",
+        ));
+    }
     let f: BodyFn<'_> = if fmt == Fmt::I64 { &equal_i64 } else { &body };
     let ins = [src(ctx, 0, fmt)?, src(ctx, 1, fmt)?];
+    let suffix = match cmp {
+        Cmp::Lt => "lt",
+        Cmp::Gt => "gt",
+        Cmp::Le => "le",
+        Cmp::Ge => "ge",
+        _ => "eq",
+    };
     broadcast_lowering(
         ctx,
-        "eq",
+        suffix,
         &ins,
         Fmt::Byte(ByteKind::Bool),
         &dims(ctx, out)?,

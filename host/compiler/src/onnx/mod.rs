@@ -2,7 +2,7 @@
 //! [`ir::Model`] of `Data`, `Const`, operator and `NetOutput` nodes.
 //!
 //! ```text
-//!   bytes ─ prost ─▶ ModelProto ─▶ opset (13..=25)
+//!   bytes ─ prost ─▶ ModelProto ─▶ opset (1..=25; per operator, `ops::first_opset`)
 //!                        │
 //!                        ▼
 //!   graph inputs (not initializers) ─▶ Data {index}      (graph input order)
@@ -31,7 +31,7 @@ use super::symbolic::Dim;
 use proto::{AttributeProto, AttributeType, DataLocation, NodeProto, TensorProto};
 
 /// Oldest default-domain opset the importer accepts.
-pub const MIN_OPSET: i64 = 13;
+pub const MIN_OPSET: i64 = 1;
 /// Newest default-domain opset the importer accepts. Opsets 21 to 25 changed the supported
 /// operators only by admitting new element types (bfloat16, int4, float8, ...), which the
 /// importer rejects by type, so their f32 / f16 / integer semantics are those of opset 20.

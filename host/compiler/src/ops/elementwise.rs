@@ -1,9 +1,12 @@
-//! Elementwise operators: unary math (Sqrt, Erf, Relu, Sigmoid, Tanh, Gelu, Clip), the numpy
-//! broadcasting binaries (Add, Sub, Mul, Div, Pow, Equal), Where, Cast and Identity. Symbolic
+//! Elementwise operators: unary math (Sqrt, Erf, Relu, Sigmoid, Tanh, Gelu, Clip, Exp, Log, Abs,
+//! Neg, Reciprocal, Floor, Ceil and the activations Softplus, Softsign, LeakyRelu, Elu, Selu,
+//! Celu, HardSigmoid, HardSwish, ThresholdedRelu), the numpy
+//! broadcasting binaries (Add, Sub, Mul, Div, Pow, Equal, Less, Greater, LessOrEqual,
+//! GreaterOrEqual, And, Or, Xor), Not, Where, Cast and Identity. Symbolic
 //! dims broadcast with 1 or with an identical expression; Add/Sub/Mul/Div/Equal/Where/Cast/
 //! Identity fold.
 
-use super::super::infer::{OpCtx, OpDef, OpError, broadcast};
+use super::super::infer::{FoldFn, OpCtx, OpDef, OpError, broadcast};
 use super::super::ir::{DataType, Tensor, TensorDesc};
 use super::super::symbolic::Dim;
 use super::values::{
@@ -34,6 +37,16 @@ pub(super) fn defs() -> Vec<OpDef> {
         fold: Some(fold),
         static_inputs: &[],
     };
+    // Broadcasting binaries with a bool output (comparisons, logic).
+    let to_bool = |op, verify: fn(&OpCtx<'_>) -> Result<(), OpError>, fold: Option<FoldFn>| OpDef {
+        op,
+        min_inputs: 2,
+        max_inputs: 2,
+        verify,
+        infer: infer_equal,
+        fold,
+        static_inputs: &[],
+    };
     vec![
         unary("Sqrt", verify_float),
         unary("Erf", verify_float),
@@ -41,6 +54,28 @@ pub(super) fn defs() -> Vec<OpDef> {
         unary("Tanh", verify_float),
         unary("Relu", verify_relu),
         unary("Gelu", verify_gelu),
+        unary("Exp", verify_float),
+        unary("Log", verify_float),
+        unary("Reciprocal", verify_float),
+        unary("Floor", verify_float),
+        unary("Ceil", verify_float),
+        unary("Softplus", verify_float),
+        unary("Softsign", verify_float),
+        unary("HardSwish", verify_float),
+        OpDef {
+            fold: Some(fold_abs),
+            ..unary("Abs", verify_numeric)
+        },
+        OpDef {
+            fold: Some(fold_neg),
+            ..unary("Neg", verify_relu)
+        },
+        unary("LeakyRelu", verify_float),
+        unary("Elu", verify_float),
+        unary("Selu", verify_float),
+        unary("Celu", verify_float),
+        unary("HardSigmoid", verify_float),
+        unary("ThresholdedRelu", verify_float),
         OpDef {
             op: "Clip",
             min_inputs: 1,
@@ -64,15 +99,11 @@ pub(super) fn defs() -> Vec<OpDef> {
             fold: None,
             static_inputs: &[],
         },
-        OpDef {
-            op: "Equal",
-            min_inputs: 2,
-            max_inputs: 2,
-            verify: verify_equal,
-            infer: infer_equal,
-            fold: Some(fold_equal),
-            static_inputs: &[],
-        },
+        to_bool("Equal", verify_equal, Some(fold_equal)),
+        to_bool("Less", verify_equal, None),
+        to_bool("Greater", verify_equal, None),
+        to_bool("LessOrEqual", verify_equal, None),
+        to_bool("GreaterOrEqual", verify_equal, None),
         OpDef {
             op: "Where",
             min_inputs: 3,
@@ -80,6 +111,18 @@ pub(super) fn defs() -> Vec<OpDef> {
             verify: verify_where,
             infer: infer_where,
             fold: Some(fold_where),
+            static_inputs: &[],
+        },
+        to_bool("And", verify_logic, None),
+        to_bool("Or", verify_logic, None),
+        to_bool("Xor", verify_logic, None),
+        OpDef {
+            op: "Not",
+            min_inputs: 1,
+            max_inputs: 1,
+            verify: verify_logic,
+            infer: same_as_input,
+            fold: None,
             static_inputs: &[],
         },
         OpDef {
@@ -114,6 +157,10 @@ fn verify_any(ctx: &OpCtx<'_>) -> Result<(), OpError> {
 
 fn verify_float(ctx: &OpCtx<'_>) -> Result<(), OpError> {
     input_of(ctx, 0, FLOATS, "a float tensor").map(|_| ())
+}
+
+fn verify_numeric(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    input_of(ctx, 0, NUMERIC, "a numeric tensor").map(|_| ())
 }
 
 fn verify_relu(ctx: &OpCtx<'_>) -> Result<(), OpError> {
@@ -226,6 +273,17 @@ fn infer_equal(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
     )])
 }
 
+/// And, Or, Xor (broadcasting) and Not: bool tensors.
+fn verify_logic(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    for i in 0..ctx.node.inputs.len() {
+        input_of(ctx, i, &[DataType::Bool], "a bool tensor")?;
+    }
+    if ctx.node.inputs.len() == 2 {
+        broadcast_inputs(ctx, &[0, 1])?;
+    }
+    Ok(())
+}
+
 fn verify_where(ctx: &OpCtx<'_>) -> Result<(), OpError> {
     input_of(ctx, 0, &[DataType::Bool], "a bool condition")?;
     same_dtype(ctx, 1, 2)?;
@@ -295,6 +353,42 @@ fn fold_cast(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
     let out = match elems(t) {
         Elems::Int(v) => from_ints(to, t.dims.clone(), &v)?,
         Elems::Float(v) => from_floats(to, t.dims.clone(), &v)?,
+    };
+    Ok(vec![out])
+}
+
+/// Neg folds (shape computations negate axes: LayerNormalization's expansion).
+fn fold_neg(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    fold_signed(ctx, |x| -x, i64::wrapping_neg)
+}
+
+fn fold_abs(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    fold_signed(ctx, f64::abs, i64::wrapping_abs)
+}
+
+/// A unary op on a known, small input: floats in f64 (exact for these), integers wrapping.
+fn fold_signed(
+    ctx: &OpCtx<'_>,
+    f: impl Fn(f64) -> f64,
+    i: impl Fn(i64) -> i64,
+) -> Result<Vec<Tensor>, OpError> {
+    let Some(t) = known(ctx, 0) else {
+        return Ok(vec![]);
+    };
+    if !foldable(&t.dims) {
+        return Ok(vec![]);
+    }
+    let out = match elems(t) {
+        Elems::Int(v) => from_ints(
+            t.dtype,
+            t.dims.clone(),
+            &v.into_iter().map(i).collect::<Vec<_>>(),
+        )?,
+        Elems::Float(v) => from_floats(
+            t.dtype,
+            t.dims.clone(),
+            &v.into_iter().map(f).collect::<Vec<_>>(),
+        )?,
     };
     Ok(vec![out])
 }

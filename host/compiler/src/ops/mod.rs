@@ -1,5 +1,6 @@
-//! The operator library: every supported ONNX operator (opsets 13 to 25) registers its verify,
-//! infer-shape and (for shape computations) fold functions here, once.
+//! The operator library: every supported ONNX operator registers its verify, infer-shape and
+//! (for shape computations) fold functions here, once; [`first_opset`] says from which opset on
+//! each operator's form is the one implemented (the importer reads opsets 1 to 25).
 //!
 //! ```text
 //!   mod.rs          ─ standard(): the registry; shared attribute, axis, dtype and dim helpers
@@ -53,9 +54,37 @@ pub fn standard() -> Registry {
         .chain(reduce::defs())
         .chain(shape::defs())
     {
-        r.register(def);
+        let since = first_opset(def.op);
+        r.register_since(def, since);
     }
     r
+}
+
+/// The first opset whose form of `op` the compiler implements: the operator's semantics have
+/// not changed since (later versions only add types, or attributes whose defaults keep the old
+/// behaviour). A model of an older opset using `op` is refused as unsupported.
+fn first_opset(op: &str) -> i64 {
+    match op {
+        "Not" | "Conv" | "Constant" | "Flatten" | "Gather" | "GlobalAveragePool" | "Identity"
+        | "MatMul" | "ReduceMean" | "Shape" | "Size" | "Softplus" | "Softsign" | "Squeeze"
+        | "Transpose" | "Unsqueeze" => 1,
+        "Concat" => 4,
+        "Reshape" => 5,
+        "Abs" | "Cast" | "Ceil" | "Elu" | "Exp" | "Floor" | "HardSigmoid" | "LeakyRelu" | "Log"
+        | "Neg" | "Reciprocal" | "Relu" | "Selu" | "Sigmoid" | "Sqrt" | "Tanh" => 6,
+        "Add" | "And" | "Div" | "Equal" | "Gemm" | "Greater" | "Less" | "Mul" | "Or" | "Pow"
+        | "Sub" | "Xor" => 7,
+        "Expand" | "MaxPool" => 8,
+        "BatchNormalization" | "ConstantOfShape" | "Erf" | "Where" => 9,
+        "Slice" | "ThresholdedRelu" => 10,
+        "AveragePool" | "Clip" => 11,
+        "Celu" | "GreaterOrEqual" | "LessOrEqual" => 12,
+        // Ops that do not exist before opset 13 or that changed at 13 (Softmax's axis, the
+        // axes and split inputs of ReduceSum and Split) keep the importer's old floor; so do
+        // HardSwish (14), LayerNormalization (17) and Gelu (20), which exporters emit at lower
+        // opsets with the semantics of their first version.
+        _ => 13,
+    }
 }
 
 /// Operators GE inserts itself (no ONNX model names them): registered for inference, left out

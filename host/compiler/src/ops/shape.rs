@@ -1,5 +1,5 @@
-//! Shape operators: Shape, Reshape, Flatten, Transpose, Concat, Slice, Gather, Squeeze,
-//! Unsqueeze, Expand and Constant. They carry symbolic dims through (products for Flatten and
+//! Shape operators: Shape, Size, ConstantOfShape, Reshape, Flatten, Transpose, Concat, Slice,
+//! Gather, Squeeze, Unsqueeze, Expand and Constant. They carry symbolic dims through (products for Flatten and
 //! Reshape, exact quotients for Reshape's -1, sums for Concat, provable clamps for Slice) and
 //! all but Transpose fold, so PyTorch's `Shape -> Gather -> Unsqueeze -> Concat -> Reshape`
 //! chains become constants once shapes are static.
@@ -26,6 +26,16 @@ pub(super) fn defs() -> Vec<OpDef> {
         static_inputs,
     };
     vec![
+        def(
+            "ConstantOfShape",
+            1,
+            1,
+            verify_constant_of_shape,
+            infer_constant_of_shape,
+            Some(fold_constant_of_shape),
+            &[0],
+        ),
+        def("Size", 1, 1, verify_size, infer_size, Some(fold_size), &[]),
         def(
             "Shape",
             1,
@@ -158,6 +168,79 @@ fn fold_relabel(
         dims,
         data: t.data.clone(),
     }])
+}
+
+/// ConstantOfShape's fill value: the one-element `value` tensor, f32 0 when absent.
+fn fill_value(ctx: &OpCtx<'_>) -> Result<Tensor, OpError> {
+    match ctx.node.attr("value") {
+        None => Ok(Tensor::from_f32s(vec![1], &[0.0])),
+        Some(Attr::Tensor(t)) if t.dims.iter().product::<i64>() == 1 => Ok(t.clone()),
+        Some(other) => Err(OpError::attr(
+            "value",
+            "a one-element tensor",
+            format!("{other:?}"),
+            "give ConstantOfShape a one-element `value` tensor, or none for float 0",
+        )),
+    }
+}
+
+/// The output dims of ConstantOfShape: its 1-D int64 input, known at compile time.
+fn constant_of_shape_dims(ctx: &OpCtx<'_>) -> Result<Vec<i64>, OpError> {
+    let dims = const_ints(ctx, 0, "the output shape", &[DataType::I64])?
+        .ok_or_else(|| OpError::input(0, "the output shape", "nothing", "connect input 0"))?;
+    if let Some(d) = dims.iter().find(|d| **d < 0) {
+        return Err(OpError::input(
+            0,
+            "dims of at least 0",
+            d.to_string(),
+            "the output shape cannot have a negative dim",
+        ));
+    }
+    Ok(dims)
+}
+
+fn verify_constant_of_shape(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    fill_value(ctx)?;
+    constant_of_shape_dims(ctx).map(|_| ())
+}
+
+fn infer_constant_of_shape(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let dims = constant_of_shape_dims(ctx)?;
+    Ok(vec![TensorDesc::new(
+        fill_value(ctx)?.dtype,
+        dims.into_iter().map(Dim::Fixed).collect(),
+    )])
+}
+
+/// The filled tensor (up to the fold limit; a larger one is a kernel's work).
+fn fold_constant_of_shape(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    let dims = constant_of_shape_dims(ctx)?;
+    if !foldable(&dims) {
+        return Ok(vec![]);
+    }
+    let v = fill_value(ctx)?;
+    let n = count(&dims).unwrap_or(0);
+    Ok(vec![Tensor {
+        dtype: v.dtype,
+        dims,
+        data: v.data.repeat(n).into(),
+    }])
+}
+
+fn verify_size(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    ctx.input(0).map(|_| ())
+}
+
+fn infer_size(_ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    Ok(vec![TensorDesc::new(DataType::I64, vec![])])
+}
+
+/// The element count, whenever the input's dims are fixed.
+fn fold_size(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    Ok(match shape_values(&ctx.input(0)?.shape) {
+        Some(v) => vec![Tensor::from_i64s(vec![], &[v.iter().product()])],
+        None => vec![],
+    })
 }
 
 /// The dims Shape reports: `[start, end)` after ONNX's clamping (opset 15 and later).

@@ -474,8 +474,16 @@ fn graph_attributes_are_refused_with_node_and_attribute() {
 }
 
 #[test]
-fn opsets_outside_13_to_25_are_refused() {
-    for (opset, ok) in [(12, false), (13, true), (25, true), (26, false)] {
+fn opsets_outside_1_to_25_are_refused() {
+    // Older forms of single operators are refused at inference (`ops::first_opset`).
+    for (opset, ok) in [
+        (0, false),
+        (1, true),
+        (12, true),
+        (13, true),
+        (25, true),
+        (26, false),
+    ] {
         let mut m = add_model();
         m.opset_import = vec![
             OperatorSetIdProto {
@@ -500,7 +508,7 @@ fn opsets_outside_13_to_25_are_refused() {
                 );
                 assert_eq!(
                     e.to_string().split(';').next().unwrap(),
-                    format!("bad.onnx: opset {opset} is not supported (13..=25)")
+                    format!("bad.onnx: opset {opset} is not supported (1..=25)")
                 );
             }
         }

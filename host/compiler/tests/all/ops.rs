@@ -211,6 +211,33 @@ fn registry_lists_every_operator() {
         "Transpose",
         "Unsqueeze",
         "Where",
+        // Issue 16's operators.
+        "Abs",
+        "And",
+        "Ceil",
+        "Celu",
+        "ConstantOfShape",
+        "Elu",
+        "Exp",
+        "Floor",
+        "Greater",
+        "GreaterOrEqual",
+        "HardSigmoid",
+        "HardSwish",
+        "LeakyRelu",
+        "Less",
+        "LessOrEqual",
+        "Log",
+        "Neg",
+        "Not",
+        "Or",
+        "Reciprocal",
+        "Selu",
+        "Size",
+        "Softplus",
+        "Softsign",
+        "ThresholdedRelu",
+        "Xor",
     ];
     let mut want = want.to_vec();
     want.sort_unstable();
@@ -225,7 +252,31 @@ fn registry_lists_every_operator() {
 #[test]
 fn unary_ops_keep_the_input_descriptor() {
     let x = || data(DataType::F32, vec![n(), Dim::Fixed(3)]);
-    for op in ["Relu", "Sqrt", "Erf", "Sigmoid", "Tanh", "Gelu", "Identity"] {
+    for op in [
+        "Relu",
+        "Sqrt",
+        "Erf",
+        "Sigmoid",
+        "Tanh",
+        "Gelu",
+        "Identity",
+        "Exp",
+        "Log",
+        "Abs",
+        "Neg",
+        "Reciprocal",
+        "Floor",
+        "Ceil",
+        "Softplus",
+        "Softsign",
+        "LeakyRelu",
+        "Elu",
+        "Selu",
+        "Celu",
+        "HardSigmoid",
+        "HardSwish",
+        "ThresholdedRelu",
+    ] {
         assert_eq!(shape(op, vec![x()], &[]), vec![n(), Dim::Fixed(3)], "{op}");
     }
     let g = run_with("Gelu", vec![x()], &[("approximate", astr("tanh"))], 1, 20).unwrap();
@@ -1605,4 +1656,24 @@ fn pytorch_shape_chain_folds_to_a_constant() {
         target.tensor("value"),
         Some(&Tensor::from_i64s(vec![2], &[-1, 5]))
     );
+}
+
+/// Models of any opset from 1 import; an operator whose older form differs from the one
+/// implemented is refused as unsupported at inference, naming both opsets.
+#[test]
+fn older_opsets_run_the_operators_whose_form_is_unchanged() {
+    let b = || data(DataType::Bool, fx(&[2, 3]));
+    assert!(run_with("And", vec![b(), b()], &[], 1, 7).is_ok());
+    assert!(run_with("Not", vec![b()], &[], 1, 1).is_ok());
+    let x = || f32d(&[2, 3]);
+    assert!(run_with("Relu", vec![x()], &[], 1, 6).is_ok());
+    let e = run_with("Softmax", vec![x()], &[], 1, 12).unwrap_err();
+    assert!(
+        e.contains("the form Softmax has from opset 13 on")
+            && e.contains("opset 12")
+            && e.contains("not supported"),
+        "{e}"
+    );
+    let e = run_with("Add", vec![x(), x()], &[], 1, 6).unwrap_err();
+    assert!(e.contains("from opset 7 on"), "{e}");
 }
