@@ -559,6 +559,11 @@ case("size", "Size", node("Size", ["x"]), {"x": f32(2, 3, 4)})
 case("constant_of_shape", "ConstantOfShape",
      node("ConstantOfShape", ["s"], value=numpy_helper.from_array(np.array([3], np.int32), "v")),
      {}, {"s": i64([2, 3])})
+case("reduce_max_axis", "ReduceMax", node("ReduceMax", ["x"], axes=[1], keepdims=0),
+     {"x": f32(3, 4, 5)}, opset=17)
+case("reduce_min_all", "ReduceMin", node("ReduceMin", ["x"]), {"x": f32(2, 6)}, opset=17)
+case("reduce_max_i32", "ReduceMax", node("ReduceMax", ["x", "ax"]),
+     {"x": ints(np.int32, -40, 40, 4, 3)}, {"ax": i64([0])}, opset=18)
 
 
 def build_model_case(name, file, feeds):

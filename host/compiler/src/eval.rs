@@ -991,8 +991,7 @@ impl Kernel<'_> {
             "BatchNormalization" => self.batch_norm(),
             "LayerNormalization" => self.layer_norm(),
             "Softmax" => one(self.softmax()?),
-            "ReduceMean" => one(self.reduce(true)?),
-            "ReduceSum" => one(self.reduce(false)?),
+            "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => one(self.reduce(op)?),
             crate::aipp::OP => {
                 let x = self.inputs.first().copied().flatten().ok_or_else(|| {
                     value_err(self.node, "an AIPP node without its image input".into())
@@ -1909,10 +1908,18 @@ impl Kernel<'_> {
     /// ReduceMean / ReduceSum over the axes (input 1 from opset 18 / 13 on, the `axes`
     /// attribute before). No axes reduce everything, or nothing with `noop_with_empty_axes`.
     /// An integer mean is the exact sum divided with truncation.
-    fn reduce(&self, mean: bool) -> Result<Tensor, EvalError> {
+    /// ReduceSum, ReduceMean, ReduceMax, ReduceMin (an empty set gives the identity: 0,
+    /// NaN, -inf, +inf; for integers the type's extremes).
+    fn reduce(&self, op: &str) -> Result<Tensor, EvalError> {
         let x = self.input(0)?;
         let r = x.dims.len();
-        let since = if mean { 18 } else { 13 };
+        let mean = op == "ReduceMean";
+        let extreme = match op {
+            "ReduceMax" => Some(true),
+            "ReduceMin" => Some(false),
+            _ => None,
+        };
+        let since = if op == "ReduceSum" { 13 } else { 18 };
         let given = if self.opset >= since {
             self.opt(1).map(Tensor::to_i64s)
         } else {
@@ -1944,6 +1951,31 @@ impl Kernel<'_> {
         let to = affine_index(&x.dims, 0, &steps);
         let n_out = numel(&kept);
         let reduced: usize = axes.iter().map(|a| x.dims[*a] as usize).product();
+        if let Some(max) = extreme {
+            if x.dtype.is_float() {
+                let init = if max {
+                    f64::NEG_INFINITY
+                } else {
+                    f64::INFINITY
+                };
+                let mut acc = vec![init; n_out];
+                for (v, t) in f64s(x).into_iter().zip(&to) {
+                    let a = &mut acc[*t];
+                    // NaN propagates, as numpy's maximum / minimum do.
+                    if v.is_nan() || (max && v > *a) || (!max && v < *a) {
+                        *a = v;
+                    }
+                }
+                return self.out_f64(0, &acc);
+            }
+            let init = if max { i64::MIN } else { i64::MAX };
+            let mut acc = vec![init; n_out];
+            for (v, t) in x.to_i64s().into_iter().zip(&to) {
+                let a = &mut acc[*t];
+                *a = if max { (*a).max(v) } else { (*a).min(v) };
+            }
+            return self.out_i64(0, &acc);
+        }
         if x.dtype.is_float() {
             let mut acc = vec![0.0f64; n_out];
             for (v, t) in f64s(x).into_iter().zip(&to) {

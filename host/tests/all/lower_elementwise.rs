@@ -1228,3 +1228,116 @@ fn row_broadcast_streams_near_the_hbm_cap() {
         "row-broadcast Add moves {rate:.0} B/cycle"
     );
 }
+
+/// Issue 16's unary operators against f64 references, on one tile, many tiles and every core:
+/// the piecewise activations over [-20, 20] (both branches and the switch point), Exp where
+/// it stays finite, Log and Reciprocal on positive values, Floor and Ceil exactly.
+#[test]
+fn new_unary_ops_match_f64_references() {
+    type Reference = fn(f64) -> f64;
+    /// Op, attributes, reference, input range, relative tolerance.
+    type Case = (
+        &'static str,
+        Vec<(&'static str, Attr)>,
+        Reference,
+        (f32, f32),
+        f64,
+    );
+    let float = |n: &'static str, v: f32| (n, Attr::Float(v));
+    let cases: Vec<Case> = vec![
+        ("Exp", vec![], f64::exp, (-20.0, 20.0), 2e-6),
+        ("Log", vec![], f64::ln, (1e-3, 1e3), 2e-6),
+        ("Reciprocal", vec![], |x| 1.0 / x, (0.01, 100.0), 2e-6),
+        ("Neg", vec![], |x| -x, (-20.0, 20.0), 0.0),
+        ("Abs", vec![], f64::abs, (-20.0, 20.0), 0.0),
+        ("Floor", vec![], f64::floor, (-20.0, 20.0), 0.0),
+        ("Ceil", vec![], f64::ceil, (-20.0, 20.0), 0.0),
+        (
+            "Softplus",
+            vec![],
+            |x| x.max(0.0) + (-x.abs()).exp().ln_1p(),
+            (-20.0, 20.0),
+            2e-6,
+        ),
+        (
+            "Softsign",
+            vec![],
+            |x| x / (1.0 + x.abs()),
+            (-20.0, 20.0),
+            2e-6,
+        ),
+        (
+            "LeakyRelu",
+            vec![float("alpha", 0.1)],
+            |x| if x < 0.0 { 0.1f32 as f64 * x } else { x },
+            (-20.0, 20.0),
+            1e-6,
+        ),
+        (
+            "Elu",
+            vec![],
+            |x| if x < 0.0 { x.exp_m1() } else { x },
+            (-20.0, 20.0),
+            2e-6,
+        ),
+        (
+            "Selu",
+            vec![],
+            |x| {
+                1.050_701f32 as f64
+                    * if x <= 0.0 {
+                        1.673_263_2f32 as f64 * x.exp_m1()
+                    } else {
+                        x
+                    }
+            },
+            (-20.0, 20.0),
+            2e-6,
+        ),
+        (
+            "Celu",
+            vec![float("alpha", 2.0)],
+            |x| x.max(0.0) + (2.0 * (x / 2.0).exp_m1()).min(0.0),
+            (-20.0, 20.0),
+            2e-6,
+        ),
+        (
+            "HardSigmoid",
+            vec![],
+            |x| (0.2f32 as f64 * x + 0.5).clamp(0.0, 1.0),
+            (-20.0, 20.0),
+            1e-6,
+        ),
+        (
+            "HardSwish",
+            vec![],
+            |x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0),
+            (-20.0, 20.0),
+            1e-6,
+        ),
+        (
+            "ThresholdedRelu",
+            vec![float("alpha", 0.5)],
+            |x| if x > 0.5 { x } else { 0.0 },
+            (-20.0, 20.0),
+            0.0,
+        ),
+    ];
+    let mut rng = StdRng::seed_from_u64(16);
+    for (op, attrs, f, (lo, hi), rtol) in &cases {
+        for n in [7usize, 1000, 64 * 1024 + 3] {
+            let v: Vec<f32> = (0..n).map(|_| rng.random_range(*lo..*hi)).collect();
+            let x = Tensor::from_f32s(vec![n as i64], &v);
+            let r = run_op(op, attrs, vec![data(x.clone())]).unwrap();
+            let want: Vec<f64> = x.to_f64s().iter().map(|v| f(*v)).collect();
+            // Values near 0 where a branch rounds once more (exp(x) - 1) get 1e-7 absolute.
+            assert_close(
+                &f32s(&r.outputs[0]),
+                &want,
+                *rtol,
+                1e-7,
+                &format!("{op} n={n}"),
+            );
+        }
+    }
+}

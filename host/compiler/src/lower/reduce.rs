@@ -36,7 +36,7 @@ use crate::ir::{DataType, Tensor, TensorDesc};
 /// The lowering of an op type of this module.
 pub fn lowering(op: &str) -> Option<LowerFn> {
     let f: LowerFn = match op {
-        "ReduceMean" | "ReduceSum" => reduce,
+        "ReduceMean" | "ReduceSum" | "ReduceMax" | "ReduceMin" => reduce,
         "Softmax" => softmax,
         "LayerNormalization" => layer_norm,
         "BatchNormalization" => batch_norm,
@@ -65,6 +65,8 @@ const OUT_FLAG: usize = 2;
 
 /// The bits of f32 negative infinity (the identity of max).
 pub(super) const NEG_INF: u32 = 0xff80_0000;
+/// +inf in f32 bits (ReduceMin's identity).
+pub(super) const POS_INF: u32 = 0x7f80_0000;
 
 /// An f32 vector operation of the reductions, by its operand shape, as the builder method the
 /// ISA table generates (`ProgramBuilder::vadd`, `vexp`, `vmuls`, ...): two-source for
@@ -777,10 +779,7 @@ impl View {
     /// `max`) into one 8-lane block per row at `f`, through the accumulator at `acc`.
     pub(super) fn fold(&self, k: &mut K, op: ReduceOp, src: u64, square: bool, acc: u64, f: u64) {
         let t = self.tile;
-        let (vop, ident) = match op {
-            ReduceOp::Max => (ProgramBuilder::vmax as BinOp, NEG_INF),
-            _ => (ProgramBuilder::vadd as BinOp, 0),
-        };
+        let (vop, ident) = fold_op(op);
         let id = k.t[2];
         k.a.movi(id, i64::from(ident));
         match self.row {
@@ -893,6 +892,15 @@ impl View {
 }
 
 /// Halves a contiguous accumulator of `w` lanes (a power of two) down to `to` lanes with `vop`.
+/// The pairwise instruction of a reduction and its identity element (f32 bits).
+pub(super) fn fold_op(op: ReduceOp) -> (BinOp, u32) {
+    match op {
+        ReduceOp::Max => (ProgramBuilder::vmax as BinOp, NEG_INF),
+        ReduceOp::Min => (ProgramBuilder::vmin as BinOp, POS_INF),
+        ReduceOp::Sum => (ProgramBuilder::vadd as BinOp, 0),
+    }
+}
+
 pub(super) fn halve(k: &mut K, vop: BinOp, acc: u64, mut w: u64, to: u64) {
     while w > to {
         w /= 2;
@@ -1961,6 +1969,8 @@ pub(super) struct Pass {
     pub l: u64,
     /// Inner size.
     pub i: u64,
+    /// The reduction (Sum for ReduceSum and ReduceMean).
+    pub op: ReduceOp,
     /// Factor applied to the sums (ReduceMean's 1 / count on the last pass).
     pub scale: Option<f32>,
     /// Where the input is.
@@ -1972,7 +1982,7 @@ pub(super) struct Pass {
 /// Rows of at most this many elements are reduced resident in UB (chunk walk).
 const RESIDENT_ROW: u64 = FIELD * BLK;
 
-/// ReduceMean and ReduceSum over any set of axes.
+/// ReduceMean, ReduceSum, ReduceMax and ReduceMin over any set of axes.
 fn reduce(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let x = ctx.input(0)?;
     need_f32(ctx, x, "the input")?;
@@ -1999,16 +2009,22 @@ fn reduce(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         red[axis_of(ctx, *a, r)?] = true;
     }
     let mean = ctx.node.op == "ReduceMean";
-    reduce_lowered(ctx, &d, &red, mean)
+    let op = match ctx.node.op.as_str() {
+        "ReduceMax" => ReduceOp::Max,
+        "ReduceMin" => ReduceOp::Min,
+        _ => ReduceOp::Sum,
+    };
+    reduce_lowered(ctx, &d, &red, mean, op)
 }
 
-/// Kernels reducing dims `d` over the axes flagged in `red` (the mean when `mean`), from
-/// input 0 to output 0.
+/// Kernels reducing dims `d` over the axes flagged in `red` with `op` (the mean when `mean`),
+/// from input 0 to output 0.
 pub(super) fn reduce_lowered(
     ctx: &LowerCtx<'_>,
     d: &[u64],
     red: &[bool],
     mean: bool,
+    op: ReduceOp,
 ) -> Result<Lowered, LowerError> {
     let total: u64 = d.iter().product();
     let out: u64 = d
@@ -2027,8 +2043,14 @@ pub(super) fn reduce_lowered(
         return Ok(no_kernels());
     }
     if total == 0 {
-        // A reduction over an empty axis: the sum is 0, the mean 0/0.
-        let v = if mean { f32::NAN } else { 0.0 };
+        // A reduction over an empty axis: the sum is 0, the mean 0/0, the maximum -inf and
+        // the minimum +inf (the identities, as ONNX defines them from opset 18 on).
+        let v = match op {
+            _ if mean => f32::NAN,
+            ReduceOp::Max => f32::NEG_INFINITY,
+            ReduceOp::Min => f32::INFINITY,
+            ReduceOp::Sum => 0.0,
+        };
         return Ok(Lowered::Kernels {
             kernels: vec![fill(ctx, out, v)?],
             derived: Vec::new(),
@@ -2098,6 +2120,7 @@ pub(super) fn reduce_lowered(
             o,
             l,
             i,
+            op,
             scale: (last && mean).then(|| 1.0 / count as f32),
             src,
             dst,
@@ -2138,11 +2161,11 @@ pub(super) fn reduce_pass(
     let mut kern = if p.i > 1 {
         col_reduce(ctx, p, &suffix)?
     } else if p.l <= RESIDENT_ROW {
-        let scale = p.scale;
+        let (scale, op) = (p.scale, p.op);
         let compute = move |k: &mut K, s: &RowBufs| {
             s.tile
-                .each(k, &|k, v| v.fold(k, ReduceOp::Sum, s.x, false, s.acc, s.f));
-            s.tile.scalars(k, ReduceOp::Sum, s.stats[0], s.f);
+                .each(k, &|k, v| v.fold(k, op, s.x, false, s.acc, s.f));
+            s.tile.scalars(k, op, s.stats[0], s.f);
             if let Some(sc) = scale {
                 let r = k.f32_reg(sc);
                 k.vsc(
@@ -2206,9 +2229,11 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
     let last_len = p.l - (tiles - 1) * chunk;
     let (item, g, items) = (k.a.reg(), k.a.reg(), k.a.reg());
     spread.first(&mut k, item);
-    let zero = k.a.constant(0);
+    let (vop, ident) = fold_op(p.op);
+    let zero = k.a.constant(i64::from(ident));
     let scale = p.scale.map(|s| k.f32_reg(s));
     let l = p.l;
+    let op = p.op;
     flow_init(&mut k, false);
     VECOUT.free(&mut k.a, OUT_FLAG);
     repeat_loop(&mut k, items, spread.per_block, &|k| {
@@ -2223,7 +2248,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
         let compute = |k: &mut K, b: usize, last: bool| {
             let n = if last { last_len } else { chunk };
             k.vbin(
-                ProgramBuilder::vadd,
+                vop,
                 Opd::ub(acc),
                 Opd::ub(acc),
                 Opd::ub(xb[b]),
@@ -2238,11 +2263,11 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
             store: None,
         }
         .emit(k);
-        halve(k, ProgramBuilder::vadd, acc, chunk, REP);
+        halve(k, vop, acc, chunk, REP);
         VECOUT.alloc(&mut k.a, OUT_FLAG);
         k.vred(
             false,
-            ReduceOp::Sum,
+            op,
             Addr::Ub(slot),
             Opd::ub(acc),
             1,
@@ -2317,7 +2342,8 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
     let last_rows = l - (tiles - 1) * lc;
     let (item, g, gy, items) = (k.a.reg(), k.a.reg(), k.a.reg(), k.a.reg());
     spread.first(&mut k, item);
-    let zero = k.a.constant(0);
+    let (vop, ident) = fold_op(p.op);
+    let zero = k.a.constant(i64::from(ident));
     let scale = p.scale.map(|s| k.f32_reg(s));
     flow_init(&mut k, false);
     VECOUT.free(&mut k.a, OUT_FLAG);
@@ -2345,9 +2371,9 @@ fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lowe
         };
         let compute = |k: &mut K, b: usize, last: bool| {
             let n = if last { last_rows } else { lc };
-            col_fold(k, ProgramBuilder::vadd, xb[b], xb[b], n, icp);
+            col_fold(k, vop, xb[b], xb[b], n, icp);
             k.vbin(
-                ProgramBuilder::vadd,
+                vop,
                 Opd::ub(acc),
                 Opd::ub(acc),
                 Opd::ub(xb[b]),

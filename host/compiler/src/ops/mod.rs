@@ -66,8 +66,8 @@ pub fn standard() -> Registry {
 fn first_opset(op: &str) -> i64 {
     match op {
         "Not" | "Conv" | "Constant" | "Flatten" | "Gather" | "GlobalAveragePool" | "Identity"
-        | "MatMul" | "ReduceMean" | "Shape" | "Size" | "Softplus" | "Softsign" | "Squeeze"
-        | "Transpose" | "Unsqueeze" => 1,
+        | "MatMul" | "ReduceMax" | "ReduceMean" | "ReduceMin" | "Shape" | "Size" | "Softplus"
+        | "Softsign" | "Squeeze" | "Transpose" | "Unsqueeze" => 1,
         "Concat" => 4,
         "Reshape" => 5,
         "Abs" | "Cast" | "Ceil" | "Elu" | "Exp" | "Floor" | "HardSigmoid" | "LeakyRelu" | "Log"

@@ -1,40 +1,42 @@
-//! Reductions: ReduceMean and ReduceSum with `keepdims` and `noop_with_empty_axes`. The axes
-//! are input 1 from opset 13 (ReduceSum) or 18 (ReduceMean) on and must then be known at
+//! Reductions: ReduceMean, ReduceSum, ReduceMax and ReduceMin with `keepdims` and
+//! `noop_with_empty_axes`. The axes are input 1 from opset 13 (ReduceSum) or 18 (the others) on and must then be known at
 //! compile time; before that they are the `axes` attribute. Dims that are not reduced pass
 //! through, symbolic or not.
 
 use super::super::infer::{OpCtx, OpDef, OpError};
-use super::super::ir::TensorDesc;
+use super::super::ir::{DataType, TensorDesc};
 use super::super::symbolic::Dim;
 use super::{NUMERIC, attr_flag, axes_param, forbid_attr, input_of, norm_axes};
 
 /// The reduction operator definitions.
 pub(super) fn defs() -> Vec<OpDef> {
+    let reduction = |op, verify, infer| OpDef {
+        op,
+        min_inputs: 1,
+        max_inputs: 2,
+        verify,
+        infer,
+        fold: None,
+        static_inputs: &[1],
+    };
     vec![
-        OpDef {
-            op: "ReduceMean",
-            min_inputs: 1,
-            max_inputs: 2,
-            verify: verify_mean,
-            infer: infer_mean,
-            fold: None,
-            static_inputs: &[1],
-        },
-        OpDef {
-            op: "ReduceSum",
-            min_inputs: 1,
-            max_inputs: 2,
-            verify: verify_sum,
-            infer: infer_sum,
-            fold: None,
-            static_inputs: &[1],
-        },
+        reduction("ReduceMean", verify_mean, infer_mean),
+        // ReduceMax and ReduceMin take their axes as ReduceMean does (input 1 from opset 18).
+        reduction("ReduceMax", verify_mean, infer_mean),
+        reduction("ReduceMin", verify_mean, infer_mean),
+        reduction("ReduceSum", verify_sum, infer_sum),
     ]
 }
 
 /// The output shape of a reduction whose axes became an input at opset `since`.
 fn reduce_shape(ctx: &OpCtx<'_>, since: i64) -> Result<Vec<Dim>, OpError> {
-    let x = input_of(ctx, 0, NUMERIC, "a numeric tensor")?;
+    // ReduceMax and ReduceMin also take bool (opset 20 on).
+    let x = if matches!(ctx.node.op.as_str(), "ReduceMax" | "ReduceMin") {
+        let types = [NUMERIC, &[DataType::Bool][..]].concat();
+        input_of(ctx, 0, &types, "a numeric or bool tensor")?
+    } else {
+        input_of(ctx, 0, NUMERIC, "a numeric tensor")?
+    };
     let r = x.shape.len();
     let keep = attr_flag(ctx, "keepdims", true)?;
     let noop = if ctx.opset >= since {

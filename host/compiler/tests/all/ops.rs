@@ -232,6 +232,8 @@ fn registry_lists_every_operator() {
         "Not",
         "Or",
         "Reciprocal",
+        "ReduceMax",
+        "ReduceMin",
         "Selu",
         "Size",
         "Softplus",
