@@ -564,6 +564,13 @@ case("reduce_max_axis", "ReduceMax", node("ReduceMax", ["x"], axes=[1], keepdims
 case("reduce_min_all", "ReduceMin", node("ReduceMin", ["x"]), {"x": f32(2, 6)}, opset=17)
 case("reduce_max_i32", "ReduceMax", node("ReduceMax", ["x", "ax"]),
      {"x": ints(np.int32, -40, 40, 4, 3)}, {"ax": i64([0])}, opset=18)
+case("range_f32", "Range", node("Range", ["s", "l", "d"]), {},
+     {"s": np.array(1.5, np.float32), "l": np.array(9.0, np.float32), "d": np.array(0.7, np.float32)})
+case("range_i64_down", "Range", node("Range", ["s", "l", "d"]), {},
+     {"s": np.array(10, np.int64), "l": np.array(-3, np.int64), "d": np.array(-4, np.int64)})
+case("trilu_upper_k1", "Trilu", node("Trilu", ["x", "k"]), {"x": f32(2, 4, 5)},
+     {"k": np.array(1, np.int64)})
+case("trilu_lower", "Trilu", node("Trilu", ["x"], upper=0), {"x": ints(np.int64, -9, 9, 3, 3)})
 
 
 def build_model_case(name, file, feeds):

@@ -12,6 +12,10 @@ Writes into tests/models/torch/:
                           fused Linear(d, 3d) for Q, K and V split with .chunk(3, dim=-1),
                           softmax attention, GELU MLP, pre-LayerNorm); batch and sequence
                           dynamic (the legacy exporter computes the chunk bounds from Shape).
+  gpt_torch.onnx          a 2-block GPT-2-style decoder on token ids [B, T] (token and position
+                          embeddings with torch.arange, causal mask from torch.tril and
+                          masked_fill, fused c_attn split, tanh GELU with torch.pow, pre-
+                          LayerNorm, tied-free LM head); batch and sequence dynamic.
   <model>_<gear>_input_<i>.npy / _output_<i>.npy
                           seeded random inputs per gear and onnxruntime's outputs for them.
 
@@ -19,6 +23,7 @@ Weights are random (seeded); the models are in eval mode. The committed files ar
 Rust test reads, so the test needs none of these packages.
 """
 
+import math
 import os
 
 import numpy as np
@@ -162,6 +167,82 @@ def qkv_encoder():
         np.save(os.path.join(HERE, f"qkv_encoder_torch_{b}x{s}_output_0.npy"), y.astype(np.float32))
 
 
+class NewGelu(nn.Module):
+    def forward(self, x):
+        c = math.sqrt(2.0 / math.pi)
+        return 0.5 * x * (1.0 + torch.tanh(c * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class GptBlock(nn.Module):
+    def __init__(self, d=64, heads=4):
+        super().__init__()
+        self.d, self.heads = d, heads
+        self.ln1 = nn.LayerNorm(d)
+        self.ln2 = nn.LayerNorm(d)
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+        self.fc = nn.Linear(d, 4 * d)
+        self.proj = nn.Linear(4 * d, d)
+        self.act = NewGelu()
+
+    def forward(self, x):
+        b, t, c = x.shape
+        q, k, v = self.c_attn(self.ln1(x)).split(self.d, dim=2)
+        q = q.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        k = k.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        v = v.view(b, t, self.heads, c // self.heads).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(c // self.heads))
+        mask = torch.tril(torch.ones(t, t)).view(1, 1, t, t)
+        att = torch.softmax(att.masked_fill(mask == 0, float("-inf")), dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(b, t, c)
+        x = x + self.c_proj(y)
+        return x + self.proj(self.act(self.fc(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    def __init__(self, vocab=100, d=64, max_t=64):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(max_t, d)
+        self.h = nn.Sequential(GptBlock(d), GptBlock(d))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+
+    def forward(self, ids):
+        t = ids.shape[1]
+        pos = torch.arange(0, t, dtype=torch.long)
+        return self.head(self.ln_f(self.h(self.wte(ids) + self.wpe(pos))))
+
+
+def token_model(name, model, gears, seed):
+    """Exports a model on token ids [B, T] (batch and sequence dynamic) with the legacy
+    exporter and stores onnxruntime's outputs per gear, from its own seed."""
+    rng = np.random.default_rng(seed)
+    path = os.path.join(HERE, f"{name}.onnx")
+    torch.onnx.export(
+        model.eval(),
+        (torch.zeros(2, 16, dtype=torch.int64),),
+        path,
+        input_names=["ids"],
+        output_names=["output"],
+        dynamic_axes={"ids": {0: "batch", 1: "seq"}, "output": {0: "batch", 1: "seq"}},
+        opset_version=OPSET,
+        do_constant_folding=True,
+        dynamo=False,
+    )
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for b, s in gears:
+        ids = rng.integers(0, QKV_VOCAB, (b, s)).astype(np.int64)
+        (y,) = session.run(None, {"ids": ids})
+        np.save(os.path.join(HERE, f"{name}_{b}x{s}_input_0.npy"), ids)
+        np.save(os.path.join(HERE, f"{name}_{b}x{s}_output_0.npy"), y.astype(np.float32))
+
+
+def gpt():
+    torch.manual_seed(2)
+    token_model("gpt_torch", Gpt(QKV_VOCAB), QKV_GEARS, 2)
+
+
 def export(model, example, path, input_name, dynamic_axis, axis_name):
     model.eval()
     torch.onnx.export(
@@ -212,6 +293,7 @@ def main():
     export(tf, torch.zeros(1, 16, 64), path, "x", 1, "seq")
     references("transformer_torch", path, "x", [(s, (1, s, 64)) for s in TRANSFORMER_GEARS], rng)
     qkv_encoder()
+    gpt()
 
 
 if __name__ == "__main__":

@@ -943,6 +943,51 @@ impl Kernel<'_> {
             "Add" | "Sub" | "Mul" | "Div" => one(self.arith(op)?),
             "Pow" => one(self.pow()?),
             "And" | "Or" | "Xor" => one(self.logic(op)?),
+            "Range" => {
+                let v: Vec<f64> = (0..3)
+                    .map(|i| Ok(f64s(self.input(i)?)[0]))
+                    .collect::<Result<_, EvalError>>()?;
+                let n = self.out(0)?.dims.first().copied().unwrap_or(0).max(0) as usize;
+                let x = self.input(0)?;
+                if x.dtype.is_float() {
+                    let mut out = Vec::with_capacity(n);
+                    let mut acc = v[0];
+                    for _ in 0..n {
+                        out.push(acc);
+                        acc = if x.dtype == DataType::F64 {
+                            acc + v[2]
+                        } else {
+                            f64::from((acc + v[2]) as f32)
+                        };
+                    }
+                    one(self.out_f64(0, &out)?)
+                } else {
+                    let (s0, d) = (v[0] as i64, v[2] as i64);
+                    let out: Vec<i64> = (0..n as i64).map(|i| s0 + i * d).collect();
+                    one(self.out_i64(0, &out)?)
+                }
+            }
+            "Trilu" => {
+                let x = self.input(0)?;
+                let upper = self.int("upper", 1) != 0;
+                let k = self.opt(1).map_or(0, |t| t.to_i64s()[0]);
+                let r = x.dims.len();
+                let (rows, cols) = (x.dims[r - 2].max(1), x.dims[r - 1].max(1));
+                let e = x.dtype.size();
+                let mut data = x.data.to_vec();
+                for (n, chunk) in data.chunks_mut(e).enumerate() {
+                    let n = n as i64;
+                    let (i, j) = ((n / cols) % rows, n % cols);
+                    if !crate::ops::trilu_keeps(upper, k, i, j) {
+                        chunk.fill(0);
+                    }
+                }
+                one(Tensor {
+                    dtype: x.dtype,
+                    dims: x.dims.clone(),
+                    data: data.into(),
+                })
+            }
             "Size" => {
                 let n = self.input(0)?.dims.iter().product::<i64>();
                 one(self.out_i64(0, &[n])?)

@@ -406,12 +406,22 @@ fn gear_graph(
             })
             .collect();
         // Root constants reach the branch as inputs; converting one makes a branch constant
-        // (stored once: identical constants of all branches share their bytes).
-        let root_constants: BTreeMap<NodeId, &super::ir::Tensor> =
-            const_inputs.iter().copied().collect();
+        // (stored once: identical constants of all branches share their bytes). They are
+        // found by their `Data` node's name: the precision pass asks about values of the graph
+        // it is rebuilding, whose node ids are not the ids here (a lookup by id gave an
+        // activation a constant's value once a cast shifted the ids).
+        let root_constants: BTreeMap<String, &super::ir::Tensor> = const_inputs
+            .iter()
+            .map(|(id, t)| (b.node(*id).name.clone(), *t))
+            .collect();
         let constant = |g: &Graph, v: Value| {
-            precision::const_node(g, v)
-                .or_else(|| root_constants.get(&v.node).map(|t| (*t).clone()))
+            precision::const_node(g, v).or_else(|| {
+                let n = g.node(v.node);
+                (n.op == "Data")
+                    .then(|| root_constants.get(&n.name))
+                    .flatten()
+                    .map(|t| (*t).clone())
+            })
         };
         let (_, moved) = precision::apply(b, opts.precision, &constant);
         let seeds: Vec<(NodeId, super::ir::Tensor)> = const_inputs

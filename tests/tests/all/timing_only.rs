@@ -94,6 +94,11 @@ fn cases() -> Vec<Case> {
             gears: vec![vec![F32(vec![1, 16, 64])], vec![F32(vec![1, 32, 64])]],
         },
         Case {
+            file: "torch/gpt_torch.onnx",
+            gear: options("ids:-1,-1", None, None, Some("1,8;2,16")),
+            gears: vec![vec![Ids(vec![1, 8], 100)], vec![Ids(vec![2, 16], 100)]],
+        },
+        Case {
             file: "torch/qkv_encoder_torch.onnx",
             gear: options("ids:-1,-1", None, None, Some("1,8;2,16")),
             gears: vec![vec![Ids(vec![1, 8], 100)], vec![Ids(vec![2, 16], 100)]],

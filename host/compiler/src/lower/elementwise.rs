@@ -34,6 +34,7 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
         "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => equal,
         "And" | "Or" | "Xor" | "Not" => logic,
         "Where" => where_op,
+        "Trilu" => trilu,
         "Relu" | "Sqrt" | "Sigmoid" | "Tanh" | "Erf" | "Gelu" | "Exp" | "Log" | "Abs" | "Neg"
         | "Reciprocal" | "Floor" | "Ceil" | "Softplus" | "Softsign" | "LeakyRelu" | "Elu"
         | "Selu" | "Celu" | "HardSigmoid" | "HardSwish" | "ThresholdedRelu" => unary,
@@ -870,6 +871,65 @@ fn equal_i64(asm: &mut Asm, t: &Body) {
     vx.vsel(DType::I32, o, one, zero, bits);
     vx.vcmp(Cmp::Eq, DType::I32, bits, t.ins[1], t.ins[3]);
     vx.vsel(DType::I32, o, o, zero, bits);
+}
+
+/// Trilu: the triangle is a constant i32 mask over the last two dims (computed here, stored
+/// with the weights), broadcast over the leading dims; the kernel selects x where the mask is
+/// set and zero elsewhere.
+pub fn trilu(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let x = ctx.input(0)?;
+    let d = dims(ctx, x)?;
+    let r = d.len();
+    if r < 2 {
+        return Err(ctx.error("Trilu needs a tensor of rank 2 or more"));
+    }
+    let upper = ctx.node.int("upper").unwrap_or(1) != 0;
+    let k = match ctx.values.get(1).copied().flatten() {
+        Some(t) => t.to_i64s().first().copied().unwrap_or(0),
+        None if ctx.inputs.get(1).copied().flatten().is_some() => {
+            return Err(ctx.error("k must be a constant"));
+        }
+        None => 0,
+    };
+    let (rows, cols) = (d[r - 2], d[r - 1]);
+    let mask: Vec<i32> = (0..rows as i64)
+        .flat_map(|i| {
+            (0..cols as i64).map(move |j| i32::from(crate::ops::trilu_keeps(upper, k, i, j)))
+        })
+        .collect();
+    let fmt = fmt_or_error(ctx, "the input", x.dtype)?;
+    let ty = body_type(x.dtype);
+    let words = fmt.words();
+    let body = |asm: &mut Asm, t: &Body| {
+        let mut vx = Vx { a: asm, tmp: t.tmp };
+        let (bits, zero) = (t.scratch[0].reg, t.scratch[1]);
+        vx.vdup(DType::I32, zero, 0);
+        vx.vcmps(Cmp::Ne, DType::I32, bits, t.ins[words], 0);
+        for w in 0..words {
+            vx.vsel(ty, t.outs[w], t.ins[w], zero, bits);
+        }
+    };
+    let ins = [
+        src(ctx, 0, fmt)?,
+        Src {
+            op: Operand::Derived(0),
+            fmt: Fmt::Plain(4),
+            shape: vec![rows, cols],
+        },
+    ];
+    let lowered = broadcast_lowering(ctx, "", &ins, fmt, &d, vec![1, 4], Vec::new(), &body)?;
+    Ok(match lowered {
+        Lowered::Kernels {
+            kernels,
+            workspace_bytes,
+            ..
+        } => Lowered::Kernels {
+            kernels,
+            derived: vec![Tensor::from_i32s(vec![rows as i64, cols as i64], &mask)],
+            workspace_bytes,
+        },
+        alias => alias,
+    })
 }
 
 /// Where(cond, x, y) with three-way broadcasting.

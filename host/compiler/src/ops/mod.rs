@@ -28,6 +28,8 @@ mod reduce;
 mod shape;
 mod values;
 
+pub use shape::trilu_keeps;
+
 use super::infer::{OpCtx, OpError, Registry};
 use super::ir::{Attr, DataType, Tensor, TensorDesc, shape_values};
 use super::symbolic::Dim;
@@ -78,7 +80,9 @@ fn first_opset(op: &str) -> i64 {
         "BatchNormalization" | "ConstantOfShape" | "Erf" | "Where" => 9,
         "Slice" | "ThresholdedRelu" => 10,
         "AveragePool" | "Clip" => 11,
+        "Range" => 11,
         "Celu" | "GreaterOrEqual" | "LessOrEqual" => 12,
+        "Trilu" => 14,
         // Ops that do not exist before opset 13 or that changed at 13 (Softmax's axis, the
         // axes and split inputs of ReduceSum and Split) keep the importer's old floor; so do
         // HardSwish (14), LayerNormalization (17) and Gelu (20), which exporters emit at lower

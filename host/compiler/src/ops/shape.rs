@@ -1,4 +1,4 @@
-//! Shape operators: Shape, Size, ConstantOfShape, Reshape, Flatten, Transpose, Concat, Slice,
+//! Shape operators: Shape, Size, ConstantOfShape, Range, Trilu, Reshape, Flatten, Transpose, Concat, Slice,
 //! Gather, Squeeze, Unsqueeze, Expand and Constant. They carry symbolic dims through (products for Flatten and
 //! Reshape, exact quotients for Reshape's -1, sums for Concat, provable clamps for Slice) and
 //! all but Transpose fold, so PyTorch's `Shape -> Gather -> Unsqueeze -> Concat -> Reshape`
@@ -36,6 +36,24 @@ pub(super) fn defs() -> Vec<OpDef> {
             &[0],
         ),
         def("Size", 1, 1, verify_size, infer_size, Some(fold_size), &[]),
+        def(
+            "Range",
+            3,
+            3,
+            verify_range,
+            infer_range,
+            Some(fold_range),
+            &[0, 1, 2],
+        ),
+        def(
+            "Trilu",
+            1,
+            2,
+            verify_trilu,
+            infer_trilu,
+            Some(fold_trilu),
+            &[1],
+        ),
         def(
             "Shape",
             1,
@@ -224,6 +242,154 @@ fn fold_constant_of_shape(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
         dtype: v.dtype,
         dims,
         data: v.data.repeat(n).into(),
+    }])
+}
+
+/// Range's start, limit and delta: scalars of one numeric type, known at compile time (the
+/// output's length depends on them), as f64 (exact for the integer types' usual ranges).
+fn range_params(ctx: &OpCtx<'_>) -> Result<(DataType, [f64; 3]), OpError> {
+    let allowed = [
+        DataType::F32,
+        DataType::F64,
+        DataType::F16,
+        DataType::I16,
+        DataType::I32,
+        DataType::I64,
+    ];
+    let mut v = [0f64; 3];
+    let dtype = input_of(ctx, 0, &allowed, "a numeric scalar")?.dtype;
+    for (i, slot) in v.iter_mut().enumerate() {
+        same_dtype(ctx, 0, i)?;
+        let t = known(ctx, i).ok_or_else(|| {
+            OpError::input(
+                i,
+                "a value known at compile time (the output length depends on it)",
+                "a value computed at run time",
+                "feed Range from constants or from shapes (static inside a gear branch)",
+            )
+        })?;
+        if t.dims.iter().product::<i64>() != 1 {
+            return Err(OpError::input(
+                i,
+                "a scalar",
+                format!("dims {:?}", t.dims),
+                "give Range scalars",
+            ));
+        }
+        *slot = t.to_f64s()[0];
+    }
+    if v[2] == 0.0 {
+        return Err(OpError::input(
+            2,
+            "a non-zero delta",
+            "0",
+            "a zero step never reaches the limit",
+        ));
+    }
+    Ok((dtype, v))
+}
+
+/// ONNX's `max(ceil((limit - start) / delta), 0)`.
+fn range_len(v: [f64; 3]) -> i64 {
+    ((v[1] - v[0]) / v[2]).ceil().max(0.0) as i64
+}
+
+fn verify_range(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    range_params(ctx).map(|_| ())
+}
+
+fn infer_range(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let (dtype, v) = range_params(ctx)?;
+    Ok(vec![TensorDesc::new(dtype, vec![Dim::Fixed(range_len(v))])])
+}
+
+/// Range's values, `start + i * delta` computed in the type as ONNX's loop does (by repeated
+/// addition for floats, so the rounding matches the reference).
+fn fold_range(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    let (dtype, v) = range_params(ctx)?;
+    let n = range_len(v);
+    if !foldable(&[n]) {
+        return Ok(vec![]);
+    }
+    let t = if dtype.is_float() {
+        let mut out = Vec::with_capacity(n as usize);
+        let mut x = v[0];
+        for _ in 0..n {
+            out.push(x);
+            x = if dtype == DataType::F64 {
+                x + v[2]
+            } else {
+                f64::from((x + v[2]) as f32)
+            };
+        }
+        super::values::from_floats(dtype, vec![n], &out)?
+    } else {
+        let (s, d) = (v[0] as i64, v[2] as i64);
+        let out: Vec<i64> = (0..n).map(|i| s + i * d).collect();
+        super::values::from_ints(dtype, vec![n], &out)?
+    };
+    Ok(vec![t])
+}
+
+/// Trilu's diagonal offset `k` (input 1, a scalar known at compile time; 0 when absent).
+fn trilu_k(ctx: &OpCtx<'_>) -> Result<i64, OpError> {
+    Ok(
+        match const_ints(ctx, 1, "the diagonal offset k", &[DataType::I64])? {
+            Some(v) if v.len() == 1 => v[0],
+            Some(v) => {
+                return Err(OpError::input(
+                    1,
+                    "one value",
+                    format!("{} values", v.len()),
+                    "give k as a scalar",
+                ));
+            }
+            None => 0,
+        },
+    )
+}
+
+fn verify_trilu(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    rank_where(ctx, 0, |r| r >= 2, "a tensor of rank 2 or more")?;
+    attr_flag(ctx, "upper", true)?;
+    trilu_k(ctx).map(|_| ())
+}
+
+fn infer_trilu(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    Ok(vec![ctx.input(0)?.clone()])
+}
+
+/// Whether Trilu keeps element (row `i`, column `j`): `j - i >= k` for the upper triangle,
+/// `j - i <= k` for the lower.
+pub fn trilu_keeps(upper: bool, k: i64, i: i64, j: i64) -> bool {
+    if upper { j - i >= k } else { j - i <= k }
+}
+
+/// Trilu on a known input (a causal mask built from ones): the kept elements' bytes, zeros
+/// elsewhere.
+fn fold_trilu(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    let Some(x) = known(ctx, 0) else {
+        return Ok(vec![]);
+    };
+    if !foldable(&x.dims) {
+        return Ok(vec![]);
+    }
+    let (upper, k) = (attr_flag(ctx, "upper", true)?, trilu_k(ctx)?);
+    let r = x.dims.len();
+    let (rows, cols) = (x.dims[r - 2], x.dims[r - 1]);
+    let e = x.dtype.size();
+    let mut data = x.data.to_vec();
+    for (n, chunk) in data.chunks_mut(e).enumerate() {
+        let n = n as i64;
+        let (i, j) = ((n / cols.max(1)) % rows.max(1), n % cols.max(1));
+        if !trilu_keeps(upper, k, i, j) {
+            chunk.fill(0);
+        }
+    }
+    Ok(vec![Tensor {
+        dtype: x.dtype,
+        dims: x.dims.clone(),
+        data: data.into(),
     }])
 }
 
