@@ -145,26 +145,7 @@ def qkv_encoder():
     """The fused-QKV encoder and its references, from their own seeds (independent of the
     other models, so regenerating one leaves the others' files alone)."""
     torch.manual_seed(1)
-    rng = np.random.default_rng(1)
-    model = QkvEncoder(QKV_VOCAB).eval()
-    path = os.path.join(HERE, "qkv_encoder_torch.onnx")
-    torch.onnx.export(
-        model,
-        (torch.zeros(2, 16, dtype=torch.int64),),
-        path,
-        input_names=["ids"],
-        output_names=["output"],
-        dynamic_axes={"ids": {0: "batch", 1: "seq"}, "output": {0: "batch", 1: "seq"}},
-        opset_version=OPSET,
-        do_constant_folding=True,
-        dynamo=False,
-    )
-    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-    for b, s in QKV_GEARS:
-        ids = rng.integers(0, QKV_VOCAB, (b, s)).astype(np.int64)
-        (y,) = session.run(None, {"ids": ids})
-        np.save(os.path.join(HERE, f"qkv_encoder_torch_{b}x{s}_input_0.npy"), ids)
-        np.save(os.path.join(HERE, f"qkv_encoder_torch_{b}x{s}_output_0.npy"), y.astype(np.float32))
+    token_model("qkv_encoder_torch", QkvEncoder(QKV_VOCAB), QKV_GEARS, 1)
 
 
 class NewGelu(nn.Module):
