@@ -571,6 +571,16 @@ case("range_i64_down", "Range", node("Range", ["s", "l", "d"]), {},
 case("trilu_upper_k1", "Trilu", node("Trilu", ["x", "k"]), {"x": f32(2, 4, 5)},
      {"k": np.array(1, np.int64)})
 case("trilu_lower", "Trilu", node("Trilu", ["x"], upper=0), {"x": ints(np.int64, -9, 9, 3, 3)})
+case("round_half_even", "Round", node("Round", ["x"]),
+     {"x": np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 0.3, -0.7], np.float32)})
+case("sign", "Sign", node("Sign", ["x"]), {"x": np.array([-3.0, 0.0, 2.0, -0.5], np.float32)})
+case("isnan", "IsNaN", node("IsNaN", ["x"]),
+     {"x": np.array([1.0, np.nan, -np.inf, 0.0], np.float32)})
+case("isinf_negative", "IsInf", node("IsInf", ["x"], detect_positive=0),
+     {"x": np.array([np.inf, -np.inf, np.nan, 2.0], np.float32)})
+case("prelu_broadcast", "PRelu", node("PRelu", ["x", "s"]), {"x": f32(2, 3, 4), "s": f32(4)})
+case("sum_three", "Sum", node("Sum", ["a", "b", "c"]), {"a": f32(2, 3), "b": f32(3), "c": f32(1, 3)})
+case("mean_two", "Mean", node("Mean", ["a", "b"]), {"a": f32(4), "b": f32(4)})
 
 
 def build_model_case(name, file, feeds):

@@ -904,6 +904,84 @@ impl Kernel<'_> {
             "Relu" => one(self.relu()?),
             "Gelu" => one(self.gelu()?),
             "Exp" => one(self.unary_f(f64::exp)?),
+            "Round" => one(self.unary_f(f64::round_ties_even)?),
+            "Sign" => one(self.signed_unary(
+                |x| {
+                    if x > 0.0 {
+                        1.0
+                    } else if x < 0.0 {
+                        -1.0
+                    } else {
+                        x
+                    }
+                },
+                i64::signum,
+            )?),
+            "IsNaN" => {
+                let v: Vec<i64> = f64s(self.input(0)?)
+                    .iter()
+                    .map(|x| i64::from(x.is_nan()))
+                    .collect();
+                one(self.out_i64(0, &v)?)
+            }
+            "IsInf" => {
+                let (pos, neg) = (
+                    self.int("detect_positive", 1) != 0,
+                    self.int("detect_negative", 1) != 0,
+                );
+                let v: Vec<i64> = f64s(self.input(0)?)
+                    .iter()
+                    .map(|x| {
+                        i64::from((pos && *x == f64::INFINITY) || (neg && *x == f64::NEG_INFINITY))
+                    })
+                    .collect();
+                one(self.out_i64(0, &v)?)
+            }
+            "PRelu" => {
+                let (x, slope) = (f64s(self.input(0)?), f64s(self.input(1)?));
+                let maps = self.broadcast_maps(&[0, 1])?;
+                let v: Vec<f64> = maps[0]
+                    .iter()
+                    .zip(&maps[1])
+                    .map(|(i, j)| {
+                        if x[*i] < 0.0 {
+                            x[*i] * slope[*j]
+                        } else {
+                            x[*i]
+                        }
+                    })
+                    .collect();
+                one(self.out_f64(0, &v)?)
+            }
+            "Sum" | "Mean" => {
+                let n = self.node.inputs.len();
+                let idx: Vec<usize> = (0..n).collect();
+                let maps = self.broadcast_maps(&idx)?;
+                let x0 = self.input(0)?;
+                if x0.dtype.is_float() {
+                    let xs: Vec<Vec<f64>> = (0..n)
+                        .map(|i| Ok(f64s(self.input(i)?)))
+                        .collect::<Result<_, EvalError>>()?;
+                    let v: Vec<f64> = (0..maps[0].len())
+                        .map(|k| {
+                            let s: f64 = (0..n).map(|i| xs[i][maps[i][k]]).sum();
+                            if op == "Mean" { s / n as f64 } else { s }
+                        })
+                        .collect();
+                    one(self.out_f64(0, &v)?)
+                } else {
+                    let xs: Vec<Vec<i64>> = (0..n)
+                        .map(|i| Ok(self.input(i)?.to_i64s()))
+                        .collect::<Result<_, EvalError>>()?;
+                    let v: Vec<i64> = (0..maps[0].len())
+                        .map(|k| {
+                            let s = (0..n).fold(0i64, |a, i| a.wrapping_add(xs[i][maps[i][k]]));
+                            if op == "Mean" { s / n as i64 } else { s }
+                        })
+                        .collect();
+                    one(self.out_i64(0, &v)?)
+                }
+            }
             "Log" => one(self.unary_f(f64::ln)?),
             "Reciprocal" => one(self.unary_f(|x| 1.0 / x)?),
             "Floor" => one(self.unary_f(f64::floor)?),

@@ -1252,6 +1252,8 @@ fn new_unary_ops_match_f64_references() {
         ("Abs", vec![], f64::abs, (-20.0, 20.0), 0.0),
         ("Floor", vec![], f64::floor, (-20.0, 20.0), 0.0),
         ("Ceil", vec![], f64::ceil, (-20.0, 20.0), 0.0),
+        ("Round", vec![], f64::round_ties_even, (-20.0, 20.0), 0.0),
+        ("Sign", vec![], f64::signum, (-20.0, 20.0), 0.0),
         (
             "Softplus",
             vec![],

@@ -66,6 +66,8 @@ pub enum Act {
     HardSwish,
     /// `x > alpha ? x : 0`.
     ThresholdedRelu(f32),
+    /// 1, -1 or 0 by the sign of x (NaN stays NaN).
+    Sign,
 }
 
 impl Act {
@@ -81,7 +83,7 @@ impl Act {
             | Act::Celu(_)
             | Act::HardSwish
             | Act::ThresholdedRelu(_) => 1,
-            Act::Softplus => 2,
+            Act::Softplus | Act::Sign => 2,
             Act::Tanh | Act::Erf | Act::Gelu => 3,
         }
     }
@@ -253,6 +255,19 @@ pub fn emit(vx: &mut Vx<'_>, act: Act, o: View, x: View, s: &[View], bits: Reg) 
             vx.adds(t, t, 0.5);
             clamp01(vx, t);
             vx.vbin(ProgramBuilder::vmul, DType::F32, o, x, t);
+        }
+        Act::Sign => {
+            let (c, z) = (s[0], s[1]);
+            vx.vdup(DType::F32, z, i64::from(0f32.to_bits()));
+            vx.vdup(DType::F32, c, i64::from(1f32.to_bits()));
+            vx.vcmps_f32(Cmp::Gt, bits, x, 0.0);
+            vx.vsel(DType::F32, o, c, z, bits);
+            vx.vdup(DType::F32, c, i64::from((-1f32).to_bits()));
+            vx.vcmps_f32(Cmp::Lt, bits, x, 0.0);
+            vx.vsel(DType::F32, o, c, o, bits);
+            // NaN compares unequal to itself: keep it.
+            vx.vcmp(Cmp::Eq, DType::F32, bits, x, x);
+            vx.vsel(DType::F32, o, o, x, bits);
         }
         Act::ThresholdedRelu(alpha) => {
             let t = s[0];

@@ -37,7 +37,12 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
         "Trilu" => trilu,
         "Relu" | "Sqrt" | "Sigmoid" | "Tanh" | "Erf" | "Gelu" | "Exp" | "Log" | "Abs" | "Neg"
         | "Reciprocal" | "Floor" | "Ceil" | "Softplus" | "Softsign" | "LeakyRelu" | "Elu"
-        | "Selu" | "Celu" | "HardSigmoid" | "HardSwish" | "ThresholdedRelu" => unary,
+        | "Selu" | "Celu" | "HardSigmoid" | "HardSwish" | "ThresholdedRelu" | "Round" | "Sign" => {
+            unary
+        }
+        "IsNaN" | "IsInf" => is_special,
+        "PRelu" => prelu,
+        "Sum" | "Mean" => variadic,
         "Clip" => clip,
         "Cast" => cast,
         _ => return None,
@@ -496,6 +501,9 @@ pub fn unary(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         "Neg" => (Unary::Act(Act::Neg), &FLOATS),
         "Floor" => (Unary::Act(Act::Round(Round::Floor)), &FLOATS),
         "Ceil" => (Unary::Act(Act::Round(Round::Ceil)), &FLOATS),
+        // Half to even, as ONNX's Round (the unit's rint).
+        "Round" => (Unary::Act(Act::Round(Round::Rint)), &FLOATS),
+        "Sign" => (Unary::Act(Act::Sign), &FLOATS),
         "Softplus" => (Unary::Act(Act::Softplus), &FLOATS),
         "Softsign" => (Unary::Act(Act::Softsign), &FLOATS),
         "LeakyRelu" => (Unary::Act(Act::LeakyRelu(alpha(0.01))), &FLOATS),
@@ -871,6 +879,131 @@ fn equal_i64(asm: &mut Asm, t: &Body) {
     vx.vsel(DType::I32, o, one, zero, bits);
     vx.vcmp(Cmp::Eq, DType::I32, bits, t.ins[1], t.ins[3]);
     vx.vsel(DType::I32, o, o, zero, bits);
+}
+
+/// IsNaN (`x != x`) and IsInf (`x == +inf` and / or `x == -inf`, by `detect_positive` and
+/// `detect_negative`) with a bool output.
+pub fn is_special(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let x = ctx.input(0)?;
+    check_type(ctx, "the input", x.dtype, &FLOATS)?;
+    let ty = body_type(x.dtype);
+    let e = x.dtype.size() as u64;
+    let nan = ctx.node.op == "IsNaN";
+    let pos = ctx.node.int("detect_positive").unwrap_or(1) != 0;
+    let neg = ctx.node.int("detect_negative").unwrap_or(1) != 0;
+    let inf = |negative: bool| -> i64 {
+        match (x.dtype, negative) {
+            (DataType::F16, false) => i64::from(half::f16::INFINITY.to_bits()),
+            (DataType::F16, true) => i64::from(half::f16::NEG_INFINITY.to_bits()),
+            (_, false) => i64::from(f32::INFINITY.to_bits()),
+            (_, true) => i64::from(f32::NEG_INFINITY.to_bits()),
+        }
+    };
+    let body = move |asm: &mut Asm, t: &Body| {
+        let mut vx = Vx { a: asm, tmp: t.tmp };
+        let (one, zero) = (t.consts[0], t.consts[1]);
+        let bits = t.scratch[0].reg;
+        let (o, xv) = (t.outs[0], t.ins[0]);
+        if nan {
+            vx.vcmp(Cmp::Eq, ty, bits, xv, xv);
+            vx.vsel(DType::I32, o, zero, one, bits);
+            return;
+        }
+        vx.vun(ProgramBuilder::vmov, DType::I32, o, zero);
+        for (on, negative) in [(pos, false), (neg, true)] {
+            if on {
+                vx.vcmps(Cmp::Eq, ty, bits, xv, inf(negative));
+                vx.vsel(DType::I32, o, one, o, bits);
+            }
+        }
+    };
+    broadcast_lowering(
+        ctx,
+        "",
+        &[src(ctx, 0, Fmt::Plain(e))?],
+        Fmt::Byte(ByteKind::Bool),
+        &dims(ctx, x)?,
+        vec![1],
+        bool_consts(),
+        &body,
+    )
+}
+
+/// PRelu: `x < 0 ? slope x : x`, the slope broadcast to x.
+pub fn prelu(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let x = ctx.input(0)?;
+    check_type(ctx, "the input", x.dtype, &FLOATS)?;
+    let ty = body_type(x.dtype);
+    let e = x.dtype.size() as u64;
+    let zero = if ty == DType::F16 {
+        0
+    } else {
+        i64::from(0f32.to_bits())
+    };
+    let body = move |asm: &mut Asm, t: &Body| {
+        let mut vx = Vx { a: asm, tmp: t.tmp };
+        let bits = t.scratch[0].reg;
+        let o = t.outs[0];
+        vx.vcmps(Cmp::Lt, ty, bits, t.ins[0], zero);
+        vx.vbin(ProgramBuilder::vmul, ty, o, t.ins[0], t.ins[1]);
+        vx.vsel(ty, o, o, t.ins[0], bits);
+    };
+    let ins = [src(ctx, 0, Fmt::Plain(e))?, src(ctx, 1, Fmt::Plain(e))?];
+    broadcast_lowering(
+        ctx,
+        "",
+        &ins,
+        Fmt::Plain(e),
+        &dims(ctx, x)?,
+        vec![1],
+        Vec::new(),
+        &body,
+    )
+}
+
+/// Sum and Mean of any number of inputs with broadcasting: added in order (Mean then scaled
+/// by 1 / n), in the tensor's type.
+pub fn variadic(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let out = output(ctx)?;
+    let n = ctx.inputs.len();
+    let mean = ctx.node.op == "Mean";
+    let types: &[DataType] = if mean { &FLOATS } else { &NUMERIC };
+    check_type(ctx, "the output", out.dtype, types)?;
+    if n == 1 {
+        return Ok(Lowered::Alias { input: 0 });
+    }
+    let ty = body_type(out.dtype);
+    let e = out.dtype.size() as u64;
+    let scale = 1.0 / n as f32;
+    let scale_bits = if ty == DType::F16 {
+        i64::from(half::f16::from_f32(scale).to_bits())
+    } else {
+        i64::from(scale.to_bits())
+    };
+    let body = move |asm: &mut Asm, t: &Body| {
+        let mut vx = Vx { a: asm, tmp: t.tmp };
+        let o = t.outs[0];
+        vx.vbin(ProgramBuilder::vadd, ty, o, t.ins[0], t.ins[1]);
+        for x in &t.ins[2..] {
+            vx.vbin(ProgramBuilder::vadd, ty, o, o, *x);
+        }
+        if mean {
+            vx.vscalar(ProgramBuilder::vmuls, ty, o, o, scale_bits);
+        }
+    };
+    let ins = (0..n)
+        .map(|i| src(ctx, i, Fmt::Plain(e)))
+        .collect::<Result<Vec<_>, _>>()?;
+    broadcast_lowering(
+        ctx,
+        "",
+        &ins,
+        Fmt::Plain(e),
+        &dims(ctx, out)?,
+        Vec::new(),
+        Vec::new(),
+        &body,
+    )
 }
 
 /// Trilu: the triangle is a constant i32 mask over the last two dims (computed here, stored

@@ -1,5 +1,5 @@
 //! Elementwise operators: unary math (Sqrt, Erf, Relu, Sigmoid, Tanh, Gelu, Clip, Exp, Log, Abs,
-//! Neg, Reciprocal, Floor, Ceil and the activations Softplus, Softsign, LeakyRelu, Elu, Selu,
+//! Neg, Reciprocal, Floor, Ceil, Round, Sign, IsNaN, IsInf and the activations PRelu, Softplus, Softsign, LeakyRelu, Elu, Selu,
 //! Celu, HardSigmoid, HardSwish, ThresholdedRelu), the numpy
 //! broadcasting binaries (Add, Sub, Mul, Div, Pow, Equal, Less, Greater, LessOrEqual,
 //! GreaterOrEqual, And, Or, Xor), Not, Where, Cast and Identity. Symbolic
@@ -37,6 +37,16 @@ pub(super) fn defs() -> Vec<OpDef> {
         fold: Some(fold),
         static_inputs: &[],
     };
+    // Sum and Mean: any number of inputs that broadcast together.
+    let variadic = |op| OpDef {
+        op,
+        min_inputs: 1,
+        max_inputs: usize::MAX,
+        verify: verify_variadic,
+        infer: infer_variadic,
+        fold: None,
+        static_inputs: &[],
+    };
     // Broadcasting binaries with a bool output (comparisons, logic).
     let to_bool = |op, verify: fn(&OpCtx<'_>) -> Result<(), OpError>, fold: Option<FoldFn>| OpDef {
         op,
@@ -62,6 +72,27 @@ pub(super) fn defs() -> Vec<OpDef> {
         unary("Softplus", verify_float),
         unary("Softsign", verify_float),
         unary("HardSwish", verify_float),
+        unary("Round", verify_float),
+        unary("Sign", verify_numeric),
+        OpDef {
+            infer: infer_is,
+            ..unary("IsNaN", verify_float)
+        },
+        OpDef {
+            infer: infer_is,
+            ..unary("IsInf", verify_float)
+        },
+        OpDef {
+            op: "PRelu",
+            min_inputs: 2,
+            max_inputs: 2,
+            verify: verify_arith,
+            infer: same_as_input,
+            fold: None,
+            static_inputs: &[],
+        },
+        variadic("Sum"),
+        variadic("Mean"),
         OpDef {
             fold: Some(fold_abs),
             ..unary("Abs", verify_numeric)
@@ -238,6 +269,28 @@ fn broadcast_inputs(ctx: &OpCtx<'_>, idx: &[usize]) -> Result<Vec<Dim>, OpError>
         })?;
     }
     Ok(shape)
+}
+
+/// IsNaN and IsInf: a bool of the input's shape.
+fn infer_is(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let x = ctx.input(0)?;
+    Ok(vec![TensorDesc::new(DataType::Bool, x.shape.clone())])
+}
+
+/// Sum and Mean: numeric inputs of one type that broadcast together.
+fn verify_variadic(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    input_of(ctx, 0, NUMERIC, "a numeric tensor")?;
+    let all: Vec<usize> = (0..ctx.node.inputs.len()).collect();
+    for &i in &all[1..] {
+        same_dtype(ctx, 0, i)?;
+    }
+    broadcast_inputs(ctx, &all).map(|_| ())
+}
+
+fn infer_variadic(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let a = ctx.input(0)?;
+    let all: Vec<usize> = (0..ctx.node.inputs.len()).collect();
+    Ok(vec![TensorDesc::new(a.dtype, broadcast_inputs(ctx, &all)?)])
 }
 
 fn verify_arith(ctx: &OpCtx<'_>) -> Result<(), OpError> {

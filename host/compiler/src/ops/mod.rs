@@ -76,11 +76,13 @@ fn first_opset(op: &str) -> i64 {
         | "Neg" | "Reciprocal" | "Relu" | "Selu" | "Sigmoid" | "Sqrt" | "Tanh" => 6,
         "Add" | "And" | "Div" | "Equal" | "Gemm" | "Greater" | "Less" | "Mul" | "Or" | "Pow"
         | "Sub" | "Xor" => 7,
-        "Expand" | "MaxPool" => 8,
-        "BatchNormalization" | "ConstantOfShape" | "Erf" | "Where" => 9,
-        "Slice" | "ThresholdedRelu" => 10,
+        "Expand" | "MaxPool" | "Mean" | "Sum" => 8,
+        "BatchNormalization" | "ConstantOfShape" | "Erf" | "IsNaN" | "PRelu" | "Sign" | "Where" => {
+            9
+        }
+        "IsInf" | "Slice" | "ThresholdedRelu" => 10,
         "AveragePool" | "Clip" => 11,
-        "Range" => 11,
+        "Range" | "Round" => 11,
         "Celu" | "GreaterOrEqual" | "LessOrEqual" => 12,
         "Trilu" => 14,
         // Ops that do not exist before opset 13 or that changed at 13 (Softmax's axis, the
