@@ -581,6 +581,10 @@ case("isinf_negative", "IsInf", node("IsInf", ["x"], detect_positive=0),
 case("prelu_broadcast", "PRelu", node("PRelu", ["x", "s"]), {"x": f32(2, 3, 4), "s": f32(4)})
 case("sum_three", "Sum", node("Sum", ["a", "b", "c"]), {"a": f32(2, 3), "b": f32(3), "c": f32(1, 3)})
 case("mean_two", "Mean", node("Mean", ["a", "b"]), {"a": f32(4), "b": f32(4)})
+case("max_three_nan", "Max", node("Max", ["a", "b", "c"]),
+     {"a": np.array([1.0, np.nan, -2.0, 3.0], np.float32), "b": f32(4), "c": f32(1)})
+case("min_u8", "Min", node("Min", ["a", "b"]),
+     {"a": ints(np.uint8, 0, 256, 2, 3), "b": ints(np.uint8, 0, 256, 3)})
 
 
 def build_model_case(name, file, feeds):

@@ -953,35 +953,7 @@ impl Kernel<'_> {
                     .collect();
                 one(self.out_f64(0, &v)?)
             }
-            "Sum" | "Mean" => {
-                let n = self.node.inputs.len();
-                let idx: Vec<usize> = (0..n).collect();
-                let maps = self.broadcast_maps(&idx)?;
-                let x0 = self.input(0)?;
-                if x0.dtype.is_float() {
-                    let xs: Vec<Vec<f64>> = (0..n)
-                        .map(|i| Ok(f64s(self.input(i)?)))
-                        .collect::<Result<_, EvalError>>()?;
-                    let v: Vec<f64> = (0..maps[0].len())
-                        .map(|k| {
-                            let s: f64 = (0..n).map(|i| xs[i][maps[i][k]]).sum();
-                            if op == "Mean" { s / n as f64 } else { s }
-                        })
-                        .collect();
-                    one(self.out_f64(0, &v)?)
-                } else {
-                    let xs: Vec<Vec<i64>> = (0..n)
-                        .map(|i| Ok(self.input(i)?.to_i64s()))
-                        .collect::<Result<_, EvalError>>()?;
-                    let v: Vec<i64> = (0..maps[0].len())
-                        .map(|k| {
-                            let s = (0..n).fold(0i64, |a, i| a.wrapping_add(xs[i][maps[i][k]]));
-                            if op == "Mean" { s / n as i64 } else { s }
-                        })
-                        .collect();
-                    one(self.out_i64(0, &v)?)
-                }
-            }
+            "Sum" | "Mean" | "Max" | "Min" => one(self.variadic(op)?),
             "Log" => one(self.unary_f(f64::ln)?),
             "Reciprocal" => one(self.unary_f(|x| 1.0 / x)?),
             "Floor" => one(self.unary_f(f64::floor)?),
@@ -1193,6 +1165,52 @@ impl Kernel<'_> {
     fn unary_f(&self, f: impl Fn(f64) -> f64) -> Result<Tensor, EvalError> {
         let v: Vec<f64> = f64s(self.input(0)?).into_iter().map(f).collect();
         self.out_f64(0, &v)
+    }
+
+    /// Sum, Mean, Max and Min of broadcast inputs: floats in f64 (Max and Min propagate NaN,
+    /// as numpy's maximum does), integers in i64 with wrapping sums.
+    fn variadic(&self, op: &str) -> Result<Tensor, EvalError> {
+        let n = self.node.inputs.len();
+        let maps = self.broadcast_maps(&(0..n).collect::<Vec<_>>())?;
+        let len = maps[0].len();
+        let mean = op == "Mean";
+        if self.input(0)?.dtype.is_float() {
+            let xs: Vec<Vec<f64>> = (0..n)
+                .map(|i| Ok(f64s(self.input(i)?)))
+                .collect::<Result<_, EvalError>>()?;
+            let v: Vec<f64> = (0..len)
+                .map(|k| {
+                    let r = (1..n).fold(xs[0][maps[0][k]], |a, i| {
+                        let b = xs[i][maps[i][k]];
+                        match op {
+                            "Max" | "Min" if a.is_nan() || b.is_nan() => f64::NAN,
+                            "Max" => a.max(b),
+                            "Min" => a.min(b),
+                            _ => a + b,
+                        }
+                    });
+                    if mean { r / n as f64 } else { r }
+                })
+                .collect();
+            return self.out_f64(0, &v);
+        }
+        let xs: Vec<Vec<i64>> = (0..n)
+            .map(|i| Ok(self.input(i)?.to_i64s()))
+            .collect::<Result<_, EvalError>>()?;
+        let v: Vec<i64> = (0..len)
+            .map(|k| {
+                let r = (1..n).fold(xs[0][maps[0][k]], |a, i| {
+                    let b = xs[i][maps[i][k]];
+                    match op {
+                        "Max" => a.max(b),
+                        "Min" => a.min(b),
+                        _ => a.wrapping_add(b),
+                    }
+                });
+                if mean { r / n as i64 } else { r }
+            })
+            .collect();
+        self.out_i64(0, &v)
     }
 
     /// The `alpha` attribute (an f32 in ONNX), widened.

@@ -130,6 +130,8 @@ const FP16_KERNELS: &[&str] = &[
     "PRelu",
     "Sum",
     "Mean",
+    "Max",
+    "Min",
     "MaxPool",
     "AveragePool",
     "GlobalAveragePool",

@@ -42,7 +42,7 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
         }
         "IsNaN" | "IsInf" => is_special,
         "PRelu" => prelu,
-        "Sum" | "Mean" => variadic,
+        "Sum" | "Mean" | "Max" | "Min" => variadic,
         "Clip" => clip,
         "Cast" => cast,
         _ => return None,
@@ -961,46 +961,72 @@ pub fn prelu(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     )
 }
 
-/// Sum and Mean of any number of inputs with broadcasting: added in order (Mean then scaled
-/// by 1 / n), in the tensor's type.
+/// Sum, Mean, Max and Min of any number of inputs with broadcasting, folded in order in the
+/// tensor's type (Mean then scaled by 1 / n). int8 / uint8 load as i32 and store the low byte.
+/// Max and Min propagate NaN, as ONNX (numpy's maximum) does: the unit's max returns the other
+/// operand for NaN, so a NaN input is selected back.
 pub fn variadic(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let out = output(ctx)?;
     let n = ctx.inputs.len();
-    let mean = ctx.node.op == "Mean";
-    let types: &[DataType] = if mean { &FLOATS } else { &NUMERIC };
-    check_type(ctx, "the output", out.dtype, types)?;
+    let op = ctx.node.op.clone();
+    let mean = op == "Mean";
+    let bytes = byte_kind(out.dtype).filter(|_| op != "Mean");
+    if bytes.is_none() {
+        let types: &[DataType] = if mean { &FLOATS } else { &NUMERIC };
+        check_type(ctx, "the output", out.dtype, types)?;
+    }
     if n == 1 {
         return Ok(Lowered::Alias { input: 0 });
     }
     let ty = body_type(out.dtype);
+    let float = ty != DType::I32;
     let e = out.dtype.size() as u64;
+    let fmt = bytes.map_or(Fmt::Plain(e), Fmt::Byte);
     let scale = 1.0 / n as f32;
     let scale_bits = if ty == DType::F16 {
         i64::from(half::f16::from_f32(scale).to_bits())
     } else {
         i64::from(scale.to_bits())
     };
+    let vop: BinOp = match op.as_str() {
+        "Max" => ProgramBuilder::vmax,
+        "Min" => ProgramBuilder::vmin,
+        _ => ProgramBuilder::vadd,
+    };
+    let extreme = matches!(op.as_str(), "Max" | "Min");
     let body = move |asm: &mut Asm, t: &Body| {
         let mut vx = Vx { a: asm, tmp: t.tmp };
         let o = t.outs[0];
-        vx.vbin(ProgramBuilder::vadd, ty, o, t.ins[0], t.ins[1]);
+        vx.vbin(vop, ty, o, t.ins[0], t.ins[1]);
         for x in &t.ins[2..] {
-            vx.vbin(ProgramBuilder::vadd, ty, o, o, *x);
+            vx.vbin(vop, ty, o, o, *x);
+        }
+        if extreme && float {
+            let bits = t.scratch[0].reg;
+            for x in &t.ins {
+                vx.vcmp(Cmp::Eq, ty, bits, *x, *x);
+                vx.vsel(ty, o, o, *x, bits);
+            }
         }
         if mean {
             vx.vscalar(ProgramBuilder::vmuls, ty, o, o, scale_bits);
         }
     };
     let ins = (0..n)
-        .map(|i| src(ctx, i, Fmt::Plain(e)))
+        .map(|i| src(ctx, i, fmt))
         .collect::<Result<Vec<_>, _>>()?;
+    let scratch = if extreme && float {
+        vec![1]
+    } else {
+        Vec::new()
+    };
     broadcast_lowering(
         ctx,
         "",
         &ins,
-        Fmt::Plain(e),
+        fmt,
         &dims(ctx, out)?,
-        Vec::new(),
+        scratch,
         Vec::new(),
         &body,
     )

@@ -1,5 +1,5 @@
 //! Elementwise operators: unary math (Sqrt, Erf, Relu, Sigmoid, Tanh, Gelu, Clip, Exp, Log, Abs,
-//! Neg, Reciprocal, Floor, Ceil, Round, Sign, IsNaN, IsInf and the activations PRelu, Softplus, Softsign, LeakyRelu, Elu, Selu,
+//! Neg, Reciprocal, Floor, Ceil, Round, Sign, IsNaN, IsInf, the variadic Sum, Mean, Max, Min and the activations PRelu, Softplus, Softsign, LeakyRelu, Elu, Selu,
 //! Celu, HardSigmoid, HardSwish, ThresholdedRelu), the numpy
 //! broadcasting binaries (Add, Sub, Mul, Div, Pow, Equal, Less, Greater, LessOrEqual,
 //! GreaterOrEqual, And, Or, Xor), Not, Where, Cast and Identity. Symbolic
@@ -93,6 +93,8 @@ pub(super) fn defs() -> Vec<OpDef> {
         },
         variadic("Sum"),
         variadic("Mean"),
+        variadic("Max"),
+        variadic("Min"),
         OpDef {
             fold: Some(fold_abs),
             ..unary("Abs", verify_numeric)

@@ -76,7 +76,7 @@ fn first_opset(op: &str) -> i64 {
         | "Neg" | "Reciprocal" | "Relu" | "Selu" | "Sigmoid" | "Sqrt" | "Tanh" => 6,
         "Add" | "And" | "Div" | "Equal" | "Gemm" | "Greater" | "Less" | "Mul" | "Or" | "Pow"
         | "Sub" | "Xor" => 7,
-        "Expand" | "MaxPool" | "Mean" | "Sum" => 8,
+        "Expand" | "Max" | "MaxPool" | "Mean" | "Min" | "Sum" => 8,
         "BatchNormalization" | "ConstantOfShape" | "Erf" | "IsNaN" | "PRelu" | "Sign" | "Where" => {
             9
         }
