@@ -610,14 +610,71 @@ fn unsupported_configurations_are_lower_errors() {
         "{e}"
     );
     let vol = rand_f32(&[1, 1, 4, 4, 4], -1.0, 1.0, 131);
-    let e = run_op(
-        "AveragePool",
-        &Win::k(&[2, 2, 2]).attrs(true, false),
-        vec![data(vol)],
-    )
-    .err()
-    .unwrap();
-    assert!(e.contains("3-D"), "{e}");
+    // A 3-D window runs (see `three_d_pools_match_the_direct_definition`).
+    assert!(
+        run_op(
+            "MaxPool",
+            &Win::k(&[2, 2, 2]).attrs(false, false),
+            vec![data(vol)]
+        )
+        .is_ok()
+    );
+}
+
+/// A 3-D pool runs as two 2-D passes (H·W per depth slice, then D); both the maximum and the
+/// padded average are separable over a box window, so they match the direct 3-D definition.
+#[test]
+fn three_d_pools_match_the_direct_definition() {
+    let (d, h, w) = (5usize, 6usize, 7usize);
+    let vol = rand_f32(&[2, 3, d as i64, h as i64, w as i64], -1.0, 1.0, 132);
+    let xs = vol.to_f64s();
+    for max in [true, false] {
+        let op = if max { "MaxPool" } else { "AveragePool" };
+        let attrs = vec![
+            ("kernel_shape", Attr::Ints(vec![3, 2, 3])),
+            ("strides", Attr::Ints(vec![2, 1, 2])),
+            ("pads", Attr::Ints(vec![1, 0, 1, 1, 1, 0])),
+        ];
+        let r = run_op(op, &attrs, vec![data(vol.clone())]).unwrap();
+        let got = r.outputs[0].to_f64s();
+        let (od, oh, ow) = ((d + 2 - 3) / 2 + 1, (h + 1 - 2) + 1, (w + 1 - 3) / 2 + 1);
+        assert_eq!(
+            r.outputs[0].dims,
+            vec![2, 3, od as i64, oh as i64, ow as i64]
+        );
+        let mut k = 0;
+        for plane in 0..6 {
+            for (z, y, x) in
+                (0..od).flat_map(|z| (0..oh).flat_map(move |y| (0..ow).map(move |x| (z, y, x))))
+            {
+                let mut taps = Vec::new();
+                for (dz, dy, dx) in
+                    (0..3).flat_map(|a| (0..2).flat_map(move |b| (0..3).map(move |c| (a, b, c))))
+                {
+                    let (iz, iy, ix) = (
+                        (z * 2 + dz) as i64 - 1,
+                        (y + dy) as i64,
+                        (x * 2 + dx) as i64 - 1,
+                    );
+                    if iz < 0 || iy >= h as i64 || ix < 0 || iz >= d as i64 || ix >= w as i64 {
+                        continue;
+                    }
+                    taps.push(xs[((plane * d + iz as usize) * h + iy as usize) * w + ix as usize]);
+                }
+                let want = if max {
+                    taps.iter().copied().fold(f64::NEG_INFINITY, f64::max)
+                } else {
+                    taps.iter().sum::<f64>() / taps.len() as f64
+                };
+                assert!(
+                    (got[k] - want).abs() <= 1e-5 + 1e-5 * want.abs(),
+                    "{op} at {k}: {} vs {want}",
+                    got[k]
+                );
+                k += 1;
+            }
+        }
+    }
 }
 
 #[test]

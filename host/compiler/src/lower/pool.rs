@@ -532,10 +532,13 @@ fn window_pool(ctx: &LowerCtx<'_>, max: bool) -> Result<Lowered, LowerError> {
         .ok_or_else(|| ctx.error("the node has no output"))?;
     let yd = dims(ctx, y)?;
     let rank = xd.len();
+    if rank == 5 {
+        return pool_3d(ctx, max);
+    }
     if !(3..=4).contains(&rank) {
         return Err(ctx.error(format!(
-            "a {}-D window has no pooling kernel; only 1-D and 2-D pools (rank 3 or 4 inputs) \
-             are lowered",
+            "a {}-D window has no pooling kernel; only 1-D, 2-D and 3-D pools (rank 3 to 5 \
+             inputs) are lowered",
             rank.saturating_sub(2)
         )));
     }
@@ -579,6 +582,99 @@ fn window_pool(ctx: &LowerCtx<'_>, max: bool) -> Result<Lowered, LowerError> {
         derived: pool.derived(),
         workspace_bytes: 0,
     })
+}
+
+/// A 3-D pool as two 2-D pools: over (H, W) for every depth slice (`[N·C·D, 1, H, W]`), then
+/// over D (`[N·C, 1, D, Ho·Wo]`, a window of one column). Both the maximum and the average
+/// are separable over a box window: the taps of a 3-D window are the product of its per-axis
+/// taps, and so is the count an average divides by, with or without the padding.
+fn pool_3d(ctx: &LowerCtx<'_>, max: bool) -> Result<Lowered, LowerError> {
+    if ctx.outputs.len() > 1 {
+        return Err(ctx.error("MaxPool's Indices are not computed for a 3-D window"));
+    }
+    let x = ctx.input(0)?;
+    let y = ctx
+        .outputs
+        .first()
+        .ok_or_else(|| ctx.error("the node has no output"))?;
+    let (xd, yd) = (dims(ctx, x)?, dims(ctx, y)?);
+    let ax = axes(ctx, &xd, &yd)?;
+    let (d, h, w) = (ax[0], ax[1], ax[2]);
+    let nc = xd[0] * xd[1];
+    let desc = |dims: [u64; 4]| TensorDesc {
+        dtype: x.dtype,
+        shape: dims
+            .iter()
+            .map(|v| crate::symbolic::Dim::Fixed(*v as i64))
+            .collect(),
+        format: Format::Nd,
+    };
+    let window = |a: Axis, b: Axis| {
+        let mut n = ctx.node.clone();
+        let ints = |v: [u64; 2]| crate::ir::Attr::Ints(v.iter().map(|x| *x as i64).collect());
+        n.attrs.insert("kernel_shape".into(), ints([a.k, b.k]));
+        n.attrs.insert("strides".into(), ints([a.s, b.s]));
+        n.attrs.insert("dilations".into(), ints([a.d, b.d]));
+        n.attrs.insert(
+            "pads".into(),
+            crate::ir::Attr::Ints(vec![a.pb as i64, b.pb as i64, a.pe as i64, b.pe as i64]),
+        );
+        n.attrs.remove("auto_pad");
+        n
+    };
+    let one = |size: u64| Axis {
+        size,
+        out: size,
+        k: 1,
+        s: 1,
+        d: 1,
+        pb: 0,
+        pe: 0,
+    };
+    let pass = |node: &crate::ir::Node, i: [u64; 4], o: [u64; 4]| -> Result<Lowered, LowerError> {
+        let inputs = [desc(i)];
+        let outputs = [desc(o)];
+        let sub = LowerCtx {
+            node,
+            inputs: vec![Some(&inputs[0])],
+            values: vec![None],
+            outputs: &outputs,
+            target: ctx.target,
+        };
+        window_pool(&sub, max)
+    };
+    let n1 = window(h, w);
+    let first = pass(
+        &n1,
+        [nc * d.size, 1, h.size, w.size],
+        [nc * d.size, 1, h.out, w.out],
+    )?;
+    let n2 = window(d, one(h.out * w.out));
+    let plane = h.out * w.out;
+    let second = pass(&n2, [nc, 1, d.size, plane], [nc, 1, d.out, plane])?;
+    let mut b = Build::default();
+    let rename = |pass: &'static str| move |name: String| format!("{name}_{pass}");
+    match (first, second) {
+        (Lowered::Alias { .. }, Lowered::Alias { .. }) => Ok(Lowered::Alias { input: 0 }),
+        (Lowered::Alias { .. }, second) => {
+            b.inline(second, &Operand::Input, Operand::Output(0), rename("d"))
+                .map_err(|e| ctx.error(e))?;
+            Ok(b.finish())
+        }
+        (first, Lowered::Alias { .. }) => {
+            b.inline(first, &Operand::Input, Operand::Output(0), rename("hw"))
+                .map_err(|e| ctx.error(e))?;
+            Ok(b.finish())
+        }
+        (first, second) => {
+            let ws = b.scratch(nc * d.size * plane * x.dtype.size() as u64);
+            b.inline(first, &Operand::Input, ws, rename("hw"))
+                .map_err(|e| ctx.error(e))?;
+            b.inline(second, &|_| ws, Operand::Output(0), rename("d"))
+                .map_err(|e| ctx.error(e))?;
+            Ok(b.finish())
+        }
+    }
 }
 
 fn no_kernels() -> Lowered {
