@@ -963,31 +963,36 @@ impl Kernel<'_> {
             "Softplus" => one(self.unary_f(|x| x.max(0.0) + (-x.abs()).exp().ln_1p())?),
             "Softsign" => one(self.unary_f(|x| x / (1.0 + x.abs()))?),
             "HardSwish" => one(self.unary_f(|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0))?),
-            "LeakyRelu" => {
-                let a = self.alpha(0.01);
-                one(self.unary_f(|x| if x < 0.0 { a * x } else { x })?)
-            }
-            "Elu" => {
-                let a = self.alpha(1.0);
-                one(self.unary_f(|x| if x < 0.0 { a * x.exp_m1() } else { x })?)
-            }
-            "Selu" => {
-                let a = self.alpha(1.673_263_2);
-                let g = f64::from(self.node.float("gamma").unwrap_or(1.050_701));
-                one(self.unary_f(|x| g * if x <= 0.0 { a * x.exp_m1() } else { x })?)
-            }
-            "Celu" => {
-                let a = self.alpha(1.0);
-                one(self.unary_f(|x| x.max(0.0) + (a * (x / a).exp_m1()).min(0.0))?)
-            }
-            "HardSigmoid" => {
-                let a = self.alpha(0.2);
-                let b = f64::from(self.node.float("beta").unwrap_or(0.5));
-                one(self.unary_f(|x| (a * x + b).clamp(0.0, 1.0))?)
-            }
-            "ThresholdedRelu" => {
-                let a = self.alpha(1.0);
-                one(self.unary_f(|x| if x > a { x } else { 0.0 })?)
+            "LeakyRelu" | "Elu" | "Selu" | "Celu" | "HardSigmoid" | "ThresholdedRelu" => {
+                let (a, b) = crate::ops::activation_attrs(self.node).unwrap_or_default();
+                let (a, b) = (f64::from(a), f64::from(b));
+                let f = |x: f64| match op {
+                    "LeakyRelu" => {
+                        if x < 0.0 {
+                            a * x
+                        } else {
+                            x
+                        }
+                    }
+                    "Elu" => {
+                        if x < 0.0 {
+                            a * x.exp_m1()
+                        } else {
+                            x
+                        }
+                    }
+                    "Selu" => b * if x <= 0.0 { a * x.exp_m1() } else { x },
+                    "Celu" => x.max(0.0) + (a * (x / a).exp_m1()).min(0.0),
+                    "HardSigmoid" => (a * x + b).clamp(0.0, 1.0),
+                    _ => {
+                        if x > a {
+                            x
+                        } else {
+                            0.0
+                        }
+                    }
+                };
+                one(self.unary_f(f)?)
             }
             "Clip" => one(self.clip()?),
             "Add" | "Sub" | "Mul" | "Div" => one(self.arith(op)?),
@@ -997,62 +1002,31 @@ impl Kernel<'_> {
                 let v: Vec<f64> = (0..3)
                     .map(|i| Ok(f64s(self.input(i)?)[0]))
                     .collect::<Result<_, EvalError>>()?;
-                let n = self.out(0)?.dims.first().copied().unwrap_or(0).max(0) as usize;
-                let x = self.input(0)?;
-                if x.dtype.is_float() {
-                    let mut out = Vec::with_capacity(n);
-                    let mut acc = v[0];
-                    for _ in 0..n {
-                        out.push(acc);
-                        acc = if x.dtype == DataType::F64 {
-                            acc + v[2]
-                        } else {
-                            f64::from((acc + v[2]) as f32)
-                        };
-                    }
-                    one(self.out_f64(0, &out)?)
-                } else {
-                    let (s0, d) = (v[0] as i64, v[2] as i64);
-                    let out: Vec<i64> = (0..n as i64).map(|i| s0 + i * d).collect();
-                    one(self.out_i64(0, &out)?)
-                }
+                let t = crate::ops::range_tensor(self.input(0)?.dtype, [v[0], v[1], v[2]])
+                    .map_err(|e| self.err(format!("Range: {}", e.got)))?;
+                one(t)
             }
             "Trilu" => {
-                let x = self.input(0)?;
-                let upper = self.int("upper", 1) != 0;
                 let k = self.opt(1).map_or(0, |t| t.to_i64s()[0]);
-                let r = x.dims.len();
-                let (rows, cols) = (x.dims[r - 2].max(1), x.dims[r - 1].max(1));
-                let e = x.dtype.size();
-                let mut data = x.data.to_vec();
-                for (n, chunk) in data.chunks_mut(e).enumerate() {
-                    let n = n as i64;
-                    let (i, j) = ((n / cols) % rows, n % cols);
-                    if !crate::ops::trilu_keeps(upper, k, i, j) {
-                        chunk.fill(0);
-                    }
-                }
-                one(Tensor {
-                    dtype: x.dtype,
-                    dims: x.dims.clone(),
-                    data: data.into(),
-                })
+                one(crate::ops::trilu_tensor(
+                    self.input(0)?,
+                    self.int("upper", 1) != 0,
+                    k,
+                ))
             }
             "Size" => {
                 let n = self.input(0)?.dims.iter().product::<i64>();
                 one(self.out_i64(0, &[n])?)
             }
             "ConstantOfShape" => {
+                let v = crate::ops::constant_of_shape_value(self.node)
+                    .map_err(|e| self.err(format!("ConstantOfShape: {}", e.got)))?;
                 let out = self.out(0)?;
-                let value = match self.node.attr("value") {
-                    Some(Attr::Tensor(t)) => t.data.to_vec(),
-                    _ => 0f32.to_le_bytes().to_vec(),
-                };
                 let n = out.dims.iter().product::<i64>().max(0) as usize;
                 one(Tensor {
-                    dtype: out.dtype,
+                    dtype: v.dtype,
                     dims: out.dims.clone(),
-                    data: value.repeat(n).into(),
+                    data: v.data.repeat(n).into(),
                 })
             }
             "Not" => {
@@ -1211,11 +1185,6 @@ impl Kernel<'_> {
             })
             .collect();
         self.out_i64(0, &v)
-    }
-
-    /// The `alpha` attribute (an f32 in ONNX), widened.
-    fn alpha(&self, default: f32) -> f64 {
-        f64::from(self.node.float("alpha").unwrap_or(default))
     }
 
     /// A unary op on floats (in f64) or signed integers (wrapping, as the integer types do).

@@ -31,7 +31,7 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
     let f: LowerFn = match op {
         "Add" | "Sub" | "Mul" | "Div" => arith,
         "Pow" => pow,
-        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => equal,
+        "Equal" | "Less" | "Greater" | "LessOrEqual" | "GreaterOrEqual" => compare,
         "And" | "Or" | "Xor" | "Not" => logic,
         "Where" => where_op,
         "Trilu" => trilu,
@@ -490,7 +490,7 @@ enum Unary {
 pub fn unary(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let x = ctx.input(0)?;
     let op = ctx.node.op.as_str();
-    let alpha = |default: f32| ctx.node.float("alpha").unwrap_or(default);
+    let (alpha, second) = crate::ops::activation_attrs(ctx.node).unwrap_or_default();
     let (unary, types): (Unary, &[DataType]) = match op {
         "Relu" => (Unary::Vector(ProgramBuilder::vrelu), &NUMERIC),
         "Sqrt" => (Unary::Vector(ProgramBuilder::vsqrt), &FLOATS),
@@ -506,25 +506,13 @@ pub fn unary(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         "Sign" => (Unary::Act(Act::Sign), &FLOATS),
         "Softplus" => (Unary::Act(Act::Softplus), &FLOATS),
         "Softsign" => (Unary::Act(Act::Softsign), &FLOATS),
-        "LeakyRelu" => (Unary::Act(Act::LeakyRelu(alpha(0.01))), &FLOATS),
-        "Elu" => (Unary::Act(Act::Elu(alpha(1.0))), &FLOATS),
-        "Selu" => (
-            Unary::Act(Act::Selu(
-                alpha(1.673_263_2),
-                ctx.node.float("gamma").unwrap_or(1.050_701),
-            )),
-            &FLOATS,
-        ),
-        "Celu" => (Unary::Act(Act::Celu(alpha(1.0))), &FLOATS),
-        "HardSigmoid" => (
-            Unary::Act(Act::HardSigmoid(
-                alpha(0.2),
-                ctx.node.float("beta").unwrap_or(0.5),
-            )),
-            &FLOATS,
-        ),
+        "LeakyRelu" => (Unary::Act(Act::LeakyRelu(alpha)), &FLOATS),
+        "Elu" => (Unary::Act(Act::Elu(alpha)), &FLOATS),
+        "Selu" => (Unary::Act(Act::Selu(alpha, second)), &FLOATS),
+        "Celu" => (Unary::Act(Act::Celu(alpha)), &FLOATS),
+        "HardSigmoid" => (Unary::Act(Act::HardSigmoid(alpha, second)), &FLOATS),
         "HardSwish" => (Unary::Act(Act::HardSwish), &FLOATS),
-        "ThresholdedRelu" => (Unary::Act(Act::ThresholdedRelu(alpha(1.0))), &FLOATS),
+        "ThresholdedRelu" => (Unary::Act(Act::ThresholdedRelu(alpha)), &FLOATS),
         "Sigmoid" => (Unary::Act(Act::Sigmoid), &FLOATS),
         "Tanh" => (Unary::Act(Act::Tanh), &FLOATS),
         "Erf" => (Unary::Act(Act::Erf), &FLOATS),
@@ -816,8 +804,9 @@ pub fn logic(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     )
 }
 
-/// Equal, with a bool output (any broadcast; every type but float64 and int16).
-pub fn equal(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+/// Equal, Less, Greater, LessOrEqual and GreaterOrEqual, with a bool output (any broadcast;
+/// every type but float64 and int16; int64 for Equal only).
+pub fn compare(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let (a, b) = (ctx.input(0)?, ctx.input(1)?);
     let cmp = match ctx.node.op.as_str() {
         "Less" => Cmp::Lt,

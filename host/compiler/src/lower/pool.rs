@@ -72,7 +72,7 @@ use super::reduce::{
 use super::writer::Reg;
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
 use crate::CoreSpec;
-use crate::ir::{DataType, Format, Tensor, TensorDesc};
+use crate::ir::{DataType, Format, Tensor, TensorDesc, fixed_shape};
 
 /// The lowering of an op type of this module.
 pub fn lowering(op: &str) -> Option<LowerFn> {
@@ -601,14 +601,7 @@ fn pool_3d(ctx: &LowerCtx<'_>, max: bool) -> Result<Lowered, LowerError> {
     let ax = axes(ctx, &xd, &yd)?;
     let (d, h, w) = (ax[0], ax[1], ax[2]);
     let nc = xd[0] * xd[1];
-    let desc = |dims: [u64; 4]| TensorDesc {
-        dtype: x.dtype,
-        shape: dims
-            .iter()
-            .map(|v| crate::symbolic::Dim::Fixed(*v as i64))
-            .collect(),
-        format: Format::Nd,
-    };
+    let desc = |dims: [u64; 4]| TensorDesc::new(x.dtype, fixed_shape(&dims.map(|v| v as i64)));
     let window = |a: Axis, b: Axis| {
         let mut n = ctx.node.clone();
         let ints = |v: [u64; 2]| crate::ir::Attr::Ints(v.iter().map(|x| *x as i64).collect());

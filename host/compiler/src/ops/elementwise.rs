@@ -7,7 +7,7 @@
 //! Identity fold.
 
 use super::super::infer::{FoldFn, OpCtx, OpDef, OpError, broadcast};
-use super::super::ir::{DataType, Tensor, TensorDesc};
+use super::super::ir::{DataType, Node, Tensor, TensorDesc};
 use super::super::symbolic::Dim;
 use super::values::{
     Elems, broadcast_dims, broadcast_index, elems, foldable, from_floats, from_ints,
@@ -149,15 +149,7 @@ pub(super) fn defs() -> Vec<OpDef> {
         to_bool("And", verify_logic, None),
         to_bool("Or", verify_logic, None),
         to_bool("Xor", verify_logic, None),
-        OpDef {
-            op: "Not",
-            min_inputs: 1,
-            max_inputs: 1,
-            verify: verify_logic,
-            infer: same_as_input,
-            fold: None,
-            static_inputs: &[],
-        },
+        unary("Not", verify_logic),
         OpDef {
             op: "Cast",
             min_inputs: 1,
@@ -180,6 +172,23 @@ pub(super) fn defs() -> Vec<OpDef> {
 }
 
 /// Output = input 0's descriptor.
+/// The attributes of the parameterised activations, with ONNX's defaults: `alpha`, and
+/// `gamma` (Selu) or `beta` (HardSigmoid), else 0; `None` for an op without them. The one
+/// place the defaults are written, for the kernels and the reference evaluator alike.
+pub fn activation_attrs(node: &Node) -> Option<(f32, f32)> {
+    let (alpha, second, name) = match node.op.as_str() {
+        "LeakyRelu" => (0.01, 0.0, ""),
+        "Elu" | "Celu" | "ThresholdedRelu" => (1.0, 0.0, ""),
+        "Selu" => (1.673_263_2, 1.050_701, "gamma"),
+        "HardSigmoid" => (0.2, 0.5, "beta"),
+        _ => return None,
+    };
+    Some((
+        node.float("alpha").unwrap_or(alpha),
+        node.float(name).unwrap_or(second),
+    ))
+}
+
 fn same_as_input(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
     Ok(vec![ctx.input(0)?.clone()])
 }

@@ -28,7 +28,8 @@ mod reduce;
 mod shape;
 mod values;
 
-pub use shape::trilu_keeps;
+pub use elementwise::activation_attrs;
+pub use shape::{constant_of_shape_value, range_tensor, trilu_keeps, trilu_tensor};
 
 use super::infer::{OpCtx, OpError, Registry};
 use super::ir::{Attr, DataType, Tensor, TensorDesc, shape_values};

@@ -5,7 +5,7 @@
 //! chains become constants once shapes are static.
 
 use super::super::infer::{OpCtx, OpDef, OpError, broadcast};
-use super::super::ir::{Attr, DataType, Tensor, TensorDesc, fixed_shape, shape_values};
+use super::super::ir::{Attr, DataType, Node, Tensor, TensorDesc, fixed_shape, shape_values};
 use super::super::symbolic::Dim;
 use super::values::{affine_index, broadcast_index, count, foldable, gather, strides};
 use super::{
@@ -189,8 +189,8 @@ fn fold_relabel(
 }
 
 /// ConstantOfShape's fill value: the one-element `value` tensor, f32 0 when absent.
-fn fill_value(ctx: &OpCtx<'_>) -> Result<Tensor, OpError> {
-    match ctx.node.attr("value") {
+pub fn constant_of_shape_value(node: &Node) -> Result<Tensor, OpError> {
+    match node.attr("value") {
         None => Ok(Tensor::from_f32s(vec![1], &[0.0])),
         Some(Attr::Tensor(t)) if t.dims.iter().product::<i64>() == 1 => Ok(t.clone()),
         Some(other) => Err(OpError::attr(
@@ -218,14 +218,14 @@ fn constant_of_shape_dims(ctx: &OpCtx<'_>) -> Result<Vec<i64>, OpError> {
 }
 
 fn verify_constant_of_shape(ctx: &OpCtx<'_>) -> Result<(), OpError> {
-    fill_value(ctx)?;
+    constant_of_shape_value(ctx.node)?;
     constant_of_shape_dims(ctx).map(|_| ())
 }
 
 fn infer_constant_of_shape(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
     let dims = constant_of_shape_dims(ctx)?;
     Ok(vec![TensorDesc::new(
-        fill_value(ctx)?.dtype,
+        constant_of_shape_value(ctx.node)?.dtype,
         dims.into_iter().map(Dim::Fixed).collect(),
     )])
 }
@@ -236,7 +236,7 @@ fn fold_constant_of_shape(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
     if !foldable(&dims) {
         return Ok(vec![]);
     }
-    let v = fill_value(ctx)?;
+    let v = constant_of_shape_value(ctx.node)?;
     let n = count(&dims).unwrap_or(0);
     Ok(vec![Tensor {
         dtype: v.dtype,
@@ -307,11 +307,17 @@ fn infer_range(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
 /// addition for floats, so the rounding matches the reference).
 fn fold_range(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
     let (dtype, v) = range_params(ctx)?;
-    let n = range_len(v);
-    if !foldable(&[n]) {
+    if !foldable(&[range_len(v)]) {
         return Ok(vec![]);
     }
-    let t = if dtype.is_float() {
+    Ok(vec![range_tensor(dtype, v)?])
+}
+
+/// The Range of `[start, limit, delta]` in `dtype`: for floats by repeated addition in the
+/// type, as ONNX's reference loop does; for integers `start + i * delta`.
+pub fn range_tensor(dtype: DataType, v: [f64; 3]) -> Result<Tensor, OpError> {
+    let n = range_len(v);
+    if dtype.is_float() {
         let mut out = Vec::with_capacity(n as usize);
         let mut x = v[0];
         for _ in 0..n {
@@ -322,13 +328,12 @@ fn fold_range(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
                 f64::from((x + v[2]) as f32)
             };
         }
-        super::values::from_floats(dtype, vec![n], &out)?
+        super::values::from_floats(dtype, vec![n], &out)
     } else {
         let (s, d) = (v[0] as i64, v[2] as i64);
         let out: Vec<i64> = (0..n).map(|i| s + i * d).collect();
-        super::values::from_ints(dtype, vec![n], &out)?
-    };
-    Ok(vec![t])
+        super::values::from_ints(dtype, vec![n], &out)
+    }
 }
 
 /// Trilu's diagonal offset `k` (input 1, a scalar known at compile time; 0 when absent).
@@ -365,8 +370,7 @@ pub fn trilu_keeps(upper: bool, k: i64, i: i64, j: i64) -> bool {
     if upper { j - i >= k } else { j - i <= k }
 }
 
-/// Trilu on a known input (a causal mask built from ones): the kept elements' bytes, zeros
-/// elsewhere.
+/// Trilu on a known input (a causal mask built from ones).
 fn fold_trilu(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
     let Some(x) = known(ctx, 0) else {
         return Ok(vec![]);
@@ -374,23 +378,30 @@ fn fold_trilu(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
     if !foldable(&x.dims) {
         return Ok(vec![]);
     }
-    let (upper, k) = (attr_flag(ctx, "upper", true)?, trilu_k(ctx)?);
+    Ok(vec![trilu_tensor(
+        x,
+        attr_flag(ctx, "upper", true)?,
+        trilu_k(ctx)?,
+    )])
+}
+
+/// Trilu of `x` (rank 2 or more): the kept elements' bytes, zeros elsewhere.
+pub fn trilu_tensor(x: &Tensor, upper: bool, k: i64) -> Tensor {
     let r = x.dims.len();
-    let (rows, cols) = (x.dims[r - 2], x.dims[r - 1]);
+    let (rows, cols) = (x.dims[r - 2].max(1), x.dims[r - 1].max(1));
     let e = x.dtype.size();
     let mut data = x.data.to_vec();
     for (n, chunk) in data.chunks_mut(e).enumerate() {
         let n = n as i64;
-        let (i, j) = ((n / cols.max(1)) % rows.max(1), n % cols.max(1));
-        if !trilu_keeps(upper, k, i, j) {
+        if !trilu_keeps(upper, k, (n / cols) % rows, n % cols) {
             chunk.fill(0);
         }
     }
-    Ok(vec![Tensor {
+    Tensor {
         dtype: x.dtype,
         dims: x.dims.clone(),
         data: data.into(),
-    }])
+    }
 }
 
 fn verify_size(ctx: &OpCtx<'_>) -> Result<(), OpError> {
