@@ -585,6 +585,37 @@ case("max_three_nan", "Max", node("Max", ["a", "b", "c"]),
      {"a": np.array([1.0, np.nan, -2.0, 3.0], np.float32), "b": f32(4), "c": f32(1)})
 case("min_u8", "Min", node("Min", ["a", "b"]),
      {"a": ints(np.uint8, 0, 256, 2, 3), "b": ints(np.uint8, 0, 256, 3)})
+case("resize_linear_half_pixel", "Resize", node("Resize", ["x", "", "s"], mode="linear"),
+     {"x": f32(1, 2, 3, 4)}, {"s": np.array([1.0, 1.0, 1.5, 2.0], np.float32)}, opset=19)
+case("resize_nearest_sizes_i32", "Resize",
+     node("Resize", ["x", "", "", "z"], coordinate_transformation_mode="asymmetric",
+          nearest_mode="floor"),
+     {"x": ints(np.int32, -50, 50, 1, 2, 3, 3)}, {"z": i64([1, 2, 6, 5])}, opset=19)
+case("resize_cubic_axes_antialias", "Resize",
+     node("Resize", ["x", "", "s"], mode="cubic", antialias=1, axes=[3, 2]),
+     {"x": f32(2, 1, 6, 7)}, {"s": np.array([0.6, 0.5], np.float32)}, opset=19)
+case("instance_norm", "InstanceNormalization",
+     node("InstanceNormalization", ["x", "s", "b"], epsilon=1e-3),
+     {"x": f32(2, 3, 4, 5), "s": f32(3), "b": f32(3)})
+case("group_norm_per_channel", "GroupNormalization",
+     node("GroupNormalization", ["x", "s", "b"], num_groups=2),
+     {"x": f32(2, 4, 3, 3), "s": f32(4), "b": f32(4)}, opset=21)
+case("conv_transpose_stride2_bias", "ConvTranspose",
+     node("ConvTranspose", ["x", "w", "b"], strides=[2, 2]),
+     {"x": f32(1, 3, 4, 5)}, {"w": f32(3, 2, 2, 2), "b": f32(2)})
+case("conv_transpose_pads_dilation", "ConvTranspose",
+     node("ConvTranspose", ["x", "w"], strides=[3, 2], pads=[1, 0, 2, 1],
+          output_padding=[1, 1], dilations=[1, 2]),
+     {"x": f32(2, 4, 3, 3)}, {"w": f32(4, 3, 3, 2)})
+case("conv_transpose_1d_same_upper", "ConvTranspose",
+     node("ConvTranspose", ["x", "w"], strides=[2], auto_pad="SAME_UPPER"),
+     {"x": f32(1, 2, 5)}, {"w": f32(2, 3, 4)})
+case("gather_elements_axis1_negative", "GatherElements",
+     node("GatherElements", ["x", "i"], axis=1), {"x": f32(3, 4)},
+     {"i": np.array([[0, -1, 2], [3, 1, 0], [-4, 2, 2]], np.int64)})
+case("gather_nd_slices_batch_dims", "GatherND",
+     node("GatherND", ["x", "i"], batch_dims=1), {"x": f32(2, 3, 4)},
+     {"i": np.array([[[2], [0]], [[1], [-1]]], np.int64)})
 
 
 def build_model_case(name, file, feeds):

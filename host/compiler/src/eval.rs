@@ -1006,6 +1006,15 @@ impl Kernel<'_> {
                     .map_err(|e| self.err(format!("Range: {}", e.got)))?;
                 one(t)
             }
+            "Resize" => one(self.resize()?),
+            "ConvTranspose" => one(self.conv_transpose()?),
+            "GatherElements" | "GatherND" => {
+                let m = self
+                    .parsed(crate::ops::gather_map)?
+                    .ok_or_else(|| self.err(format!("{op}: the indices are not known")))?;
+                one(crate::ops::take_rows(self.input(0)?, &m))
+            }
+            "InstanceNormalization" | "GroupNormalization" => one(self.group_norm()?),
             "Trilu" => {
                 let k = self.opt(1).map_or(0, |t| t.to_i64s()[0]);
                 one(crate::ops::trilu_tensor(
@@ -1134,6 +1143,146 @@ impl Kernel<'_> {
         } else {
             axis as usize
         }
+    }
+
+    /// Runs an operator library parser (the one shape inference uses) on this node's input
+    /// values; its error names the operator and what was expected.
+    fn parsed<T>(
+        &self,
+        parse: impl FnOnce(&crate::infer::OpCtx<'_>) -> Result<T, OpError>,
+    ) -> Result<T, EvalError> {
+        let descs: Vec<Option<TensorDesc>> =
+            self.inputs.iter().map(|t| t.map(TensorDesc::of)).collect();
+        let ctx = crate::infer::OpCtx {
+            node: self.node,
+            inputs: descs.iter().map(Option::as_ref).collect(),
+            values: self.inputs.to_vec(),
+            opset: self.opset,
+        };
+        parse(&ctx).map_err(|e| self.err(format!("{}: {}: {}", self.node.op, e.expected, e.got)))
+    }
+
+    /// ConvTranspose in f64 as its definition reads: every input element scatters its kernel
+    /// window into the full output, of which the pads are cut.
+    fn conv_transpose(&self) -> Result<Tensor, EvalError> {
+        let g = self.parsed(crate::ops::ConvTransposeGeometry::parse)?;
+        let x = self.input(0)?;
+        let (xs, ws) = (f64s(x), f64s(self.input(1)?));
+        let bias = self.opt(2).map(f64s);
+        let n = x.dims[0] as usize;
+        let (c, m, groups) = (
+            g.in_channels as usize,
+            g.out_channels as usize,
+            g.group as usize,
+        );
+        let (cg, mg) = (c / groups, m / groups);
+        let in_len = numel(&g.input);
+        let out_len = numel(&g.output);
+        let k_len = numel(&g.kernel);
+        let rank = g.input.len();
+        let mut y = vec![0.0; n * m * out_len];
+        for b in 0..n {
+            for ic in 0..c {
+                let gi = ic / cg;
+                for i in 0..in_len {
+                    let v = xs[(b * c + ic) * in_len + i];
+                    // The input element's coordinates.
+                    let mut ix = vec![0i64; rank];
+                    let mut r = i;
+                    for a in (0..rank).rev() {
+                        ix[a] = (r % g.input[a] as usize) as i64;
+                        r /= g.input[a] as usize;
+                    }
+                    for k in 0..k_len {
+                        let mut kx = vec![0i64; rank];
+                        let mut r = k;
+                        for a in (0..rank).rev() {
+                            kx[a] = (r % g.kernel[a] as usize) as i64;
+                            r /= g.kernel[a] as usize;
+                        }
+                        let mut at = 0usize;
+                        let mut inside = true;
+                        for a in 0..rank {
+                            let o = ix[a] * g.strides[a] + kx[a] * g.dilations[a] - g.pads_begin[a];
+                            inside &= (0..g.output[a]).contains(&o);
+                            at = at * g.output[a] as usize + o.max(0) as usize;
+                        }
+                        if !inside {
+                            continue;
+                        }
+                        for ol in 0..mg {
+                            let w = ws[(ic * mg + ol) * k_len + k];
+                            y[(b * m + gi * mg + ol) * out_len + at] += v * w;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(bias) = bias {
+            for (i, v) in y.iter_mut().enumerate() {
+                *v += bias[(i / out_len) % m];
+            }
+        }
+        self.out_f64(0, &y)
+    }
+
+    /// InstanceNormalization and GroupNormalization in f64: per sample and group, the mean and
+    /// the (population) variance over the group's channels and spatial elements.
+    fn group_norm(&self) -> Result<Tensor, EvalError> {
+        let groups = self.parsed(crate::ops::group_norm_parse)?;
+        let x = self.input(0)?;
+        let (xs, scale, bias) = (f64s(x), f64s(self.input(1)?), f64s(self.input(2)?));
+        let eps = self.float("epsilon", 1e-5);
+        let (n, c) = (x.dims[0] as usize, x.dims[1] as usize);
+        let g = groups as usize;
+        let spatial = numel(&x.dims[2..]);
+        let len = c / g * spatial;
+        let mut y = vec![0.0; xs.len()];
+        for s in 0..n * g {
+            let v = &xs[s * len..(s + 1) * len];
+            let mean = v.iter().sum::<f64>() / len as f64;
+            let var = v.iter().map(|a| (a - mean) * (a - mean)).sum::<f64>() / len as f64;
+            let rstd = 1.0 / (var + eps).sqrt();
+            for (k, a) in v.iter().enumerate() {
+                let ch = (s % g) * (c / g) + k / spatial;
+                y[s * len + k] = (a - mean) * rstd * scale[ch] + bias[ch];
+            }
+        }
+        self.out_f64(0, &y)
+    }
+
+    /// Resize through the shared per-axis taps: row copies move the elements exactly (any
+    /// type); interpolation is computed in f64 and rounded once to the output type.
+    fn resize(&self) -> Result<Tensor, EvalError> {
+        let x = self.input(0)?;
+        let (spec, passes) = self.parsed(|ctx| {
+            let spec = crate::ops::ResizeSpec::parse(ctx)?;
+            let passes = spec.passes(&x.dims)?;
+            Ok((spec, passes))
+        })?;
+        // Row copies move elements exactly; a row of zeros (all taps weigh 0) is computed.
+        let copies = |p: &crate::ops::AxisPass| p.copy_rows().filter(|r| !r.contains(&p.input));
+        if passes.iter().all(|p| copies(p).is_some()) {
+            let mut index: Vec<usize> = (0..numel(&x.dims)).collect();
+            let mut dims = x.dims.clone();
+            for p in &passes {
+                let rows = copies(p).unwrap_or_default();
+                let outer = dims[..p.axis].iter().product::<i64>() as usize;
+                let inner = dims[p.axis + 1..].iter().product::<i64>() as usize;
+                let mut next = Vec::with_capacity(outer * p.output * inner);
+                for o in 0..outer {
+                    for r in &rows {
+                        let at = (o * p.input + r) * inner;
+                        next.extend_from_slice(&index[at..at + inner]);
+                    }
+                }
+                index = next;
+                dims[p.axis] = p.output as i64;
+            }
+            return Ok(take(x, dims, &index));
+        }
+        let (v, _) = crate::ops::resize_values(&f64s(x), &x.dims, &passes, spec.extrapolation);
+        self.out_f64(0, &v)
     }
 
     fn unary_f(&self, f: impl Fn(f64) -> f64) -> Result<Tensor, EvalError> {

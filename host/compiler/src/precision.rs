@@ -87,7 +87,7 @@ impl PrecisionMode {
 }
 
 /// Ops on the cube, which has no fp32 path on these chips.
-const CUBE: &[&str] = &["Conv", "MatMul", "Gemm"];
+const CUBE: &[&str] = &["Conv", "ConvTranspose", "MatMul", "Gemm"];
 
 /// Ops whose every floating input and output share one type and that gearsim lowers in fp16
 /// (the reductions and normalisations have f32 kernels only, so they keep fp32 between casts,
@@ -96,6 +96,7 @@ const FP16_KERNELS: &[&str] = &[
     // AIPP's output is fp16 on the hardware (kept in fp32 only by must_keep_origin_dtype).
     "Aipp",
     "Conv",
+    "ConvTranspose",
     "MatMul",
     "Gemm",
     "Add",
@@ -136,6 +137,7 @@ const FP16_KERNELS: &[&str] = &[
     "AveragePool",
     "GlobalAveragePool",
     "Transpose",
+    "Resize",
     "Concat",
     "Reshape",
     "Flatten",
@@ -189,13 +191,15 @@ pub fn apply(g: &mut Graph, mode: PrecisionMode, constant: ConstantOf<'_>) -> (u
     let mut types: BTreeMap<Value, DataType> = BTreeMap::new();
     for (i, mut node) in old.into_iter().enumerate() {
         let here = fp16[i];
-        for v in node.inputs.iter_mut().flatten() {
+        let op = node.op.clone();
+        for (slot, v) in node.inputs.iter_mut().enumerate() {
+            let Some(v) = v else { continue };
             let nv = Value {
                 node: map[v.node.0 as usize],
                 output: v.output,
             };
             let have = types.get(&nv).copied().unwrap_or(g.desc(nv).dtype);
-            let want = if here && have == DataType::F32 {
+            let want = if here && have == DataType::F32 && !parameter(&op, slot) {
                 DataType::F16
             } else if !here && have == DataType::F16 && produced_fp16(&fp16, v.node) {
                 DataType::F32
@@ -226,6 +230,12 @@ pub fn apply(g: &mut Graph, mode: PrecisionMode, constant: ConstantOf<'_>) -> (u
         map.push(id);
     }
     (count, map)
+}
+
+/// Whether input `slot` of `op` is a parameter the kernel is compiled for rather than data it
+/// computes on (Resize's roi and scales keep their fp32 values when the resize runs in fp16).
+fn parameter(op: &str, slot: usize) -> bool {
+    op == "Resize" && slot > 0
 }
 
 /// Whether old node `id` was converted (its fp16 outputs are fp32 in the model).

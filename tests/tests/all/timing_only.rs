@@ -103,6 +103,33 @@ fn cases() -> Vec<Case> {
             gear: options("ids:-1,-1", None, None, Some("1,8;2,16")),
             gears: vec![vec![Ids(vec![1, 8], 100)], vec![Ids(vec![2, 16], 100)]],
         },
+        // Its Resize gathers rows by constant index tables: those kernels run with values.
+        Case {
+            file: "torch/yolo_torch.onnx",
+            gear: options("images:1,3,-1,-1", None, Some("64,64;96,128"), None),
+            gears: vec![
+                vec![F32(vec![1, 3, 64, 64])],
+                vec![F32(vec![1, 3, 96, 128])],
+            ],
+        },
+        Case {
+            file: "torch/unet_torch.onnx",
+            gear: options("image:1,3,-1,-1", None, Some("32,32;48,64"), None),
+            gears: vec![vec![F32(vec![1, 3, 32, 32])], vec![F32(vec![1, 3, 48, 64])]],
+        },
+        Case {
+            file: "torch/bert_torch.onnx",
+            gear: options(
+                "input_ids:-1,64;attention_mask:-1,64",
+                Some("1,2"),
+                None,
+                None,
+            ),
+            gears: [1, 2]
+                .into_iter()
+                .map(|b| vec![Ids(vec![b, 64], 100), Ids(vec![b, 64], 2)])
+                .collect(),
+        },
     ]
 }
 

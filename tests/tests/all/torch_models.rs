@@ -2,9 +2,10 @@
 //! CNN (depthwise convolutions, residuals, ReLU6, pooling) for dynamic batch and a transformer
 //! encoder layer (softmax attention, LayerNorm, GELU) for dynamic sequence length, a 2-block
 //! encoder on token ids whose fused QKV projection is split with `.chunk` (batch × sequence
-//! gears), compiled
-//! with gears and run at every gear in non-sink and sink mode, against onnxruntime's outputs
-//! stored next to the models.
+//! gears), a GPT-2-style decoder, a YOLOv5-style detector and a U-Net (image-size gears), a
+//! dynamo-exported Hugging Face BERT (two inputs, batch gears),
+//! compiled with gears and run at every gear in non-sink and sink mode, against onnxruntime's
+//! outputs stored next to the models.
 //!
 //! Tolerance: convolutions and matrix products multiply f32 tensors as f16 on the cube with
 //! f32 accumulation, so every element must be within 1e-2 of the output's largest magnitude
@@ -70,10 +71,16 @@ fn check_in(model: &str, stem: &str, gear: GearOptions, gears: &[&str], precisio
     let plain = rt.load(&om(model, &gear, false, precision)).unwrap();
     let sink = rt.load(&om(model, &gear, true, precision)).unwrap();
     for (i, g) in gears.iter().enumerate() {
-        let x = load(&format!("{stem}_{g}_input_0.npy"));
+        // Inputs 0, 1, ... as far as their files go.
+        let dir = workspace_root().join("tests/models/torch");
+        let x: Vec<Tensor> = (0..)
+            .map(|i| format!("{stem}_{g}_input_{i}.npy"))
+            .take_while(|f| dir.join(f).exists())
+            .map(|f| load(&f))
+            .collect();
         let want = load(&format!("{stem}_{g}_output_0.npy"));
-        let a = rt.run(plain, std::slice::from_ref(&x)).unwrap();
-        let b = rt.run_sink(sink, std::slice::from_ref(&x)).unwrap();
+        let a = rt.run(plain, &x).unwrap();
+        let b = rt.run_sink(sink, &x).unwrap();
         assert_eq!((a.gear, b.gear), (Some(i), Some(i)), "{stem} gear {g}");
         assert_eq!(
             a.outputs[0].data, b.outputs[0].data,
@@ -170,4 +177,67 @@ fn torchvision_style_cnn_in_force_fp16_matches_onnxruntime_at_every_batch_gear()
         &["1", "2", "4"],
         PrecisionMode::ForceFp16,
     );
+}
+
+/// Issue 16's YOLO-style detector (deliverable 3): Conv + BN + SiLU (Sigmoid, Mul), C3
+/// bottlenecks with residual adds, SPPF's chained 5x5 max pools, the neck's 2x nearest
+/// `nn.Upsample` (Resize) and Concat, and detection heads reshaped per anchor from the traced
+/// `x.shape` (Shape, Gather, Concat folded per gear); image-size gears.
+#[test]
+fn yolo_style_detector_matches_onnxruntime_at_every_image_size_gear() {
+    for precision in [PrecisionMode::MustKeepOriginDtype, PrecisionMode::ForceFp16] {
+        check_in(
+            "yolo_torch.onnx",
+            "yolo_torch",
+            GearOptions {
+                input_shape: Some("images:1,3,-1,-1".into()),
+                dynamic_image_size: Some("64,64;96,128;128,160".into()),
+                ..GearOptions::default()
+            },
+            &["64x64", "96x128", "128x160"],
+            precision,
+        );
+    }
+}
+
+/// Issue 16's U-Net (deliverable 3): Conv + GroupNorm + ReLU blocks (the exporter writes
+/// GroupNorm as InstanceNormalization over a reshaped tensor, then Mul and Add), 2x2 max
+/// pools, skip connections by Concat, a ConvTranspose 2x2 stride-2 decoder level and a
+/// bilinear `F.interpolate` one (Resize, linear); image-size gears.
+#[test]
+fn unet_matches_onnxruntime_at_every_image_size_gear() {
+    for precision in [PrecisionMode::MustKeepOriginDtype, PrecisionMode::ForceFp16] {
+        check_in(
+            "unet_torch.onnx",
+            "unet_torch",
+            GearOptions {
+                input_shape: Some("image:1,3,-1,-1".into()),
+                dynamic_image_size: Some("32,32;48,64;64,96".into()),
+                ..GearOptions::default()
+            },
+            &["32x32", "48x64", "64x96"],
+            precision,
+        );
+    }
+}
+
+/// Issue 16's BERT (deliverable 3): Hugging Face transformers' `BertModel` exported by the
+/// dynamo exporter (`torch.export`, opset 18), two inputs whose batch is the gear
+/// (`input_ids`, `attention_mask`); its extended attention mask is built with GatherElements,
+/// GatherND, Range, Max, IsNaN-guarded Where chains, which fold or run per gear.
+#[test]
+fn dynamo_exported_bert_matches_onnxruntime_at_every_batch_gear() {
+    for precision in [PrecisionMode::MustKeepOriginDtype, PrecisionMode::ForceFp16] {
+        check_in(
+            "bert_torch.onnx",
+            "bert_torch",
+            GearOptions {
+                input_shape: Some("input_ids:-1,64;attention_mask:-1,64".into()),
+                dynamic_batch_size: Some("1,2,4".into()),
+                ..GearOptions::default()
+            },
+            &["1", "2", "4"],
+            precision,
+        );
+    }
 }

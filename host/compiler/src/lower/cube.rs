@@ -50,6 +50,9 @@ pub(crate) struct Build {
     pub kernels: Vec<Kernel>,
     pub derived: Vec<Tensor>,
     pub workspace: u64,
+    /// Whether an inlined kernel reads values of this node's own constants or scratch (its
+    /// kernels then run with values in a timing-only run).
+    pub reads_values: bool,
 }
 
 impl Build {
@@ -102,6 +105,16 @@ impl Build {
         };
         for mut k in kernels {
             k.name = rename(k.name);
+            // A value the scalar unit reads stays one of this node's inputs, or is this
+            // node's constant or scratch: then the kernel itself must run with values.
+            let mut value_inputs = Vec::new();
+            for i in std::mem::take(&mut k.value_inputs) {
+                match input(i) {
+                    Operand::Input(j) => value_inputs.push(j),
+                    _ => self.reads_values = true,
+                }
+            }
+            k.value_inputs = value_inputs;
             for op in &mut k.args {
                 *op = match *op {
                     Operand::Input(i) => input(i),
@@ -115,7 +128,12 @@ impl Build {
         Ok(())
     }
 
-    pub fn finish(self) -> Lowered {
+    pub fn finish(mut self) -> Lowered {
+        if self.reads_values {
+            for k in &mut self.kernels {
+                k.needs_values = true;
+            }
+        }
         Lowered::Kernels {
             kernels: self.kernels,
             derived: self.derived,

@@ -30,14 +30,18 @@
 pub mod activation;
 pub mod aipp;
 pub mod bcast;
+pub mod conv_transpose;
 pub mod cube;
 pub mod dma;
 pub mod elementwise;
+pub mod gather_nd;
 pub mod movement;
+pub mod norm;
 pub mod pool;
 pub mod pool_5hd;
 pub mod queue;
 pub mod reduce;
+pub mod resize;
 pub mod stream;
 pub mod vec;
 pub mod window;
@@ -139,6 +143,22 @@ impl LowerCtx<'_> {
             .ok_or_else(|| self.error(format!("input {i} is missing")))
     }
 
+    /// The node as the operator library's parsers see it (the lowering's shapes and known
+    /// values at `opset`), so a lowering reuses the parse shape inference ran.
+    pub fn op_ctx(&self, opset: i64) -> crate::infer::OpCtx<'_> {
+        crate::infer::OpCtx {
+            node: self.node,
+            inputs: self.inputs.clone(),
+            values: self.values.clone(),
+            opset,
+        }
+    }
+
+    /// A parser's error as this node's lowering error.
+    pub fn op_error(&self, e: crate::infer::OpError) -> LowerError {
+        self.error(format!("expected {}, got {}", e.expected, e.got))
+    }
+
     /// An error about this node.
     pub fn error(&self, message: impl Into<String>) -> LowerError {
         let shapes: Vec<String> = self
@@ -207,7 +227,70 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
         .or_else(|| pool::lowering(op))
         .or_else(|| cube::lowering(op))
         .or_else(|| movement::lowering(op))
+        .or_else(|| (op == "Resize").then_some(resize::lower as LowerFn))
+        .or_else(|| (op == "ConvTranspose").then_some(conv_transpose::lower as LowerFn))
+        .or_else(|| {
+            matches!(op, "GatherElements" | "GatherND").then_some(gather_nd::lower as LowerFn)
+        })
+        .or_else(|| {
+            matches!(op, "InstanceNormalization" | "GroupNormalization")
+                .then_some(norm::lower as LowerFn)
+        })
         .or_else(|| (op == crate::aipp::OP).then_some(aipp::lower as LowerFn))
+}
+
+/// One step of a lowering composed from other ops' lowerings: `op` with `attrs` over inputs
+/// described by `ins`, producing `out`; its kernels read input `i` from `from[i]` and write
+/// `to`.
+pub(crate) struct Step<'a> {
+    pub op: &'a str,
+    pub attrs: &'a [(&'a str, crate::ir::Attr)],
+    pub ins: &'a [TensorDesc],
+    /// Values of inputs known at compile time (missing entries: none).
+    pub values: &'a [Option<&'a Tensor>],
+    pub out: TensorDesc,
+    pub from: &'a [Operand],
+    pub to: Operand,
+}
+
+/// Lowers `step` as a node of its own (named like `ctx`'s, so errors name the user's node) and
+/// appends its kernels to `b`, named `<prefix>_<kernel>`. A step that would alias its input is
+/// an internal error: a composition gives every step its own buffer.
+pub(crate) fn compose(
+    ctx: &LowerCtx<'_>,
+    b: &mut cube::Build,
+    step: &Step<'_>,
+    prefix: &str,
+) -> Result<(), LowerError> {
+    let mut node = ctx.node.clone();
+    node.op = step.op.into();
+    node.attrs.clear();
+    for (k, v) in step.attrs {
+        node.attrs.insert((*k).into(), v.clone());
+    }
+    let outputs = [step.out.clone()];
+    let sub = LowerCtx {
+        node: &node,
+        inputs: step.ins.iter().map(Some).collect(),
+        values: (0..step.ins.len())
+            .map(|i| step.values.get(i).copied().flatten())
+            .collect(),
+        outputs: &outputs,
+        target: ctx.target,
+    };
+    let lowering = lowering(step.op)
+        .ok_or_else(|| ctx.error(format!("internal error: no lowering of {}", step.op)))?;
+    let lowered = lowering(&sub)?;
+    if let Lowered::Alias { input } = lowered {
+        return Err(ctx.error(format!(
+            "internal error: the {} step aliases its input {input}",
+            step.op
+        )));
+    }
+    b.inline(lowered, &|i| step.from[i], step.to, |name| {
+        format!("{prefix}_{name}")
+    })
+    .map_err(|e| ctx.error(e))
 }
 
 /// Lowers one node.

@@ -6,7 +6,10 @@
 //!   mod.rs          ─ standard(): the registry; shared attribute, axis, dtype and dim helpers
 //!   elementwise.rs  ─ unary math, Clip, Gelu, Add/Sub/Mul/Div/Pow, Equal, Where, Cast, Identity
 //!   nn.rs           ─ Conv, MatMul, Gemm, pooling, normalizations, Softmax
+//!   conv_transpose.rs ─ ConvTranspose's geometry (inference, evaluator, lowering)
+//!   gather_nd.rs    ─ GatherElements, GatherND by constant indices
 //!   reduce.rs       ─ ReduceMean, ReduceSum
+//!   resize.rs       ─ Resize: output sizes and per-axis taps, shared by inference, evaluator, lowering
 //!   shape.rs        ─ Shape, Reshape, Flatten, Transpose, Concat, Slice, Gather, Squeeze,
 //!                     Unsqueeze, Expand, Constant
 //!   values.rs       ─ compile-time tensor values for folding (exact dtypes, broadcasting)
@@ -22,13 +25,20 @@
 //!   known, or the result would be too large to hold at compile time), so it may be called
 //!   whether or not every input value is known; `Shape` needs only its input's descriptor.
 
+mod conv_transpose;
 mod elementwise;
+mod gather_nd;
 mod nn;
 mod reduce;
+mod resize;
 mod shape;
 mod values;
 
+pub use conv_transpose::ConvTransposeGeometry;
 pub use elementwise::activation_attrs;
+pub use gather_nd::{GatherMap, gather_map, take_rows};
+pub use nn::group_norm_parse;
+pub use resize::{AxisPass, ResizeMode, ResizeSpec, resize_values};
 pub use shape::{constant_of_shape_value, range_tensor, trilu_keeps, trilu_tensor};
 
 use super::infer::{OpCtx, OpError, Registry};
@@ -54,7 +64,10 @@ pub fn standard() -> Registry {
     for def in elementwise::defs()
         .into_iter()
         .chain(nn::defs())
+        .chain(conv_transpose::defs())
+        .chain(gather_nd::defs())
         .chain(reduce::defs())
+        .chain(resize::defs())
         .chain(shape::defs())
     {
         let since = first_opset(def.op);
@@ -73,8 +86,25 @@ fn first_opset(op: &str) -> i64 {
         | "Softsign" | "Squeeze" | "Transpose" | "Unsqueeze" => 1,
         "Concat" => 4,
         "Reshape" => 5,
-        "Abs" | "Cast" | "Ceil" | "Elu" | "Exp" | "Floor" | "HardSigmoid" | "LeakyRelu" | "Log"
-        | "Neg" | "Reciprocal" | "Relu" | "Selu" | "Sigmoid" | "Sqrt" | "Tanh" => 6,
+        "Abs"
+        | "Cast"
+        | "Ceil"
+        | "Elu"
+        | "Exp"
+        | "Floor"
+        | "HardSigmoid"
+        | "InstanceNormalization"
+        | "LeakyRelu"
+        | "Log"
+        | "Neg"
+        | "Reciprocal"
+        | "Relu"
+        | "Selu"
+        | "Sigmoid"
+        | "Sqrt"
+        | "Tanh" => 6,
+        // Its opset-18 form (Scale and B per group) is deprecated; 21 has them per channel.
+        "GroupNormalization" => 21,
         "Add" | "And" | "Div" | "Equal" | "Gemm" | "Greater" | "Less" | "Mul" | "Or" | "Pow"
         | "Sub" | "Xor" => 7,
         "Expand" | "Max" | "MaxPool" | "Mean" | "Min" | "Sum" => 8,
@@ -82,9 +112,10 @@ fn first_opset(op: &str) -> i64 {
             9
         }
         "IsInf" | "Slice" | "ThresholdedRelu" => 10,
-        "AveragePool" | "Clip" => 11,
-        "Range" | "Round" => 11,
-        "Celu" | "GreaterOrEqual" | "LessOrEqual" => 12,
+        "AveragePool" | "Clip" | "ConvTranspose" => 11,
+        "Range" | "Resize" | "Round" => 11,
+        "Celu" | "GreaterOrEqual" | "GatherND" | "LessOrEqual" => 12,
+        "GatherElements" => 11,
         "Trilu" => 14,
         // Ops that do not exist before opset 13 or that changed at 13 (Softmax's axis, the
         // axes and split inputs of ReduceSum and Split) keep the importer's old floor; so do

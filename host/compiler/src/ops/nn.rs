@@ -1,5 +1,6 @@
 //! Neural-network operators: Conv, MaxPool, AveragePool, GlobalAveragePool, MatMul, Gemm,
-//! BatchNormalization (inference), LayerNormalization and Softmax.
+//! BatchNormalization (inference), LayerNormalization, InstanceNormalization,
+//! GroupNormalization and Softmax.
 //!
 //! Batch and channel dims pass through symbolically. A symbolic spatial dim is accepted where
 //! the output size stays a polynomial: stride 1, or a size the stride divides exactly; any
@@ -87,6 +88,24 @@ pub(super) fn defs() -> Vec<OpDef> {
             max_inputs: 5,
             verify: verify_batch_norm,
             infer: infer_batch_norm,
+            fold: None,
+            static_inputs: &[],
+        },
+        OpDef {
+            op: "InstanceNormalization",
+            min_inputs: 3,
+            max_inputs: 3,
+            verify: verify_group_norm,
+            infer: infer_group_norm,
+            fold: None,
+            static_inputs: &[],
+        },
+        OpDef {
+            op: "GroupNormalization",
+            min_inputs: 3,
+            max_inputs: 3,
+            verify: verify_group_norm,
+            infer: infer_group_norm,
             fold: None,
             static_inputs: &[],
         },
@@ -766,6 +785,82 @@ fn infer_batch_norm(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
         out.push(TensorDesc::new(stat, vec![c.clone()]));
     }
     Ok(out)
+}
+
+/// InstanceNormalization and GroupNormalization (opset 21: Scale and B per channel): how many
+/// groups the channels form. InstanceNormalization is the case of one channel per group.
+pub fn group_norm_parse(ctx: &OpCtx<'_>) -> Result<i64, OpError> {
+    let x = input_of(ctx, 0, FLOATS, "a float tensor")?;
+    let instance = ctx.node.op == "InstanceNormalization";
+    let min_rank = if instance { 3 } else { 2 };
+    if x.shape.len() < min_rank {
+        return Err(OpError::input(
+            0,
+            format!("rank {min_rank} or more ([N, C, ...])"),
+            shape_str(&x.shape),
+            "give the input as [N, C, spatial...]",
+        ));
+    }
+    let c = x.shape[1].fixed().ok_or_else(|| {
+        OpError::input(
+            0,
+            "a static channel count (dim 1)",
+            shape_str(&x.shape),
+            "fix the channel dim; only batch and spatial dims may vary",
+        )
+    })?;
+    let eps = attr_float(ctx, "epsilon", 1e-5)?;
+    if eps < 0.0 {
+        return Err(OpError::attr(
+            "epsilon",
+            "epsilon >= 0",
+            eps.to_string(),
+            "use a small positive epsilon such as 1e-5",
+        ));
+    }
+    let groups = if instance {
+        c
+    } else {
+        let g = attr_int(ctx, "num_groups", 0)?;
+        if g <= 0 || c % g != 0 {
+            return Err(OpError::attr(
+                "num_groups",
+                format!("a positive divisor of the {c} channels"),
+                g.to_string(),
+                "set num_groups to a divisor of the channel count",
+            ));
+        }
+        if attr_int(ctx, "stash_type", 1)? != 1 {
+            return Err(OpError::attr(
+                "stash_type",
+                "1 (float32 statistics)",
+                attr_int(ctx, "stash_type", 1)?.to_string(),
+                "remove stash_type or set it to 1",
+            ));
+        }
+        g
+    };
+    for i in [1, 2] {
+        let d = ctx.input(i)?;
+        if d.dtype != x.dtype || d.shape != [Dim::Fixed(c)] {
+            return Err(OpError::input(
+                i,
+                format!("{}[{c}] (one value per channel)", x.dtype.name()),
+                format!("{}{}", d.dtype.name(), shape_str(&d.shape)),
+                "give one scale and one bias per channel, of the input's type",
+            ));
+        }
+    }
+    Ok(groups)
+}
+
+fn verify_group_norm(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    group_norm_parse(ctx).map(|_| ())
+}
+
+fn infer_group_norm(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    group_norm_parse(ctx)?;
+    Ok(vec![ctx.input(0)?.clone()])
 }
 
 /// LayerNormalization's normalized axis, fully checked.
