@@ -616,6 +616,9 @@ case("gather_elements_axis1_negative", "GatherElements",
 case("gather_nd_slices_batch_dims", "GatherND",
      node("GatherND", ["x", "i"], batch_dims=1), {"x": f32(2, 3, 4)},
      {"i": np.array([[[2], [0]], [[1], [-1]]], np.int64)})
+case("cast_like_f32_to_i32", "CastLike", node("CastLike", ["x", "like"]),
+     {"x": np.array([-2.7, -0.5, 0.0, 1.9, 3.5], np.float32),
+      "like": np.array([0], np.int32)})
 
 
 def build_model_case(name, file, feeds):

@@ -1051,7 +1051,7 @@ impl Kernel<'_> {
                 one(self.compare(op)?)
             }
             "Where" => one(self.where_()?),
-            "Cast" => one(self.cast()?),
+            "Cast" | "CastLike" => one(self.cast()?),
             "Identity" | "Reshape" | "Flatten" | "Squeeze" | "Unsqueeze" => one(self.relabel()?),
             "Transpose" => one(self.transpose()?),
             "Concat" => one(self.concat()?),

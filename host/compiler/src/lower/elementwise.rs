@@ -44,7 +44,7 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
         "PRelu" => prelu,
         "Sum" | "Mean" | "Max" | "Min" => variadic,
         "Clip" => clip,
-        "Cast" => cast,
+        "Cast" | "CastLike" => cast,
         _ => return None,
     };
     Some(f)

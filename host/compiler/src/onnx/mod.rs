@@ -2,7 +2,7 @@
 //! [`ir::Model`] of `Data`, `Const`, operator and `NetOutput` nodes.
 //!
 //! ```text
-//!   bytes ─ prost ─▶ ModelProto ─▶ opset (1..=25; per operator, `ops::first_opset`)
+//!   bytes ─ prost ─▶ ModelProto ─▶ opset (1..=27; per operator, `ops::first_opset`)
 //!                        │
 //!                        ▼
 //!   graph inputs (not initializers) ─▶ Data {index}      (graph input order)
@@ -32,10 +32,12 @@ use proto::{AttributeProto, AttributeType, DataLocation, NodeProto, TensorProto}
 
 /// Oldest default-domain opset the importer accepts.
 pub const MIN_OPSET: i64 = 1;
-/// Newest default-domain opset the importer accepts. Opsets 21 to 25 changed the supported
-/// operators only by admitting new element types (bfloat16, int4, float8, ...), which the
-/// importer rejects by type, so their f32 / f16 / integer semantics are those of opset 20.
-pub const MAX_OPSET: i64 = 25;
+/// Newest default-domain opset the importer accepts. Opsets 21 to 27 changed the supported
+/// operators only by admitting new element types (bfloat16, int4, float8, ...; Range's float16
+/// at 27, with `stash_type` for it), which the importer rejects by type, so their f32 / f16 /
+/// integer semantics are those of the forms implemented (GroupNormalization's is 21's). Opset
+/// 28 changes Cast and Celu.
+pub const MAX_OPSET: i64 = 27;
 
 /// A graph input the user feeds at run time.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -160,6 +160,15 @@ pub(super) fn defs() -> Vec<OpDef> {
             static_inputs: &[],
         },
         OpDef {
+            op: "CastLike",
+            min_inputs: 2,
+            max_inputs: 2,
+            verify: verify_cast,
+            infer: infer_cast,
+            fold: Some(fold_cast),
+            static_inputs: &[],
+        },
+        OpDef {
             op: "Identity",
             min_inputs: 1,
             max_inputs: 1,
@@ -365,6 +374,10 @@ fn infer_where(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
 
 /// The type Cast converts to.
 fn cast_target(ctx: &OpCtx<'_>) -> Result<DataType, OpError> {
+    // CastLike (opset 15) casts to its second input's type.
+    if ctx.node.op == "CastLike" {
+        return Ok(ctx.input(1)?.dtype);
+    }
     if ctx.node.attr("to").is_none() {
         return Err(OpError::attr(
             "to",

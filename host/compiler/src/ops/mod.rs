@@ -1,10 +1,11 @@
 //! The operator library: every supported ONNX operator registers its verify, infer-shape and
 //! (for shape computations) fold functions here, once; [`first_opset`] says from which opset on
-//! each operator's form is the one implemented (the importer reads opsets 1 to 25).
+//! each operator's form is the one implemented (the importer reads opsets 1 to 27).
 //!
 //! ```text
 //!   mod.rs          ─ standard(): the registry; shared attribute, axis, dtype and dim helpers
-//!   elementwise.rs  ─ unary math, Clip, Gelu, Add/Sub/Mul/Div/Pow, Equal, Where, Cast, Identity
+//!   elementwise.rs  ─ unary math, Clip, Gelu, Add/Sub/Mul/Div/Pow, Equal, Where, Cast, CastLike,
+//!                     Identity
 //!   nn.rs           ─ Conv, MatMul, Gemm, pooling, normalizations, Softmax
 //!   conv_transpose.rs ─ ConvTranspose's geometry (inference, evaluator, lowering)
 //!   gather_nd.rs    ─ GatherElements, GatherND by constant indices
@@ -114,6 +115,7 @@ fn first_opset(op: &str) -> i64 {
         "IsInf" | "Slice" | "ThresholdedRelu" => 10,
         "AveragePool" | "Clip" | "ConvTranspose" => 11,
         "Range" | "Resize" | "Round" => 11,
+        "CastLike" => 15,
         "Celu" | "GreaterOrEqual" | "GatherND" | "LessOrEqual" => 12,
         "GatherElements" => 11,
         "Trilu" => 14,

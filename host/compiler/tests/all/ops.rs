@@ -237,6 +237,7 @@ fn registry_lists_every_operator() {
         "Not",
         "Or",
         "PRelu",
+        "CastLike",
         "ConvTranspose",
         "GatherElements",
         "GatherND",
