@@ -233,6 +233,27 @@ fn onnx_files() -> Vec<(String, Vec<u8>)> {
         vec![f32_init("w", &[16, 16, 1, 1], &[0.5; 256])],
     );
     add("extreme_huge_stride.onnx", m.encode_to_vec());
+    // A Resize to two billion rows: refused before any sampling table is built.
+    let sizes = proto::TensorProto {
+        name: "sizes".into(),
+        dims: vec![4],
+        data_type: 7,
+        raw_data: Some(
+            [1i64, 1, 2_000_000_000, 4]
+                .iter()
+                .flat_map(|v| v.to_le_bytes())
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let m = model(
+        19,
+        vec![node("Resize", "resize", &["x", "", "", "sizes"], &["y"])],
+        &[("x", &[Some(1), Some(1), Some(2), Some(2)])],
+        &[("y", &[None, None, None, None])],
+        vec![sizes],
+    );
+    add("extreme_huge_resize.onnx", m.encode_to_vec());
     // Graph attributes nested far past the protobuf decoder's recursion limit.
     let mut g = proto::GraphProto::default();
     for _ in 0..200 {

@@ -107,6 +107,9 @@ impl AxisPass {
     }
 }
 
+/// Most taps one axis's tables may hold (16 Mi entries of an index and a weight).
+const MAX_TAPS: usize = 1 << 24;
+
 const COORDINATE_MODES: [&str; 6] = [
     "half_pixel",
     "half_pixel_symmetric",
@@ -345,6 +348,17 @@ impl ResizeSpec {
             if identity || output == 0 {
                 continue;
             }
+            // The tables hold a tap per output row and kernel position: refuse sizes that
+            // would make them unreasonably large (or take unbounded time to build).
+            let taps = self.coefficients(0.5, scale).len();
+            if output.saturating_mul(taps) > MAX_TAPS {
+                return Err(OpError::input(
+                    0,
+                    format!("at most {MAX_TAPS} taps (output length x taps per row) per axis"),
+                    format!("{output} x {taps} along axis {axis}"),
+                    "resize to a smaller size, or downscale in several steps",
+                ));
+            }
             passes.push(self.pass(axis, input, output, scale, roi));
         }
         Ok(passes)
@@ -566,7 +580,14 @@ mod tests {
     use super::*;
 
     fn pass_of(mode: ResizeMode, coordinate: &str, input: usize, output: usize) -> AxisPass {
-        let spec = ResizeSpec {
+        pass_spec(mode, coordinate, output)
+            .passes(&[input as i64])
+            .unwrap()
+            .remove(0)
+    }
+
+    fn pass_spec(mode: ResizeMode, coordinate: &str, output: usize) -> ResizeSpec {
+        ResizeSpec {
             mode,
             coordinate: coordinate.into(),
             nearest: "round_prefer_floor".into(),
@@ -579,8 +600,7 @@ mod tests {
             scales: None,
             sizes: Some(vec![output as i64]),
             roi: None,
-        };
-        spec.passes(&[input as i64]).unwrap().remove(0)
+        }
     }
 
     #[test]
@@ -613,6 +633,17 @@ mod tests {
         let (v, dims) = resize_values(&[1.0, 3.0], &[2], &[p], 0.0);
         assert_eq!(dims, vec![4]);
         assert_eq!(v, vec![1.0, 1.5, 2.5, 3.0]);
+    }
+
+    #[test]
+    fn a_huge_output_is_refused_before_any_table_is_built() {
+        let mut spec = pass_spec(ResizeMode::Linear, "half_pixel", 2_000_000_000);
+        let e = spec.passes(&[2]).unwrap_err();
+        assert!(e.got.contains("2000000000 x 2"), "{e:?}");
+        // An extreme antialiased downscale has as many taps per row as the scale's inverse.
+        spec.antialias = true;
+        spec.sizes = Some(vec![1]);
+        assert!(spec.passes(&[1 << 25]).is_err());
     }
 
     #[test]
