@@ -597,18 +597,33 @@ fn unsupported_configurations_are_lower_errors() {
         e.contains("node `node` (MaxPool)") && e.contains("unified buffer"),
         "{e}"
     );
-    let i8s = Tensor::new(DataType::I8, vec![1, 1, 4, 4], vec![0; 16]).unwrap();
-    let e = run_op(
+    // 8-bit integers pool through f16 (exact for every one of them): a 2x2 window over a
+    // 4x4 plane of signed bytes, extremes included.
+    let bytes: Vec<i8> = (0..16).map(|i| ((i * 37) % 256 - 128) as i8).collect();
+    let i8s = Tensor::new(
+        DataType::I8,
+        vec![1, 1, 4, 4],
+        bytes.iter().map(|b| *b as u8).collect(),
+    )
+    .unwrap();
+    let r = run_op(
         "MaxPool",
         &Win::k(&[2, 2]).attrs(false, false),
         vec![data(i8s)],
     )
-    .err()
     .unwrap();
-    assert!(
-        e.contains("node `node` (MaxPool)") && e.contains("i8"),
-        "{e}"
-    );
+    let want: Vec<i64> = (0..9)
+        .map(|o| {
+            let (y, x) = (o / 3, o % 3);
+            [0, 1, 4, 5]
+                .iter()
+                .map(|d| i64::from(bytes[y * 4 + x + d]))
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(r.outputs[0].dtype, DataType::I8);
+    assert_eq!(r.outputs[0].to_i64s(), want);
     let vol = rand_f32(&[1, 1, 4, 4, 4], -1.0, 1.0, 131);
     // A 3-D window runs (see `three_d_pools_match_the_direct_definition`).
     assert!(

@@ -293,6 +293,86 @@ pub(crate) fn compose(
     .map_err(|e| ctx.error(e))
 }
 
+/// The node computed in the wider type `via`: input 0 cast to it, the op run on it (same
+/// attributes and other inputs), the result cast back to the output's type. Used where the
+/// kernels lack a narrow type and the round trip is exact (bool and 8-bit integers through a
+/// float type that holds every value).
+pub(crate) fn through_type(
+    ctx: &LowerCtx<'_>,
+    via: crate::ir::DataType,
+) -> Result<Lowered, LowerError> {
+    let x = ctx.input(0)?;
+    let y = ctx
+        .outputs
+        .first()
+        .ok_or_else(|| ctx.error("the node has no output"))?;
+    let mut ins = vec![TensorDesc::new(via, x.shape.clone())];
+    let mut from = vec![Operand::Input(0)];
+    let mut values = vec![None];
+    for (i, d) in ctx.inputs.iter().enumerate().skip(1) {
+        let d = d.ok_or_else(|| ctx.error(format!("internal error: input {i} is absent")))?;
+        ins.push(d.clone());
+        from.push(Operand::Input(i));
+        values.push(ctx.values.get(i).copied().flatten());
+    }
+    let bytes = |d: &TensorDesc| d.bytes().unwrap_or(0);
+    let out = TensorDesc::new(via, y.shape.clone());
+    let attrs: Vec<(&str, crate::ir::Attr)> = ctx
+        .node
+        .attrs
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.clone()))
+        .collect();
+    let mut b = cube::Build::default();
+    let (wide_in, wide_out) = (b.scratch(bytes(&ins[0])), b.scratch(bytes(&out)));
+    let to = |t: crate::ir::DataType| [("to", crate::ir::Attr::Int(i64::from(t.onnx_code())))];
+    let prefix = ctx.node.op.clone();
+    compose(
+        ctx,
+        &mut b,
+        &Step {
+            op: "Cast",
+            attrs: &to(via),
+            ins: std::slice::from_ref(x),
+            values: &[],
+            out: ins[0].clone(),
+            from: &[Operand::Input(0)],
+            to: wide_in,
+        },
+        &prefix,
+    )?;
+    from[0] = wide_in;
+    compose(
+        ctx,
+        &mut b,
+        &Step {
+            op: &ctx.node.op,
+            attrs: &attrs,
+            ins: &ins,
+            values: &values,
+            out: out.clone(),
+            from: &from,
+            to: wide_out,
+        },
+        &prefix,
+    )?;
+    compose(
+        ctx,
+        &mut b,
+        &Step {
+            op: "Cast",
+            attrs: &to(y.dtype),
+            ins: &[out],
+            values: &[],
+            out: y.clone(),
+            from: &[wide_out],
+            to: Operand::Output(0),
+        },
+        &prefix,
+    )?;
+    Ok(b.finish())
+}
+
 /// Lowers one node.
 pub fn lower_node(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let f = lowering(&ctx.node.op).ok_or_else(|| {

@@ -455,6 +455,10 @@ fn dma(
 // ---- MaxPool and AveragePool ----------------------------------------------------------------------
 
 fn max_pool(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    // 8-bit integers through f16, which holds every one of them exactly.
+    if matches!(ctx.input(0)?.dtype, DataType::U8 | DataType::I8) && ctx.outputs.len() == 1 {
+        return super::through_type(ctx, DataType::F16);
+    }
     if ctx.input(0)?.format == Format::Nc1hwc0 {
         return super::pool_5hd::lower(ctx);
     }

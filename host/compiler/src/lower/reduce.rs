@@ -1985,6 +1985,10 @@ const RESIDENT_ROW: u64 = FIELD * BLK;
 /// ReduceMean, ReduceSum, ReduceMax and ReduceMin over any set of axes.
 fn reduce(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let x = ctx.input(0)?;
+    // The maximum and minimum of booleans (any / all) through f32, which holds 0 and 1.
+    if x.dtype == DataType::Bool && matches!(ctx.node.op.as_str(), "ReduceMax" | "ReduceMin") {
+        return super::through_type(ctx, DataType::F32);
+    }
     need_f32(ctx, x, "the input")?;
     let d = dims(ctx, x)?;
     let r = d.len();
