@@ -213,17 +213,8 @@ def token_model(name, model, gears, seed):
     exporter and stores onnxruntime's outputs per gear, from its own seed."""
     rng = np.random.default_rng(seed)
     path = os.path.join(HERE, f"{name}.onnx")
-    torch.onnx.export(
-        model.eval(),
-        (torch.zeros(2, 16, dtype=torch.int64),),
-        path,
-        input_names=["ids"],
-        output_names=["output"],
-        dynamic_axes={"ids": {0: "batch", 1: "seq"}, "output": {0: "batch", 1: "seq"}},
-        opset_version=OPSET,
-        do_constant_folding=True,
-        dynamo=False,
-    )
+    axes = {0: "batch", 1: "seq"}
+    export(model, torch.zeros(2, 16, dtype=torch.int64), path, "ids", axes, axes)
     session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     for b, s in gears:
         ids = rng.integers(0, QKV_VOCAB, (b, s)).astype(np.int64)
@@ -332,17 +323,8 @@ def yolo(rng):
     with torch.no_grad():
         randomize_batch_norm(model, rng)
     path = os.path.join(HERE, "yolo_torch.onnx")
-    torch.onnx.export(
-        model,
-        (torch.zeros(1, 3, 64, 64),),
-        path,
-        input_names=["images"],
-        output_names=["output"],
-        dynamic_axes={"images": {2: "height", 3: "width"}, "output": {1: "boxes"}},
-        opset_version=OPSET,
-        do_constant_folding=True,
-        dynamo=False,
-    )
+    image = {2: "height", 3: "width"}
+    export(model, torch.zeros(1, 3, 64, 64), path, "images", image, {1: "boxes"})
     references(
         "yolo_torch", path, "images", [(f"{h}x{w}", (1, 3, h, w)) for h, w in YOLO_GEARS], rng
     )
@@ -401,17 +383,8 @@ def unet(rng):
                 m.weight.copy_(torch.from_numpy(rng.uniform(0.5, 1.5, c).astype(np.float32)))
                 m.bias.copy_(torch.from_numpy(rng.uniform(-0.2, 0.2, c).astype(np.float32)))
     path = os.path.join(HERE, "unet_torch.onnx")
-    torch.onnx.export(
-        model,
-        (torch.zeros(1, 3, 32, 32),),
-        path,
-        input_names=["image"],
-        output_names=["output"],
-        dynamic_axes={"image": {2: "height", 3: "width"}, "output": {2: "height", 3: "width"}},
-        opset_version=OPSET,
-        do_constant_folding=True,
-        dynamo=False,
-    )
+    image = {2: "height", 3: "width"}
+    export(model, torch.zeros(1, 3, 32, 32), path, "image", image, image)
     references(
         "unet_torch", path, "image", [(f"{h}x{w}", (1, 3, h, w)) for h, w in UNET_GEARS], rng
     )
@@ -468,7 +441,8 @@ def bert(rng):
         np.save(os.path.join(HERE, f"bert_torch_{b}_output_0.npy"), y.astype(np.float32))
 
 
-def export(model, example, path, input_name, dynamic_axis, axis_name):
+def export(model, example, path, input_name, input_axes, output_axes):
+    """The legacy exporter at OPSET: one input, output "output", the named dynamic axes."""
     model.eval()
     torch.onnx.export(
         model,
@@ -476,7 +450,7 @@ def export(model, example, path, input_name, dynamic_axis, axis_name):
         path,
         input_names=[input_name],
         output_names=["output"],
-        dynamic_axes={input_name: {dynamic_axis: axis_name}, "output": {dynamic_axis: axis_name}},
+        dynamic_axes={input_name: input_axes, "output": output_axes},
         opset_version=OPSET,
         do_constant_folding=True,
         dynamo=False,
@@ -511,11 +485,11 @@ def main():
     with torch.no_grad():
         randomize_batch_norm(cnn, rng)
     path = os.path.join(HERE, "cnn_torch.onnx")
-    export(cnn, torch.zeros(1, 3, 32, 32), path, "input", 0, "batch")
+    export(cnn, torch.zeros(1, 3, 32, 32), path, "input", {0: "batch"}, {0: "batch"})
     references("cnn_torch", path, "input", [(b, (b, 3, 32, 32)) for b in CNN_GEARS], rng)
     tf = EncoderLayer()
     path = os.path.join(HERE, "transformer_torch.onnx")
-    export(tf, torch.zeros(1, 16, 64), path, "x", 1, "seq")
+    export(tf, torch.zeros(1, 16, 64), path, "x", {1: "seq"}, {1: "seq"})
     references("transformer_torch", path, "x", [(s, (1, s, 64)) for s in TRANSFORMER_GEARS], rng)
     qkv_encoder()
     gpt()

@@ -803,7 +803,7 @@ fn take(src: &Tensor, dims: Vec<i64>, index: &[usize]) -> Tensor {
 
 /// Encodes f64 values as `dtype`: one rounding to a float type; truncation toward zero
 /// (saturating to i64, NaN to 0) then wrapping to an integer type; `!= 0` to bool.
-fn encode_f64(dtype: DataType, dims: Vec<i64>, v: &[f64]) -> Tensor {
+pub(crate) fn encode_f64(dtype: DataType, dims: Vec<i64>, v: &[f64]) -> Tensor {
     let mut b = Vec::with_capacity(v.len() * dtype.size());
     match dtype {
         DataType::F64 => v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes())),

@@ -64,6 +64,13 @@ fn check(model: &str, stem: &str, gear: GearOptions, gears: &[&str]) {
     check_in(model, stem, gear, gears, PrecisionMode::MustKeepOriginDtype);
 }
 
+/// [`check_in`] in the model's own types and in atc's default (force_fp16).
+fn check_both_precisions(model: &str, stem: &str, gear: GearOptions, gears: &[&str]) {
+    for precision in [PrecisionMode::MustKeepOriginDtype, PrecisionMode::ForceFp16] {
+        check_in(model, stem, gear.clone(), gears, precision);
+    }
+}
+
 /// [`check`] compiled with a precision mode.
 fn check_in(model: &str, stem: &str, gear: GearOptions, gears: &[&str], precision: PrecisionMode) {
     let cfg = ChipConfig::preset("ascend910").unwrap();
@@ -185,19 +192,16 @@ fn torchvision_style_cnn_in_force_fp16_matches_onnxruntime_at_every_batch_gear()
 /// `x.shape` (Shape, Gather, Concat folded per gear); image-size gears.
 #[test]
 fn yolo_style_detector_matches_onnxruntime_at_every_image_size_gear() {
-    for precision in [PrecisionMode::MustKeepOriginDtype, PrecisionMode::ForceFp16] {
-        check_in(
-            "yolo_torch.onnx",
-            "yolo_torch",
-            GearOptions {
-                input_shape: Some("images:1,3,-1,-1".into()),
-                dynamic_image_size: Some("64,64;96,128;128,160".into()),
-                ..GearOptions::default()
-            },
-            &["64x64", "96x128", "128x160"],
-            precision,
-        );
-    }
+    check_both_precisions(
+        "yolo_torch.onnx",
+        "yolo_torch",
+        GearOptions {
+            input_shape: Some("images:1,3,-1,-1".into()),
+            dynamic_image_size: Some("64,64;96,128;128,160".into()),
+            ..GearOptions::default()
+        },
+        &["64x64", "96x128", "128x160"],
+    );
 }
 
 /// Issue 16's U-Net (deliverable 3): Conv + GroupNorm + ReLU blocks (the exporter writes
@@ -206,19 +210,16 @@ fn yolo_style_detector_matches_onnxruntime_at_every_image_size_gear() {
 /// bilinear `F.interpolate` one (Resize, linear); image-size gears.
 #[test]
 fn unet_matches_onnxruntime_at_every_image_size_gear() {
-    for precision in [PrecisionMode::MustKeepOriginDtype, PrecisionMode::ForceFp16] {
-        check_in(
-            "unet_torch.onnx",
-            "unet_torch",
-            GearOptions {
-                input_shape: Some("image:1,3,-1,-1".into()),
-                dynamic_image_size: Some("32,32;48,64;64,96".into()),
-                ..GearOptions::default()
-            },
-            &["32x32", "48x64", "64x96"],
-            precision,
-        );
-    }
+    check_both_precisions(
+        "unet_torch.onnx",
+        "unet_torch",
+        GearOptions {
+            input_shape: Some("image:1,3,-1,-1".into()),
+            dynamic_image_size: Some("32,32;48,64;64,96".into()),
+            ..GearOptions::default()
+        },
+        &["32x32", "48x64", "64x96"],
+    );
 }
 
 /// Issue 16's BERT (deliverable 3): Hugging Face transformers' `BertModel` exported by the
@@ -227,17 +228,14 @@ fn unet_matches_onnxruntime_at_every_image_size_gear() {
 /// GatherND, Range, Max, IsNaN-guarded Where chains, which fold or run per gear.
 #[test]
 fn dynamo_exported_bert_matches_onnxruntime_at_every_batch_gear() {
-    for precision in [PrecisionMode::MustKeepOriginDtype, PrecisionMode::ForceFp16] {
-        check_in(
-            "bert_torch.onnx",
-            "bert_torch",
-            GearOptions {
-                input_shape: Some("input_ids:-1,64;attention_mask:-1,64".into()),
-                dynamic_batch_size: Some("1,2,4".into()),
-                ..GearOptions::default()
-            },
-            &["1", "2", "4"],
-            precision,
-        );
-    }
+    check_both_precisions(
+        "bert_torch.onnx",
+        "bert_torch",
+        GearOptions {
+            input_shape: Some("input_ids:-1,64;attention_mask:-1,64".into()),
+            dynamic_batch_size: Some("1,2,4".into()),
+            ..GearOptions::default()
+        },
+        &["1", "2", "4"],
+    );
 }

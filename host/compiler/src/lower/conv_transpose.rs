@@ -16,7 +16,7 @@ use crate::ops::ConvTransposeGeometry;
 /// The ConvTranspose lowering.
 pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let x = ctx.input(0)?;
-    let op = ctx.op_ctx(0);
+    let op = ctx.op_ctx();
     let g = ConvTransposeGeometry::parse(&op).map_err(|e| ctx.op_error(e))?;
     let rank = g.input.len();
     if rank > 2 {

@@ -9,7 +9,7 @@ use crate::ir::{Attr, DataType, TensorDesc, fixed_shape};
 /// The GatherElements and GatherND lowering.
 pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let x = ctx.input(0)?;
-    let op = ctx.op_ctx(0);
+    let op = ctx.op_ctx();
     let m = crate::ops::gather_map(&op)
         .map_err(|e| ctx.op_error(e))?
         .ok_or_else(|| {

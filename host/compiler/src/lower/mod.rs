@@ -144,13 +144,14 @@ impl LowerCtx<'_> {
     }
 
     /// The node as the operator library's parsers see it (the lowering's shapes and known
-    /// values at `opset`), so a lowering reuses the parse shape inference ran.
-    pub fn op_ctx(&self, opset: i64) -> crate::infer::OpCtx<'_> {
+    /// values), so a lowering reuses the parse shape inference ran. A lowering does not see
+    /// the model's opset (0 here): it calls only parsers that do not depend on it.
+    pub fn op_ctx(&self) -> crate::infer::OpCtx<'_> {
         crate::infer::OpCtx {
             node: self.node,
             inputs: self.inputs.clone(),
             values: self.values.clone(),
-            opset,
+            opset: 0,
         }
     }
 
@@ -227,16 +228,20 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
         .or_else(|| pool::lowering(op))
         .or_else(|| cube::lowering(op))
         .or_else(|| movement::lowering(op))
-        .or_else(|| (op == "Resize").then_some(resize::lower as LowerFn))
-        .or_else(|| (op == "ConvTranspose").then_some(conv_transpose::lower as LowerFn))
-        .or_else(|| {
-            matches!(op, "GatherElements" | "GatherND").then_some(gather_nd::lower as LowerFn)
-        })
-        .or_else(|| {
-            matches!(op, "InstanceNormalization" | "GroupNormalization")
-                .then_some(norm::lower as LowerFn)
-        })
+        .or_else(|| composed(op))
         .or_else(|| (op == crate::aipp::OP).then_some(aipp::lower as LowerFn))
+}
+
+/// The lowerings built from other ops' lowerings ([`compose`]).
+fn composed(op: &str) -> Option<LowerFn> {
+    let f: LowerFn = match op {
+        "Resize" => resize::lower,
+        "ConvTranspose" => conv_transpose::lower,
+        "GatherElements" | "GatherND" => gather_nd::lower,
+        "InstanceNormalization" | "GroupNormalization" => norm::lower,
+        _ => return None,
+    };
+    Some(f)
 }
 
 /// One step of a lowering composed from other ops' lowerings: `op` with `attrs` over inputs

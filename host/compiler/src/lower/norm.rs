@@ -22,16 +22,12 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         )));
     }
     let d: Vec<i64> = dims_of(ctx, x)?.iter().map(|v| *v as i64).collect();
-    let op = ctx.op_ctx(21);
+    let op = ctx.op_ctx();
     let groups = crate::ops::group_norm_parse(&op).map_err(|e| ctx.op_error(e))?;
     let (n, c) = (d[0], d[1]);
     let s: i64 = d[2..].iter().product();
     if n * c * s == 0 {
-        return Ok(Lowered::Kernels {
-            kernels: Vec::new(),
-            derived: Vec::new(),
-            workspace_bytes: 0,
-        });
+        return Ok(Build::default().finish());
     }
     let eps = ctx.node.float("epsilon").unwrap_or(1e-5);
     let desc = |dims: &[i64]| TensorDesc::new(x.dtype, fixed_shape(dims));

@@ -30,7 +30,7 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         .iter()
         .map(|d| *d as i64)
         .collect();
-    let op = ctx.op_ctx(0);
+    let op = ctx.op_ctx();
     let spec = ResizeSpec::parse(&op).map_err(|e| ctx.op_error(e))?;
     let passes = spec.passes(&dims).map_err(|e| ctx.op_error(e))?;
     if passes.is_empty() {
@@ -219,7 +219,8 @@ impl Pass<'_, '_> {
         let o = p.output as i64;
         let data = self.desc(self.dtype, &[outer, d, inner]);
         let out = self.desc(self.dtype, &[outer, o, inner]);
-        let gather = |b: &mut Build, rows: &[usize], to: Operand| -> Result<(), LowerError> {
+        // Rows `rows` of `[outer, len, inner]` at `from`, by a constant index table.
+        let gather = |b: &mut Build, len: i64, from: Operand, rows: &[usize], to: Operand| {
             let idx: Vec<u8> = rows
                 .iter()
                 .flat_map(|r| (*r as i32).to_le_bytes())
@@ -229,15 +230,18 @@ impl Pass<'_, '_> {
                 b,
                 "Gather",
                 &[("axis", Attr::Int(1))],
-                &[data.clone(), self.desc(DataType::I32, &[o])],
+                &[
+                    self.desc(self.dtype, &[outer, len, inner]),
+                    self.desc(DataType::I32, &[o]),
+                ],
                 out.clone(),
-                &[src, table],
+                &[from, table],
                 to,
             )
         };
         if let Some(rows) = p.copy_rows() {
             if !rows.contains(&p.input) {
-                return gather(b, &rows, dst);
+                return gather(b, d, src, &rows, dst);
             }
             // Rows of zeros: the input gets a zero row appended (index D), exactly (a
             // multiply by zero would turn an infinity into NaN).
@@ -250,36 +254,17 @@ impl Pass<'_, '_> {
                 b,
                 "Concat",
                 &[("axis", Attr::Int(1))],
-                &[data.clone(), self.desc(self.dtype, &[outer, 1, inner])],
+                &[data, self.desc(self.dtype, &[outer, 1, inner])],
                 self.desc(self.dtype, &[outer, d + 1, inner]),
                 &[src, zeros],
                 grown,
             )?;
-            let data = self.desc(self.dtype, &[outer, d + 1, inner]);
-            let idx: Vec<u8> = rows
-                .iter()
-                .flat_map(|r| (*r as i32).to_le_bytes())
-                .collect();
-            let table = b.derive(DataType::I32, idx);
-            return self.sub(
-                b,
-                "Gather",
-                &[("axis", Attr::Int(1))],
-                &[data, self.desc(DataType::I32, &[o])],
-                out,
-                &[grown, table],
-                dst,
-            );
+            return gather(b, d + 1, grown, &rows, dst);
         }
+        // A weight per output row, in the tensor's type (rounded once).
         let column = |b: &mut Build, v: &[f64]| -> Operand {
-            let bytes: Vec<u8> = match self.dtype {
-                DataType::F16 => v
-                    .iter()
-                    .flat_map(|w| crate::eval::f64_to_f16_bits(*w).to_le_bytes())
-                    .collect(),
-                _ => v.iter().flat_map(|w| (*w as f32).to_le_bytes()).collect(),
-            };
-            b.derive(self.dtype, bytes)
+            let t = crate::eval::encode_f64(self.dtype, vec![o], v);
+            b.derive(self.dtype, t.data.to_vec())
         };
         let col = self.desc(self.dtype, &[o, 1]);
         let extrapolate = p.extrapolated.iter().any(|e| *e);
@@ -314,7 +299,7 @@ impl Pass<'_, '_> {
         let n = taps.len();
         for (k, (rows, w)) in taps.iter().enumerate() {
             let final_step = k + 1 == n && !bias;
-            gather(b, rows, g)?;
+            gather(b, d, src, rows, g)?;
             let weights = column(b, w);
             let to = match k {
                 0 if final_step => dst,

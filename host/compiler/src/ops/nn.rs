@@ -91,24 +91,8 @@ pub(super) fn defs() -> Vec<OpDef> {
             fold: None,
             static_inputs: &[],
         },
-        OpDef {
-            op: "InstanceNormalization",
-            min_inputs: 3,
-            max_inputs: 3,
-            verify: verify_group_norm,
-            infer: infer_group_norm,
-            fold: None,
-            static_inputs: &[],
-        },
-        OpDef {
-            op: "GroupNormalization",
-            min_inputs: 3,
-            max_inputs: 3,
-            verify: verify_group_norm,
-            infer: infer_group_norm,
-            fold: None,
-            static_inputs: &[],
-        },
+        group_norm_def("InstanceNormalization"),
+        group_norm_def("GroupNormalization"),
         OpDef {
             op: "LayerNormalization",
             min_inputs: 1,
@@ -852,6 +836,19 @@ pub fn group_norm_parse(ctx: &OpCtx<'_>) -> Result<i64, OpError> {
         }
     }
     Ok(groups)
+}
+
+/// InstanceNormalization and GroupNormalization share one definition (X, Scale, B).
+fn group_norm_def(op: &'static str) -> OpDef {
+    OpDef {
+        op,
+        min_inputs: 3,
+        max_inputs: 3,
+        verify: verify_group_norm,
+        infer: infer_group_norm,
+        fold: None,
+        static_inputs: &[],
+    }
 }
 
 fn verify_group_norm(ctx: &OpCtx<'_>) -> Result<(), OpError> {
