@@ -666,3 +666,40 @@ fn split_along_inner_outer_and_middle_axes() {
     // Equal parts without sizes.
     check_split(DataType::F32, &[2, 8, 3], 1, &[4, 4], false, 5);
 }
+
+/// Resize's `tf_crop_and_resize` writes the extrapolation value where it samples outside the
+/// input, whatever the input holds: an extrapolated row reads an appended zero row (a zero
+/// weight on a clamped input row made NaN of an infinity there). Inside the input the rows
+/// interpolate as the ONNX reference does (0.2·inf is inf).
+#[test]
+fn resize_extrapolated_rows_hold_the_value_even_next_to_an_infinity() {
+    let x = Tensor::from_f32s(vec![1, 1, 1, 4], &[f32::INFINITY, 1.0, 2.0, 3.0]);
+    let roi = Tensor::from_f32s(vec![8], &[0.0, 0.0, 0.0, -0.4, 1.0, 1.0, 1.0, 0.6]);
+    let sizes = Tensor::from_i64s(vec![4], &[1, 1, 1, 4]);
+    let attrs = [
+        ("mode", Attr::Str("linear".into())),
+        (
+            "coordinate_transformation_mode",
+            Attr::Str("tf_crop_and_resize".into()),
+        ),
+        ("extrapolation_value", Attr::Float(10.0)),
+    ];
+    let r = gearsim_host::oprun::run_op_optional(
+        &super::device_run::preset(),
+        "Resize",
+        &attrs,
+        vec![
+            Some(data(x)),
+            Some(constant(roi)),
+            None,
+            Some(constant(sizes)),
+        ],
+        1,
+        gearsim_sim::ExecMode::Full,
+    )
+    .unwrap();
+    // Samples at x = -1.2, -0.2 (outside), 0.8 (0.2·inf + 0.8·1), 1.8 (0.2·1 + 0.8·2).
+    let got: Vec<f64> = r.outputs[0].to_f64s();
+    assert_eq!(&got[..3], &[10.0, 10.0, f64::INFINITY]);
+    assert!((got[3] - 1.8).abs() < 1e-6, "{got:?}");
+}

@@ -11,8 +11,8 @@
 //!   of P·Q elements, Transpose back
 //! ```
 //!
-//! Where `tf_crop_and_resize` samples outside the input, the taps' weights are zero and a
-//! constant column adds the extrapolation value.
+//! Where `tf_crop_and_resize` samples outside the input, the row reads an appended zero row
+//! with weight zero and a constant column adds the extrapolation value.
 
 use super::cube::Build;
 use super::{LowerCtx, LowerError, Lowered, Operand};
@@ -239,12 +239,9 @@ impl Pass<'_, '_> {
                 to,
             )
         };
-        if let Some(rows) = p.copy_rows() {
-            if !rows.contains(&p.input) {
-                return gather(b, d, src, &rows, dst);
-            }
-            // Rows of zeros: the input gets a zero row appended (index D), exactly (a
-            // multiply by zero would turn an infinity into NaN).
+        // The input with a zero row appended (index D), for output rows that read nothing:
+        // exact, where a multiply by zero would turn an infinity into NaN.
+        let with_zero_row = |b: &mut Build| -> Result<Operand, LowerError> {
             let zeros = b.derive(
                 self.dtype,
                 vec![0; (outer * inner) as usize * self.dtype.size()],
@@ -254,11 +251,18 @@ impl Pass<'_, '_> {
                 b,
                 "Concat",
                 &[("axis", Attr::Int(1))],
-                &[data, self.desc(self.dtype, &[outer, 1, inner])],
+                &[data.clone(), self.desc(self.dtype, &[outer, 1, inner])],
                 self.desc(self.dtype, &[outer, d + 1, inner]),
                 &[src, zeros],
                 grown,
             )?;
+            Ok(grown)
+        };
+        if let Some(rows) = p.copy_rows() {
+            if !rows.contains(&p.input) {
+                return gather(b, d, src, &rows, dst);
+            }
+            let grown = with_zero_row(b)?;
             return gather(b, d + 1, grown, &rows, dst);
         }
         // A weight per output row, in the tensor's type (rounded once).
@@ -268,7 +272,13 @@ impl Pass<'_, '_> {
         };
         let col = self.desc(self.dtype, &[o, 1]);
         let extrapolate = p.extrapolated.iter().any(|e| *e);
-        // The taps that carry weight somewhere; an extrapolated row reads nothing.
+        // An extrapolated row reads the zero row with weight 0 (then takes the bias).
+        let (from, len) = if extrapolate {
+            (with_zero_row(b)?, d + 1)
+        } else {
+            (src, d)
+        };
+        // The taps that carry weight somewhere.
         let taps: Vec<(Vec<usize>, Vec<f64>)> = (0..p.taps)
             .map(|k| {
                 let at = |y: usize| y * p.taps + k;
@@ -281,13 +291,22 @@ impl Pass<'_, '_> {
                         }
                     })
                     .collect();
-                ((0..p.output).map(|y| p.index[at(y)]).collect(), w)
+                let rows = (0..p.output)
+                    .map(|y| {
+                        if p.extrapolated[y] {
+                            p.input
+                        } else {
+                            p.index[at(y)]
+                        }
+                    })
+                    .collect();
+                (rows, w)
             })
             .filter(|(_, w)| w.iter().any(|w| *w != 0.0))
             .collect();
         // Every row extrapolated: one zero-weight tap keeps the shape for the bias.
         let taps = if taps.is_empty() {
-            vec![(vec![0; p.output], vec![0.0; p.output])]
+            vec![(vec![p.input; p.output], vec![0.0; p.output])]
         } else {
             taps
         };
@@ -299,7 +318,7 @@ impl Pass<'_, '_> {
         let n = taps.len();
         for (k, (rows, w)) in taps.iter().enumerate() {
             let final_step = k + 1 == n && !bias;
-            gather(b, d, src, rows, g)?;
+            gather(b, len, from, rows, g)?;
             let weights = column(b, w);
             let to = match k {
                 0 if final_step => dst,
