@@ -13,7 +13,7 @@ use crate::context::{Ctx, bad};
 use crate::effect::Effect;
 use crate::error::{DeviceError, TaskRef};
 use crate::kernels::{
-    self, AiCpuKernelId, GetDynamicDimsArgs, GetNextArgs, MapIndexArgs, map_index,
+    self, AiCpuKernelId, AiCpuOpArgs, GetDynamicDimsArgs, GetNextArgs, MapIndexArgs, map_index,
 };
 use crate::queues::Queues;
 use crate::timers::{Fw, Xfer, ns};
@@ -21,7 +21,8 @@ use crate::timers::{Fw, Xfer, ns};
 #[derive(Debug)]
 struct AiCpuJob {
     task: TaskRef,
-    kernel: AiCpuKernelId,
+    /// What the trace calls it (the kernel, or the operator an `Op` kernel runs).
+    name: &'static str,
     bytes: u64,
     cycles: u64,
     effect: Effect,
@@ -72,7 +73,7 @@ impl AiCpu {
     ) -> Result<Started, DeviceError> {
         const K: &str = "AiCpuKernel";
         let id = AiCpuKernelId::from_u32(kernel).ok_or_else(|| {
-            bad(at, K, "kernel", format!("unknown AI CPU kernel {kernel} (expected 1 MapIndex, 2 GetDynamicDims, 3 GetNext)"))
+            bad(at, K, "kernel", format!("unknown AI CPU kernel {kernel} (expected 1 MapIndex, 2 GetDynamicDims, 3 GetNext, 4 Op)"))
         })?;
         cx.check_range(at, K, "args", args, u64::from(size))?;
         let mut block = vec![0u8; size as usize];
@@ -83,7 +84,46 @@ impl AiCpu {
             message,
         };
         let per_element = self.cfg.cycles_per_element;
+        let mut name = id.name();
         let (bytes, cycles, effect) = match id {
+            AiCpuKernelId::Op => {
+                let a = AiCpuOpArgs::decode(&block).map_err(param)?;
+                name = a.op.name();
+                let sizes = |list: &[(u64, u64)]| list.iter().map(|b| b.1).collect::<Vec<_>>();
+                let (in_sizes, out_sizes) = (sizes(&a.inputs), sizes(&a.outputs));
+                a.op.check(&in_sizes, &out_sizes).map_err(param)?;
+                let mut inputs = Vec::with_capacity(a.inputs.len());
+                for (i, &(addr, n)) in a.inputs.iter().enumerate() {
+                    let mut b = vec![0u8; n as usize];
+                    cx.chip.read_mem(addr, &mut b).map_err(|_| {
+                        param(format!(
+                            "input {i} range [{addr:#x}, +{n}) is outside device memory"
+                        ))
+                    })?;
+                    inputs.push(b);
+                }
+                for (i, &(addr, n)) in a.outputs.iter().enumerate() {
+                    if cx.chip.memory().check(addr, n).is_err() {
+                        return Err(param(format!(
+                            "output {i} range [{addr:#x}, +{n}) is outside device memory"
+                        )));
+                    }
+                }
+                let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+                let writes: Vec<(u64, Vec<u8>)> = a
+                    .outputs
+                    .iter()
+                    .map(|o| o.0)
+                    .zip(a.op.run(&views))
+                    .collect();
+                // It reads its inputs and writes its outputs through the memory system.
+                let bytes = in_sizes.iter().chain(&out_sizes).sum();
+                (
+                    bytes,
+                    a.op.elements(&in_sizes) * per_element,
+                    Effect::Write(writes),
+                )
+            }
             AiCpuKernelId::MapIndex => {
                 let a = MapIndexArgs::decode(&block).map_err(param)?;
                 a.shape
@@ -238,7 +278,7 @@ impl AiCpu {
             job,
             AiCpuJob {
                 task: at,
-                kernel: id,
+                name,
                 bytes,
                 cycles,
                 effect,
@@ -309,14 +349,8 @@ impl AiCpu {
         j.effect.apply(cx.chip, cx.heap)?;
         self.busy[j.cpu] = false;
         let now = cx.now();
-        cx.lanes.aicpu(
-            cx.chip.sink_mut(),
-            j.cpu,
-            j.kernel.name(),
-            j.task,
-            j.start,
-            now,
-        );
+        cx.lanes
+            .aicpu(cx.chip.sink_mut(), j.cpu, j.name, j.task, j.start, now);
         self.dispatch(cx);
         Ok(Some(j.task))
     }

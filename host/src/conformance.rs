@@ -97,6 +97,13 @@ pub const TOL_F16: Tolerance = Tolerance {
     atol: 1e-3,
     atol_of_max: false,
 };
+/// bfloat16, float8 and float4 tensors: they come only from conversions, which round once, so
+/// every value must match exactly (NaN any NaN).
+pub const TOL_EXACT: Tolerance = Tolerance {
+    rtol: 0.0,
+    atol: 0.0,
+    atol_of_max: false,
+};
 
 impl Tolerance {
     /// The bound for one element whose output has largest magnitude `max_abs`.
@@ -745,12 +752,8 @@ fn compare(got: &Tensor, want: &Tensor, cube: bool) -> Result<(), String> {
         DataType::F32 | DataType::F64 | DataType::F16 if cube => TOL_CUBE,
         DataType::F32 | DataType::F64 => TOL_VECTOR_F32,
         DataType::F16 => TOL_F16,
-        DataType::I8
-        | DataType::I16
-        | DataType::I32
-        | DataType::I64
-        | DataType::U8
-        | DataType::Bool => return compare_exact(got, want),
+        d if d.is_float() => TOL_EXACT,
+        _ => return compare_exact(got, want),
     };
     let (g, w) = (got.to_f64s(), want.to_f64s());
     let max_abs = w
@@ -950,6 +953,10 @@ impl Scoreboard {
             TOL_CUBE.describe()
         );
         let _ = writeln!(w, "- f16 through vector kernels: {}", TOL_F16.describe());
+        let _ = writeln!(
+            w,
+            "- bfloat16, float8 and float4 (produced only by conversions, which round once): exact"
+        );
         let _ = writeln!(w, "- integers and bool: exact");
         let _ = writeln!(
             w,

@@ -3,6 +3,7 @@
 //! derived constants and workspace put in device memory, every kernel launched through
 //! `firmware::Device`, and the outputs read back.
 
+use gearsim_firmware::kernels::{AiCpuKernelId, AiCpuOpArgs};
 use gearsim_firmware::{Device, DevicePtr, LaunchReport};
 use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::{NullSink, TraceSink};
@@ -193,6 +194,7 @@ pub fn run_op_traced<S: TraceSink>(
         .iter()
         .map(|i| i.as_ref().map_or(Ok(0), |i| put(&mut dev, &i.tensor.data)))
         .collect::<Result<_, _>>()?;
+    let mut aicpu = None;
     let (kernels, derived, workspace) = match lowered {
         Lowered::Alias { input } => {
             let t = &inputs[input]
@@ -222,6 +224,10 @@ pub fn run_op_traced<S: TraceSink>(
             derived,
             workspace_bytes,
         } => (kernels, derived, workspace_bytes),
+        Lowered::AiCpu { op } => {
+            aicpu = Some(op);
+            (Vec::new(), Vec::new(), 0)
+        }
     };
     let derived_ptrs: Vec<u64> = derived
         .iter()
@@ -243,6 +249,30 @@ pub fn run_op_traced<S: TraceSink>(
             Ok((p.0, d.clone()))
         })
         .collect::<Result<_, String>>()?;
+    if let Some(op) = aicpu {
+        let inputs = inputs
+            .iter()
+            .zip(&in_ptrs)
+            .take(op.input_count())
+            .map(|(i, p)| (*p, i.as_ref().map_or(0, |i| i.tensor.data.len() as u64)))
+            .collect();
+        let outputs = out_ptrs
+            .iter()
+            .map(|(p, d)| (*p, d.bytes().unwrap_or(0)))
+            .collect();
+        let block = AiCpuOpArgs {
+            op,
+            inputs,
+            outputs,
+        }
+        .encode();
+        let args = put(&mut dev, &block)?;
+        let task = AiCpuKernelId::Op.task(args, block.len() as u32);
+        let stream = dev.default_stream().map_err(|e| e.to_string())?;
+        dev.submit(stream, task, Some(&node.name))
+            .map_err(|e| e.to_string())?;
+        dev.synchronize(stream).map_err(|e| e.to_string())?;
+    }
     let mut launches = Vec::new();
     for k in &kernels {
         let handle = dev

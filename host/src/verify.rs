@@ -18,7 +18,7 @@ use std::fmt;
 
 use gearsim_isa::gear::SHAPE_TENSOR_BYTES;
 use gearsim_isa::om::ModelDesc;
-use gearsim_isa::omtask::{Addr, ModelTasks, OmTask, Region};
+use gearsim_isa::omtask::{Addr, KernelArg, ModelTasks, OmTask, Region};
 use gearsim_isa::task::MAX_L2_SECTIONS;
 use gearsim_isa::{FMatrix, Instruction, Opcode, Pipe, Program, SReg, Space};
 use gearsim_sim::scalar::{self, Step};
@@ -350,6 +350,22 @@ fn check_streams(m: &ModelView<'_>, regions: &RegionSizes, r: &mut Report) {
                 OmTask::Memcpy { dst, src, size } => {
                     region(*dst, *size, "the destination");
                     region(*src, *size, "the source");
+                }
+                OmTask::AiCpu {
+                    op,
+                    inputs,
+                    outputs,
+                } => {
+                    for (k, a) in inputs.iter().enumerate() {
+                        region(a.addr, a.bytes, &format!("input {k}"));
+                    }
+                    for (k, a) in outputs.iter().enumerate() {
+                        region(a.addr, a.bytes, &format!("output {k}"));
+                    }
+                    let sizes = |l: &[KernelArg]| l.iter().map(|a| a.bytes).collect::<Vec<_>>();
+                    if let Err(e) = op.check(&sizes(inputs), &sizes(outputs)) {
+                        bad(e);
+                    }
                 }
                 OmTask::LabelSet { .. }
                 | OmTask::StreamActive { .. }

@@ -35,13 +35,16 @@
 //! assert_eq!(decode_all(&bytes).unwrap(), program.instrs);
 //! ```
 
+pub mod aicpu_op;
 pub mod aipp;
 mod asm;
 pub mod build;
 pub mod checksum;
 mod disasm;
+pub mod dtype;
 mod encode;
 pub mod gear;
+pub mod numeric;
 pub mod om;
 pub mod omtask;
 pub mod operand;

@@ -9,6 +9,7 @@
 
 use std::fmt;
 
+use crate::aicpu_op::AiCpuOp;
 use crate::gear::{MapIndexEngine, TableLayout};
 use crate::om::{Decoder, Encoder, OmError};
 use crate::task::{L2Action, LeField, MAX_L2_SECTIONS};
@@ -183,6 +184,15 @@ pub enum OmTask {
     },
     /// End of the model's work (the head stream's last task).
     EndGraph,
+    /// An operator run on the AI CPU, reading `inputs` and writing `outputs`.
+    AiCpu {
+        /// The operator.
+        op: AiCpuOp,
+        /// Its input tensors.
+        inputs: Vec<KernelArg>,
+        /// Its output tensors.
+        outputs: Vec<KernelArg>,
+    },
 }
 
 /// A task and the name it shows under in traces (the node it came from, or GE's name for a
@@ -328,6 +338,7 @@ impl OmTask {
             OmTask::StreamWaitEvent { .. } => 9,
             OmTask::Memcpy { .. } => 10,
             OmTask::EndGraph => 11,
+            OmTask::AiCpu { .. } => 13,
         }
     }
 
@@ -403,6 +414,20 @@ impl OmTask {
                 e.u64(*size);
             }
             OmTask::EndGraph => {}
+            OmTask::AiCpu {
+                op,
+                inputs,
+                outputs,
+            } => {
+                op.encode(e);
+                for list in [inputs, outputs] {
+                    e.len(list.len());
+                    for a in list {
+                        put_addr(e, a.addr);
+                        e.u64(a.bytes);
+                    }
+                }
+            }
         }
     }
 
@@ -494,9 +519,28 @@ impl OmTask {
                 size: d.u64("size")?,
             },
             11 => OmTask::EndGraph,
+            13 => {
+                let op = AiCpuOp::decode(d)?;
+                let mut lists = [Vec::new(), Vec::new()];
+                for (list, field) in lists.iter_mut().zip(["inputs", "outputs"]) {
+                    let n = d.len(field, 24)?;
+                    for _ in 0..n {
+                        list.push(KernelArg {
+                            addr: get_addr(d, field)?,
+                            bytes: d.u64(field)?,
+                        });
+                    }
+                }
+                let [inputs, outputs] = lists;
+                OmTask::AiCpu {
+                    op,
+                    inputs,
+                    outputs,
+                }
+            }
             k => {
                 return Err(OmError::Corrupt(format!(
-                    "tasks: task kind {k} is unknown (expected 0..=12)"
+                    "tasks: task kind {k} is unknown (expected 0..=13)"
                 )));
             }
         })
@@ -610,6 +654,7 @@ impl ModelTasks {
                     | OmTask::EventRecord { .. }
                     | OmTask::StreamWaitEvent { .. }
                     | OmTask::Memcpy { .. }
+                    | OmTask::AiCpu { .. }
                     | OmTask::EndGraph => {}
                 }
             }
@@ -734,6 +779,27 @@ mod tests {
                         l2: vec![],
                     },
                     name: "relu".into(),
+                },
+                NamedTask {
+                    task: OmTask::AiCpu {
+                        op: AiCpuOp::Cast {
+                            from: crate::tensor::DataType::F32,
+                            to: crate::tensor::DataType::F8E4M3FN,
+                            mode: crate::numeric::CastMode {
+                                saturate: false,
+                                round: crate::numeric::RoundMode::Nearest,
+                            },
+                        },
+                        inputs: vec![KernelArg {
+                            addr: fm(64),
+                            bytes: 64,
+                        }],
+                        outputs: vec![KernelArg {
+                            addr: fm(128),
+                            bytes: 16,
+                        }],
+                    },
+                    name: "cast".into(),
                 },
                 NamedTask {
                     task: OmTask::AiCore {

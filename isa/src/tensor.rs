@@ -6,111 +6,9 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-/// Element type of a tensor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum DataType {
-    /// IEEE binary32.
-    F32,
-    /// IEEE binary16.
-    F16,
-    /// IEEE binary64.
-    F64,
-    /// Signed 8-bit.
-    I8,
-    /// Signed 16-bit.
-    I16,
-    /// Signed 32-bit.
-    I32,
-    /// Signed 64-bit.
-    I64,
-    /// Unsigned 8-bit.
-    U8,
-    /// Boolean (one byte).
-    Bool,
-}
+use crate::numeric;
 
-impl DataType {
-    /// Every type.
-    pub const ALL: [DataType; 9] = [
-        DataType::F32,
-        DataType::F16,
-        DataType::F64,
-        DataType::I8,
-        DataType::I16,
-        DataType::I32,
-        DataType::I64,
-        DataType::U8,
-        DataType::Bool,
-    ];
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            DataType::F64 | DataType::I64 => 8,
-            DataType::F32 | DataType::I32 => 4,
-            DataType::F16 | DataType::I16 => 2,
-            DataType::I8 | DataType::U8 | DataType::Bool => 1,
-        }
-    }
-
-    /// ONNX `TensorProto.DataType` code.
-    pub fn onnx_code(self) -> i32 {
-        match self {
-            DataType::F32 => 1,
-            DataType::U8 => 2,
-            DataType::I8 => 3,
-            DataType::I16 => 5,
-            DataType::I32 => 6,
-            DataType::I64 => 7,
-            DataType::Bool => 9,
-            DataType::F16 => 10,
-            DataType::F64 => 11,
-        }
-    }
-
-    /// The type of an ONNX code, if supported.
-    pub fn from_onnx(code: i32) -> Option<DataType> {
-        DataType::ALL
-            .iter()
-            .copied()
-            .find(|d| d.onnx_code() == code)
-    }
-
-    /// Short name (`f32`).
-    pub fn name(self) -> &'static str {
-        match self {
-            DataType::F32 => "f32",
-            DataType::F16 => "f16",
-            DataType::F64 => "f64",
-            DataType::I8 => "i8",
-            DataType::I16 => "i16",
-            DataType::I32 => "i32",
-            DataType::I64 => "i64",
-            DataType::U8 => "u8",
-            DataType::Bool => "bool",
-        }
-    }
-
-    /// GE's name of the type (`TypeUtils::DataTypeToSerialString`), as in graph attributes.
-    pub fn ge_name(self) -> &'static str {
-        match self {
-            DataType::F16 => "DT_FLOAT16",
-            DataType::F32 => "DT_FLOAT",
-            DataType::F64 => "DT_DOUBLE",
-            DataType::I8 => "DT_INT8",
-            DataType::I16 => "DT_INT16",
-            DataType::I32 => "DT_INT32",
-            DataType::I64 => "DT_INT64",
-            DataType::U8 => "DT_UINT8",
-            DataType::Bool => "DT_BOOL",
-        }
-    }
-
-    /// Whether it is a floating-point type.
-    pub fn is_float(self) -> bool {
-        matches!(self, DataType::F32 | DataType::F16 | DataType::F64)
-    }
-}
+pub use crate::dtype::DataType;
 
 /// Constant tensor data (weights, folded shape values), shared cheaply between graph copies.
 #[derive(Debug, Clone, PartialEq)]
@@ -179,53 +77,21 @@ impl Tensor {
         self.data.is_empty()
     }
 
-    /// Elements as i64 (integers and bools exactly, floats truncated).
+    /// Elements as i64 (integers and bools exactly, u64 wrapped, floats truncated).
     pub fn to_i64s(&self) -> Vec<i64> {
-        let b = &self.data;
-        match self.dtype {
-            DataType::I64 => b
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                .collect(),
-            DataType::I32 => b
-                .chunks_exact(4)
-                .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap_or([0; 4]))))
-                .collect(),
-            DataType::I16 => b
-                .chunks_exact(2)
-                .map(|c| i64::from(i16::from_le_bytes([c[0], c[1]])))
-                .collect(),
-            DataType::I8 => b.iter().map(|v| i64::from(*v as i8)).collect(),
-            DataType::U8 | DataType::Bool => b.iter().map(|v| i64::from(*v)).collect(),
-            DataType::F32 | DataType::F16 | DataType::F64 => {
-                self.to_f64s().iter().map(|v| *v as i64).collect()
-            }
-        }
+        (0..self.len())
+            .map(|i| match numeric::decode(self.dtype, &self.data, i) {
+                numeric::Scalar::Int(v) => v as i64,
+                numeric::Scalar::Float(x) => x as i64,
+            })
+            .collect()
     }
 
-    /// Elements as f64.
+    /// Elements as f64 (floats exactly, integers rounded once beyond 2^53).
     pub fn to_f64s(&self) -> Vec<f64> {
-        let b = &self.data;
-        match self.dtype {
-            DataType::F32 => b
-                .chunks_exact(4)
-                .map(|c| f64::from(f32::from_le_bytes(c.try_into().unwrap_or([0; 4]))))
-                .collect(),
-            DataType::F64 => b
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                .collect(),
-            DataType::F16 => b
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
-                .collect(),
-            DataType::I64
-            | DataType::I32
-            | DataType::I16
-            | DataType::I8
-            | DataType::U8
-            | DataType::Bool => self.to_i64s().iter().map(|v| *v as f64).collect(),
-        }
+        (0..self.len())
+            .map(|i| numeric::decode(self.dtype, &self.data, i).to_f64())
+            .collect()
     }
 
     /// A short description for dumps: type, shape and (for small tensors) the values.

@@ -7,6 +7,10 @@
 
 pub mod map_index;
 
+use gearsim_isa::aicpu_op::AiCpuOp;
+use gearsim_isa::om::{Decoder, Encoder};
+use gearsim_isa::task::{AiCpuKernel, Task};
+
 use crate::memory::HOST_BASE;
 
 /// The firmware's AI CPU kernels.
@@ -18,6 +22,8 @@ pub enum AiCpuKernelId {
     GetDynamicDims = 2,
     /// GetNext.
     GetNext = 3,
+    /// A graph operator placed on the AI CPU ([`AiCpuOpArgs`]).
+    Op = 4,
 }
 
 impl AiCpuKernelId {
@@ -27,8 +33,19 @@ impl AiCpuKernelId {
             1 => Some(AiCpuKernelId::MapIndex),
             2 => Some(AiCpuKernelId::GetDynamicDims),
             3 => Some(AiCpuKernelId::GetNext),
+            4 => Some(AiCpuKernelId::Op),
             _ => None,
         }
+    }
+
+    /// The task that runs this kernel with the argument block at `args` (`size` bytes).
+    pub fn task(self, args: u64, size: u32) -> Task {
+        Task::AiCpuKernel(AiCpuKernel {
+            kernel: self as u32,
+            block_dim: 1,
+            args,
+            args_size: size,
+        })
     }
 
     /// Its name.
@@ -37,6 +54,7 @@ impl AiCpuKernelId {
             AiCpuKernelId::MapIndex => "MapIndex",
             AiCpuKernelId::GetDynamicDims => "GetDynamicDims",
             AiCpuKernelId::GetNext => "GetNext",
+            AiCpuKernelId::Op => "AiCpuOp",
         }
     }
 }
@@ -77,6 +95,55 @@ impl<'a> Reader<'a> {
 
     fn i64(&mut self, what: &str) -> Result<i64, String> {
         Ok(i64::from_le_bytes(self.take(what)?))
+    }
+}
+
+/// A graph operator's arguments: the operator as [`AiCpuOp::encode`] writes it, then the
+/// input and the output buffers, each list a u32 count of `(address, bytes)` u64 pairs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AiCpuOpArgs {
+    /// The operator.
+    pub op: AiCpuOp,
+    /// Input buffers (address, bytes).
+    pub inputs: Vec<(u64, u64)>,
+    /// Output buffers (address, bytes).
+    pub outputs: Vec<(u64, u64)>,
+}
+
+impl AiCpuOpArgs {
+    /// The argument block.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut e = Encoder::default();
+        self.op.encode(&mut e);
+        for list in [&self.inputs, &self.outputs] {
+            e.len(list.len());
+            for (addr, bytes) in list {
+                e.u64(*addr);
+                e.u64(*bytes);
+            }
+        }
+        e.bytes
+    }
+
+    /// Parses an argument block.
+    pub fn decode(bytes: &[u8]) -> Result<AiCpuOpArgs, String> {
+        let mut d = Decoder::new(bytes, "AI CPU op arguments");
+        let op = AiCpuOp::decode(&mut d).map_err(|e| e.to_string())?;
+        let mut lists = [Vec::new(), Vec::new()];
+        for (list, field) in lists.iter_mut().zip(["inputs", "outputs"]) {
+            let n = d.len(field, 16).map_err(|e| e.to_string())?;
+            for _ in 0..n {
+                let addr = d.u64(field).map_err(|e| e.to_string())?;
+                let size = d.u64(field).map_err(|e| e.to_string())?;
+                list.push((addr, size));
+            }
+        }
+        let [inputs, outputs] = lists;
+        Ok(AiCpuOpArgs {
+            op,
+            inputs,
+            outputs,
+        })
     }
 }
 

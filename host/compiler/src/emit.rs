@@ -321,8 +321,12 @@ impl Emitter<'_> {
             }
             v
         };
-        let produced_by_kernel =
-            |v: Value| matches!(lowered.get(&v.node), Some(Lowered::Kernels { .. }));
+        let produced_by_kernel = |v: Value| {
+            matches!(
+                lowered.get(&v.node),
+                Some(Lowered::Kernels { .. } | Lowered::AiCpu { .. })
+            )
+        };
         // 3. Output anchors: a kernel-made value feeding NetOutput slot j is written there.
         let net = net_inputs(g);
         let mut anchor: BTreeMap<Value, Addr> = BTreeMap::new();
@@ -351,10 +355,14 @@ impl Emitter<'_> {
         let mut items: Vec<(Value, Option<usize>, Interval)> = Vec::new(); // (value, workspace node)
         for (id, l) in &lowered {
             let i = id.0 as usize;
-            if let Lowered::Kernels {
-                workspace_bytes, ..
-            } = l
-            {
+            let workspace_bytes = match l {
+                Lowered::Kernels {
+                    workspace_bytes, ..
+                } => Some(workspace_bytes),
+                Lowered::AiCpu { .. } => Some(&0),
+                Lowered::Alias { .. } => None,
+            };
+            if let Some(workspace_bytes) = workspace_bytes {
                 for (k, d) in g.node(*id).outputs.iter().enumerate() {
                     let v = Value {
                         node: *id,
@@ -496,13 +504,53 @@ impl Emitter<'_> {
         // 5. Tasks in node order.
         let mut tasks = Vec::new();
         for (id, l) in &lowered {
-            let Lowered::Kernels {
-                kernels, derived, ..
-            } = l
-            else {
-                continue;
-            };
             let node = g.node(*id);
+            let (kernels, derived) = match l {
+                Lowered::Kernels {
+                    kernels, derived, ..
+                } => (kernels, derived),
+                Lowered::Alias { .. } => continue,
+                Lowered::AiCpu { op } => {
+                    let mut arg = |v: Value| -> Result<KernelArg, EmitError> {
+                        Ok(KernelArg {
+                            addr: locate(self, v)?,
+                            bytes: bytes_of(g.desc(v)),
+                        })
+                    };
+                    let inputs = node
+                        .inputs
+                        .iter()
+                        .take(op.input_count())
+                        .map(|v| {
+                            v.ok_or_else(|| EmitError::Graph {
+                                graph: gname.clone(),
+                                message: format!(
+                                    "AI CPU operator `{}` has an absent input",
+                                    node.name
+                                ),
+                            })
+                            .and_then(&mut arg)
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    let outputs = (0..node.outputs.len())
+                        .map(|k| {
+                            arg(Value {
+                                node: *id,
+                                output: k as u32,
+                            })
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    tasks.push(named(
+                        OmTask::AiCpu {
+                            op: *op,
+                            inputs,
+                            outputs,
+                        },
+                        node.name.clone(),
+                    ));
+                    continue;
+                }
+            };
             // A launch carries at most MAX_L2_SECTIONS: the node's drops first (a dead section
             // written back costs traffic), then its keeps.
             let mut ends = l2_at_end.remove(&(id.0 as usize)).unwrap_or_default();

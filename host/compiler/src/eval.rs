@@ -36,6 +36,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use gearsim_isa::numeric::{self, CastMode, RoundMode, Scalar};
+
 use super::fusion::{FUSED_ACTIVATION, FUSED_AIPP, FUSED_RESIDUAL, RESIDUAL_INPUT};
 use super::infer::{InferError, OpCtx, OpError, Registry};
 use super::ir::{Attr, DataType, Graph, Model, Node, Tensor, TensorDesc, shape_values};
@@ -802,49 +804,29 @@ fn take(src: &Tensor, dims: Vec<i64>, index: &[usize]) -> Tensor {
 }
 
 /// Encodes f64 values as `dtype`: one rounding to a float type; truncation toward zero
-/// (saturating to i64, NaN to 0) then wrapping to an integer type; `!= 0` to bool.
+/// (saturating to i64, NaN to 0) then wrapping to an integer type; `!= 0` to bool (the
+/// conversions of [`numeric`], not saturating float8).
 pub(crate) fn encode_f64(dtype: DataType, dims: Vec<i64>, v: &[f64]) -> Tensor {
-    let mut b = Vec::with_capacity(v.len() * dtype.size());
-    match dtype {
-        DataType::F64 => v.iter().for_each(|x| b.extend_from_slice(&x.to_le_bytes())),
-        DataType::F32 => v
-            .iter()
-            .for_each(|x| b.extend_from_slice(&(*x as f32).to_le_bytes())),
-        DataType::F16 => v
-            .iter()
-            .for_each(|x| b.extend_from_slice(&f64_to_f16_bits(*x).to_le_bytes())),
-        DataType::Bool => v.iter().for_each(|x| b.push(u8::from(*x != 0.0))),
-        DataType::I64 | DataType::I32 | DataType::I16 | DataType::I8 | DataType::U8 => {
-            let ints: Vec<i64> = v.iter().map(|x| *x as i64).collect();
-            return encode_i64(dtype, dims, &ints);
-        }
-    }
-    Tensor {
-        dtype,
-        dims,
-        data: Arc::new(b),
-    }
+    encode_scalars(dtype, dims, v.iter().map(|x| Scalar::Float(*x)))
 }
 
 /// Encodes i64 values as `dtype`: wrapping to an integer type, `!= 0` to bool, one rounding
 /// to a float type.
 fn encode_i64(dtype: DataType, dims: Vec<i64>, v: &[i64]) -> Tensor {
+    encode_scalars(dtype, dims, v.iter().map(|x| Scalar::Int(i128::from(*x))))
+}
+
+fn encode_scalars(
+    dtype: DataType,
+    dims: Vec<i64>,
+    v: impl ExactSizeIterator<Item = Scalar>,
+) -> Tensor {
+    let mode = CastMode {
+        saturate: false,
+        round: RoundMode::Up,
+    };
     let mut b = Vec::with_capacity(v.len() * dtype.size());
-    for x in v {
-        match dtype {
-            DataType::I64 => b.extend_from_slice(&x.to_le_bytes()),
-            DataType::I32 => b.extend_from_slice(&(*x as i32).to_le_bytes()),
-            DataType::I16 => b.extend_from_slice(&(*x as i16).to_le_bytes()),
-            DataType::I8 => b.push(*x as i8 as u8),
-            DataType::U8 => b.push(*x as u8),
-            DataType::Bool => b.push(u8::from(*x != 0)),
-            // i64 -> f32 directly: one correctly rounded step.
-            DataType::F32 => b.extend_from_slice(&(*x as f32).to_le_bytes()),
-            DataType::F64 => b.extend_from_slice(&(*x as f64).to_le_bytes()),
-            // Exact below 2^53; above, every value overflows f16 to infinity either way.
-            DataType::F16 => b.extend_from_slice(&f64_to_f16_bits(*x as f64).to_le_bytes()),
-        }
-    }
+    v.for_each(|x| numeric::encode(dtype, x, mode, &mut b));
     Tensor {
         dtype,
         dims,
@@ -852,32 +834,7 @@ fn encode_i64(dtype: DataType, dims: Vec<i64>, v: &[i64]) -> Tensor {
     }
 }
 
-/// f64 to IEEE binary16 bits, rounded once to nearest even. (`half`'s conversion drops the
-/// low 32 mantissa bits before rounding, which misrounds values just above a tie.)
-pub fn f64_to_f16_bits(x: f64) -> u16 {
-    let sign = if x.is_sign_negative() { 0x8000u16 } else { 0 };
-    let a = x.abs();
-    if a.is_nan() {
-        return sign | 0x7e00;
-    }
-    // 65520 is halfway between the largest f16 (65504, odd significand) and 2^16: a tie that
-    // rounds to even, i.e. to infinity.
-    if a >= 65520.0 {
-        return sign | 0x7c00;
-    }
-    if a < f64::powi(2.0, -14) {
-        // Subnormal range: multiples of 2^-24; 1024 of them is the smallest normal, whose bits
-        // are 0x0400, so rounding up into the normal range needs no special case. The scaling
-        // by a power of two is exact.
-        let r = (a * f64::powi(2.0, 24)).round_ties_even();
-        return sign | r as u16;
-    }
-    // a in [2^e, 2^(e+1)) with e in [-14, 15]: 11 significant bits, quantum 2^(e-10).
-    let e = ((a.to_bits() >> 52) & 0x7ff) as i32 - 1023;
-    let r = (a * f64::powi(2.0, 10 - e)).round_ties_even() as u16; // in [1024, 2048]
-    // A carry to 2048 lands on the next binade's first value, exactly what the sum encodes.
-    sign | ((((e + 15) as u16) << 10) + (r - 1024))
-}
+pub use gearsim_isa::numeric::f64_to_f16_bits;
 
 /// Elements as f64 (floats exactly, integers as values).
 fn f64s(t: &Tensor) -> Vec<f64> {
@@ -1566,11 +1523,13 @@ impl Kernel<'_> {
 
     fn cast(&self) -> Result<Tensor, EvalError> {
         let x = self.input(0)?;
-        if x.dtype.is_float() {
-            self.out_f64(0, &f64s(x))
-        } else {
-            self.out_i64(0, &x.to_i64s())
-        }
+        let o = self.out(0)?;
+        let mode = crate::ops::cast_mode(self.node).map_err(|e| value_err(self.node, e))?;
+        Ok(Tensor {
+            dtype: o.dtype,
+            dims: o.dims.clone(),
+            data: Arc::new(numeric::cast(x.dtype, o.dtype, &x.data, mode)),
+        })
     }
 
     /// Ops that only relabel dims share the input's bytes.

@@ -20,7 +20,9 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use gearsim_firmware::kernels::{AiCpuKernelId, AiCpuOpArgs};
 use gearsim_firmware::{Device, DevicePtr, HostPtr, KernelHandle};
+use gearsim_isa::aicpu_op::AiCpuOp;
 use gearsim_isa::om::ModelDesc;
 use gearsim_isa::task::{AiCoreKernel, KERNEL_NEEDS_VALUES, Task};
 use gearsim_traces::TraceSink;
@@ -40,6 +42,8 @@ use gearsim_compiler::precision::{self, PrecisionMode};
 struct CachedOp {
     /// Aliases have no kernels.
     alias: Option<usize>,
+    /// An operator the AI CPU runs instead of kernels.
+    aicpu: Option<AiCpuOp>,
     kernels: Vec<(KernelHandle, u32, Vec<Operand>)>,
     /// Derived constants, uploaded.
     derived: Vec<DevicePtr>,
@@ -290,6 +294,14 @@ impl DynamicModel {
             let op = match lowered {
                 Lowered::Alias { input } => CachedOp {
                     alias: Some(input),
+                    aicpu: None,
+                    kernels: Vec::new(),
+                    derived: Vec::new(),
+                    workspace_bytes: 0,
+                },
+                Lowered::AiCpu { op } => CachedOp {
+                    alias: None,
+                    aicpu: Some(op),
                     kernels: Vec::new(),
                     derived: Vec::new(),
                     workspace_bytes: 0,
@@ -322,6 +334,7 @@ impl DynamicModel {
                         .collect::<Result<_, RuntimeError>>()?;
                     CachedOp {
                         alias: None,
+                        aicpu: None,
                         kernels: loaded,
                         derived,
                         workspace_bytes,
@@ -367,6 +380,33 @@ impl DynamicModel {
             None
         };
         self.charge_allocs(l)?;
+        if let Some(op) = self.cache[&key].aicpu {
+            let mut inputs = Vec::new();
+            for (i, v) in n.inputs.iter().take(op.input_count()).enumerate() {
+                let v = v.ok_or_else(|| {
+                    DynamicError::Graph(format!("`{}`: input {i} is absent", n.name))
+                })?;
+                let p = at.get(&v).copied().ok_or_else(|| {
+                    DynamicError::Graph(format!("`{}`: no buffer for input {i}", n.name))
+                })?;
+                inputs.push((p.0, g.desc(v).bytes().unwrap_or(0)));
+            }
+            let outputs = outs
+                .iter()
+                .zip(&n.outputs)
+                .map(|(p, d)| (p.0, d.bytes().unwrap_or(0)))
+                .collect();
+            let block = AiCpuOpArgs {
+                op,
+                inputs,
+                outputs,
+            }
+            .encode();
+            let args = self.argument_block(l, launches, &block)?;
+            let launch = AiCpuKernelId::Op.task(args.0, block.len() as u32);
+            l.host.submit(l.dev, l.stream, launch, &n.name)?;
+            return Ok(());
+        }
         for (handle, block_dim, args) in &kernels {
             let addrs = args
                 .iter()
@@ -386,26 +426,7 @@ impl DynamicModel {
                     DynamicError::Graph(format!("`{}`: no buffer for {what}", n.name))
                 })?;
             let bytes: Vec<u8> = addrs.iter().flat_map(|a| a.to_le_bytes()).collect();
-            let need = bytes.len().max(8) as u64;
-            if self.args.get(*launches).is_none_or(|b| b.capacity < need) {
-                let b = Buffer {
-                    ptr: l.dev.alloc(need)?,
-                    capacity: need,
-                };
-                if let Some(old) = self.args.get(*launches) {
-                    self.retired.push(old.ptr);
-                    self.args[*launches] = b;
-                } else {
-                    self.args.push(b);
-                }
-                let alloc = costs(l.dev).alloc_ns;
-                l.host.work(l.dev, "argument array", alloc)?;
-            }
-            let args_ptr = self.args[*launches].ptr;
-            *launches += 1;
-            let tiling = costs(l.dev).tiling_ns;
-            l.host.work(l.dev, "tiling", tiling)?;
-            l.dev.write(args_ptr, &bytes)?;
+            let args_ptr = self.argument_block(l, launches, &bytes)?;
             let launch = Task::AiCoreKernel(AiCoreKernel {
                 kernel: handle.addr.0,
                 args: args_ptr.0,
@@ -416,6 +437,37 @@ impl DynamicModel {
             l.host.submit(l.dev, l.stream, launch, &n.name)?;
         }
         Ok(())
+    }
+
+    /// Writes launch `launches`'s argument block (kernel arguments or an AI CPU operator's
+    /// block) into its reused buffer, charging the host the tiling work; counts the launch.
+    fn argument_block<S: TraceSink>(
+        &mut self,
+        l: &mut Link<'_, S>,
+        launches: &mut usize,
+        bytes: &[u8],
+    ) -> Result<DevicePtr, RuntimeError> {
+        let need = bytes.len().max(8) as u64;
+        if self.args.get(*launches).is_none_or(|b| b.capacity < need) {
+            let b = Buffer {
+                ptr: l.dev.alloc(need)?,
+                capacity: need,
+            };
+            if let Some(old) = self.args.get(*launches) {
+                self.retired.push(old.ptr);
+                self.args[*launches] = b;
+            } else {
+                self.args.push(b);
+            }
+            let alloc = costs(l.dev).alloc_ns;
+            l.host.work(l.dev, "argument array", alloc)?;
+        }
+        let args_ptr = self.args[*launches].ptr;
+        *launches += 1;
+        let tiling = costs(l.dev).tiling_ns;
+        l.host.work(l.dev, "tiling", tiling)?;
+        l.dev.write(args_ptr, bytes)?;
+        Ok(args_ptr)
     }
 
     /// Charges the host for the device allocations made since the last charge.

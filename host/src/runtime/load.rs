@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use gearsim_firmware::kernels::map_index::{self, MapIndexShape};
 use gearsim_firmware::kernels::{
-    AiCpuKernelId, GetDynamicDimsArgs, GetNextArgs, GetNextOutput, MapIndexArgs,
+    AiCpuKernelId, AiCpuOpArgs, GetDynamicDimsArgs, GetNextArgs, GetNextOutput, MapIndexArgs,
 };
 use gearsim_firmware::{
     Device, DeviceError, DevicePtr, KERNEL_NEEDS_VALUES, KernelHandle, LabelId, ModelId, QueueId,
@@ -14,10 +14,12 @@ use gearsim_isa::Program;
 use gearsim_isa::gear::MapIndexEngine;
 use gearsim_isa::gear::{MAX_RANK, TableLayout};
 use gearsim_isa::om::{ModelDesc, OmError, OmFile, SectionKind};
-use gearsim_isa::omtask::{Addr, ModelTasks, OmTask, Region, decode_kernel_flags, decode_kernels};
+use gearsim_isa::omtask::{
+    Addr, KernelArg, ModelTasks, OmTask, Region, decode_kernel_flags, decode_kernels,
+};
 use gearsim_isa::task::{
-    AiCoreKernel, AiCpuKernel, L2_SECTION_BYTES, L2Section, LabelGoto, LabelSet,
-    LabelSwitchByIndex, Memcpy, MemcpyKind, ModelEndGraph, NO_STREAM, StreamActive, Task,
+    AiCoreKernel, L2_SECTION_BYTES, L2Section, LabelGoto, LabelSet, LabelSwitchByIndex, Memcpy,
+    MemcpyKind, ModelEndGraph, NO_STREAM, StreamActive, Task,
 };
 use gearsim_traces::TraceSink;
 
@@ -411,6 +413,24 @@ impl LoadedModel {
                             t.name
                         )));
                     }
+                    OmTask::AiCpu {
+                        op,
+                        inputs,
+                        outputs,
+                    } => {
+                        let resolve = |list: &[KernelArg]| -> Result<Vec<(u64, u64)>, LoadError> {
+                            list.iter()
+                                .map(|a| Ok((r.resolve_span(&t.name, a.addr, a.bytes)?, a.bytes)))
+                                .collect()
+                        };
+                        let block = AiCpuOpArgs {
+                            op: *op,
+                            inputs: resolve(inputs)?,
+                            outputs: resolve(outputs)?,
+                        }
+                        .encode();
+                        aicpu(dev, AiCpuKernelId::Op, &block)?
+                    }
                     OmTask::Memcpy { dst, src, size } => Task::Memcpy(Memcpy {
                         kind: MemcpyKind::DeviceToDevice,
                         dst: r.resolve_span(&t.name, *dst, *size)?,
@@ -703,6 +723,7 @@ fn check_control_flow(tasks: &ModelTasks) -> Result<(), LoadError> {
                 | OmTask::EventRecord { .. }
                 | OmTask::StreamWaitEvent { .. }
                 | OmTask::Memcpy { .. }
+                | OmTask::AiCpu { .. }
                 | OmTask::EndGraph => continue,
             };
             for &label in targets {
@@ -735,10 +756,5 @@ fn aicpu<S: TraceSink>(
     block: &[u8],
 ) -> Result<Task, LoadError> {
     let p = put(dev, block)?;
-    Ok(Task::AiCpuKernel(AiCpuKernel {
-        kernel: id as u32,
-        block_dim: 1,
-        args: p.0,
-        args_size: block.len() as u32,
-    }))
+    Ok(id.task(p.0, block.len() as u32))
 }

@@ -218,6 +218,14 @@ fn task_numbers(t: &mut ModelTasks) -> Vec<Num<'_>> {
                     out.extend(addr_numbers(a));
                 }
             }
+            OmTask::AiCpu {
+                inputs, outputs, ..
+            } => {
+                for a in inputs.iter_mut().chain(outputs.iter_mut()) {
+                    out.push(Num::U64(&mut a.bytes));
+                    out.extend(addr_numbers(&mut a.addr));
+                }
+            }
             OmTask::GetNext { outputs } => {
                 for o in outputs {
                     out.push(Num::U64(&mut o.capacity));

@@ -148,7 +148,12 @@ fn encode_matches_numpy_byte_for_byte() {
 fn every_type_and_shape_round_trips() {
     let dir = scratch_dir("round_trip");
     let shapes: [&[i64]; 7] = [&[], &[0], &[1], &[7], &[2, 3], &[2, 0, 4], &[1, 2, 1, 3, 1]];
-    for dtype in DataType::ALL {
+    // The ml_dtypes types are written as raw void elements, which name no type to read back.
+    let readable: Vec<DataType> = DataType::ALL
+        .into_iter()
+        .filter(|d| !npy::descr(*d).contains('V'))
+        .collect();
+    for dtype in readable.iter().copied() {
         for (i, dims) in shapes.iter().enumerate() {
             let count = dims.iter().product::<i64>() as usize;
             let t = tensor(dtype, dims, sample_bytes(dtype, count));
@@ -173,7 +178,7 @@ fn every_type_and_shape_round_trips() {
         }
     }
     // Nothing but the written files: no temporary file is left behind.
-    assert_eq!(listing(&dir).len(), DataType::ALL.len() * shapes.len());
+    assert_eq!(listing(&dir).len(), readable.len() * shapes.len());
     assert!(listing(&dir).iter().all(|n| n.ends_with(".npy")));
 }
 
@@ -465,15 +470,11 @@ fn unusable_types_and_layouts_are_typed_errors() {
             "{text}"
         );
     }
-    for (descr, what) in [
-        ("'<u2'", "uint16"),
-        ("'<u4'", "uint32"),
-        ("'<u8'", "uint64"),
-    ] {
+    for descr in ["'<V2'", "'|V1'"] {
         let (e, text) = error_of(&with_header(&header(descr), &[0; 8]));
         assert!(matches!(e, NpyError::UnsupportedDtype { .. }), "{text}");
         assert!(
-            text.contains(&format!("dtype {descr} ({what}) has no element type")),
+            text.contains(&format!("dtype {descr} (raw void elements")),
             "{text}"
         );
     }

@@ -8,7 +8,9 @@
 //! from, never panic, and finish quickly. `PROPTEST_CASES=20000 cargo test -p gearsim-isa
 //! --release fuzz_om` runs them longer.
 
+use gearsim_isa::aicpu_op::AiCpuOp;
 use gearsim_isa::gear::{MapIndexEngine, TableLayout};
+use gearsim_isa::numeric::CastMode;
 use gearsim_isa::om::{
     DynamicDesc, IoDesc, MemoryDesc, ModelDesc, OmError, OmFile, OmWriter, SectionKind, reseal,
 };
@@ -16,6 +18,7 @@ use gearsim_isa::omtask::{
     Addr, GetNextSlot, KernelArg, KernelImage, ModelTasks, NamedTask, OmTask, Region,
     decode_kernels, encode_kernels,
 };
+use gearsim_isa::tensor::DataType;
 use gearsim_isa::{Program, assemble};
 use proptest::prelude::*;
 
@@ -139,6 +142,24 @@ fn sample_tasks() -> ModelTasks {
                         dst: fm(128),
                         src: fm(64),
                         size: 64,
+                    },
+                ),
+                task(
+                    "cast",
+                    OmTask::AiCpu {
+                        op: AiCpuOp::Cast {
+                            from: DataType::F16,
+                            to: DataType::BF16,
+                            mode: CastMode::default(),
+                        },
+                        inputs: vec![KernelArg {
+                            addr: fm(0),
+                            bytes: 64,
+                        }],
+                        outputs: vec![KernelArg {
+                            addr: fm(64),
+                            bytes: 64,
+                        }],
                     },
                 ),
                 task("record", OmTask::EventRecord { event: 0 }),

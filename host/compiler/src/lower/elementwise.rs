@@ -16,6 +16,7 @@
 //! byte are seen as i32 (bool loads as 0 or 1), int64 as its two i32 words. float64 and int16
 //! have no kernel and are refused with a [`LowerError`] naming the node.
 
+use gearsim_isa::aicpu_op::AiCpuOp;
 use gearsim_isa::{Cmp, DType, ProgramBuilder, Round};
 
 use super::activation::{self, Act, Exponent, POW_CONSTS, POW_SCRATCH};
@@ -69,7 +70,7 @@ fn fmt_of(t: DataType) -> Option<Fmt> {
         DataType::U8 => Some(Fmt::Byte(ByteKind::U8)),
         DataType::I8 => Some(Fmt::Byte(ByteKind::I8)),
         DataType::I64 => Some(Fmt::I64),
-        DataType::F64 | DataType::I16 => None,
+        _ => None,
     }
 }
 
@@ -1141,7 +1142,7 @@ fn repr(t: DataType) -> Option<Repr> {
         DataType::U8 => Repr::Byte(ByteKind::U8),
         DataType::I8 => Repr::Byte(ByteKind::I8),
         DataType::I64 => Repr::I64,
-        DataType::F64 | DataType::I16 => return None,
+        _ => return None,
     })
 }
 
@@ -1150,7 +1151,8 @@ fn cast_consts() -> Vec<Const> {
     vec![Const::i32(1), Const::i32(0), Const::i32(-1)]
 }
 
-/// Cast between float32, float16, int32, int64, bool, uint8 and int8 with ONNX semantics:
+/// Cast between float32, float16, int32, int64, bool, uint8 and int8 with ONNX semantics
+/// (the other types on the AI CPU):
 /// float to integer truncates toward zero, narrowing floats round to nearest even, integers
 /// wrap to narrower integers, anything non-zero is true. int64 from floats is exact for
 /// |x| < 2^63; int64 to float32 is exact below 2^31 in magnitude and within one f32 ulp
@@ -1163,13 +1165,19 @@ pub fn cast(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     }
     let (from, to) = match (repr(x.dtype), repr(out.dtype)) {
         (Some(f), Some(t)) => (f, t),
+        // The vector unit converts between f32, f16 and the integers only: GE runs the others
+        // (float64, bfloat16, float8, 4- and 2-bit, u16..u64, int16) on the AI CPU.
         _ => {
-            return Err(ctx.error(format!(
-                "Cast from {} to {} has no vector kernel (float64 and int16 are not \
-                 supported)",
-                x.dtype.name(),
-                out.dtype.name()
-            )));
+            let mode = crate::ops::cast_mode(ctx.node).map_err(|e| {
+                ctx.error(format!("expected round_mode up, down or nearest, got {e}"))
+            })?;
+            return Ok(Lowered::AiCpu {
+                op: AiCpuOp::Cast {
+                    from: x.dtype,
+                    to: out.dtype,
+                    mode,
+                },
+            });
         }
     };
     let (fin, fout) = (

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //!   lower_node(ctx) ─▶ table of lowerings by op type ─▶ Lowered::Kernels { kernels, derived }
-//!                                                     └▶ Lowered::Alias (Reshape, Flatten, ...)
+//!                                                     ├▶ Lowered::Alias (Reshape, Flatten, ...)
+//!                                                     └▶ Lowered::AiCpu (types the AI core lacks)
 //!   writer.rs  ─ the assembly writer every kernel is built with
 //!   queue.rs   ─ the flag handshakes between pipes (queues, chains, one-shot barriers)
 //!   stream.rs  ─ the double-buffered GM→UB→V→UB→GM pipeline element-wise kernels share
@@ -103,6 +104,12 @@ impl Kernel {
 /// How a node runs on the device.
 #[derive(Debug, Clone)]
 pub enum Lowered {
+    /// One AI CPU task reading the node's inputs and writing its outputs, in order: GE's
+    /// AI CPU engine, where an operator goes when the AI core has no kernel for it.
+    AiCpu {
+        /// The operator.
+        op: gearsim_isa::aicpu_op::AiCpuOp,
+    },
     /// Its output is its input `input`'s bytes under another shape: no kernel.
     Alias {
         /// The input whose memory the output shares.
@@ -286,11 +293,22 @@ pub(crate) fn compose(
     let lowering = lowering(step.op)
         .ok_or_else(|| ctx.error(format!("internal error: no lowering of {}", step.op)))?;
     let lowered = lowering(&sub)?;
-    if let Lowered::Alias { input } = lowered {
-        return Err(ctx.error(format!(
-            "internal error: the {} step aliases its input {input}",
-            step.op
-        )));
+    match lowered {
+        Lowered::Alias { input } => {
+            return Err(ctx.error(format!(
+                "internal error: the {} step aliases its input {input}",
+                step.op
+            )));
+        }
+        Lowered::AiCpu { op } => {
+            return Err(ctx.error(format!(
+                "the {} step runs on the AI CPU ({}), which a composed AI core kernel cannot \
+                 call",
+                step.op,
+                op.describe()
+            )));
+        }
+        Lowered::Kernels { .. } => {}
     }
     b.inline(lowered, &|i| step.from[i], step.to, |name| {
         format!("{prefix}_{name}")

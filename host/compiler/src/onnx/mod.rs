@@ -24,6 +24,7 @@ pub mod proto;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+use gearsim_isa::numeric;
 use prost::Message as _;
 
 use super::ir::{self, Attr, DataType, Node, NodeId, Tensor, TensorDesc, Value};
@@ -343,6 +344,9 @@ fn onnx_type_name(code: i32) -> String {
         21 => "UINT4",
         22 => "INT4",
         23 => "FLOAT4E2M1",
+        24 => "FLOAT8E8M0",
+        25 => "UINT2",
+        26 => "INT2",
         _ => return format!("{code} (unknown)"),
     };
     format!("{code} ({name})")
@@ -406,9 +410,14 @@ fn decode_tensor(t: TensorProto) -> Result<Tensor, String> {
     }
     let what = format!("{} tensor of dims {:?}", dtype.name(), t.dims);
     let count = usize::try_from(count).map_err(|_| format!("{what} is too large"))?;
-    let bytes = count
-        .checked_mul(dtype.size())
-        .ok_or_else(|| format!("{what} is too large"))?;
+    // Sub-byte types are packed in the proto (the first element in the low bits) and held
+    // one per byte in memory.
+    let bytes = match dtype.packed_bits() {
+        Some(bits) => count.div_ceil(8 / bits),
+        None => count
+            .checked_mul(dtype.size())
+            .ok_or_else(|| format!("{what} is too large"))?,
+    };
     let typed_fields = [
         ("float_data", t.float_data.len()),
         ("int32_data", t.int32_data.len()),
@@ -431,17 +440,7 @@ fn decode_tensor(t: TensorProto) -> Result<Tensor, String> {
         }
         raw
     } else {
-        let field = match dtype {
-            DataType::F32 => "float_data",
-            DataType::F64 => "double_data",
-            DataType::I64 => "int64_data",
-            DataType::F16
-            | DataType::I32
-            | DataType::I16
-            | DataType::I8
-            | DataType::U8
-            | DataType::Bool => "int32_data",
-        };
+        let field = typed_field(dtype);
         if let Some((other, _)) = typed_fields
             .iter()
             .find(|(name, n)| *n > 0 && *name != field)
@@ -454,9 +453,15 @@ fn decode_tensor(t: TensorProto) -> Result<Tensor, String> {
             .iter()
             .find(|(name, _)| *name == field)
             .map_or(0, |(_, n)| *n);
-        if present != count {
+        // Packed types keep one packed byte per int32_data value.
+        let want = if dtype.packed_bits().is_some() {
+            bytes
+        } else {
+            count
+        };
+        if present != want {
             return Err(format!(
-                "{field} holds {present} values; the {what} needs {count}"
+                "{field} holds {present} values; the {what} needs {want}"
             ));
         }
         let mut out = Vec::with_capacity(bytes);
@@ -473,11 +478,26 @@ fn decode_tensor(t: TensorProto) -> Result<Tensor, String> {
                 .int64_data
                 .iter()
                 .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
+            DataType::U32 | DataType::U64 => {
+                for (k, &v) in t.uint64_data.iter().enumerate() {
+                    if dtype == DataType::U32 && u32::try_from(v).is_err() {
+                        return Err(format!(
+                            "uint64_data[{k}] is {v}, which is not a valid u32 element"
+                        ));
+                    }
+                    out.extend_from_slice(&v.to_le_bytes()[..dtype.size()]);
+                }
+            }
             DataType::I32 => t
                 .int32_data
                 .iter()
                 .for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
-            DataType::F16 | DataType::I16 | DataType::I8 | DataType::U8 | DataType::Bool => {
+            _ => {
+                let unit = if dtype.packed_bits().is_some() {
+                    1
+                } else {
+                    dtype.size()
+                };
                 for (k, &v) in t.int32_data.iter().enumerate() {
                     let narrow = narrow_int32(dtype, v).ok_or_else(|| {
                         format!(
@@ -485,29 +505,50 @@ fn decode_tensor(t: TensorProto) -> Result<Tensor, String> {
                             dtype.name()
                         )
                     })?;
-                    out.extend_from_slice(&narrow[..dtype.size()]);
+                    out.extend_from_slice(&narrow[..unit]);
                 }
             }
         }
         out
     };
+    let data = match dtype.packed_bits() {
+        Some(bits) => numeric::unpack(&data, bits, count, dtype.is_signed_int()),
+        None => data,
+    };
     Tensor::new(dtype, t.dims, data)
 }
 
-/// The little-endian bytes (first `dtype.size()` of the array) of an `int32_data` element of a
-/// narrow type, or `None` when the value does not fit it.
-fn narrow_int32(dtype: DataType, v: i32) -> Option<[u8; 2]> {
+/// The typed field of `TensorProto` that holds `dtype`'s elements when `raw_data` does not.
+fn typed_field(dtype: DataType) -> &'static str {
     match dtype {
-        // Float16 elements are their bit patterns as an unsigned 16-bit value.
-        DataType::F16 => u16::try_from(v).ok().map(u16::to_le_bytes),
+        DataType::F32 => "float_data",
+        DataType::F64 => "double_data",
+        DataType::I64 => "int64_data",
+        DataType::U32 | DataType::U64 => "uint64_data",
+        _ => "int32_data",
+    }
+}
+
+/// The little-endian bytes (first `dtype.size()` of the array; one packed byte for sub-byte
+/// types) of an `int32_data` element of a narrow type, or `None` when the value does not fit.
+fn narrow_int32(dtype: DataType, v: i32) -> Option<[u8; 2]> {
+    if dtype.packed_bits().is_some() {
+        return u8::try_from(v).ok().map(|x| [x, 0]);
+    }
+    match dtype {
+        // 16-bit floats are their bit patterns as an unsigned 16-bit value.
+        DataType::F16 | DataType::BF16 | DataType::U16 => {
+            u16::try_from(v).ok().map(u16::to_le_bytes)
+        }
         DataType::I16 => i16::try_from(v).ok().map(i16::to_le_bytes),
         DataType::I8 => i8::try_from(v).ok().map(|x| [x.to_le_bytes()[0], 0]),
-        DataType::U8 => u8::try_from(v).ok().map(|x| [x, 0]),
         DataType::Bool => match v {
             0 | 1 => Some([v as u8, 0]),
             _ => None,
         },
-        DataType::F32 | DataType::F64 | DataType::I32 | DataType::I64 => None,
+        // One-byte types, float8 bit patterns among them.
+        _ if dtype.size() == 1 => u8::try_from(v).ok().map(|x| [x, 0]),
+        _ => None,
     }
 }
 

@@ -6,6 +6,10 @@
 //! dims broadcast with 1 or with an identical expression; Add/Sub/Mul/Div/Equal/Where/Cast/
 //! Identity fold.
 
+use std::sync::Arc;
+
+use gearsim_isa::numeric::{self, CastMode, RoundMode};
+
 use super::super::infer::{FoldFn, OpCtx, OpDef, OpError, broadcast};
 use super::super::ir::{DataType, Node, Tensor, TensorDesc};
 use super::super::symbolic::Dim;
@@ -399,7 +403,7 @@ fn cast_target(ctx: &OpCtx<'_>) -> Result<DataType, OpError> {
                 "to",
                 format!("a supported type code: {}", names.join(", ")),
                 to.to_string(),
-                "cast to one of the supported types (bfloat16, strings and float8 are not \
+                "cast to one of the supported types (strings and complex numbers are not \
                  supported)",
             )
         })
@@ -407,6 +411,7 @@ fn cast_target(ctx: &OpCtx<'_>) -> Result<DataType, OpError> {
 
 fn verify_cast(ctx: &OpCtx<'_>) -> Result<(), OpError> {
     ctx.input(0)?;
+    cast_mode_attr(ctx)?;
     cast_target(ctx).map(|_| ())
 }
 
@@ -427,11 +432,34 @@ fn fold_cast(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
         return Ok(vec![]);
     }
     let to = cast_target(ctx)?;
-    let out = match elems(t) {
-        Elems::Int(v) => from_ints(to, t.dims.clone(), &v)?,
-        Elems::Float(v) => from_floats(to, t.dims.clone(), &v)?,
+    let data = numeric::cast(t.dtype, to, &t.data, cast_mode_attr(ctx)?);
+    Ok(vec![Tensor {
+        dtype: to,
+        dims: t.dims.clone(),
+        data: Arc::new(data),
+    }])
+}
+
+fn cast_mode_attr(ctx: &OpCtx<'_>) -> Result<CastMode, OpError> {
+    cast_mode(ctx.node).map_err(|e| {
+        OpError::attr(
+            "round_mode",
+            "up, down or nearest",
+            e,
+            "use one of ONNX's round modes",
+        )
+    })
+}
+
+/// Cast's `saturate` (default 1) and `round_mode` (default `up`) attributes; the error names
+/// an unknown round mode.
+pub fn cast_mode(node: &Node) -> Result<CastMode, String> {
+    let saturate = node.int("saturate").unwrap_or(1) != 0;
+    let round = match node.string("round_mode") {
+        None => RoundMode::Up,
+        Some(s) => RoundMode::from_name(s).ok_or_else(|| format!("round_mode `{s}`"))?,
     };
-    Ok(vec![out])
+    Ok(CastMode { saturate, round })
 }
 
 /// Neg folds (shape computations negate axes: LayerNormalization's expansion).

@@ -36,7 +36,7 @@ mod shape;
 mod values;
 
 pub use conv_transpose::ConvTransposeGeometry;
-pub use elementwise::activation_attrs;
+pub use elementwise::{activation_attrs, cast_mode};
 pub use gather_nd::{GatherMap, gather_map, take_rows};
 pub use nn::group_norm_parse;
 pub use resize::{AxisPass, ResizeMode, ResizeSpec, resize_values};
@@ -367,7 +367,11 @@ fn input_of<'a>(
             i,
             format!("{what} ({})", names.join(", ")),
             d.dtype.name(),
-            "insert a Cast to a supported type before this node",
+            format!(
+                "{} is not supported for this input: insert a Cast to a listed type before this \
+                 node",
+                d.dtype.name()
+            ),
         ));
     }
     Ok(d)

@@ -5,6 +5,7 @@
 use super::super::infer::OpError;
 use super::super::ir::{DataType, Tensor};
 use super::node_err;
+use gearsim_isa::numeric::{self, CastMode, Scalar};
 
 /// Largest number of elements a fold computes; bigger results stay run-time values.
 pub(super) const FOLD_LIMIT: usize = 1 << 22;
@@ -56,47 +57,28 @@ pub(super) fn foldable(dims: &[i64]) -> bool {
 /// Encodes integers as `dtype` (wrapping to the type's width; bools are `v != 0`; integers
 /// convert to floats with one rounding).
 pub(super) fn from_ints(dtype: DataType, dims: Vec<i64>, v: &[i64]) -> Result<Tensor, OpError> {
-    let mut b = Vec::with_capacity(v.len() * dtype.size());
-    for x in v {
-        match dtype {
-            DataType::I64 => b.extend_from_slice(&x.to_le_bytes()),
-            DataType::I32 => b.extend_from_slice(&(*x as i32).to_le_bytes()),
-            DataType::I16 => b.extend_from_slice(&(*x as i16).to_le_bytes()),
-            DataType::I8 => b.push(*x as i8 as u8),
-            DataType::U8 => b.push(*x as u8),
-            DataType::Bool => b.push(u8::from(*x != 0)),
-            DataType::F32 => b.extend_from_slice(&(*x as f32).to_le_bytes()),
-            DataType::F64 => b.extend_from_slice(&(*x as f64).to_le_bytes()),
-            DataType::F16 => b.extend_from_slice(&half::f16::from_f64(*x as f64).to_le_bytes()),
-        }
-    }
-    Tensor::new(dtype, dims, b).map_err(internal)
+    from_scalars(dtype, dims, v.iter().map(|x| Scalar::Int(i128::from(*x))))
 }
 
 /// Encodes floats as `dtype` (one rounding to a float type; truncation toward zero, saturating,
 /// to an integer type; bools are `v != 0`).
 pub(super) fn from_floats(dtype: DataType, dims: Vec<i64>, v: &[f64]) -> Result<Tensor, OpError> {
-    match dtype {
-        DataType::F32 | DataType::F64 | DataType::F16 => {
-            let mut b = Vec::with_capacity(v.len() * dtype.size());
-            for x in v {
-                match dtype {
-                    DataType::F32 => b.extend_from_slice(&(*x as f32).to_le_bytes()),
-                    DataType::F64 => b.extend_from_slice(&x.to_le_bytes()),
-                    _ => b.extend_from_slice(&half::f16::from_f64(*x).to_le_bytes()),
-                }
-            }
-            Tensor::new(dtype, dims, b).map_err(internal)
-        }
-        DataType::Bool => {
-            let ints: Vec<i64> = v.iter().map(|x| i64::from(*x != 0.0)).collect();
-            from_ints(dtype, dims, &ints)
-        }
-        DataType::I64 | DataType::I32 | DataType::I16 | DataType::I8 | DataType::U8 => {
-            let ints: Vec<i64> = v.iter().map(|x| *x as i64).collect();
-            from_ints(dtype, dims, &ints)
-        }
-    }
+    from_scalars(dtype, dims, v.iter().map(|x| Scalar::Float(*x)))
+}
+
+/// Encodes values with [`numeric::encode`]'s conversions (float8 not saturating).
+fn from_scalars(
+    dtype: DataType,
+    dims: Vec<i64>,
+    v: impl ExactSizeIterator<Item = Scalar>,
+) -> Result<Tensor, OpError> {
+    let mode = CastMode {
+        saturate: false,
+        ..CastMode::default()
+    };
+    let mut b = Vec::with_capacity(v.len() * dtype.size());
+    v.for_each(|x| numeric::encode(dtype, x, mode, &mut b));
+    Tensor::new(dtype, dims, b).map_err(internal)
 }
 
 /// A tensor of `dims` whose element `k` is element `index[k]` of `src` (any dtype).

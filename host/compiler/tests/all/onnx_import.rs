@@ -729,13 +729,13 @@ fn bad_initializers_are_errors_before_any_allocation() {
     };
     assert!(err(&m).to_string().contains("int32_data[1] is 300"));
 
-    // Unsupported element types (bfloat16).
+    // Unsupported element types (complex64).
     let mut m = add_model();
-    m.graph.as_mut().unwrap().initializer[0].data_type = 16;
+    m.graph.as_mut().unwrap().initializer[0].data_type = 14;
     assert!(
         err(&m)
             .to_string()
-            .contains("16 (BFLOAT16) is not supported")
+            .contains("14 (COMPLEX64) is not supported")
     );
 }
 
@@ -761,11 +761,11 @@ fn graph_level_problems_are_errors() {
     assert!(e.to_string().contains("listed twice"), "{e}");
     // Unsupported input type.
     let mut m = add_model();
-    m.graph.as_mut().unwrap().input[0].r#type = Some(tensor_type(16, &[Some(2)]));
+    m.graph.as_mut().unwrap().input[0].r#type = Some(tensor_type(15, &[Some(2)]));
     assert!(
         err(&m)
             .to_string()
-            .contains("graph input `x`: element type 16 (BFLOAT16)")
+            .contains("graph input `x`: element type 15 (COMPLEX128)")
     );
     // A value produced twice.
     let e = err(&model_with(vec![
@@ -842,4 +842,43 @@ fn deeply_nested_messages_are_a_decode_error_not_a_stack_overflow() {
     m.graph = Some(g);
     let e = err(&m);
     assert!(matches!(e, OnnxError::Malformed { .. }), "{e:?}");
+}
+
+/// Sub-byte tensors are packed in the proto (first element in the low bits) and held one per
+/// byte, sign-extended when signed; a packed size that does not match the dims is an error.
+#[test]
+fn packed_sub_byte_tensors_unpack_one_element_per_byte() {
+    use gearsim_compiler::onnx::decode_tensor_proto;
+    let proto = |data_type: i32, dims: Vec<i64>, raw: Vec<u8>| {
+        TensorProto {
+            name: "t".into(),
+            dims,
+            data_type,
+            raw_data: Some(raw),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    };
+    // INT4 [3]: 1, 2, -1 (0xf); the high nibble of the last byte is padding.
+    let (_, t) = decode_tensor_proto(&proto(22, vec![3], vec![0x21, 0x0f])).unwrap();
+    assert_eq!(t.data.as_slice(), &[1, 2, 0xff]);
+    assert_eq!(t.to_i64s(), [1, 2, -1]);
+    // UINT2 [5]: 3, 0, 1, 2 | 1.
+    let (_, t) = decode_tensor_proto(&proto(25, vec![5], vec![0b1001_0011, 0b01])).unwrap();
+    assert_eq!(t.to_i64s(), [3, 0, 1, 2, 1]);
+    // int32_data holds one packed byte per value.
+    let p = TensorProto {
+        name: "t".into(),
+        dims: vec![2],
+        data_type: 21,
+        int32_data: vec![0x5a],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    assert_eq!(decode_tensor_proto(&p).unwrap().1.to_i64s(), [10, 5]);
+    let e = decode_tensor_proto(&proto(22, vec![3], vec![0x21])).unwrap_err();
+    assert!(
+        e.contains("raw_data holds 1 bytes; the i4 tensor of dims [3] needs 2"),
+        "{e}"
+    );
 }
