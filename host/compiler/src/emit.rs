@@ -542,7 +542,7 @@ impl Emitter<'_> {
                         .collect::<Result<Vec<_>, _>>()?;
                     tasks.push(named(
                         OmTask::AiCpu {
-                            op: *op,
+                            op: op.clone(),
                             inputs,
                             outputs,
                         },

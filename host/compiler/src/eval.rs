@@ -36,6 +36,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use gearsim_isa::aicpu_op::{AiCpuOp, ElementwiseOp, Operand};
 use gearsim_isa::numeric::{self, CastMode, RoundMode, Scalar};
 
 use super::fusion::{FUSED_ACTIVATION, FUSED_AIPP, FUSED_RESIDUAL, RESIDUAL_INPUT};
@@ -853,6 +854,15 @@ impl Kernel<'_> {
     /// Dispatches on the operator type.
     fn run(&self, op: &str) -> Result<Vec<Tensor>, EvalError> {
         let one = |t: Tensor| Ok(vec![t]);
+        // u64 values beyond i64's range: the AI CPU's element-wise code computes in i128.
+        let wide = self
+            .inputs
+            .iter()
+            .flatten()
+            .any(|t| t.dtype == DataType::U64);
+        if let Some(e) = ElementwiseOp::from_name(op).filter(|_| wide) {
+            return one(self.elementwise_wide(e)?);
+        }
         match op {
             "Sqrt" => one(self.unary_f(f64::sqrt)?),
             "Erf" => one(self.unary_f(erf)?),
@@ -1518,6 +1528,34 @@ impl Kernel<'_> {
             dtype: x.dtype,
             dims: o.dims.clone(),
             data: Arc::new(b),
+        })
+    }
+
+    /// An element-wise operator through the AI CPU's implementation of it (for u64 inputs).
+    fn elementwise_wide(&self, op: ElementwiseOp) -> Result<Tensor, EvalError> {
+        let ins: Vec<&Tensor> = (0..self.inputs.len())
+            .map(|i| self.input(i))
+            .collect::<Result<_, _>>()?;
+        let o = self.out(0)?;
+        let operand = |dtype: DataType, dims: &[i64]| Operand {
+            dtype,
+            dims: dims.to_vec(),
+        };
+        let ai = AiCpuOp::Elementwise {
+            op,
+            inputs: ins.iter().map(|t| operand(t.dtype, &t.dims)).collect(),
+            output: operand(o.dtype, &o.dims),
+        };
+        let sizes: Vec<u64> = ins.iter().map(|t| t.data.len() as u64).collect();
+        let out_bytes = (numel(&o.dims) * o.dtype.size()) as u64;
+        ai.check(&sizes, &[out_bytes])
+            .map_err(|e| value_err(self.node, e))?;
+        let views: Vec<&[u8]> = ins.iter().map(|t| t.data.as_slice()).collect();
+        let data = ai.run(&views).pop().unwrap_or_default();
+        Ok(Tensor {
+            dtype: o.dtype,
+            dims: o.dims.clone(),
+            data: Arc::new(data),
         })
     }
 

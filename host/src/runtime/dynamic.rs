@@ -380,7 +380,7 @@ impl DynamicModel {
             None
         };
         self.charge_allocs(l)?;
-        if let Some(op) = self.cache[&key].aicpu {
+        if let Some(op) = self.cache[&key].aicpu.clone() {
             let mut inputs = Vec::new();
             for (i, v) in n.inputs.iter().take(op.input_count()).enumerate() {
                 let v = v.ok_or_else(|| {

@@ -424,7 +424,7 @@ impl LoadedModel {
                                 .collect()
                         };
                         let block = AiCpuOpArgs {
-                            op: *op,
+                            op: op.clone(),
                             inputs: resolve(inputs)?,
                             outputs: resolve(outputs)?,
                         }

@@ -552,3 +552,43 @@ fn graphs_need_exactly_one_net_output() {
         Err(EvalError::Graph { .. })
     ));
 }
+
+/// u64 values beyond i64's range compare, divide and take maxima as unsigned numbers (the
+/// evaluator uses the AI CPU's element-wise code for them, as the device runs them there).
+#[test]
+fn u64_values_beyond_i64_stay_unsigned() {
+    let u64s = |v: &[u64]| {
+        Tensor::new(
+            DataType::U64,
+            vec![v.len() as i64],
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        )
+        .unwrap()
+    };
+    let (a, b) = (u64s(&[u64::MAX, 7, 1 << 63]), u64s(&[3, 2, 1]));
+    let desc = |t: DataType| vec![TensorDesc::new(t, fixed_shape(&[3]))];
+    let less = eval_node(
+        &op_node("Less", desc(DataType::Bool)),
+        &[Some(&a), Some(&b)],
+        &desc(DataType::Bool),
+        18,
+    )
+    .unwrap();
+    assert_eq!(less[0].to_i64s(), [0, 0, 0]);
+    let div = eval_node(
+        &op_node("Div", desc(DataType::U64)),
+        &[Some(&a), Some(&b)],
+        &desc(DataType::U64),
+        18,
+    )
+    .unwrap();
+    assert_eq!(div[0], u64s(&[u64::MAX / 3, 3, 1 << 63]));
+    let max = eval_node(
+        &op_node("Max", desc(DataType::U64)),
+        &[Some(&a), Some(&b)],
+        &desc(DataType::U64),
+        18,
+    )
+    .unwrap();
+    assert_eq!(max[0], a);
+}

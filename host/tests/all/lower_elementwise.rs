@@ -325,13 +325,15 @@ fn broadcast_arithmetic_in_f16_and_i32() {
     }
 }
 
+/// The vector unit divides floats only: integer division runs on the AI CPU (see
+/// `arithmetic_without_a_vector_kernel_runs_on_the_ai_cpu`), truncating toward zero.
 #[test]
-fn integer_division_is_refused_with_a_lower_error() {
-    let a = Tensor::from_i32s(vec![4], &[1, 2, 3, 4]);
-    let e = run_op("Div", &[], vec![data(a.clone()), data(a)])
-        .err()
-        .unwrap();
-    assert!(e.contains("node `node` (Div)") && e.contains("i32"), "{e}");
+fn integer_division_runs_on_the_ai_cpu() {
+    let a = Tensor::from_i32s(vec![4], &[1, -9, 3, 40]);
+    let b = Tensor::from_i32s(vec![4], &[2, 2, 3, -7]);
+    let r = run_op("Div", &[], vec![data(a), data(b)]).unwrap();
+    assert!(r.launches.is_empty());
+    assert_eq!(r.outputs[0].to_i64s(), [0, -4, 1, -5]);
 }
 
 // ---- unary -----------------------------------------------------------------------------------
@@ -1292,14 +1294,67 @@ impl gearsim_traces::TraceSink for AiCpuSpans {
 
 #[test]
 fn unsupported_types_give_a_lower_error_naming_the_node() {
-    let a = tensor(DataType::I16, &[4], vec![0; 8]);
-    let e = run_op("Equal", &[], vec![data(a.clone()), data(a)])
-        .err()
-        .unwrap();
-    assert!(
-        e.contains("node `node` (Equal)") && e.contains("i16"),
-        "{e}"
-    );
+    let a = tensor(DataType::F64, &[4], vec![0; 32]);
+    let e = run_op("Exp", &[], vec![data(a)]).err().unwrap();
+    assert!(e.contains("node `node` (Exp)") && e.contains("f64"), "{e}");
+}
+
+/// Arithmetic and comparisons the vector unit has no kernel for (unsigned, int16 and int64
+/// orderings, integer division and powers, float64) run as one AI CPU task with numpy's
+/// semantics: integers wrap, division truncates, inputs broadcast.
+#[test]
+fn arithmetic_without_a_vector_kernel_runs_on_the_ai_cpu() {
+    fn ints(t: DataType, v: &[i64]) -> Vec<u8> {
+        v.iter()
+            .flat_map(|x| x.to_le_bytes()[..t.size()].to_vec())
+            .collect()
+    }
+    let t = |ty: DataType, dims: &[i64], v: &[i64]| data(tensor(ty, dims, ints(ty, v)));
+    use DataType::{Bool, I16, I32, I64, U16, U64};
+    let cases: Vec<(&str, Vec<In>, Vec<u8>)> = vec![
+        (
+            "Add",
+            vec![
+                t(U16, &[2, 3], &[1, 2, 3, 65535, 5, 6]),
+                t(U16, &[3], &[10, 20, 1]),
+            ],
+            ints(U16, &[11, 22, 4, 9, 25, 7]),
+        ),
+        (
+            "Div",
+            vec![t(I32, &[4], &[7, -7, 7, 9]), t(I32, &[4], &[2, 2, -2, 0])],
+            ints(I32, &[3, -3, -3, 0]),
+        ),
+        (
+            "Greater",
+            vec![t(U64, &[3], &[-1, 5, 2]), t(U64, &[1], &[3])],
+            ints(Bool, &[1, 1, 0]),
+        ),
+        (
+            "LessOrEqual",
+            vec![t(I64, &[3], &[-5, 3, 4]), t(I64, &[3], &[-5, 2, 9])],
+            ints(Bool, &[1, 0, 1]),
+        ),
+        (
+            "Max",
+            vec![
+                t(I16, &[3], &[1, -7, 3]),
+                t(I16, &[3], &[-2, -8, 30]),
+                t(I16, &[1], &[2]),
+            ],
+            ints(I16, &[2, 2, 30]),
+        ),
+        (
+            "Pow",
+            vec![t(I64, &[3], &[2, -3, 7]), t(I64, &[3], &[10, 3, 0])],
+            ints(I64, &[1024, -27, 1]),
+        ),
+    ];
+    for (op, inputs, want) in cases {
+        let r = run_op(op, &[], inputs).unwrap();
+        assert!(r.launches.is_empty(), "{op} launched AI core kernels");
+        assert_eq!(out_bytes(&r), want, "{op}");
+    }
 }
 
 // ---- performance -----------------------------------------------------------------------------

@@ -16,7 +16,9 @@
 //! byte are seen as i32 (bool loads as 0 or 1), int64 as its two i32 words. float64 and int16
 //! have no kernel and are refused with a [`LowerError`] naming the node.
 
-use gearsim_isa::aicpu_op::AiCpuOp;
+use gearsim_isa::aicpu_op::{
+    AiCpuOp, ElementwiseOp, MAX_RANK as AICPU_MAX_RANK, Operand as AiOperand,
+};
 use gearsim_isa::{Cmp, DType, ProgramBuilder, Round};
 
 use super::activation::{self, Act, Exponent, POW_CONSTS, POW_SCRATCH};
@@ -115,6 +117,38 @@ fn fmt_or_error(ctx: &LowerCtx<'_>, what: &str, t: DataType) -> Result<Fmt, Lowe
              supported; cast to float32 or int32 first)",
             t.name()
         ))
+    })
+}
+
+/// The node as one AI CPU task: GE places an element-wise operator on its AI CPU engine when
+/// the vector unit has no kernel for its types (int16, unsigned and 64-bit integers, float64).
+fn on_aicpu(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let op = ElementwiseOp::from_name(&ctx.node.op)
+        .ok_or_else(|| ctx.error("internal error: not an AI CPU element-wise operator"))?;
+    if Epilogue::of(ctx)? != Epilogue::None {
+        return Err(ctx.error(
+            "internal error: a fused activation on an operator the AI CPU runs (fusion only \
+             folds into AI core kernels)",
+        ));
+    }
+    let operand = |d: &TensorDesc| -> Result<AiOperand, LowerError> {
+        Ok(AiOperand {
+            dtype: d.dtype,
+            dims: dims(ctx, d)?.iter().map(|x| *x as i64).collect(),
+        })
+    };
+    let inputs = (0..ctx.inputs.len())
+        .map(|i| operand(ctx.input(i)?))
+        .collect::<Result<Vec<_>, _>>()?;
+    let output = operand(output(ctx)?)?;
+    if output.dims.len() > AICPU_MAX_RANK {
+        return Err(ctx.error(format!(
+            "the AI CPU kernel takes at most {AICPU_MAX_RANK} dims, the output has {}",
+            output.dims.len()
+        )));
+    }
+    Ok(Lowered::AiCpu {
+        op: AiCpuOp::Elementwise { op, inputs, output },
     })
 }
 
@@ -403,7 +437,9 @@ pub fn arith(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     if let Some(kind) = byte_kind(out.dtype) {
         return arith_bytes(ctx, vop, kind);
     }
-    check_type(ctx, "the output", out.dtype, types)?;
+    if !types.contains(&out.dtype) {
+        return on_aicpu(ctx);
+    }
     let ty = body_type(out.dtype);
     let e = out.dtype.size() as u64;
     let epilogue = Epilogue::of(ctx)?;
@@ -682,8 +718,9 @@ fn raw_bits(t: &Tensor) -> i64 {
 pub fn pow(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let (a, b) = (ctx.input(0)?, ctx.input(1)?);
     let out = output(ctx)?;
-    check_type(ctx, "the base", a.dtype, &FLOATS)?;
-    check_type(ctx, "the exponent", b.dtype, &NUMERIC)?;
+    if !FLOATS.contains(&a.dtype) || !NUMERIC.contains(&b.dtype) {
+        return on_aicpu(ctx);
+    }
     let ty = body_type(a.dtype);
     let ea = a.dtype.size() as u64;
     let eb = b.dtype.size() as u64;
@@ -824,7 +861,12 @@ pub fn compare(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
             b.dtype.name()
         )));
     }
-    let fmt = fmt_or_error(ctx, "the input", a.dtype)?;
+    // The unit compares f32, f16 and 32-bit words; int64 only for equality (both words).
+    let fmt = match fmt_of(a.dtype) {
+        Some(Fmt::I64) if cmp != Cmp::Eq => return on_aicpu(ctx),
+        Some(f) => f,
+        None => return on_aicpu(ctx),
+    };
     let ty = body_type(a.dtype);
     let body = |asm: &mut Asm, t: &Body| {
         let mut vx = Vx { a: asm, tmp: t.tmp };
@@ -832,12 +874,6 @@ pub fn compare(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         vx.vcmp(cmp, ty, bits, t.ins[0], t.ins[1]);
         vx.vsel(DType::I32, t.outs[0], t.consts[0], t.consts[1], bits);
     };
-    if fmt == Fmt::I64 && cmp != Cmp::Eq {
-        return Err(ctx.error(
-            "an ordered comparison of int64 has no vector kernel (the unit compares 32-bit \
-             words); cast to int32 first",
-        ));
-    }
     let f: BodyFn<'_> = if fmt == Fmt::I64 { &equal_i64 } else { &body };
     let ins = [src(ctx, 0, fmt)?, src(ctx, 1, fmt)?];
     let suffix = match cmp {
@@ -963,7 +999,11 @@ pub fn variadic(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let bytes = byte_kind(out.dtype).filter(|_| op != "Mean");
     if bytes.is_none() {
         let types: &[DataType] = if mean { &FLOATS } else { &NUMERIC };
-        check_type(ctx, "the output", out.dtype, types)?;
+        if mean {
+            check_type(ctx, "the output", out.dtype, types)?;
+        } else if !types.contains(&out.dtype) && n > 1 {
+            return on_aicpu(ctx);
+        }
     }
     if n == 1 {
         return Ok(Lowered::Alias { input: 0 });

@@ -304,8 +304,8 @@ fn infer_is(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
 /// Sum and Mean: numeric inputs of one type that broadcast together.
 fn verify_variadic(ctx: &OpCtx<'_>) -> Result<(), OpError> {
     input_of(ctx, 0, NUMERIC, "a numeric tensor")?;
-    let all: Vec<usize> = (0..ctx.node.inputs.len()).collect();
-    for &i in &all[1..] {
+    let all: Vec<usize> = (0..ctx.inputs.len()).collect();
+    for &i in all.iter().skip(1) {
         same_dtype(ctx, 0, i)?;
     }
     broadcast_inputs(ctx, &all).map(|_| ())
@@ -313,7 +313,7 @@ fn verify_variadic(ctx: &OpCtx<'_>) -> Result<(), OpError> {
 
 fn infer_variadic(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
     let a = ctx.input(0)?;
-    let all: Vec<usize> = (0..ctx.node.inputs.len()).collect();
+    let all: Vec<usize> = (0..ctx.inputs.len()).collect();
     Ok(vec![TensorDesc::new(a.dtype, broadcast_inputs(ctx, &all)?)])
 }
 
@@ -352,10 +352,10 @@ fn infer_equal(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
 
 /// And, Or, Xor (broadcasting) and Not: bool tensors.
 fn verify_logic(ctx: &OpCtx<'_>) -> Result<(), OpError> {
-    for i in 0..ctx.node.inputs.len() {
+    for i in 0..ctx.inputs.len() {
         input_of(ctx, i, &[DataType::Bool], "a bool tensor")?;
     }
-    if ctx.node.inputs.len() == 2 {
+    if ctx.inputs.len() == 2 {
         broadcast_inputs(ctx, &[0, 1])?;
     }
     Ok(())

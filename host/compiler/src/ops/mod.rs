@@ -414,7 +414,8 @@ fn rank_where<'a>(
 const FLOATS: &[DataType] = &[DataType::F16, DataType::F32, DataType::F64];
 /// Index types (Gather indices, Slice starts).
 const INDEX: &[DataType] = &[DataType::I32, DataType::I64];
-/// Every type but bool.
+/// The numeric types arithmetic accepts (bfloat16, float8 and the sub-byte types only
+/// convert).
 const NUMERIC: &[DataType] = &[
     DataType::F16,
     DataType::F32,
@@ -424,6 +425,9 @@ const NUMERIC: &[DataType] = &[
     DataType::I32,
     DataType::I64,
     DataType::U8,
+    DataType::U16,
+    DataType::U32,
+    DataType::U64,
 ];
 
 /// The integers of a 0-D or 1-D integer input whose value must be known at compile time, or
