@@ -25,6 +25,11 @@ pub enum ElementwiseOp {
     Div,
     /// `a ^ b`: integer powers of integers (wrapping), otherwise in f64, cast to `a`'s type.
     Pow,
+    /// ONNX Mod with `fmod=0`: the remainder with the divisor's sign (Python's `%`; integers
+    /// only; by zero gives 0, as numpy).
+    Mod,
+    /// ONNX Mod with `fmod=1`: the remainder with the dividend's sign (C's `fmod`).
+    Fmod,
     /// The largest input (a NaN wins).
     Max,
     /// The smallest input (a NaN wins).
@@ -44,12 +49,14 @@ pub enum ElementwiseOp {
 }
 
 impl ElementwiseOp {
-    const ALL: [ElementwiseOp; 13] = [
+    const ALL: [ElementwiseOp; 15] = [
         ElementwiseOp::Add,
         ElementwiseOp::Sub,
         ElementwiseOp::Mul,
         ElementwiseOp::Div,
         ElementwiseOp::Pow,
+        ElementwiseOp::Mod,
+        ElementwiseOp::Fmod,
         ElementwiseOp::Max,
         ElementwiseOp::Min,
         ElementwiseOp::Sum,
@@ -68,6 +75,7 @@ impl ElementwiseOp {
             ElementwiseOp::Mul => "Mul",
             ElementwiseOp::Div => "Div",
             ElementwiseOp::Pow => "Pow",
+            ElementwiseOp::Mod | ElementwiseOp::Fmod => "Mod",
             ElementwiseOp::Max => "Max",
             ElementwiseOp::Min => "Min",
             ElementwiseOp::Sum => "Sum",
@@ -79,7 +87,7 @@ impl ElementwiseOp {
         }
     }
 
-    /// The operator of an ONNX name.
+    /// The operator of an ONNX name (Mod as `fmod=0`; see [`ElementwiseOp::Fmod`]).
     pub fn from_name(s: &str) -> Option<ElementwiseOp> {
         ElementwiseOp::ALL.into_iter().find(|o| o.name() == s)
     }
@@ -116,6 +124,13 @@ impl ElementwiseOp {
             (E::Max, Int(x), Int(y)) => Int(x.max(y)),
             (E::Min, Int(x), Int(y)) => Int(x.min(y)),
             (E::Pow, Int(x), Int(y)) => Int(int_pow(x, y, out)),
+            (E::Mod | E::Fmod, Int(_), Int(0)) => Int(0),
+            (E::Fmod, Int(x), Int(y)) => Int(x % y),
+            (E::Mod, Int(x), Int(y)) => {
+                // Python's `%`: the remainder in [0, y) for y > 0, in (y, 0] for y < 0.
+                let r = x.rem_euclid(y);
+                Int(if y < 0 && r != 0 { r + y } else { r })
+            }
             _ => {
                 let (x, y) = (a.to_f64(), b.to_f64());
                 Float(match self {
@@ -124,6 +139,10 @@ impl ElementwiseOp {
                     E::Mul => x * y,
                     E::Div => x / y,
                     E::Pow => x.powf(y),
+                    // Rust's `%` of floats is C's fmod; a floored float Mod is refused by the
+                    // operator's checks, and computed here the same way as Python's `%`.
+                    E::Fmod => x % y,
+                    E::Mod => x - y * (x / y).floor(),
                     E::Max if x.is_nan() || y.is_nan() => f64::NAN,
                     E::Max => x.max(y),
                     E::Min if x.is_nan() || y.is_nan() => f64::NAN,
@@ -571,5 +590,34 @@ mod tests {
         assert_eq!(int_pow(3, 5, DataType::I32), 243);
         assert_eq!(int_pow(2, 40, DataType::I32), 0);
         assert_eq!(int_pow(-1, -3, DataType::I64), -1);
+    }
+
+    #[test]
+    fn mod_follows_the_divisor_and_fmod_the_dividend() {
+        let i = Scalar::Int;
+        let cases = [
+            (5, -3, -1, 2),
+            (-5, 3, 1, -2),
+            (-5, -3, -2, -2),
+            (6, 3, 0, 0),
+            (7, 0, 0, 0),
+        ];
+        for (x, y, m, f) in cases {
+            assert_eq!(
+                ElementwiseOp::Mod.apply(i(x), i(y), DataType::I32),
+                i(m),
+                "{x} % {y}"
+            );
+            assert_eq!(
+                ElementwiseOp::Fmod.apply(i(x), i(y), DataType::I32),
+                i(f),
+                "fmod({x}, {y})"
+            );
+        }
+        let g = ElementwiseOp::Fmod.apply(Scalar::Float(-4.3), Scalar::Float(2.1), DataType::F32);
+        assert!(
+            matches!(g, Scalar::Float(v) if (v + 0.1).abs() < 1e-12),
+            "{g:?}"
+        );
     }
 }

@@ -619,6 +619,11 @@ case("gather_nd_slices_batch_dims", "GatherND",
 case("cast_like_f32_to_i32", "CastLike", node("CastLike", ["x", "like"]),
      {"x": np.array([-2.7, -0.5, 0.0, 1.9, 3.5], np.float32),
       "like": np.array([0], np.int32)})
+case("mod_int32_mixed_signs", "Mod", node("Mod", ["x", "d"]),
+     {"x": np.array([-4, 7, 5, 4, -7, 8], np.int32),
+      "d": np.array([2, -3, 8, -2, 3, 5], np.int32)})
+case("mod_f32_fmod_broadcast", "Mod", node("Mod", ["x", "d"], fmod=1),
+     {"x": f32(2, 3, scale=5.0)}, {"d": pos32(3)})
 
 
 def build_model_case(name, file, feeds):

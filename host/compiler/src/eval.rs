@@ -860,8 +860,16 @@ impl Kernel<'_> {
             .iter()
             .flatten()
             .any(|t| t.dtype == DataType::U64);
+        if op == "Mod" {
+            let e = if self.int("fmod", 0) == 1 {
+                ElementwiseOp::Fmod
+            } else {
+                ElementwiseOp::Mod
+            };
+            return one(self.on_aicpu_code(e)?);
+        }
         if let Some(e) = ElementwiseOp::from_name(op).filter(|_| wide) {
-            return one(self.elementwise_wide(e)?);
+            return one(self.on_aicpu_code(e)?);
         }
         match op {
             "Sqrt" => one(self.unary_f(f64::sqrt)?),
@@ -1531,8 +1539,8 @@ impl Kernel<'_> {
         })
     }
 
-    /// An element-wise operator through the AI CPU's implementation of it (for u64 inputs).
-    fn elementwise_wide(&self, op: ElementwiseOp) -> Result<Tensor, EvalError> {
+    /// An element-wise operator through the AI CPU's implementation of it (u64 inputs, Mod).
+    fn on_aicpu_code(&self, op: ElementwiseOp) -> Result<Tensor, EvalError> {
         let ins: Vec<&Tensor> = (0..self.inputs.len())
             .map(|i| self.input(i))
             .collect::<Result<_, _>>()?;

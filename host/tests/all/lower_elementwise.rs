@@ -1300,8 +1300,9 @@ fn unsupported_types_give_a_lower_error_naming_the_node() {
 }
 
 /// Arithmetic and comparisons the vector unit has no kernel for (unsigned, int16 and int64
-/// orderings, integer division and powers, float64) run as one AI CPU task with numpy's
-/// semantics: integers wrap, division truncates, inputs broadcast.
+/// orderings, integer division, powers and Mod, float64) run as one AI CPU task with numpy's
+/// semantics: integers wrap, division truncates, Mod takes the divisor's sign, inputs
+/// broadcast.
 #[test]
 fn arithmetic_without_a_vector_kernel_runs_on_the_ai_cpu() {
     fn ints(t: DataType, v: &[i64]) -> Vec<u8> {
@@ -1348,6 +1349,11 @@ fn arithmetic_without_a_vector_kernel_runs_on_the_ai_cpu() {
             "Pow",
             vec![t(I64, &[3], &[2, -3, 7]), t(I64, &[3], &[10, 3, 0])],
             ints(I64, &[1024, -27, 1]),
+        ),
+        (
+            "Mod",
+            vec![t(I32, &[4], &[-4, 7, 5, -7]), t(I32, &[4], &[3, -3, 0, -2])],
+            ints(I32, &[2, -2, 0, -1]),
         ),
     ];
     for (op, inputs, want) in cases {

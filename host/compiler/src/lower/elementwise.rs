@@ -48,6 +48,8 @@ pub fn lowering(op: &str) -> Option<LowerFn> {
         "Sum" | "Mean" | "Max" | "Min" => variadic,
         "Clip" => clip,
         "Cast" | "CastLike" => cast,
+        // The vector unit has no integer division; GE runs Mod on the AI CPU here.
+        "Mod" => on_aicpu,
         _ => return None,
     };
     Some(f)
@@ -121,10 +123,16 @@ fn fmt_or_error(ctx: &LowerCtx<'_>, what: &str, t: DataType) -> Result<Fmt, Lowe
 }
 
 /// The node as one AI CPU task: GE places an element-wise operator on its AI CPU engine when
-/// the vector unit has no kernel for its types (int16, unsigned and 64-bit integers, float64).
+/// the vector unit has no kernel for its types (int16, unsigned and 64-bit integers, float64)
+/// or for the operator (Mod).
 fn on_aicpu(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
-    let op = ElementwiseOp::from_name(&ctx.node.op)
-        .ok_or_else(|| ctx.error("internal error: not an AI CPU element-wise operator"))?;
+    let op = match ElementwiseOp::from_name(&ctx.node.op) {
+        Some(ElementwiseOp::Mod) if ctx.node.int("fmod") == Some(1) => ElementwiseOp::Fmod,
+        Some(op) => op,
+        None => {
+            return Err(ctx.error("internal error: not an AI CPU element-wise operator"));
+        }
+    };
     if Epilogue::of(ctx)? != Epilogue::None {
         return Err(ctx.error(
             "internal error: a fused activation on an operator the AI CPU runs (fusion only \

@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use gearsim_isa::aicpu_op::{AiCpuOp, ElementwiseOp, Operand as AiOperand};
 use gearsim_isa::numeric::{self, CastMode, RoundMode};
 
 use super::super::infer::{FoldFn, OpCtx, OpDef, OpError, broadcast};
@@ -127,6 +128,10 @@ pub(super) fn defs() -> Vec<OpDef> {
         arith("Mul", fold_mul),
         arith("Div", fold_div),
         OpDef {
+            verify: verify_mod,
+            ..arith("Mod", fold_mod)
+        },
+        OpDef {
             op: "Pow",
             min_inputs: 2,
             max_inputs: 2,
@@ -150,10 +155,13 @@ pub(super) fn defs() -> Vec<OpDef> {
             fold: Some(fold_where),
             static_inputs: &[],
         },
-        to_bool("And", verify_logic, None),
-        to_bool("Or", verify_logic, None),
-        to_bool("Xor", verify_logic, None),
-        unary("Not", verify_logic),
+        to_bool("And", verify_logic, Some(fold_logic)),
+        to_bool("Or", verify_logic, Some(fold_logic)),
+        to_bool("Xor", verify_logic, Some(fold_logic)),
+        OpDef {
+            fold: Some(fold_logic),
+            ..unary("Not", verify_logic)
+        },
         OpDef {
             op: "Cast",
             min_inputs: 1,
@@ -321,6 +329,29 @@ fn verify_arith(ctx: &OpCtx<'_>) -> Result<(), OpError> {
     input_of(ctx, 0, NUMERIC, "a numeric tensor")?;
     same_dtype(ctx, 0, 1)?;
     broadcast_inputs(ctx, &[0, 1]).map(|_| ())
+}
+
+/// Mod: Add's rules, and `fmod=1` for floats (a floored remainder of floats is not defined).
+fn verify_mod(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    verify_arith(ctx)?;
+    let fmod = attr_int(ctx, "fmod", 0)?;
+    if !matches!(fmod, 0 | 1) {
+        return Err(OpError::attr(
+            "fmod",
+            "0 (the remainder takes the divisor's sign) or 1 (the dividend's, C's fmod)",
+            fmod.to_string(),
+            "set fmod to 0 or 1",
+        ));
+    }
+    if fmod == 0 && ctx.input(0)?.dtype.is_float() {
+        return Err(OpError::attr(
+            "fmod",
+            "1 for a floating-point input (the ONNX specification requires it)",
+            "0",
+            "set fmod=1",
+        ));
+    }
+    Ok(())
 }
 
 fn infer_arith(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
@@ -528,6 +559,79 @@ fn fold_div(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
     fold_arith(ctx, Arith::Div)
 }
 
+/// Both inputs of a binary op when they are known, of one type, and broadcast to dims small
+/// enough to fold, with those dims.
+fn known_pair<'a>(ctx: &OpCtx<'a>) -> Option<(&'a Tensor, &'a Tensor, Vec<i64>)> {
+    let (a, b) = (known(ctx, 0)?, known(ctx, 1)?);
+    let dims = broadcast_dims(&[&a.dims, &b.dims])?;
+    (foldable(&dims) && a.dtype == b.dtype).then_some((a, b, dims))
+}
+
+/// Mod folds (shape computations take remainders: attention's expansions), through the AI
+/// CPU's code for it, which the device and the evaluator use too.
+fn fold_mod(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    let Some((a, b, dims)) = known_pair(ctx) else {
+        return Ok(vec![]);
+    };
+    let op = if attr_int(ctx, "fmod", 0)? == 1 {
+        ElementwiseOp::Fmod
+    } else {
+        ElementwiseOp::Mod
+    };
+    let operand = |t: &Tensor| AiOperand {
+        dtype: t.dtype,
+        dims: t.dims.clone(),
+    };
+    let ai = AiCpuOp::Elementwise {
+        op,
+        inputs: vec![operand(a), operand(b)],
+        output: AiOperand {
+            dtype: a.dtype,
+            dims: dims.clone(),
+        },
+    };
+    let data = ai.run(&[&a.data, &b.data]).pop().unwrap_or_default();
+    Ok(vec![Tensor {
+        dtype: a.dtype,
+        dims,
+        data: Arc::new(data),
+    }])
+}
+
+/// And, Or, Xor and Not fold (shape computations choose between dims with them: attention's
+/// grouped-query test).
+fn fold_logic(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
+    let ins: Vec<&Tensor> = match (0..ctx.inputs.len()).map(|i| known(ctx, i)).collect() {
+        Some(v) => v,
+        None => return Ok(vec![]),
+    };
+    let shapes: Vec<&[i64]> = ins.iter().map(|t| t.dims.as_slice()).collect();
+    let Some(dims) = broadcast_dims(&shapes) else {
+        return Ok(vec![]);
+    };
+    if !foldable(&dims) {
+        return Ok(vec![]);
+    }
+    let maps = ins
+        .iter()
+        .map(|t| broadcast_index(&dims, &t.dims))
+        .collect::<Result<Vec<_>, _>>()?;
+    let n = maps.first().map_or(0, Vec::len);
+    let v: Vec<i64> = (0..n)
+        .map(|k| {
+            let bit = |i: usize| ins[i].data[maps[i][k]] != 0;
+            let r = match ctx.node.op.as_str() {
+                "And" => bit(0) && bit(1),
+                "Or" => bit(0) || bit(1),
+                "Xor" => bit(0) != bit(1),
+                _ => !bit(0),
+            };
+            i64::from(r)
+        })
+        .collect();
+    Ok(vec![from_ints(DataType::Bool, dims, &v)?])
+}
+
 fn fold_equal(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
     fold_arith(ctx, Arith::Equal)
 }
@@ -536,15 +640,9 @@ fn fold_equal(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
 /// same as wrapping in the narrow type; floats compute in f64 and round once, which gives the
 /// correctly rounded f32/f16 result for + - * /.
 fn fold_arith(ctx: &OpCtx<'_>, op: Arith) -> Result<Vec<Tensor>, OpError> {
-    let (Some(a), Some(b)) = (known(ctx, 0), known(ctx, 1)) else {
+    let Some((a, b, dims)) = known_pair(ctx) else {
         return Ok(vec![]);
     };
-    let Some(dims) = broadcast_dims(&[&a.dims, &b.dims]) else {
-        return Ok(vec![]);
-    };
-    if !foldable(&dims) || a.dtype != b.dtype {
-        return Ok(vec![]);
-    }
     let ia = broadcast_index(&dims, &a.dims)?;
     let ib = broadcast_index(&dims, &b.dims)?;
     let dtype = if op == Arith::Equal {

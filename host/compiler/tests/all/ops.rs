@@ -233,6 +233,7 @@ fn registry_lists_every_operator() {
         "Max",
         "Mean",
         "Min",
+        "Mod",
         "Neg",
         "Not",
         "Or",
