@@ -9,7 +9,7 @@
 //! (`control_task_ns`), AI CPU launch and loop costs, PCIe latency and bandwidth.
 
 use gearsim_isa::task::Task;
-use gearsim_sim::{ChipConfig, Tick};
+use gearsim_sim::{ChipConfig, ExecMode, Tick};
 use gearsim_traces::TraceSink;
 
 use crate::aicpu::{AiCpu, Started};
@@ -155,9 +155,16 @@ impl Scheduler {
         args: u64,
         size: u32,
     ) -> Result<(), DeviceError> {
-        let started = self
-            .aicpu
-            .start(cx, &mut self.queues, at, kernel, args, size)?;
+        // In a timing-only run the values an AI CPU operator reads may not have been
+        // computed (only what control flow needs is).
+        let values_computed = self.dispatch.mode == ExecMode::Full;
+        let started = self.aicpu.start(
+            cx,
+            &mut self.queues,
+            at,
+            (kernel, args, size),
+            values_computed,
+        )?;
         match started {
             Started::Queued => {}
             Started::WaitQueue { queue, deadline } => {

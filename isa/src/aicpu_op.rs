@@ -218,6 +218,21 @@ pub enum AiCpuOp {
         /// Saturation and rounding.
         mode: CastMode,
     },
+    /// GatherElements (`nd` false, `attr` the axis) or GatherND (`nd` true, `attr`
+    /// batch_dims) with indices computed at run time; an index out of range is an error of
+    /// the kernel.
+    Gather {
+        /// GatherND rather than GatherElements.
+        nd: bool,
+        /// The axis (normalised), or batch_dims.
+        attr: i64,
+        /// The data.
+        data: Operand,
+        /// The indices (i32 or i64).
+        indices: Operand,
+        /// The output.
+        output: Operand,
+    },
     /// An element-wise operator over inputs broadcast to the output's dims (numpy's rules).
     Elementwise {
         /// The operator.
@@ -234,6 +249,8 @@ impl AiCpuOp {
     pub fn name(&self) -> &'static str {
         match self {
             AiCpuOp::Cast { .. } => "Cast",
+            AiCpuOp::Gather { nd: false, .. } => "GatherElements",
+            AiCpuOp::Gather { nd: true, .. } => "GatherND",
             AiCpuOp::Elementwise { op, .. } => op.name(),
         }
     }
@@ -242,7 +259,17 @@ impl AiCpuOp {
     pub fn input_count(&self) -> usize {
         match self {
             AiCpuOp::Cast { .. } => 1,
+            AiCpuOp::Gather { .. } => 2,
             AiCpuOp::Elementwise { inputs, .. } => inputs.len(),
+        }
+    }
+
+    /// The inputs whose values steer what it reads (a gather's indices): a timing-only run
+    /// must compute their producers.
+    pub fn value_inputs(&self) -> &'static [usize] {
+        match self {
+            AiCpuOp::Gather { .. } => &[1],
+            AiCpuOp::Cast { .. } | AiCpuOp::Elementwise { .. } => &[],
         }
     }
 
@@ -255,6 +282,23 @@ impl AiCpuOp {
                 to.name(),
                 u8::from(mode.saturate),
                 mode.round.name()
+            ),
+            AiCpuOp::Gather {
+                nd,
+                attr,
+                data,
+                indices,
+                output,
+            } => format!(
+                "{} ({}{:?}, indices {}{:?}, {} {attr}) -> {}{:?}",
+                self.name(),
+                data.dtype.name(),
+                data.dims,
+                indices.dtype.name(),
+                indices.dims,
+                if *nd { "batch_dims" } else { "axis" },
+                output.dtype.name(),
+                output.dims
             ),
             AiCpuOp::Elementwise { op, inputs, output } => {
                 let ins: Vec<String> = inputs
@@ -282,6 +326,21 @@ impl AiCpuOp {
                 e.u32(u32::from(mode.saturate));
                 e.u32(mode.round.code());
             }
+            AiCpuOp::Gather {
+                nd,
+                attr,
+                data,
+                indices,
+                output,
+            } => {
+                e.u32(3);
+                e.u32(u32::from(*nd));
+                e.i64(*attr);
+                for o in [data, indices, output] {
+                    e.u32(o.dtype.onnx_code() as u32);
+                    e.i64s(&o.dims);
+                }
+            }
             AiCpuOp::Elementwise { op, inputs, output } => {
                 e.u32(2);
                 e.u32(ElementwiseOp::ALL.iter().position(|o| o == op).unwrap_or(0) as u32);
@@ -308,7 +367,35 @@ impl AiCpuOp {
                     ))
                 })
         };
+        let operand = |d: &mut Decoder<'_>, k: usize| -> Result<Operand, OmError> {
+            let dtype = dtype(d, "operand type")?;
+            let dims = d.i64s("operand dims")?;
+            if dims.len() > MAX_RANK || dims.iter().any(|x| *x < 0) {
+                return Err(corrupt(format!(
+                    "operand {k} has dims {dims:?} (expected at most {MAX_RANK} sizes >= 0)"
+                )));
+            }
+            Ok(Operand { dtype, dims })
+        };
         match d.u32("AI CPU op kind")? {
+            3 => {
+                let nd = d.flag("nd")?;
+                let attr = d.i64("attr")?;
+                let (data, indices, output) = (operand(d, 0)?, operand(d, 1)?, operand(d, 2)?);
+                if !matches!(indices.dtype, DataType::I32 | DataType::I64) {
+                    return Err(corrupt(format!(
+                        "gather indices of type {} (expected i32 or i64)",
+                        indices.dtype.name()
+                    )));
+                }
+                Ok(AiCpuOp::Gather {
+                    nd,
+                    attr,
+                    data,
+                    indices,
+                    output,
+                })
+            }
             1 => {
                 let from = dtype(d, "from")?;
                 let to = dtype(d, "to")?;
@@ -336,15 +423,7 @@ impl AiCpuOp {
                 let n = d.len("inputs", 8)?;
                 let mut operands = Vec::with_capacity(n + 1);
                 for k in 0..=n {
-                    let dtype = dtype(d, "operand type")?;
-                    let dims = d.i64s("operand dims")?;
-                    if dims.len() > MAX_RANK || dims.iter().any(|x| *x < 0) {
-                        return Err(corrupt(format!(
-                            "operand {k} has dims {dims:?} (expected at most {MAX_RANK} sizes \
-                             >= 0)"
-                        )));
-                    }
-                    operands.push(Operand { dtype, dims });
+                    operands.push(operand(d, k)?);
                 }
                 let output = operands.pop().unwrap_or(Operand {
                     dtype: DataType::F32,
@@ -357,7 +436,7 @@ impl AiCpuOp {
                 })
             }
             k => Err(corrupt(format!(
-                "kind {k} is unknown (expected 1 Cast, 2 element-wise)"
+                "kind {k} is unknown (expected 1 Cast, 2 element-wise, 3 gather)"
             ))),
         }
     }
@@ -382,6 +461,53 @@ impl AiCpuOp {
                         from.name(),
                         to.name(),
                         to.name()
+                    ));
+                }
+                Ok(())
+            }
+            AiCpuOp::Gather {
+                nd,
+                attr,
+                data,
+                indices,
+                output,
+            } => {
+                let (r, id) = (data.dims.len(), &indices.dims);
+                let shape_ok = if *nd {
+                    let q = id.len();
+                    let k = id.last().copied().unwrap_or(0);
+                    let b = *attr;
+                    let fits = q >= 1
+                        && (0..q as i64).contains(&b)
+                        && k >= 1
+                        && b as usize + k as usize <= r
+                        && id[..b as usize] == data.dims[..b as usize];
+                    fits && {
+                        let mut dims = id[..q - 1].to_vec();
+                        dims.extend(&data.dims[b as usize + k as usize..]);
+                        dims == output.dims
+                    }
+                } else {
+                    (0..r as i64).contains(attr)
+                        && id.len() == r
+                        && output.dims == *id
+                        && (0..r).all(|a| a == *attr as usize || id[a] <= data.dims[a])
+                };
+                if !shape_ok {
+                    return Err(format!(
+                        "{}: inconsistent shapes: {}",
+                        self.name(),
+                        self.describe()
+                    ));
+                }
+                let want = [data.bytes(), indices.bytes()];
+                if inputs != want || outputs != [output.bytes()] || output.dtype != data.dtype {
+                    return Err(format!(
+                        "{}: buffers of {inputs:?} and {outputs:?} bytes, expected {want:?} and \
+                         [{}] ({} output like the data)",
+                        self.name(),
+                        output.bytes(),
+                        data.dtype.name()
                     ));
                 }
                 Ok(())
@@ -440,6 +566,7 @@ impl AiCpuOp {
     pub fn elements(&self, inputs: &[u64]) -> u64 {
         match self {
             AiCpuOp::Cast { from, .. } => inputs.first().map_or(0, |b| b / from.size() as u64),
+            AiCpuOp::Gather { output, .. } => output.count(),
             AiCpuOp::Elementwise {
                 inputs: ins,
                 output,
@@ -448,9 +575,10 @@ impl AiCpuOp {
         }
     }
 
-    /// The outputs computed from the inputs' bytes (sizes checked by [`AiCpuOp::check`]).
-    pub fn run(&self, inputs: &[&[u8]]) -> Vec<Vec<u8>> {
-        match self {
+    /// The outputs computed from the inputs' bytes (sizes checked by [`AiCpuOp::check`]), or
+    /// what is wrong with the values (a gather index out of range).
+    pub fn run(&self, inputs: &[&[u8]]) -> Result<Vec<Vec<u8>>, String> {
+        Ok(match self {
             AiCpuOp::Cast { from, to, mode } => {
                 vec![numeric::cast(
                     *from,
@@ -459,13 +587,140 @@ impl AiCpuOp {
                     *mode,
                 )]
             }
+            AiCpuOp::Gather {
+                nd,
+                attr,
+                data,
+                indices,
+                ..
+            } => {
+                let iv: Vec<i64> = (0..indices.count() as usize)
+                    .map(|i| match numeric::decode(indices.dtype, inputs[1], i) {
+                        Scalar::Int(v) => v as i64,
+                        Scalar::Float(f) => f as i64,
+                    })
+                    .collect();
+                let (rows, row) = if *nd {
+                    gather_nd_rows(&data.dims, &indices.dims, *attr as usize, &iv)
+                } else {
+                    gather_elements_rows(&data.dims, &indices.dims, *attr as usize, &iv)
+                        .map(|rows| (rows, 1))
+                }
+                .map_err(|e| e.to_string())?;
+                let e = data.dtype.size() * row;
+                let mut out = Vec::with_capacity(rows.len() * e);
+                for r in rows {
+                    out.extend_from_slice(&inputs[0][r * e..(r + 1) * e]);
+                }
+                vec![out]
+            }
             AiCpuOp::Elementwise {
                 op,
                 inputs: ins,
                 output,
             } => vec![elementwise(*op, ins, inputs, output)],
-        }
+        })
     }
+}
+
+/// An index outside its dim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexOutOfRange {
+    /// The index (negative ones already counted from the end).
+    pub value: i64,
+    /// The dim's length.
+    pub len: i64,
+    /// Where: `along axis 1`, `of data dim 0`.
+    pub at: String,
+}
+
+impl std::fmt::Display for IndexOutOfRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "index {} {} is outside [-{}, {}]",
+            self.value,
+            self.at,
+            self.len,
+            self.len - 1
+        )
+    }
+}
+
+/// Row-major element strides of `dims`.
+fn strides(dims: &[i64]) -> Vec<usize> {
+    (0..dims.len())
+        .map(|a| dims[a + 1..].iter().product::<i64>() as usize)
+        .collect()
+}
+
+/// GatherElements: per output element (the indices' shape), the data element it copies. The
+/// shapes are checked by the caller (indices of the data's rank, no larger off the axis).
+pub fn gather_elements_rows(
+    data: &[i64],
+    index_dims: &[i64],
+    axis: usize,
+    iv: &[i64],
+) -> Result<Vec<usize>, IndexOutOfRange> {
+    let stride = strides(data);
+    let len = data[axis];
+    let mut rows = Vec::with_capacity(iv.len());
+    for (p, v) in iv.iter().enumerate() {
+        let v = if *v < 0 { v + len } else { *v };
+        if !(0..len).contains(&v) {
+            return Err(IndexOutOfRange {
+                value: v,
+                len,
+                at: format!("along axis {axis}"),
+            });
+        }
+        // The output element's coordinates, with the axis's replaced by the index.
+        let mut rem = p;
+        let mut at = 0;
+        for a in (0..data.len()).rev() {
+            let c = rem % index_dims[a] as usize;
+            rem /= index_dims[a] as usize;
+            at += if a == axis { v as usize } else { c } * stride[a];
+        }
+        rows.push(at);
+    }
+    Ok(rows)
+}
+
+/// GatherND with `batch_dims` `b`: per index tuple (the indices' last dim), the data row of
+/// the trailing dims it copies, and that row's length. The shapes are checked by the caller.
+pub fn gather_nd_rows(
+    data: &[i64],
+    index_dims: &[i64],
+    b: usize,
+    iv: &[i64],
+) -> Result<(Vec<usize>, usize), IndexOutOfRange> {
+    let q = index_dims.len();
+    let k = index_dims.last().copied().unwrap_or(1).max(1) as usize;
+    let stride = strides(data);
+    let row = data[(b + k).min(data.len())..].iter().product::<i64>() as usize;
+    let per_batch = index_dims[b.min(q)..q.saturating_sub(1)]
+        .iter()
+        .product::<i64>() as usize;
+    let batch_len = data[b.min(data.len())..].iter().product::<i64>() as usize;
+    let mut rows = Vec::with_capacity(iv.len() / k);
+    for (t, tuple) in iv.chunks(k).enumerate() {
+        let mut at = (t / per_batch.max(1)) * batch_len;
+        for (j, v) in tuple.iter().enumerate() {
+            let len = data[b + j];
+            let v = if *v < 0 { v + len } else { *v };
+            if !(0..len).contains(&v) {
+                return Err(IndexOutOfRange {
+                    value: v,
+                    len,
+                    at: format!("of data dim {}", b + j),
+                });
+            }
+            at += v as usize * stride[b + j];
+        }
+        rows.push(at / row.max(1));
+    }
+    Ok((rows, row))
 }
 
 /// Every output element, the inputs broadcast to it (numpy's rules: dims aligned at the end,
@@ -549,7 +804,10 @@ mod tests {
         let a = u32s(&[5, 6, 7, 8, 9, 10]);
         let b = u32s(&[1, 7, 3]);
         assert!(op.check(&[24, 12], &[24]).is_ok());
-        assert_eq!(op.run(&[&a, &b]), vec![u32s(&[4, u32::MAX, 4, 7, 2, 7])]);
+        assert_eq!(
+            op.run(&[&a, &b]).unwrap(),
+            vec![u32s(&[4, u32::MAX, 4, 7, 2, 7])]
+        );
         assert!(op.check(&[24, 8], &[24]).is_err());
     }
 
@@ -561,7 +819,9 @@ mod tests {
             inputs: vec![operand(DataType::I32, &[4]), operand(DataType::I32, &[4])],
             output: operand(DataType::I32, &[4]),
         };
-        let got = div.run(&[&i32s(&[7, -7, 7, 5]), &i32s(&[2, 2, -2, 0])]);
+        let got = div
+            .run(&[&i32s(&[7, -7, 7, 5]), &i32s(&[2, 2, -2, 0])])
+            .unwrap();
         assert_eq!(got, vec![i32s(&[3, -3, -3, 0])]);
         let less = AiCpuOp::Elementwise {
             op: ElementwiseOp::Less,
@@ -570,7 +830,7 @@ mod tests {
         };
         let a: Vec<u8> = [u64::MAX, 1].iter().flat_map(|x| x.to_le_bytes()).collect();
         let b: Vec<u8> = [1u64, 2].iter().flat_map(|x| x.to_le_bytes()).collect();
-        assert_eq!(less.run(&[&a, &b]), vec![vec![0, 1]]);
+        assert_eq!(less.run(&[&a, &b]).unwrap(), vec![vec![0, 1]]);
     }
 
     #[test]
@@ -590,6 +850,46 @@ mod tests {
         assert_eq!(int_pow(3, 5, DataType::I32), 243);
         assert_eq!(int_pow(2, 40, DataType::I32), 0);
         assert_eq!(int_pow(-1, -3, DataType::I64), -1);
+    }
+
+    /// A gather of u32 data `data_dims` by i64 indices `index_dims` into `out_dims`.
+    fn gather(
+        nd: bool,
+        attr: i64,
+        data_dims: &[i64],
+        index_dims: &[i64],
+        out_dims: &[i64],
+    ) -> AiCpuOp {
+        AiCpuOp::Gather {
+            nd,
+            attr,
+            data: operand(DataType::U32, data_dims),
+            indices: operand(DataType::I64, index_dims),
+            output: operand(DataType::U32, out_dims),
+        }
+    }
+
+    #[test]
+    fn gathers_with_run_time_indices_check_shapes_and_ranges() {
+        let i64s = |v: &[i64]| -> Vec<u8> { v.iter().flat_map(|x| x.to_le_bytes()).collect() };
+        let data = u32s(&[10, 11, 12, 20, 21, 22]);
+        let elements = gather(false, 1, &[2, 3], &[2, 2], &[2, 2]);
+        assert!(elements.check(&[24, 32], &[16]).is_ok());
+        let got = elements.run(&[&data, &i64s(&[2, -3, 1, 1])]).unwrap();
+        assert_eq!(got, vec![u32s(&[12, 10, 21, 21])]);
+        let e = elements.run(&[&data, &i64s(&[3, 0, 0, 0])]).unwrap_err();
+        assert_eq!(e, "index 3 along axis 1 is outside [-3, 2]");
+        let nd = gather(true, 0, &[2, 3], &[2, 1], &[2, 3]);
+        assert!(nd.check(&[24, 16], &[24]).is_ok());
+        let got = nd.run(&[&data, &i64s(&[1, 0])]).unwrap();
+        assert_eq!(got, vec![u32s(&[20, 21, 22, 10, 11, 12])]);
+        // A rank the data does not have is refused before anything runs.
+        let bad = gather(false, 1, &[2, 3], &[4], &[4]);
+        assert!(
+            bad.check(&[24, 32], &[16])
+                .unwrap_err()
+                .contains("inconsistent shapes")
+        );
     }
 
     #[test]

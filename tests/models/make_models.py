@@ -479,6 +479,33 @@ def gear_dims():
     return make_model(graph, 17)
 
 
+def aicpu_ops():
+    """Operators that run on the AI CPU, batch -1: a GatherElements whose indices are computed
+    at run time (an AI core Cast of an int64 input), Casts through float64 and bfloat16, a Mod of
+    the indices, added back on the AI core. No weights."""
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["k"], ["idx"], name="idx", to=TensorProto.INT32),
+            helper.make_node("GatherElements", ["x", "idx"], ["g"], name="gather", axis=1),
+            helper.make_node("Cast", ["g"], ["g64"], name="to_f64", to=TensorProto.DOUBLE),
+            helper.make_node("Cast", ["g64"], ["gbf"], name="to_bf16", to=TensorProto.BFLOAT16),
+            helper.make_node("Cast", ["gbf"], ["gf"], name="to_f32", to=TensorProto.FLOAT),
+            helper.make_node("Constant", [], ["three"], name="three",
+                             value=helper.make_tensor("three", TensorProto.INT32, [], [3])),
+            helper.make_node("Mod", ["idx", "three"], ["m"], name="mod"),
+            helper.make_node("Cast", ["m"], ["mf"], name="mod_f32", to=TensorProto.FLOAT),
+            helper.make_node("Add", ["gf", "mf"], ["y"], name="add"),
+        ],
+        "aicpu_ops",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6]),
+            helper.make_tensor_value_info("k", TensorProto.INT64, ["N", 4]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    return make_model(graph, 17)
+
+
 def run_check(model, feeds):
     """Runs the model with the reference evaluator, so a model that does not compute fails here."""
     outputs = ReferenceEvaluator(model).run(None, feeds)
@@ -545,6 +572,14 @@ def main():
     })
     assert out[0].shape == (1, 1, 20, 40) and out[1].shape == (2,), [o.shape for o in out]
     save(m, "gear_dims.onnx")
+
+    m = aicpu_ops()
+    out = run_check(m, {
+        "x": RNG.standard_normal((2, 6)).astype(np.float32),
+        "k": np.array([[0, 5, 2, 1], [3, 3, 4, 0]], np.int64),
+    })
+    assert out[0].shape == (2, 4), out[0].shape
+    save(m, "aicpu_ops.onnx")
 
     seed_inputs()
 

@@ -71,26 +71,32 @@ pub struct Placement {
 
 /// Marks the kernels a timing-only run must still run in full mode: those whose scalar unit
 /// reads input values ([`Kernel::value_inputs`]), and every kernel upstream of those inputs
-/// (their values must be computed for the reader to see them), back to the graph's inputs and
-/// constants.
+/// or of an AI CPU operator's (`AiCpuOp::value_inputs`; the AI CPU always computes), back
+/// to the graph's inputs and constants.
 fn mark_needs_values(g: &Graph, lowered: &mut BTreeMap<NodeId, Lowered>) {
     let mut need: BTreeSet<NodeId> = BTreeSet::new();
     let mut upstream: Vec<NodeId> = Vec::new();
     for (id, l) in lowered.iter() {
-        let Lowered::Kernels { kernels, .. } = l else {
-            continue;
-        };
-        for k in kernels {
-            if !k.value_inputs.is_empty() {
-                need.insert(*id);
-            }
-            let inputs = &g.node(*id).inputs;
+        let inputs = &g.node(*id).inputs;
+        let mut producers = |which: &[usize]| {
             upstream.extend(
-                k.value_inputs
+                which
                     .iter()
                     .filter_map(|i| inputs.get(*i).copied().flatten())
                     .map(|v| v.node),
             );
+        };
+        match l {
+            Lowered::Kernels { kernels, .. } => {
+                for k in kernels {
+                    if !k.value_inputs.is_empty() {
+                        need.insert(*id);
+                    }
+                    producers(&k.value_inputs);
+                }
+            }
+            Lowered::AiCpu { op } => producers(op.value_inputs()),
+            Lowered::Alias { .. } => {}
         }
     }
     while let Some(id) = upstream.pop() {

@@ -1559,7 +1559,11 @@ impl Kernel<'_> {
         ai.check(&sizes, &[out_bytes])
             .map_err(|e| value_err(self.node, e))?;
         let views: Vec<&[u8]> = ins.iter().map(|t| t.data.as_slice()).collect();
-        let data = ai.run(&views).pop().unwrap_or_default();
+        let data = ai
+            .run(&views)
+            .map_err(|e| value_err(self.node, e))?
+            .pop()
+            .unwrap_or_default();
         Ok(Tensor {
             dtype: o.dtype,
             dims: o.dims.clone(),

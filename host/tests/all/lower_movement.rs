@@ -703,3 +703,36 @@ fn resize_extrapolated_rows_hold_the_value_even_next_to_an_infinity() {
     assert_eq!(&got[..3], &[10.0, 10.0, f64::INFINITY]);
     assert!((got[3] - 1.8).abs() < 1e-6, "{got:?}");
 }
+
+/// GatherElements and GatherND whose indices are computed at run time run on the AI CPU,
+/// which reads the indices (the AI core kernels take a constant row table); an index out of
+/// range is the kernel's error, naming the operator and the index.
+#[test]
+fn gathers_with_run_time_indices_run_on_the_ai_cpu() {
+    let x = Tensor::from_f32s(vec![2, 3], &[10.0, 11.0, 12.0, 20.0, 21.0, 22.0]);
+    let i = Tensor::from_i64s(vec![2, 2], &[2, -3, 1, 1]);
+    let r = run_op(
+        "GatherElements",
+        &[("axis", Attr::Int(1))],
+        vec![data(x.clone()), data(i)],
+    )
+    .unwrap();
+    assert!(r.launches.is_empty(), "no AI core kernel");
+    assert_eq!(r.outputs[0].to_f64s(), [12.0, 10.0, 21.0, 21.0]);
+    let rows = Tensor::from_i64s(vec![2, 1], &[1, 0]);
+    let r = run_op("GatherND", &[], vec![data(x.clone()), data(rows)]).unwrap();
+    assert_eq!(r.outputs[0].dims, [2, 3]);
+    assert_eq!(r.outputs[0].to_f64s(), [20.0, 21.0, 22.0, 10.0, 11.0, 12.0]);
+    let bad = Tensor::from_i64s(vec![2, 2], &[0, 3, 0, 0]);
+    let e = run_op(
+        "GatherElements",
+        &[("axis", Attr::Int(-1))],
+        vec![data(x), data(bad)],
+    )
+    .err()
+    .unwrap();
+    assert!(
+        e.contains("GatherElements") && e.contains("index 3 along axis 1 is outside [-3, 2]"),
+        "{e}"
+    );
+}

@@ -1,9 +1,9 @@
 //! Timing-only runs of every test model: each model is compiled with its gears and run at every
 //! gear in full and in timing-only mode, and the two traces must hold the same records (the
 //! same timeline, event for event). Kernels whose addresses depend on data (a Gather's indices,
-//! a runtime bias broadcast) and everything upstream of those values run in full mode inside
-//! a timing-only run; before that, the fused-QKV encoder's embedding Gather stopped with
-//! "timing-only run needs a value" (issue 16).
+//! a runtime bias broadcast, an AI CPU gather's indices) and everything upstream of those
+//! values run in full mode inside a timing-only run; before that, the fused-QKV encoder's
+//! embedding Gather stopped with "timing-only run needs a value" (issue 16).
 
 use std::io::Cursor;
 
@@ -64,6 +64,15 @@ fn cases() -> Vec<Case> {
             file: "gear_image.onnx",
             gear: options("img:1,3,-1,-1", None, Some("16,16;24,40"), None),
             gears: vec![vec![F32(vec![1, 3, 16, 16])], vec![F32(vec![1, 3, 24, 40])]],
+        },
+        Case {
+            // AI CPU operators: a GatherElements reading indices computed on the AI core.
+            file: "aicpu_ops.onnx",
+            gear: options("x:-1,6;k:-1,4", Some("1,3"), None, None),
+            gears: vec![
+                vec![F32(vec![1, 6]), Ids(vec![1, 4], 6)],
+                vec![F32(vec![3, 6]), Ids(vec![3, 4], 6)],
+            ],
         },
         Case {
             file: "gear_dims.onnx",
@@ -179,20 +188,25 @@ fn traced(case: &Case, om: &[u8], mode: ExecMode) -> (TraceFile, Vec<u64>) {
     (TraceFile::from_bytes(bytes).unwrap(), times)
 }
 
+/// Non-sink compile options with the defaults for the chip.
+fn compile_options(gear: GearOptions, cfg: &ChipConfig) -> CompileOptions {
+    CompileOptions {
+        gear,
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        fusion: Default::default(),
+        precision: Default::default(),
+        target: atc::target(cfg),
+    }
+}
+
 #[test]
 fn timing_only_has_the_full_mode_timeline_on_every_test_model() {
     let cfg = ChipConfig::preset("ascend910").unwrap();
     for case in cases() {
         let onnx = std::fs::read(workspace_root().join("tests/models").join(case.file)).unwrap();
-        let opts = CompileOptions {
-            gear: case.gear.clone(),
-            getnext_sink: false,
-            table_layout: Default::default(),
-            mapindex_engine: Default::default(),
-            fusion: Default::default(),
-            precision: Default::default(),
-            target: atc::target(&cfg),
-        };
+        let opts = compile_options(case.gear.clone(), &cfg);
         let om = compile(&onnx, case.file, &opts)
             .unwrap_or_else(|e| panic!("{}: {e}", case.file))
             .om_bytes()
@@ -211,4 +225,35 @@ fn timing_only_has_the_full_mode_timeline_on_every_test_model() {
         }
         assert_eq!(full.lanes(), timing.lanes(), "{}: lanes", case.file);
     }
+}
+
+/// An AI CPU gather reads its indices, so a timing-only run computes their producer: the AI
+/// core Cast that makes them carries the needs-values flag, and nothing else does.
+#[test]
+fn the_producer_of_an_ai_cpu_gathers_indices_computes_values() {
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    let onnx = std::fs::read(workspace_root().join("tests/models/aicpu_ops.onnx")).unwrap();
+    let opts = compile_options(options("x:-1,6;k:-1,4", Some("1,3"), None, None), &cfg);
+    let c = compile(&onnx, "aicpu_ops.onnx", &opts).unwrap();
+    let flagged: Vec<&str> = c
+        .emitted
+        .kernels
+        .iter()
+        .filter(|k| k.needs_values)
+        .map(|k| k.name.as_str())
+        .collect();
+    assert!(
+        !flagged.is_empty() && flagged.iter().all(|n| n.contains("Cast")),
+        "kernels in full mode: {flagged:?}"
+    );
+    let aicpu_tasks = c
+        .emitted
+        .tasks
+        .streams
+        .iter()
+        .flatten()
+        .filter(|t| matches!(t.task, gearsim_isa::omtask::OmTask::AiCpu { .. }))
+        .count();
+    // Per gear: the gather, three casts and the Mod.
+    assert_eq!(aicpu_tasks, 2 * 5);
 }

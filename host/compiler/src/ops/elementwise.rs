@@ -590,7 +590,12 @@ fn fold_mod(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
             dims: dims.clone(),
         },
     };
-    let data = ai.run(&[&a.data, &b.data]).pop().unwrap_or_default();
+    // Element-wise operators report no value errors (only gathers do).
+    let data = ai
+        .run(&[&a.data, &b.data])
+        .ok()
+        .and_then(|mut v| v.pop())
+        .unwrap_or_default();
     Ok(vec![Tensor {
         dtype: a.dtype,
         dims,

@@ -2,7 +2,10 @@
 //! each output element copies, computed once for folding, the evaluator and the lowering (a
 //! row gather by a constant table). Exporters emit both for masks and position buffers whose
 //! indices are shape computations, so they fold or become constant per gear; with indices
-//! computed at run time the shape is inferred but no kernel is compiled (a lowering error).
+//! computed at run time the gather runs on the AI CPU, with the same index code
+//! (`isa::aicpu_op::gather_elements_rows` and `gather_nd_rows`).
+
+use gearsim_isa::aicpu_op::{IndexOutOfRange, gather_elements_rows, gather_nd_rows};
 
 use super::super::infer::{OpCtx, OpDef, OpError};
 use super::super::ir::{Tensor, TensorDesc, shape_values};
@@ -50,11 +53,11 @@ pub struct GatherMap {
     pub row: usize,
 }
 
-fn bad_index(v: i64, len: i64, at: &str) -> OpError {
+fn bad_index(e: IndexOutOfRange) -> OpError {
     OpError::input(
         1,
-        format!("indices in [-{len}, {}] {at}", len - 1),
-        v.to_string(),
+        format!("indices in [-{}, {}] {}", e.len, e.len - 1, e.at),
+        e.value.to_string(),
         "fix the indices",
     )
 }
@@ -79,9 +82,6 @@ pub fn gather_map(ctx: &OpCtx<'_>) -> Result<Option<GatherMap>, OpError> {
         return Ok(None);
     };
     let iv = idx.to_i64s();
-    let strides: Vec<usize> = (0..r)
-        .map(|a| dd[a + 1..].iter().product::<i64>() as usize)
-        .collect();
     if ctx.node.op == "GatherElements" {
         let axis = norm_axis(Src::Attr("axis"), attr_int(ctx, "axis", 0)?, r)?;
         if id.len() != r || (0..r).any(|a| a != axis && id[a] > dd[a]) {
@@ -92,23 +92,7 @@ pub fn gather_map(ctx: &OpCtx<'_>) -> Result<Option<GatherMap>, OpError> {
                 "give indices shaped like the data",
             ));
         }
-        let len = dd[axis];
-        let mut rows = Vec::with_capacity(iv.len());
-        for (p, v) in iv.iter().enumerate() {
-            let v = if *v < 0 { v + len } else { *v };
-            if !(0..len).contains(&v) {
-                return Err(bad_index(v, len, &format!("along axis {axis}")));
-            }
-            // The output element's coordinates, with the axis's replaced by the index.
-            let mut rem = p;
-            let mut at = 0;
-            for a in (0..r).rev() {
-                let c = rem % id[a] as usize;
-                rem /= id[a] as usize;
-                at += if a == axis { v as usize } else { c } * strides[a];
-            }
-            rows.push(at);
-        }
+        let rows = gather_elements_rows(&dd, &id, axis, &iv).map_err(bad_index)?;
         return Ok(Some(GatherMap {
             dims: id,
             rows,
@@ -135,22 +119,7 @@ pub fn gather_map(ctx: &OpCtx<'_>) -> Result<Option<GatherMap>, OpError> {
             "the first batch_dims dims of data and indices must agree",
         ));
     }
-    let row = dd[b + k..].iter().product::<i64>() as usize;
-    let per_batch = id[b..q - 1].iter().product::<i64>() as usize;
-    let batch_len = dd[b..].iter().product::<i64>() as usize;
-    let mut rows = Vec::with_capacity(iv.len() / k);
-    for (t, tuple) in iv.chunks(k).enumerate() {
-        let mut at = (t / per_batch.max(1)) * batch_len;
-        for (j, v) in tuple.iter().enumerate() {
-            let len = dd[b + j];
-            let v = if *v < 0 { v + len } else { *v };
-            if !(0..len).contains(&v) {
-                return Err(bad_index(v, len, &format!("of data dim {}", b + j)));
-            }
-            at += v as usize * strides[b + j];
-        }
-        rows.push(at / row.max(1));
-    }
+    let (rows, row) = gather_nd_rows(&dd, &id, b, &iv).map_err(bad_index)?;
     let mut dims = id[..q - 1].to_vec();
     dims.extend(&dd[b + k..]);
     Ok(Some(GatherMap { dims, rows, row }))
