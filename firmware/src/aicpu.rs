@@ -100,12 +100,15 @@ impl AiCpu {
                 a.op.check(&in_sizes, &out_sizes).map_err(param)?;
                 let mut inputs = Vec::with_capacity(a.inputs.len());
                 for (i, &(addr, n)) in a.inputs.iter().enumerate() {
-                    let mut b = vec![0u8; n as usize];
-                    cx.chip.read_mem(addr, &mut b).map_err(|_| {
+                    // The range is checked before anything is allocated for it.
+                    let outside = || {
                         param(format!(
                             "input {i} range [{addr:#x}, +{n}) is outside device memory"
                         ))
-                    })?;
+                    };
+                    cx.chip.memory().check(addr, n).map_err(|_| outside())?;
+                    let mut b = vec![0u8; n as usize];
+                    cx.chip.read_mem(addr, &mut b).map_err(|_| outside())?;
                     inputs.push(b);
                 }
                 for (i, &(addr, n)) in a.outputs.iter().enumerate() {
@@ -131,7 +134,7 @@ impl AiCpu {
                 let bytes = in_sizes.iter().chain(&out_sizes).sum();
                 (
                     bytes,
-                    a.op.elements(&in_sizes) * per_element,
+                    a.op.elements(&in_sizes).saturating_mul(per_element),
                     Effect::Write(writes),
                 )
             }

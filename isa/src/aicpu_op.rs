@@ -197,12 +197,15 @@ pub struct Operand {
 }
 
 impl Operand {
+    /// Elements (saturating, so absurd dims of a damaged file cannot wrap to a plausible size).
     fn count(&self) -> u64 {
-        self.dims.iter().map(|d| *d as u64).product()
+        self.dims
+            .iter()
+            .fold(1u64, |acc, d| acc.saturating_mul(*d as u64))
     }
 
     fn bytes(&self) -> u64 {
-        self.count() * self.dtype.size() as u64
+        self.count().saturating_mul(self.dtype.size() as u64)
     }
 }
 
@@ -454,7 +457,7 @@ impl AiCpuOp {
                     ));
                 };
                 let n = x / from.size() as u64;
-                if x % from.size() as u64 != 0 || *y != n * to.size() as u64 {
+                if x % from.size() as u64 != 0 || Some(*y) != n.checked_mul(to.size() as u64) {
                     return Err(format!(
                         "Cast {} -> {}: the input is {x} bytes and the output {y}; expected \
                          the output to hold {n} {} elements",
@@ -571,7 +574,9 @@ impl AiCpuOp {
                 inputs: ins,
                 output,
                 ..
-            } => output.count() * (ins.len() as u64).saturating_sub(1).max(1),
+            } => output
+                .count()
+                .saturating_mul((ins.len() as u64).saturating_sub(1).max(1)),
         }
     }
 

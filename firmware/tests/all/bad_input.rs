@@ -308,3 +308,61 @@ fn l2_control_sections_are_checked_before_any_applies() {
     let p = upload(&mut dev, &both);
     launch(&mut dev, p.0, 2).unwrap();
 }
+
+/// An AI CPU operator's buffers are checked against device memory before anything is read or
+/// allocated for them: a size the memory cannot hold is a parameter error naming the
+/// operator, not an allocation of that size; sizes that disagree with the operator's dims are
+/// refused too.
+#[test]
+fn an_ai_cpu_operator_with_impossible_buffers_is_a_parameter_error() {
+    use gearsim_firmware::kernels::{AiCpuKernelId, AiCpuOpArgs};
+    use gearsim_isa::aicpu_op::{AiCpuOp, ElementwiseOp, Operand};
+    use gearsim_isa::tensor::DataType;
+    let operand = |dims: &[i64]| Operand {
+        dtype: DataType::U32,
+        dims: dims.to_vec(),
+    };
+    let huge = 1i64 << 45;
+    let cases = [
+        // Consistent with its dims, but far beyond device memory.
+        (
+            AiCpuOp::Elementwise {
+                op: ElementwiseOp::Add,
+                inputs: vec![operand(&[huge]), operand(&[huge])],
+                output: operand(&[huge]),
+            },
+            (huge * 4) as u64,
+            "outside device memory",
+        ),
+        // Dims whose element count overflows do not wrap to the buffers' size.
+        (
+            AiCpuOp::Elementwise {
+                op: ElementwiseOp::Add,
+                inputs: vec![operand(&[1 << 62, 8]), operand(&[1])],
+                output: operand(&[1 << 62, 8]),
+            },
+            0,
+            "expected",
+        ),
+    ];
+    for (op, bytes, want) in cases {
+        // A fresh device each time: an error stops the one it happens on.
+        let mut dev = device("ascend910", NullSink);
+        let s = dev.create_stream().unwrap();
+        let buf = dev.alloc(64).unwrap();
+        let block = AiCpuOpArgs {
+            op,
+            inputs: vec![(buf.0, bytes), (buf.0, if bytes == 0 { 4 } else { bytes })],
+            outputs: vec![(buf.0, bytes)],
+        }
+        .encode();
+        let args = upload(&mut dev, &block);
+        dev.submit(s, AiCpuKernelId::Op.task(args.0, block.len() as u32), None)
+            .unwrap();
+        let e = dev.synchronize(s).unwrap_err();
+        assert!(
+            matches!(&e, DeviceError::KernelParam { kernel: "Add", message, .. } if message.contains(want)),
+            "{e:?}"
+        );
+    }
+}
