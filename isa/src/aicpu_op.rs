@@ -87,9 +87,12 @@ impl ElementwiseOp {
         }
     }
 
-    /// The operator of an ONNX name (Mod as `fmod=0`; see [`ElementwiseOp::Fmod`]).
-    pub fn from_name(s: &str) -> Option<ElementwiseOp> {
-        ElementwiseOp::ALL.into_iter().find(|o| o.name() == s)
+    /// The operator of an ONNX node: its type, and for Mod its `fmod` attribute.
+    pub fn of_node(op: &str, fmod: bool) -> Option<ElementwiseOp> {
+        match op {
+            "Mod" if fmod => Some(ElementwiseOp::Fmod),
+            _ => ElementwiseOp::ALL.into_iter().find(|o| o.name() == op),
+        }
     }
 
     /// Whether it takes any number of inputs (folded left to right) rather than two.
@@ -729,8 +732,8 @@ pub fn gather_nd_rows(
 }
 
 /// Every output element, the inputs broadcast to it (numpy's rules: dims aligned at the end,
-/// a size-1 dim repeated).
-fn elementwise(op: ElementwiseOp, ins: &[Operand], data: &[&[u8]], out: &Operand) -> Vec<u8> {
+/// a size-1 dim repeated). The shapes and byte sizes must agree ([`AiCpuOp::check`]).
+pub fn elementwise(op: ElementwiseOp, ins: &[Operand], data: &[&[u8]], out: &Operand) -> Vec<u8> {
     let r = out.dims.len();
     // Per input, the element stride of each output axis (0 where it broadcasts).
     let steps: Vec<Vec<u64>> = ins

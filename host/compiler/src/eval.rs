@@ -36,7 +36,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gearsim_isa::aicpu_op::{AiCpuOp, ElementwiseOp, Operand};
+use gearsim_isa::aicpu_op::ElementwiseOp;
 use gearsim_isa::numeric::{self, CastMode, RoundMode, Scalar};
 
 use super::fusion::{FUSED_ACTIVATION, FUSED_AIPP, FUSED_RESIDUAL, RESIDUAL_INPUT};
@@ -860,15 +860,8 @@ impl Kernel<'_> {
             .iter()
             .flatten()
             .any(|t| t.dtype == DataType::U64);
-        if op == "Mod" {
-            let e = if self.int("fmod", 0) == 1 {
-                ElementwiseOp::Fmod
-            } else {
-                ElementwiseOp::Mod
-            };
-            return one(self.on_aicpu_code(e)?);
-        }
-        if let Some(e) = ElementwiseOp::from_name(op).filter(|_| wide) {
+        let fmod = self.int("fmod", 0) == 1;
+        if let Some(e) = ElementwiseOp::of_node(op, fmod).filter(|_| wide || op == "Mod") {
             return one(self.on_aicpu_code(e)?);
         }
         match op {
@@ -1545,30 +1538,7 @@ impl Kernel<'_> {
             .map(|i| self.input(i))
             .collect::<Result<_, _>>()?;
         let o = self.out(0)?;
-        let operand = |dtype: DataType, dims: &[i64]| Operand {
-            dtype,
-            dims: dims.to_vec(),
-        };
-        let ai = AiCpuOp::Elementwise {
-            op,
-            inputs: ins.iter().map(|t| operand(t.dtype, &t.dims)).collect(),
-            output: operand(o.dtype, &o.dims),
-        };
-        let sizes: Vec<u64> = ins.iter().map(|t| t.data.len() as u64).collect();
-        let out_bytes = (numel(&o.dims) * o.dtype.size()) as u64;
-        ai.check(&sizes, &[out_bytes])
-            .map_err(|e| value_err(self.node, e))?;
-        let views: Vec<&[u8]> = ins.iter().map(|t| t.data.as_slice()).collect();
-        let data = ai
-            .run(&views)
-            .map_err(|e| value_err(self.node, e))?
-            .pop()
-            .unwrap_or_default();
-        Ok(Tensor {
-            dtype: o.dtype,
-            dims: o.dims.clone(),
-            data: Arc::new(data),
-        })
+        Ok(ops::aicpu_elementwise(op, &ins, o.dtype, o.dims.clone()))
     }
 
     fn cast(&self) -> Result<Tensor, EvalError> {

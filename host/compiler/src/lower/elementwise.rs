@@ -126,13 +126,8 @@ fn fmt_or_error(ctx: &LowerCtx<'_>, what: &str, t: DataType) -> Result<Fmt, Lowe
 /// the vector unit has no kernel for its types (int16, unsigned and 64-bit integers, float64)
 /// or for the operator (Mod).
 fn on_aicpu(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
-    let op = match ElementwiseOp::from_name(&ctx.node.op) {
-        Some(ElementwiseOp::Mod) if ctx.node.int("fmod") == Some(1) => ElementwiseOp::Fmod,
-        Some(op) => op,
-        None => {
-            return Err(ctx.error("internal error: not an AI CPU element-wise operator"));
-        }
-    };
+    let op = ElementwiseOp::of_node(&ctx.node.op, ctx.node.int("fmod") == Some(1))
+        .ok_or_else(|| ctx.error("internal error: not an AI CPU element-wise operator"))?;
     if Epilogue::of(ctx)? != Epilogue::None {
         return Err(ctx.error(
             "internal error: a fused activation on an operator the AI CPU runs (fusion only \

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use gearsim_isa::aicpu_op::{AiCpuOp, ElementwiseOp, Operand as AiOperand};
+use gearsim_isa::aicpu_op::{ElementwiseOp, Operand as AiOperand, elementwise};
 use gearsim_isa::numeric::{self, CastMode, RoundMode};
 
 use super::super::infer::{FoldFn, OpCtx, OpDef, OpError, broadcast};
@@ -573,34 +573,32 @@ fn fold_mod(ctx: &OpCtx<'_>) -> Result<Vec<Tensor>, OpError> {
     let Some((a, b, dims)) = known_pair(ctx) else {
         return Ok(vec![]);
     };
-    let op = if attr_int(ctx, "fmod", 0)? == 1 {
-        ElementwiseOp::Fmod
-    } else {
-        ElementwiseOp::Mod
+    let op = ElementwiseOp::of_node("Mod", attr_int(ctx, "fmod", 0)? == 1);
+    Ok(op
+        .map(|op| vec![aicpu_elementwise(op, &[a, b], a.dtype, dims)])
+        .unwrap_or_default())
+}
+
+/// An element-wise operator on host tensors through the AI CPU's code for it (the inputs
+/// broadcast to `dims`, as shape inference found them).
+pub fn aicpu_elementwise(
+    op: ElementwiseOp,
+    ins: &[&Tensor],
+    dtype: DataType,
+    dims: Vec<i64>,
+) -> Tensor {
+    let operand = |dtype: DataType, dims: &[i64]| AiOperand {
+        dtype,
+        dims: dims.to_vec(),
     };
-    let operand = |t: &Tensor| AiOperand {
-        dtype: t.dtype,
-        dims: t.dims.clone(),
-    };
-    let ai = AiCpuOp::Elementwise {
-        op,
-        inputs: vec![operand(a), operand(b)],
-        output: AiOperand {
-            dtype: a.dtype,
-            dims: dims.clone(),
-        },
-    };
-    // Element-wise operators report no value errors (only gathers do).
-    let data = ai
-        .run(&[&a.data, &b.data])
-        .ok()
-        .and_then(|mut v| v.pop())
-        .unwrap_or_default();
-    Ok(vec![Tensor {
-        dtype: a.dtype,
+    let inputs: Vec<AiOperand> = ins.iter().map(|t| operand(t.dtype, &t.dims)).collect();
+    let data: Vec<&[u8]> = ins.iter().map(|t| t.data.as_slice()).collect();
+    let bytes = elementwise(op, &inputs, &data, &operand(dtype, &dims));
+    Tensor {
+        dtype,
         dims,
-        data: Arc::new(data),
-    }])
+        data: Arc::new(bytes),
+    }
 }
 
 /// And, Or, Xor and Not fold (shape computations choose between dims with them: attention's

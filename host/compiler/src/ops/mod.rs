@@ -36,7 +36,7 @@ mod shape;
 mod values;
 
 pub use conv_transpose::ConvTransposeGeometry;
-pub use elementwise::{activation_attrs, cast_mode};
+pub use elementwise::{activation_attrs, aicpu_elementwise, cast_mode};
 pub use gather_nd::{GatherMap, gather_map, take_rows};
 pub use nn::group_norm_parse;
 pub use resize::{AxisPass, ResizeMode, ResizeSpec, resize_values};
