@@ -9,7 +9,7 @@ use gearsim_sim::{Chip, ChipConfig, CoreStats, ExecMode, Guard, Kernel, LANES, T
 use gearsim_traces::TraceSink;
 use zerocopy::IntoBytes;
 
-use crate::dispatch::encode_image;
+use crate::dispatch::{encode_image, encode_mix_image};
 use crate::error::{DeviceError, TaskRef};
 use crate::firmware::Firmware;
 use crate::kernels::SHAPE_TENSOR_BYTES;
@@ -257,8 +257,41 @@ impl<S: TraceSink> Device<S> {
         let ptr = self.alloc(image.len() as u64)?;
         self.write(ptr, &image)?;
         let name = program.display_name().to_string();
-        let chip_id = self.chip.load_kernel(Kernel::new(program))?;
-        self.fw.sched.dispatch.register(ptr.0, chip_id, flags, name);
+        let chip_id = self.chip.load_kernel(Kernel::new(program.clone()))?;
+        self.fw
+            .sched
+            .dispatch
+            .register(ptr.0, (chip_id, None), flags, name, &program)
+            .map_err(|e| {
+                DeviceError::InvalidLaunch(format!("kernel `{}`: {e}", program.display_name()))
+            })?;
+        Ok(KernelHandle { addr: ptr })
+    }
+
+    /// Writes a MIX kernel's image (a cube program and a vector program that run together on
+    /// whole AI cores of a separated chip) into device memory and registers it; `flags` as in
+    /// [`Device::load_kernel_flags`], the kind bits set here.
+    pub fn load_mix_kernel(
+        &mut self,
+        cube: Program,
+        vector: Program,
+        flags: u32,
+    ) -> Result<KernelHandle, DeviceError> {
+        let image = encode_mix_image(&cube, &vector, flags)?;
+        let ptr = self.alloc(image.len() as u64)?;
+        self.write(ptr, &image)?;
+        let name = cube.display_name().to_string();
+        let kind_flags = (flags & !gearsim_isa::task::KERNEL_KIND_MASK)
+            | gearsim_isa::task::KernelKind::Mix.flags();
+        let first = self.chip.load_kernel(Kernel::new(cube.clone()))?;
+        let second = self.chip.load_kernel(Kernel::new(vector))?;
+        self.fw
+            .sched
+            .dispatch
+            .register(ptr.0, (first, Some(second)), kind_flags, name, &cube)
+            .map_err(|e| {
+                DeviceError::InvalidLaunch(format!("kernel `{}`: {e}", cube.display_name()))
+            })?;
         Ok(KernelHandle { addr: ptr })
     }
 

@@ -3,12 +3,24 @@
 //! of their blocks onto free cores — the lowest free core first, `block_dispatch_ns` apart,
 //! in waves when `block_dim` exceeds the cores. It knows which task a run is for and sets that
 //! task's done timer; it knows nothing else of streams.
+//!
+//! On a separated chip a kernel runs on the cores of its kind ([`KernelKind`]): a cube kernel's
+//! blocks on cube cores, a vector kernel's on vector cores, and a MIX kernel's block `b` on one
+//! whole AI core at once — its cube core runs the image's cube program as block `b` of
+//! `block_dim`, its vector cores the vector program as blocks `v·b + s` of `v·block_dim`, after
+//! the MIX start-up (`scheduler.mix_launch_ns`).
 
 use std::collections::BTreeMap;
 
-use gearsim_isa::Program;
-use gearsim_isa::task::{AiCoreKernel, L2_SECTION_BYTES, L2Action, L2Section, MAX_L2_SECTIONS};
-use gearsim_sim::{BlockLaunch, Chip, ChipConfig, CoreStats, ExecMode, Kernel, Tick, Traffic};
+use gearsim_isa::task::{
+    AiCoreKernel, KERNEL_MIX_ONE_VECTOR, KernelKind, L2_SECTION_BYTES, L2Action, L2Section,
+    MAX_L2_SECTIONS,
+};
+use gearsim_isa::{Pipe, Program};
+use gearsim_sim::{
+    Architecture, BlockLaunch, Chip, ChipConfig, CoreKind, CoreStats, CrossGroup, ExecMode, Kernel,
+    Tick, Traffic,
+};
 use gearsim_traces::TraceSink;
 
 use crate::context::{Ctx, bad};
@@ -37,14 +49,72 @@ pub(crate) fn encode_image(program: &Program, flags: u32) -> Result<Vec<u8>, Dev
     Ok(image)
 }
 
+/// The MIX image of a cube program and a vector program: the cube program's image (flagged
+/// [`KernelKind::Mix`]) followed by the vector program's (flagged [`KernelKind::Vector`]).
+pub(crate) fn encode_mix_image(
+    cube: &Program,
+    vector: &Program,
+    flags: u32,
+) -> Result<Vec<u8>, DeviceError> {
+    let rest = flags & !gearsim_isa::task::KERNEL_KIND_MASK;
+    let mut image = encode_image(cube, rest | KernelKind::Mix.flags())?;
+    image.extend(encode_image(vector, rest | KernelKind::Vector.flags())?);
+    Ok(image)
+}
+
+/// The core kind a program needs on a separated chip: a vector core when it uses the vector
+/// pipes (V, MTE3), a cube core when it uses the cube pipes (M, MTE1, FIXPIPE), and a vector
+/// core when it uses neither (a scalar or copy kernel); using both is an error naming one
+/// instruction of each side.
+pub fn core_kind_of(program: &Program) -> Result<CoreKind, String> {
+    let side = |cube: bool| {
+        program.instrs.iter().enumerate().find(|(_, i)| {
+            let p = i.pipe();
+            if cube {
+                matches!(p, Pipe::M | Pipe::Mte1 | Pipe::Fix)
+            } else {
+                matches!(p, Pipe::V | Pipe::Mte3)
+            }
+        })
+    };
+    match (side(true), side(false)) {
+        (Some((c, ci)), Some((v, vi))) => Err(format!(
+            "it uses the cube side (pc {c}: {}) and the vector side (pc {v}: {}), which are \
+             different cores on a separated chip: split it into a MIX kernel",
+            ci.spec().mnemonic,
+            vi.spec().mnemonic
+        )),
+        (Some(_), None) => Ok(CoreKind::Cube),
+        (None, _) => Ok(CoreKind::Vector),
+    }
+}
+
+/// Where a loaded kernel runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// One program on cores of one kind.
+    Single(usize, CoreKind),
+    /// A cube program on a cube core and a vector program on `vectors` of its AI core's
+    /// vector cores.
+    Mix {
+        cube: usize,
+        vector: usize,
+        vectors: u32,
+    },
+}
+
 struct KernelEntry {
-    chip_id: usize,
+    placement: Placement,
     needs_values: bool,
 }
 
 struct KernelRun {
     task: TaskRef,
-    chip_kernel: usize,
+    placement: Placement,
+    /// Its cross-core group (the run's number and block counts).
+    group: CrossGroup,
+    /// Blocks on cores (a MIX block counts its cube core and each vector core).
+    parts: u32,
     /// Address of its kernel image.
     image: u64,
     block_dim: u32,
@@ -76,8 +146,10 @@ pub struct KernelProfile {
     pub name: String,
     /// `block_dim` of the launch.
     pub block_dim: u32,
-    /// Distinct cores its blocks ran on.
+    /// Distinct cores its blocks ran on (cube and vector cores both count).
     pub cores_used: u32,
+    /// Which cores it ran on.
+    pub kind: KernelKind,
     /// When its task started.
     pub launched: Tick,
     /// When its first block started (after the launch cost and block dispatch).
@@ -119,8 +191,12 @@ pub(crate) struct Dispatch {
     /// Each busy core's statistics when its current block started (profiling only).
     block_base: Vec<CoreStats>,
     launch_ns: u64,
+    mix_launch_ns: u64,
     dispatch_ns: u64,
     max_block_dim: u32,
+    architecture: Architecture,
+    vectors_per_core: u32,
+    cube_cores: u32,
 }
 
 impl Dispatch {
@@ -130,28 +206,80 @@ impl Dispatch {
             names: BTreeMap::new(),
             runs: BTreeMap::new(),
             next_run: 0,
-            core_run: vec![None; cfg.core.count as usize],
+            core_run: vec![None; cfg.total_cores() as usize],
             block_slot: Tick::ZERO,
             mode: ExecMode::Full,
             last_run: None,
             profile: None,
-            block_base: vec![CoreStats::default(); cfg.core.count as usize],
+            block_base: vec![CoreStats::default(); cfg.total_cores() as usize],
             launch_ns: cfg.scheduler.kernel_launch_ns,
+            mix_launch_ns: cfg.scheduler.mix_launch_ns,
             dispatch_ns: cfg.scheduler.block_dispatch_ns,
             max_block_dim: cfg.scheduler.max_block_dim,
+            architecture: cfg.core.architecture,
+            vectors_per_core: cfg.core.vector_cores_per_core,
+            cube_cores: cfg.core.count,
         }
     }
 
-    /// Records the image at `addr`, already loaded on the chip as `chip_id`.
-    pub(crate) fn register(&mut self, addr: u64, chip_id: usize, flags: u32, name: String) {
+    /// Records the image at `addr` (flags as in its header) whose programs the chip already
+    /// holds: `chip_ids` is the one program, or a MIX kernel's cube and vector programs.
+    pub(crate) fn register(
+        &mut self,
+        addr: u64,
+        chip_ids: (usize, Option<usize>),
+        flags: u32,
+        name: String,
+        program: &Program,
+    ) -> Result<(), String> {
+        let placement = self.placement(chip_ids, flags, program)?;
         self.kernels.insert(
             addr,
             KernelEntry {
-                chip_id,
+                placement,
                 needs_values: flags & KERNEL_NEEDS_VALUES != 0,
             },
         );
         self.names.insert(addr, name);
+        Ok(())
+    }
+
+    /// Where a kernel of `kind` runs on this chip, checked against the chip's architecture.
+    fn placement(
+        &self,
+        chip_ids: (usize, Option<usize>),
+        flags: u32,
+        program: &Program,
+    ) -> Result<Placement, String> {
+        let kind = KernelKind::of_flags(flags);
+        let separated = self.architecture == Architecture::Separated;
+        match (kind, chip_ids.1) {
+            (KernelKind::AiCore, None) if !separated => {
+                Ok(Placement::Single(chip_ids.0, CoreKind::Coupled))
+            }
+            (KernelKind::AiCore, None) => Ok(Placement::Single(chip_ids.0, core_kind_of(program)?)),
+            (KernelKind::Cube | KernelKind::Vector | KernelKind::Mix, _) if !separated => {
+                Err(format!(
+                    "a {kind:?} kernel needs a separated chip (cube and vector cores); this one \
+                     has coupled AI cores"
+                ))
+            }
+            (KernelKind::Cube, None) => Ok(Placement::Single(chip_ids.0, CoreKind::Cube)),
+            (KernelKind::Vector, None) => Ok(Placement::Single(chip_ids.0, CoreKind::Vector)),
+            (KernelKind::Mix, Some(vector)) => Ok(Placement::Mix {
+                cube: chip_ids.0,
+                vector,
+                vectors: if flags & KERNEL_MIX_ONE_VECTOR != 0 {
+                    1
+                } else {
+                    self.vectors_per_core
+                },
+            }),
+            (KernelKind::Mix, None) => Err("a MIX kernel needs a vector program".into()),
+            (KernelKind::AiCore | KernelKind::Cube | KernelKind::Vector, Some(_)) => {
+                Err("only a MIX kernel has a second program".into())
+            }
+        }
     }
 
     /// The name of the kernel image at `addr`.
@@ -159,17 +287,13 @@ impl Dispatch {
         self.names.get(&addr).map(String::as_str)
     }
 
-    /// The chip kernel id and "needs values" flag of the image at `addr`, decoding it from device
-    /// memory the first time.
-    fn resolve<S: TraceSink>(
-        &mut self,
+    /// Reads and decodes the one image at `addr`: its flags and program.
+    fn read_image<S: TraceSink>(
         cx: &mut Ctx<'_, S>,
         at: TaskRef,
         addr: u64,
-    ) -> Result<(usize, bool), DeviceError> {
-        if let Some(e) = self.kernels.get(&addr) {
-            return Ok((e.chip_id, e.needs_values));
-        }
+        name: &str,
+    ) -> Result<(u32, Program, u64), DeviceError> {
         const K: &str = "AiCoreKernel";
         let cap = cx.chip.memory().capacity();
         if addr
@@ -210,29 +334,68 @@ impl Dispatch {
         cx.check_range(at, K, "kernel", body, len)?;
         let mut words = vec![0u8; len as usize];
         cx.chip.read_mem(body, &mut words)?;
+        let program = Program::decode(Some(name.to_string()), &words)
+            .map_err(|e| bad(at, K, "kernel", format!("kernel image at {addr:#x}: {e}")))?;
+        Ok((flags, program, body + len))
+    }
+
+    /// The placement and "needs values" flag of the image at `addr`, decoding it from device
+    /// memory the first time.
+    fn resolve<S: TraceSink>(
+        &mut self,
+        cx: &mut Ctx<'_, S>,
+        at: TaskRef,
+        addr: u64,
+    ) -> Result<(Placement, bool), DeviceError> {
+        if let Some(e) = self.kernels.get(&addr) {
+            return Ok((e.placement, e.needs_values));
+        }
+        const K: &str = "AiCoreKernel";
         let name = self
             .names
             .get(&addr)
             .cloned()
             .unwrap_or_else(|| format!("kernel@{addr:#x}"));
-        let program = Program::decode(Some(name.clone()), &words)
+        let (flags, program, end) = Self::read_image(cx, at, addr, &name)?;
+        let second = if KernelKind::of_flags(flags) == KernelKind::Mix {
+            let (vflags, vector, _) = Self::read_image(cx, at, end, &name)?;
+            if KernelKind::of_flags(vflags) != KernelKind::Vector {
+                return Err(bad(
+                    at,
+                    K,
+                    "kernel",
+                    format!(
+                        "MIX kernel image at {addr:#x}: the image after its cube program is not a vector program"
+                    ),
+                ));
+            }
+            Some(vector)
+        } else {
+            None
+        };
+        let kind_check = program.clone();
+        let mut load = |p: Program| {
+            cx.chip
+                .load_kernel(Kernel::new(p))
+                .map_err(|e| bad(at, K, "kernel", e.to_string()))
+        };
+        let first = load(program)?;
+        let second = second.map(&mut load).transpose()?;
+        self.register(addr, (first, second), flags, name, &kind_check)
             .map_err(|e| bad(at, K, "kernel", format!("kernel image at {addr:#x}: {e}")))?;
-        let chip_id = cx
-            .chip
-            .load_kernel(Kernel::new(program))
-            .map_err(|e| bad(at, K, "kernel", e.to_string()))?;
-        self.register(addr, chip_id, flags, name);
-        Ok((chip_id, flags & KERNEL_NEEDS_VALUES != 0))
+        let e = &self.kernels[&addr];
+        Ok((e.placement, e.needs_values))
     }
 
-    /// An `AiCoreKernel` task: its blocks queue for the cores after `kernel_launch_ns`.
+    /// An `AiCoreKernel` task: its blocks queue for the cores after `kernel_launch_ns` (and a
+    /// MIX kernel's start-up).
     pub(crate) fn start<S: TraceSink>(
         &mut self,
         cx: &mut Ctx<'_, S>,
         at: TaskRef,
         k: &AiCoreKernel,
     ) -> Result<(), DeviceError> {
-        let (chip_kernel, needs_values) = self.resolve(cx, at, k.kernel)?;
+        let (placement, needs_values) = self.resolve(cx, at, k.kernel)?;
         let max = self.max_block_dim;
         if k.block_dim == 0 || k.block_dim > max {
             return Err(bad(
@@ -255,18 +418,38 @@ impl Dispatch {
         let cores = cx.chip.core_count() as usize;
         let id = self.next_run;
         self.next_run += 1;
+        let (group, parts, start_up) = match placement {
+            Placement::Single(_, kind) => (
+                CrossGroup::solo(id, kind, k.block_dim),
+                k.block_dim,
+                self.launch_ns,
+            ),
+            Placement::Mix { vectors: v, .. } => (
+                CrossGroup {
+                    id,
+                    mix: true,
+                    cube_blocks: k.block_dim,
+                    vector_blocks: k.block_dim * v,
+                    vectors_per_core: v,
+                },
+                k.block_dim * (1 + v),
+                self.launch_ns + self.mix_launch_ns,
+            ),
+        };
         self.runs.insert(
             id,
             KernelRun {
                 task: at,
-                chip_kernel,
+                placement,
+                group,
+                parts,
                 image: k.kernel,
                 block_dim: k.block_dim,
                 args: k.args,
                 mode,
                 next_block: 0,
                 done: 0,
-                ready_at: now + ns(self.launch_ns),
+                ready_at: now + ns(start_up),
                 first_start: None,
                 end: now,
                 cores: vec![false; cores],
@@ -279,6 +462,37 @@ impl Dispatch {
         self.dispatch_blocks(cx.chip)
     }
 
+    /// Whether `core` can take a block now.
+    fn core_free<S: TraceSink>(&self, chip: &Chip<S>, core: u32) -> bool {
+        self.core_run[core as usize].is_none() && chip.core_free_at(core).is_some()
+    }
+
+    /// The cores the next block of a kernel placed so would run on: the lowest free core of its
+    /// kind, or for a MIX kernel the lowest AI core whose cube core and vector cores are all
+    /// free (cube core first).
+    fn free_cores<S: TraceSink>(&self, chip: &Chip<S>, placement: Placement) -> Option<Vec<u32>> {
+        let v = self.vectors_per_core;
+        let n = self.cube_cores;
+        match placement {
+            Placement::Single(_, CoreKind::Coupled) => (0..chip.core_count())
+                .find(|&c| self.core_free(chip, c))
+                .map(|c| vec![c]),
+            Placement::Single(_, CoreKind::Cube) => {
+                (0..n).find(|&c| self.core_free(chip, c)).map(|c| vec![c])
+            }
+            Placement::Single(_, CoreKind::Vector) => (n..n + n * v)
+                .find(|&c| self.core_free(chip, c))
+                .map(|c| vec![c]),
+            Placement::Mix { vectors, .. } => (0..n)
+                .map(|a| {
+                    std::iter::once(a)
+                        .chain((0..vectors).map(|s| n + a * v + s))
+                        .collect::<Vec<u32>>()
+                })
+                .find(|group| group.iter().all(|&c| self.core_free(chip, c))),
+        }
+    }
+
     /// Hands pending blocks to free cores, one per dispatch slot, oldest kernel first.
     fn dispatch_blocks<S: TraceSink>(&mut self, chip: &mut Chip<S>) -> Result<(), DeviceError> {
         let now = chip.now();
@@ -289,29 +503,57 @@ impl Dispatch {
                 if run.next_block >= run.block_dim {
                     break;
                 }
-                let free = (0..self.core_run.len() as u32).find(|&c| {
-                    self.core_run[c as usize].is_none() && chip.core_free_at(c).is_some()
-                });
-                let Some(core) = free else { return Ok(()) };
-                let free_at = chip.core_free_at(core).unwrap_or(now);
-                let start = now.max(run.ready_at).max(free_at).max(self.block_slot);
-                let launch = BlockLaunch {
-                    kernel: run.chip_kernel,
-                    block_idx: run.next_block,
-                    block_dim: run.block_dim,
-                    args: run.args,
-                    mode: run.mode,
+                let Some(cores) = self.free_cores(chip, run.placement) else {
+                    return Ok(());
                 };
-                chip.start_block(core, launch, start)?;
-                if self.profile.is_some() {
-                    self.block_base[core as usize] = chip.core_stats(core).unwrap_or_default();
+                let free_at = cores
+                    .iter()
+                    .filter_map(|&c| chip.core_free_at(c))
+                    .max()
+                    .unwrap_or(now);
+                let start = now.max(run.ready_at).max(free_at).max(self.block_slot);
+                let b = run.next_block;
+                let launch =
+                    |kernel: usize, block_idx: u32, block_dim: u32, sub_block: u8| BlockLaunch {
+                        kernel,
+                        block_idx,
+                        block_dim,
+                        sub_block,
+                        group: run.group,
+                        args: run.args,
+                        mode: run.mode,
+                    };
+                let launches: Vec<(u32, BlockLaunch)> = match run.placement {
+                    Placement::Single(kernel, _) => {
+                        vec![(cores[0], launch(kernel, b, run.block_dim, 0))]
+                    }
+                    // The cube core first, then the vector cores in order.
+                    Placement::Mix {
+                        cube,
+                        vector,
+                        vectors: v,
+                    } => std::iter::once(launch(cube, b, run.block_dim, 0))
+                        .chain(
+                            (0..v).map(|s| launch(vector, b * v + s, run.block_dim * v, s as u8)),
+                        )
+                        .zip(cores.iter().copied())
+                        .map(|(l, c)| (c, l))
+                        .collect(),
+                };
+                for (core, launch) in launches {
+                    chip.start_block(core, launch, start)?;
+                    if self.profile.is_some() {
+                        self.block_base[core as usize] = chip.core_stats(core).unwrap_or_default();
+                    }
+                    self.core_run[core as usize] = Some(id);
+                    if let Some(run) = self.runs.get_mut(&id) {
+                        run.cores[core as usize] = true;
+                    }
                 }
                 self.block_slot = start + dispatch;
-                self.core_run[core as usize] = Some(id);
                 if let Some(run) = self.runs.get_mut(&id) {
                     run.next_block += 1;
                     run.first_start.get_or_insert(start);
-                    run.cores[core as usize] = true;
                 }
             }
         }
@@ -338,12 +580,15 @@ impl Dispatch {
                 }
                 run.done += 1;
                 run.end = run.end.max(at);
-                run.done == run.block_dim
+                run.done == run.parts
             }
             None => false,
         };
         if finished {
             if let Some(run) = self.runs.remove(&id) {
+                cx.chip
+                    .release_group(run.group.id)
+                    .map_err(DeviceError::Fault)?;
                 for &(start, len) in &run.l2_drops {
                     cx.chip.l2_drop(start, len);
                     let sink = cx.chip.sink_mut();
@@ -361,6 +606,12 @@ impl Dispatch {
                         name: self.names.get(&run.image).cloned().unwrap_or_default(),
                         block_dim: run.block_dim,
                         cores_used: run.cores.iter().filter(|c| **c).count() as u32,
+                        kind: match run.placement {
+                            Placement::Single(_, CoreKind::Coupled) => KernelKind::AiCore,
+                            Placement::Single(_, CoreKind::Cube) => KernelKind::Cube,
+                            Placement::Single(_, CoreKind::Vector) => KernelKind::Vector,
+                            Placement::Mix { .. } => KernelKind::Mix,
+                        },
                         launched: run.launched,
                         first_start: run.first_start.unwrap_or(run.end),
                         end: run.end,

@@ -47,6 +47,7 @@ pub use device::{
 };
 pub use dispatch::{
     KERNEL_HEADER_BYTES, KERNEL_MAGIC, KERNEL_NEEDS_VALUES, KernelProfile, MAX_KERNEL_INSTRUCTIONS,
+    core_kind_of,
 };
 pub use error::{BlockedTask, DeviceError, TaskRef};
 pub use memory::{ALLOC_ALIGN, HOST_BASE, RESERVED_LOW};

@@ -103,11 +103,13 @@ pub fn compile_file(
         .iter()
         .map(|k| k.program.clone())
         .collect();
+    let flags = compiled.emitted.kernel_flags().unwrap_or_default();
     let verified = verify(
         &ModelView {
             desc: &compiled.desc,
             tasks: &compiled.emitted.tasks,
             kernels: &programs,
+            kernel_flags: &flags,
             weight_bytes: compiled.emitted.weights.bytes(),
         },
         cfg,
@@ -209,11 +211,17 @@ pub fn verify_file(path: &Path, chip: impl FnOnce(&str) -> Result<ChipConfig>) -
     let weight_bytes = file
         .section(SectionKind::Weights)
         .map_or(0, |w| w.len() as u64);
+    let flags = match file.section(SectionKind::KernelFlags) {
+        Some(bytes) => gearsim_isa::omtask::decode_kernel_flags(bytes, images.len())
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,
+        None => Vec::new(),
+    };
     Ok(verify(
         &ModelView {
             desc: &desc,
             tasks: &tasks,
             kernels: &programs,
+            kernel_flags: &flags,
             weight_bytes,
         },
         &cfg,

@@ -322,8 +322,8 @@ pub struct KernelRunReport {
     pub chip: String,
     /// Core clock in MHz.
     pub clock_mhz: u64,
-    /// Cores on the chip.
-    pub chip_cores: u32,
+    /// The chip's cores, as a phrase (`32 cores`, or a separated chip's cube and vector cores).
+    pub chip_cores: String,
     /// Execution mode.
     pub mode: ExecMode,
     /// The launch.
@@ -360,7 +360,7 @@ impl fmt::Display for KernelRunReport {
         };
         writeln!(
             f,
-            "kernel {} on {} ({} cores @ {} MHz), block_dim {}, {mode} mode",
+            "kernel {} on {} ({} @ {} MHz), block_dim {}, {mode} mode",
             self.kernel, self.chip, self.chip_cores, self.clock_mhz, self.launch.blocks
         )?;
         let us = |ps: u64| ps as f64 / 1e6;
@@ -454,7 +454,15 @@ pub fn run_kernel<S: TraceSink>(
         kernel: kernel_name,
         chip: cfg.name.clone(),
         clock_mhz: cfg.core.clock_mhz,
-        chip_cores: cfg.core.count,
+        chip_cores: match cfg.core.architecture {
+            gearsim_sim::Architecture::Coupled => format!("{} cores", cfg.core.count),
+            gearsim_sim::Architecture::Separated => format!(
+                "{} AI cores: {} cube + {} vector cores",
+                cfg.core.count,
+                cfg.core.count,
+                cfg.core.count * cfg.core.vector_cores_per_core
+            ),
+        },
         mode,
         launch,
         traffic: (after.0 - before.0, after.1 - before.1),

@@ -275,9 +275,8 @@ pub fn run_op_traced<S: TraceSink>(
     }
     let mut launches = Vec::new();
     for k in &kernels {
-        let handle = dev
-            .load_kernel(k.program.clone())
-            .map_err(|e| e.to_string())?;
+        let handle =
+            crate::runtime::load::load_lowered(&mut dev, k, 0).map_err(|e| e.to_string())?;
         let bufs: Vec<(u64, u64)> = k
             .args
             .iter()
@@ -293,9 +292,12 @@ pub fn run_op_traced<S: TraceSink>(
             .collect();
         // Every lowering test checks its kernels statically too: a read or write outside an
         // argument's bytes would go unnoticed on the device when the neighbour is padding.
-        let report = verify_launch(&k.program, k.block_dim, &bufs, cfg);
-        if !report.is_ok() {
-            return Err(format!("kernel {}: {report}", k.name));
+        let programs = std::iter::once(&k.program).chain(k.mix.as_ref().map(|m| &m.vector));
+        for program in programs {
+            let report = verify_launch(program, k.block_dim, &bufs, cfg);
+            if !report.is_ok() {
+                return Err(format!("kernel {}: {report}", k.name));
+            }
         }
         let args: Vec<u64> = bufs.iter().map(|b| b.1).collect();
         let r = dev

@@ -18,11 +18,17 @@ pub fn for_chip(cfg: &ChipConfig) -> Target {
             max_block_dim: cfg.scheduler.max_block_dim,
             fixpipe: cfg.core.fixpipe,
             ub_bytes: cfg.core.ub_bytes,
-            l1_bytes: cfg.core.l1_bytes,
+            // A separated chip's split kernels stage bias rows at the top of L1.
+            l1_bytes: if cfg.core.architecture == gearsim_sim::Architecture::Separated {
+                cfg.core.l1_bytes - gearsim_compiler::mix::BIAS_L1_BYTES
+            } else {
+                cfg.core.l1_bytes
+            },
             l0a_bytes: cfg.core.l0a_bytes,
             l0b_bytes: cfg.core.l0b_bytes,
             l0c_bytes: cfg.core.l0c_bytes,
             event_ids: cfg.core.event_ids,
+            separated: cfg.core.architecture == gearsim_sim::Architecture::Separated,
             gm_read_bytes_per_cycle: cfg.mte.gm_read_bytes_per_cycle,
             memory_bytes_per_cycle: (cfg.memory.hbm_bytes_per_second
                 / (cfg.core.clock_mhz * 1_000_000))

@@ -19,10 +19,10 @@ use std::fmt;
 use gearsim_isa::gear::SHAPE_TENSOR_BYTES;
 use gearsim_isa::om::ModelDesc;
 use gearsim_isa::omtask::{Addr, KernelArg, ModelTasks, OmTask, Region};
-use gearsim_isa::task::MAX_L2_SECTIONS;
+use gearsim_isa::task::{KernelKind, MAX_L2_SECTIONS};
 use gearsim_isa::{FMatrix, Instruction, Opcode, Pipe, Program, SReg, Space};
 use gearsim_sim::scalar::{self, Step};
-use gearsim_sim::{Buffer, ChipConfig, MaskState, touches};
+use gearsim_sim::{Architecture, Buffer, ChipConfig, CoreKind, MaskState, touches};
 
 /// One violation.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +83,9 @@ pub struct ModelView<'a> {
     pub tasks: &'a ModelTasks,
     /// The kernels, in `.om` order.
     pub kernels: &'a [Program],
+    /// Their image flags (empty: none has any); a MIX kernel's vector program is the next
+    /// kernel, checked with the launch of its cube program.
+    pub kernel_flags: &'a [u32],
     /// Bytes of the weight region.
     pub weight_bytes: u64,
 }
@@ -134,6 +137,19 @@ pub fn verify(m: &ModelView<'_>, cfg: &ChipConfig) -> Report {
                 program.display_name()
             );
             check_launch(program, *block_dim, &args, cfg, &at, &mut r);
+            let flags = m.kernel_flags.get(*kernel as usize).copied().unwrap_or(0);
+            if KernelKind::of_flags(flags) == KernelKind::Mix {
+                match m.kernels.get(*kernel as usize + 1) {
+                    Some(vector) => {
+                        let at = format!("{at}, its vector program `{}`", vector.display_name());
+                        check_launch(vector, *block_dim, &args, cfg, &at, &mut r);
+                    }
+                    None => r.violations.push(Violation {
+                        at,
+                        message: "a MIX kernel without its vector program".into(),
+                    }),
+                }
+            }
         }
     }
     r
@@ -420,6 +436,21 @@ fn check_launch(
             blocks.len()
         ));
     }
+    // On a separated chip the kernel runs on the cores its instructions need, which must be
+    // of one kind (a cube and a vector side are a MIX kernel's two programs).
+    let kind = match cfg.core.architecture {
+        Architecture::Coupled => CoreKind::Coupled,
+        Architecture::Separated => match gearsim_firmware::core_kind_of(program) {
+            Ok(k) => k,
+            Err(e) => {
+                r.violations.push(Violation {
+                    at: at.to_string(),
+                    message: format!("on {}: {e}", cfg.name),
+                });
+                return;
+            }
+        },
+    };
     let mut found: BTreeMap<(u32, String), (u32, u64)> = BTreeMap::new(); // (pc, msg) -> (first block, count)
     for b in blocks {
         let budget = MAX_STEPS.min(MAX_TOTAL_STEPS.saturating_sub(r.instructions));
@@ -435,6 +466,7 @@ fn check_launch(
             program,
             args,
             cfg,
+            kind,
             block: b,
             block_dim,
             regs: [0; 32],
@@ -477,6 +509,7 @@ struct Run<'a> {
     program: &'a Program,
     args: &'a [ArgBuf],
     cfg: &'a ChipConfig,
+    kind: CoreKind,
     block: u32,
     block_dim: u32,
     regs: [u64; 32],
@@ -584,6 +617,7 @@ impl Run<'_> {
                         SReg::Args => (ARGS_BASE, true),
                         SReg::CoreId => (u64::from(self.block % self.cfg.core.count.max(1)), true),
                         SReg::Cycle => (0, false),
+                        SReg::SubBlockIdx => (0, true),
                     };
                     self.set(f.dst.index(), v, known);
                 }
@@ -725,6 +759,25 @@ impl Run<'_> {
                         *n = 0;
                     }
                 }
+                Step::CrossSet(gearsim_isa::CrossSet { id, .. })
+                | Step::CrossWait(gearsim_isa::CrossWait { id, .. }) => {
+                    let ids = self.cfg.core.cross_core_flag_ids;
+                    if ids == 0 {
+                        self.report(
+                            pc,
+                            format!(
+                                "cross-core flags exist on separated chips only; {} has coupled AI cores",
+                                self.cfg.name
+                            ),
+                        );
+                    } else if id.get() >= ids {
+                        self.report(
+                            pc,
+                            format!("cross-core flag id {id} is past the chip's {ids} ids"),
+                        );
+                    }
+                    self.pipe_instruction(pc, &instr);
+                }
                 // A barrier touches nothing but goes through the same check as a pipe
                 // instruction.
                 Step::Barrier(_) | Step::Dispatched => self.pipe_instruction(pc, &instr),
@@ -735,6 +788,18 @@ impl Run<'_> {
     }
 
     fn pipe_instruction(&mut self, pc: u32, instr: &Instruction) {
+        let pipe = instr.pipe();
+        if !self.kind.has_pipe(pipe) {
+            self.report(
+                pc,
+                format!(
+                    "{} runs on the {pipe} pipe, which {} does not have",
+                    instr.spec().mnemonic,
+                    self.kind.long_name()
+                ),
+            );
+            return;
+        }
         // Registers the verifier does not know are tried with two values: ranges that change
         // depend on data and cannot be checked statically.
         let mut low = self.regs;
@@ -766,6 +831,14 @@ impl Run<'_> {
                     let what = if t.write { "a write" } else { "a read" };
                     self.check_gm(pc, t.start, t.end, what);
                 }
+                other if !self.kind.has_buffer(other) => self.report(
+                    pc,
+                    format!(
+                        "{} uses {other}, which {} does not have",
+                        instr.spec().mnemonic,
+                        self.kind.long_name()
+                    ),
+                ),
                 other => {
                     let limit = self.local_size(other);
                     if t.end > limit {

@@ -509,14 +509,7 @@ impl Assembler {
                 };
                 if !ok {
                     let range = match field.kind {
-                        FieldKind::Unsigned => format!(
-                            "0..={}",
-                            if field.bits >= 64 {
-                                u64::MAX
-                            } else {
-                                (1u64 << field.bits) - 1
-                            }
-                        ),
+                        FieldKind::Unsigned => format!("0..={}", field.max),
                         _ => format!(
                             "{}..={}",
                             -(1i128 << (field.bits - 1)),
@@ -526,10 +519,19 @@ impl Assembler {
                     return Err(self.err(
                         line,
                         pos,
-                        format!(
-                            "operand `{}` = {v} does not fit in {} bits (expected {range})",
-                            field.name, field.bits
-                        ),
+                        if field.kind == FieldKind::Unsigned
+                            && field.max < crate::spec::width_max(field.bits, u64::MAX)
+                        {
+                            format!(
+                                "operand `{}` = {v} is out of range (expected {range})",
+                                field.name
+                            )
+                        } else {
+                            format!(
+                                "operand `{}` = {v} does not fit in {} bits (expected {range})",
+                                field.name, field.bits
+                            )
+                        },
                     ));
                 }
                 Ok((raw, end))

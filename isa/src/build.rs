@@ -78,7 +78,8 @@ use std::marker::PhantomData;
 use thiserror::Error;
 
 use crate::operand::{
-    Cmp, DType, FieldKind, FieldType, Pipe, ReduceOp, Reg, Round, SReg, SType, Space, Target,
+    Cmp, CrossFlagId, CrossMode, DType, FieldKind, FieldType, Pipe, ReduceOp, Reg, Round, SReg,
+    SType, Space, Target,
 };
 use crate::program::{Comments, Program};
 use crate::spec::{FieldSpec, MAX_FIELDS};
@@ -210,7 +211,19 @@ macro_rules! exact_operands {
     )*};
 }
 exact_operands!(
-    Reg, DType, Pipe, Cmp, ReduceOp, Round, SReg, SType, Space, bool, Target
+    Reg,
+    DType,
+    Pipe,
+    Cmp,
+    ReduceOp,
+    Round,
+    SReg,
+    SType,
+    Space,
+    bool,
+    Target,
+    CrossMode,
+    CrossFlagId
 );
 
 impl Operand<Target> for Label {
@@ -231,16 +244,16 @@ macro_rules! int_operands {
         }
     )*};
 }
-int_operands!(u8, u16, u32, u64, i16, i32, i64);
+int_operands!(u8, u16, u32, u64, i16, i32, i64, CrossFlagId);
 
-/// The range of a numeric field of `bits` bits.
+/// The range of a numeric field: its width's, or its type's when narrower.
 pub fn field_range(field: &FieldSpec) -> (i128, i128) {
     match field.kind {
         FieldKind::Signed => {
             let half = 1i128 << (field.bits - 1);
             (-half, half - 1)
         }
-        _ => (0, (1i128 << field.bits) - 1),
+        _ => (0, i128::from(field.max)),
     }
 }
 

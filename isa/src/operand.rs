@@ -30,6 +30,9 @@ pub trait FieldType: Copy + Sized {
     const KIND: FieldKind;
     /// The natural width in bits; a format may declare a narrower width for one field.
     const BITS: u32;
+    /// The largest raw value of an unsigned kind when the type allows fewer values than its
+    /// width holds (a cross-core flag id stops at 10); the width alone bounds the others.
+    const MAX_RAW: u64 = u64::MAX;
     /// The raw value: zero-extended for unsigned kinds, sign-extended for [`FieldKind::Signed`].
     fn to_raw(&self) -> u64;
     /// Builds the value back from a raw value (sign-extended for signed kinds);
@@ -378,6 +381,64 @@ operand_enum! {
         CoreId = "core_id",
         /// The core's cycle counter at this instruction.
         Cycle = "cycle",
+        /// Which of its AI core's two vector cores runs this block of a MIX kernel (0 or 1;
+        /// 0 on a cube core and on a coupled core): Ascend C's `GetSubBlockIdx`.
+        SubBlockIdx = "sub_block_idx",
+    }
+}
+
+operand_enum! {
+    /// Which cores a cross-core flag reaches (`CrossCoreSetFlag`'s mode, separated chips only).
+    CrossMode bits 2 {
+        /// Mode 0: a barrier of every block of the setter's kind in the launch (all AICs or
+        /// all AIVs): the flag reaches each of them once every one has set it.
+        All = "all",
+        /// Mode 1: the other vector core of the setter's AI core.
+        Aiv = "aiv",
+        /// Mode 2: between a cube core and its AI core's two vector cores: an AIC's set reaches
+        /// both AIVs; the AIC sees the flag once both AIVs have set it.
+        AicAiv = "aic_aiv",
+    }
+}
+
+/// Cross-core flag ids per core: 0 to 10 (asc-devkit `NPU架构版本2201.md`).
+pub const CROSS_CORE_FLAG_IDS: u8 = 11;
+
+/// A cross-core flag id, 0 to [`CROSS_CORE_FLAG_IDS`] − 1: the assembler, the builders and the
+/// decoder refuse any other value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CrossFlagId(u8);
+
+impl CrossFlagId {
+    /// The id `n`, if the architecture has it.
+    pub const fn new(n: u8) -> Option<CrossFlagId> {
+        if n < CROSS_CORE_FLAG_IDS {
+            Some(CrossFlagId(n))
+        } else {
+            None
+        }
+    }
+    /// The id's number.
+    pub const fn get(self) -> u8 {
+        self.0
+    }
+}
+
+impl fmt::Display for CrossFlagId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+impl FieldType for CrossFlagId {
+    const KIND: FieldKind = FieldKind::Unsigned;
+    const BITS: u32 = 4;
+    const MAX_RAW: u64 = CROSS_CORE_FLAG_IDS as u64 - 1;
+    fn to_raw(&self) -> u64 {
+        u64::from(self.0)
+    }
+    fn from_raw(raw: u64) -> Option<Self> {
+        u8::try_from(raw).ok().and_then(CrossFlagId::new)
     }
 }
 

@@ -225,4 +225,16 @@ impl Comments {
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty()
     }
+
+    /// The same lines before the instructions `at` maps their indices to (a rewritten
+    /// program's); `at` must not reorder them.
+    pub fn remapped(&self, at: impl Fn(u32) -> u32) -> Comments {
+        Comments {
+            lines: self
+                .lines
+                .iter()
+                .map(|(p, t)| (at(*p), t.clone()))
+                .collect(),
+        }
+    }
 }

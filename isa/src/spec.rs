@@ -36,6 +36,9 @@ pub struct FieldSpec {
     pub name: &'static str,
     /// Encoded width in bits.
     pub bits: u32,
+    /// The largest raw value an unsigned field takes: the width's, or less when its type
+    /// allows fewer values ([`crate::operand::FieldType::MAX_RAW`]).
+    pub max: u64,
     /// Text and bit interpretation.
     pub kind: FieldKind,
     /// Where it goes in text.
@@ -59,7 +62,7 @@ impl FieldSpec {
                 let half = 1i128 << (self.bits - 1);
                 (i128::from(v) >= -half) && (i128::from(v) < half)
             }
-            _ => self.bits >= 64 || raw < (1u64 << self.bits),
+            _ => raw <= self.max,
         }
     }
 }
@@ -186,15 +189,24 @@ pub const fn field_position(fields: &[FieldSpec], name: &str) -> usize {
     panic!("no field of that name in the format")
 }
 
-/// The largest value the field called `name` of `fields` holds, from its declared width (signed
-/// fields: the largest positive value).
+/// The largest value the field called `name` of `fields` holds, from its declared width and its
+/// type (signed fields: the largest positive value).
 pub const fn field_max(fields: &[FieldSpec], name: &str) -> u64 {
     let f = &fields[field_position(fields, name)];
     match f.kind {
         FieldKind::Signed => (1u64 << (f.bits - 1)) - 1,
-        _ if f.bits >= 64 => u64::MAX,
-        _ => (1u64 << f.bits) - 1,
+        _ => f.max,
     }
+}
+
+/// The largest raw value of a field `bits` wide whose type allows up to `type_max`.
+pub const fn width_max(bits: u32, type_max: u64) -> u64 {
+    let width = if bits >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << bits) - 1
+    };
+    if type_max < width { type_max } else { width }
 }
 
 const fn str_eq(a: &str, b: &str) -> bool {
@@ -236,6 +248,10 @@ macro_rules! formats {
                 $crate::spec::FieldSpec {
                     name: stringify!($field),
                     bits: formats!(@bits $fty $(, $bits)?),
+                    max: $crate::spec::width_max(
+                        formats!(@bits $fty $(, $bits)?),
+                        <$fty as $crate::operand::FieldType>::MAX_RAW,
+                    ),
                     kind: <$fty as $crate::operand::FieldType>::KIND,
                     placement: formats!(@place $($place)? ; $fty ; $($def)?),
                 }

@@ -15,7 +15,9 @@
 //! 32 bytes for the widest type, narrower for the narrow side of a conversion). `blk=1, rep=8`
 //! is contiguous. The mask register selects elements within each repeat (see `set_mask`).
 
-use crate::operand::{Cmp, DType, Pipe, ReduceOp, Reg, Round, SReg, SType, Space, Target};
+use crate::operand::{
+    Cmp, CrossFlagId, CrossMode, DType, Pipe, ReduceOp, Reg, Round, SReg, SType, Space, Target,
+};
 use crate::spec::{formats, instructions};
 
 formats! {
@@ -134,6 +136,11 @@ formats! {
     Flag { src: Pipe, dst: Pipe, id: u8 [4] }
     /// A pipe.
     Barrier { pipe: Pipe }
+    /// A cross-core flag set from `pipe` (once its earlier instructions completed) to the cores
+    /// `mode` names.
+    CrossSet { #[suffix] mode: CrossMode, pipe: Pipe, id: CrossFlagId }
+    /// A wait in `pipe` for one arrival of a cross-core flag.
+    CrossWait { pipe: Pipe, id: CrossFlagId }
     /// No operands.
     NoOperands {}
 }
@@ -337,8 +344,14 @@ instructions! {
     LoadL0b = 0x89, load_l0b, Mte1, Load2d, Load2d;
     /// L1 feature map -> L0A im2col fractals (load3d).
     Img2colL0a = 0x8a, img2col_l0a, Mte1, Img2col, Img2col;
+    /// L1 bias rows -> L0C through the bias table (a separated chip's cube core: L1 -> BT, and
+    /// the BT initialises the accumulator): `broadcast_ub_to_l0c`'s effect from L1.
+    BroadcastL1ToL0c = 0x8b, broadcast_l1_to_l0c, Mte1, Load2d, L0cFill;
     /// L0C -> GM with NZ to row-major conversion (FIXPIPE).
     CopyL0cToGm = 0x8c, copy_l0c_to_gm, Fix, DmaWrite, L0cToGm, [F16, F32];
+    /// L0C fractals -> GM in fractal order, converting to `ty` (FIXPIPE without NZ2ND): the
+    /// bytes `copy_l0c_to_ub` would put in UB, gaps included, for a vector core to load.
+    CopyL0cToGmNz = 0x8d, copy_l0c_to_gm_nz, Fix, DmaWrite, L0cToUb, [F16, F32];
     // ---- cube ---------------------------------------------------------------------------------
     /// Matrix multiply-accumulate, f16 inputs, f32 accumulation.
     Mmad = 0xa0, mmad, M, Cube, Mmad;
@@ -351,6 +364,13 @@ instructions! {
     PipeBarrier = 0xc2, pipe_barrier, Routed, Sync, Barrier;
     /// Do nothing for one cycle.
     Nop = 0xc3, nop, S, Alu, NoOperands;
+    /// Set a cross-core flag (`CrossCoreSetFlag<mode, pipe>`), separated chips only: issues in
+    /// `pipe` once its earlier instructions completed; `mode` says which cores it reaches.
+    /// A core holds at most 15 arrivals of one id that no wait consumed.
+    CrossCoreSetFlag = 0xc4, cross_set, Routed, Sync, CrossSet;
+    /// Block `pipe` until an arrival of the cross-core flag `id` is there, and consume it
+    /// (`CrossCoreWaitFlag`).
+    CrossCoreWaitFlag = 0xc5, cross_wait, Routed, Sync, CrossWait;
     /// Wait for every pipe to drain, then end the block.
     End = 0xff, end, S, End, NoOperands;
 }
@@ -363,6 +383,14 @@ impl Instruction {
             (crate::spec::PipeClass::Routed, Instruction::SetFlag(f)) => f.src,
             (crate::spec::PipeClass::Routed, Instruction::WaitFlag(f)) => f.dst,
             (crate::spec::PipeClass::Routed, Instruction::PipeBarrier(b)) => match b.pipe {
+                Pipe::All => Pipe::S,
+                p => p,
+            },
+            (crate::spec::PipeClass::Routed, Instruction::CrossCoreSetFlag(f)) => match f.pipe {
+                Pipe::All => Pipe::S,
+                p => p,
+            },
+            (crate::spec::PipeClass::Routed, Instruction::CrossCoreWaitFlag(f)) => match f.pipe {
                 Pipe::All => Pipe::S,
                 p => p,
             },

@@ -181,8 +181,54 @@ task_enum! {
 /// device image header and the `.om`'s kernel flags alike.
 pub const KERNEL_NEEDS_VALUES: u32 = 1;
 
+/// Kernel image flag bits 1-2: which cores the kernel runs on ([`KernelKind`]).
+pub const KERNEL_KIND_MASK: u32 = 0b110;
+const KERNEL_KIND_SHIFT: u32 = 1;
+
+/// Kernel image flag of a [`KernelKind::Mix`] image: each block is a cube core and one vector
+/// core (the runtime's `KERNEL_TYPE_MIX_AIC_1_1`) instead of all of its AI core's vector cores.
+pub const KERNEL_MIX_ONE_VECTOR: u32 = 1 << 3;
+
 /// Every kernel image flag this build knows.
-pub const KERNEL_FLAGS_KNOWN: u32 = KERNEL_NEEDS_VALUES;
+pub const KERNEL_FLAGS_KNOWN: u32 = KERNEL_NEEDS_VALUES | KERNEL_KIND_MASK | KERNEL_MIX_ONE_VECTOR;
+
+/// Which cores a kernel image runs on (the runtime's `KERNEL_AICORE`, `KERNEL_AIVEC` and
+/// `KERNEL_MIX_AIC` task types, ascend-hardware.md §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelKind {
+    /// An AI core kernel: on a coupled chip any core; on a separated chip the cores its
+    /// instructions need (vector pipes: a vector core; cube pipes: a cube core).
+    AiCore,
+    /// Cube cores only (AIC).
+    Cube,
+    /// Vector cores only (AIV).
+    Vector,
+    /// A cube core and its AI core's vector cores together; the image holds the cube core's
+    /// program, then a second image with the vector cores' program.
+    Mix,
+}
+
+impl KernelKind {
+    /// The kind in image flags.
+    pub const fn of_flags(flags: u32) -> KernelKind {
+        match (flags & KERNEL_KIND_MASK) >> KERNEL_KIND_SHIFT {
+            0 => KernelKind::AiCore,
+            1 => KernelKind::Cube,
+            2 => KernelKind::Vector,
+            _ => KernelKind::Mix,
+        }
+    }
+
+    /// Its bits in image flags.
+    pub const fn flags(self) -> u32 {
+        (match self {
+            KernelKind::AiCore => 0,
+            KernelKind::Cube => 1,
+            KernelKind::Vector => 2,
+            KernelKind::Mix => 3,
+        }) << KERNEL_KIND_SHIFT
+    }
+}
 
 /// Most L2 control sections one launch carries (`rtL2Ctrl_t` has eight data sections).
 pub const MAX_L2_SECTIONS: u32 = 8;

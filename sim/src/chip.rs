@@ -6,7 +6,7 @@
 //! [`StopReason`]. Device memory can be read and written at any time through the zero-time
 //! functional path ([`Chip::write_mem`], [`Chip::read_mem`]).
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use gearsim_isa::branch_target;
@@ -15,9 +15,11 @@ use thiserror::Error;
 
 use crate::config::ChipConfig;
 use crate::core::{AiCore, BlockLaunch, CoreStats, Ctx, Tracer};
+use crate::cross::{CrossCore, Member};
 use crate::event::{Event, EventQueue, PRIO_CORE, PRIO_MEMORY, PRIO_TIMER};
 use crate::hbm::{Done, Hbm, Owner, Rates};
 use crate::kernel::Kernel;
+use crate::kind::{CoreKind, CoreSlot};
 use crate::l2::L2;
 use crate::memory::{DeviceMemory, OutOfRange};
 use crate::stop::StopReason;
@@ -154,6 +156,9 @@ pub struct Chip<S: TraceSink> {
     /// Bytes of dirty lines written back to HBM so far.
     written_back: u64,
     cores: Vec<AiCore>,
+    /// Cross-core flags, and which core runs each block that may receive one.
+    cross: CrossCore,
+    running: BTreeMap<(u32, Member), u32>,
     pending: Vec<Option<BlockLaunch>>,
     busy_until: Vec<Tick>,
     kernels: Vec<Arc<Kernel>>,
@@ -179,7 +184,8 @@ impl<S: TraceSink> Chip<S> {
         } else {
             StrId::EMPTY
         };
-        let n = cfg.core.count;
+        let slots = cfg.core_slots();
+        let n = slots.len() as u32;
         Chip {
             clock,
             now: Tick::ZERO,
@@ -196,7 +202,13 @@ impl<S: TraceSink> Chip<S> {
             )
             .with_write_back(cfg.memory.l2_write_back),
             written_back: 0,
-            cores: (0..n).map(|i| AiCore::new(i, &cfg)).collect(),
+            cores: slots
+                .iter()
+                .zip(0..)
+                .map(|(&slot, i)| AiCore::new(i, slot, &cfg))
+                .collect(),
+            cross: CrossCore::new(cfg.core.cross_core_max_pending),
+            running: BTreeMap::new(),
             pending: vec![None; n as usize],
             busy_until: vec![Tick::ZERO; n as usize],
             kernels: Vec::new(),
@@ -207,6 +219,7 @@ impl<S: TraceSink> Chip<S> {
                 strings: Vec::new(),
                 next_flow: 0,
                 set_name,
+                cross_name: None,
             },
             memory_lanes: None,
             stopped: None,
@@ -242,9 +255,41 @@ impl<S: TraceSink> Chip<S> {
         self.tracer.sink
     }
 
-    /// Number of AI cores.
+    /// Number of cores of every kind (a separated chip's cube cores, then its vector cores).
     pub fn core_count(&self) -> u32 {
         self.cores.len() as u32
+    }
+
+    /// The kind and place of a core.
+    pub fn core_slot(&self, core: u32) -> Option<CoreSlot> {
+        self.cores.get(core as usize).map(|c| c.slot)
+    }
+
+    /// Forgets the cross-core flags of a finished launch (`BlockLaunch::group`'s id); a flag
+    /// that overflowed a block's count without any wait to see it stops the chip.
+    pub fn release_group(&mut self, group: u32) -> Result<(), StopReason> {
+        match self.cross.release(group) {
+            Ok(()) => Ok(()),
+            Err(crate::cross::CrossError::Overflow {
+                setter,
+                pc,
+                target,
+                max,
+            }) => Err(self.stop(StopReason::CrossFlagOverflow {
+                core: setter,
+                pc,
+                target: target.to_string(),
+                max,
+            })),
+            Err(crate::cross::CrossError::Mode(reason)) => {
+                Err(self.stop(StopReason::IllegalInstruction {
+                    core: 0,
+                    pipe: gearsim_isa::Pipe::S,
+                    pc: 0,
+                    reason,
+                }))
+            }
+        }
     }
 
     /// Loads a kernel; returns its id.
@@ -367,7 +412,12 @@ impl<S: TraceSink> Chip<S> {
                 return Ok(RunEvent::TransferDone { token, at });
             }
             let Some((t, event)) = self.events.pop() else {
-                let blocked: Vec<_> = self.cores.iter().flat_map(AiCore::blocked_units).collect();
+                let blocked: Vec<_> = self
+                    .cores
+                    .iter()
+                    .flat_map(AiCore::blocked_units)
+                    .map(|b| self.name_cross_peers(b))
+                    .collect();
                 if !blocked.is_empty() || self.cores.iter().any(AiCore::is_busy) {
                     return Err(self.stop(StopReason::Deadlock {
                         at: self.now,
@@ -422,20 +472,90 @@ impl<S: TraceSink> Chip<S> {
                 mem: &mut self.mem,
                 events: &mut self.events,
                 trace: &mut self.tracer,
+                cross: &mut self.cross,
             },
             &mut self.cores,
         )
     }
 
+    /// Advances a core, then every core a cross-core flag it set reached, and so on.
     fn advance_core(&mut self, core: u32) -> Result<(), StopReason> {
-        let (mut ctx, cores) = self.ctx();
-        let done = cores[core as usize].advance(&mut ctx)?;
-        if let Some(end) = done {
-            let at = self.clock.tick(Cycles(end)).max(self.now);
-            self.busy_until[core as usize] = at;
-            self.finished.push_back((core, at));
+        let mut todo = vec![core];
+        while let Some(core) = todo.pop() {
+            let running = self.cores[core as usize].running();
+            let (mut ctx, cores) = self.ctx();
+            let done = cores[core as usize].advance(&mut ctx)?;
+            if let Some(end) = done {
+                let at = self.clock.tick(Cycles(end)).max(self.now);
+                self.busy_until[core as usize] = at;
+                self.finished.push_back((core, at));
+                if let Some((group, block)) = running {
+                    let kind = self.cores[core as usize].slot.kind;
+                    self.running
+                        .remove(&(group.id, Member { kind, index: block }));
+                }
+            }
+            for key in std::mem::take(&mut self.cross.woken) {
+                if let Some(&c) = self.running.get(&key) {
+                    self.cores[c as usize].wake_all();
+                    todo.push(c);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// A blocked unit's report, with the cores that could set the cross-core flag it waits
+    /// for named.
+    fn name_cross_peers(&self, mut b: crate::stop::Blocked) -> crate::stop::Blocked {
+        if !b.waits_for.starts_with("cross-core flag") {
+            return b;
+        }
+        let Some((group, block)) = self.cores.get(b.core as usize).and_then(AiCore::running) else {
+            return b;
+        };
+        let me = self.cores[b.core as usize].slot;
+        let name = |kind: CoreKind, index: u32| match self
+            .running
+            .get(&(group.id, Member { kind, index }))
+        {
+            Some(&c) => format!("{} (core {c})", self.cores[c as usize].slot),
+            None => format!("{kind} block {index} (not running)"),
+        };
+        let v = group.vectors_per_core;
+        let peers: Vec<String> = match me.kind {
+            CoreKind::Vector if group.mix => {
+                let mut p = vec![format!(
+                    "{} with cross_set.aic_aiv",
+                    name(CoreKind::Cube, block / v)
+                )];
+                if v == 2 {
+                    p.push(format!(
+                        "{} with cross_set.aiv",
+                        name(CoreKind::Vector, block ^ 1)
+                    ));
+                }
+                p
+            }
+            CoreKind::Cube if group.mix => (0..v)
+                .map(|s| {
+                    format!(
+                        "{} with cross_set.aic_aiv",
+                        name(CoreKind::Vector, block * v + s)
+                    )
+                })
+                .collect(),
+            kind => vec![format!(
+                "every {kind} block of the launch with cross_set.all"
+            )],
+        };
+        b.waits_for = format!(
+            "{} (on {}; set by {}: none did)",
+            b.waits_for,
+            me,
+            peers.join(" or ")
+        );
+        b
     }
 
     fn block_start(&mut self, core: u32) -> Result<(), StopReason> {
@@ -444,6 +564,17 @@ impl<S: TraceSink> Chip<S> {
         };
         let kernel = Arc::clone(&self.kernels[launch.kernel]);
         let start = self.clock.cycle_at_or_after(self.now).0;
+        let kind = self.cores[core as usize].slot.kind;
+        self.running.insert(
+            (
+                launch.group.id,
+                Member {
+                    kind,
+                    index: launch.block_idx,
+                },
+            ),
+            core,
+        );
         let (mut ctx, cores) = self.ctx();
         cores[core as usize].start(&launch, kernel, start, &mut ctx);
         self.advance_core(core)

@@ -9,6 +9,7 @@ use thiserror::Error;
 
 use gearsim_isa::TimingClass;
 
+use crate::kind::{Architecture, CoreKind, CoreSlot};
 use crate::time::Clock;
 
 /// A configuration that cannot be used.
@@ -84,15 +85,20 @@ pub struct ChipConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CoreConfig {
-    /// Number of AI cores.
+    /// Coupled AI cores, or separated cube and vector cores.
+    pub architecture: Architecture,
+    /// Number of AI cores (on a separated chip, of cube cores: an AI core is one cube core and
+    /// its vector cores).
     pub count: u32,
+    /// Vector cores per AI core on a separated chip (0 on a coupled one).
+    pub vector_cores_per_core: u32,
     /// Core clock in MHz.
     pub clock_mhz: u64,
     /// Whether the cores have a FIXPIPE (L0C -> GM path); coupled-architecture chips do not.
     pub fixpipe: bool,
-    /// Unified buffer bytes.
+    /// Unified buffer bytes (per vector core on a separated chip).
     pub ub_bytes: u64,
-    /// L1 bytes.
+    /// L1 bytes (per cube core on a separated chip).
     pub l1_bytes: u64,
     /// L0A bytes.
     pub l0a_bytes: u64,
@@ -112,6 +118,10 @@ pub struct CoreConfig {
     pub l0c_align: u64,
     /// Event ids per (source pipe, destination pipe) pair.
     pub event_ids: u8,
+    /// Cross-core flag ids (0: no cross-core synchronisation, as on a coupled chip).
+    pub cross_core_flag_ids: u8,
+    /// Arrivals of one cross-core flag a core holds unconsumed; one more set overflows it.
+    pub cross_core_max_pending: u32,
     /// Instructions a pipe queue holds before the scalar unit stalls on dispatch.
     pub pipe_queue_depth: u32,
     /// A block running longer than this many cycles stops with a timeout.
@@ -313,6 +323,8 @@ pub struct SchedulerConfig {
     pub task_fetch_ns: u64,
     /// Device-side start of a kernel (scheduler to cores), nanoseconds.
     pub kernel_launch_ns: u64,
+    /// Extra start-up of a MIX kernel (cube and vector cores started together), nanoseconds.
+    pub mix_launch_ns: u64,
     /// Dispatching one block to an idle core, nanoseconds.
     pub block_dispatch_ns: u64,
     /// A label, event or stream-control task, nanoseconds.
@@ -325,6 +337,10 @@ pub struct SchedulerConfig {
 pub const PRESETS: &[(&str, &str)] = &[
     ("ascend910", include_str!("../presets/ascend910.toml")),
     ("ascend310p", include_str!("../presets/ascend310p.toml")),
+    ("ascend910b1", include_str!("../presets/ascend910b1.toml")),
+    ("ascend910b2", include_str!("../presets/ascend910b2.toml")),
+    ("ascend910b3", include_str!("../presets/ascend910b3.toml")),
+    ("ascend910b4", include_str!("../presets/ascend910b4.toml")),
 ];
 
 /// atc's `--soc_version` spellings of the parts a preset models (matched case-insensitively):
@@ -409,6 +425,56 @@ impl ChipConfig {
         }
         if c.event_ids == 0 || c.event_ids > 16 {
             return bad("core.event_ids", c.event_ids.to_string(), "expected 1..=16");
+        }
+        match c.architecture {
+            Architecture::Coupled => {
+                if c.vector_cores_per_core != 0 {
+                    return bad(
+                        "core.vector_cores_per_core",
+                        c.vector_cores_per_core.to_string(),
+                        "expected 0 on a coupled chip (its vector unit is in the AI core)",
+                    );
+                }
+                if c.cross_core_flag_ids != 0 {
+                    return bad(
+                        "core.cross_core_flag_ids",
+                        c.cross_core_flag_ids.to_string(),
+                        "expected 0 on a coupled chip (no cross-core flags)",
+                    );
+                }
+            }
+            Architecture::Separated => {
+                if !(1..=4).contains(&c.vector_cores_per_core) {
+                    return bad(
+                        "core.vector_cores_per_core",
+                        c.vector_cores_per_core.to_string(),
+                        "expected 1..=4 on a separated chip",
+                    );
+                }
+                if c.cross_core_flag_ids == 0
+                    || c.cross_core_flag_ids > gearsim_isa::operand::CROSS_CORE_FLAG_IDS
+                {
+                    return bad(
+                        "core.cross_core_flag_ids",
+                        c.cross_core_flag_ids.to_string(),
+                        "expected 1..=11 on a separated chip (the ISA's flag ids 0-10)",
+                    );
+                }
+                if c.cross_core_max_pending == 0 || c.cross_core_max_pending > 1 << 20 {
+                    return bad(
+                        "core.cross_core_max_pending",
+                        c.cross_core_max_pending.to_string(),
+                        "expected 1..=1048576",
+                    );
+                }
+                if !c.fixpipe {
+                    return bad(
+                        "core.fixpipe",
+                        "false".into(),
+                        "expected true on a separated chip (its cube core writes L0C out through the FIXPIPE)",
+                    );
+                }
+            }
         }
         if c.pipe_queue_depth == 0 || c.pipe_queue_depth > 4096 {
             return bad(
@@ -568,6 +634,48 @@ impl ChipConfig {
         Ok(())
     }
 
+    /// Every core of the chip in chip order: a coupled chip's AI cores, or a separated chip's
+    /// cube cores followed by its vector cores (AI core `i`'s at `count + v·i + sub`).
+    pub fn core_slots(&self) -> Vec<CoreSlot> {
+        let c = &self.core;
+        match c.architecture {
+            Architecture::Coupled => (0..c.count)
+                .map(|i| CoreSlot {
+                    kind: CoreKind::Coupled,
+                    number: i,
+                    ai_core: i,
+                    sub: 0,
+                })
+                .collect(),
+            Architecture::Separated => {
+                let v = c.vector_cores_per_core;
+                let cubes = (0..c.count).map(|i| CoreSlot {
+                    kind: CoreKind::Cube,
+                    number: i,
+                    ai_core: i,
+                    sub: 0,
+                });
+                let vectors = (0..c.count * v).map(|j| CoreSlot {
+                    kind: CoreKind::Vector,
+                    number: j,
+                    ai_core: j / v,
+                    sub: (j % v) as u8,
+                });
+                cubes.chain(vectors).collect()
+            }
+        }
+    }
+
+    /// Number of cores of every kind (the chip's core ids are `0..total_cores()`).
+    pub fn total_cores(&self) -> u32 {
+        self.core.count * (1 + self.core.vector_cores_per_core)
+    }
+
+    /// The chip id of vector core `sub` of AI core `ai_core` on a separated chip.
+    pub fn vector_core_id(&self, ai_core: u32, sub: u32) -> u32 {
+        self.core.count + ai_core * self.core.vector_cores_per_core + sub
+    }
+
     /// The AI core clock.
     pub fn core_clock(&self) -> Clock {
         Clock::from_mhz(self.core.clock_mhz)
@@ -660,6 +768,54 @@ mod tests {
             ChipConfig::preset("Ascend310P1"),
             Err(ConfigError::UnknownPreset { .. })
         ));
+        // atc spells the A2 parts as the presets are named, in capitals.
+        for (spelling, cubes) in [
+            ("Ascend910B1", 24),
+            ("Ascend910B2", 24),
+            ("ASCEND910B3", 20),
+            ("ascend910b4", 20),
+        ] {
+            let cfg = ChipConfig::preset(spelling).unwrap();
+            assert_eq!(cfg.name, spelling.to_ascii_lowercase());
+            assert_eq!(cfg.core.architecture, Architecture::Separated);
+            assert_eq!(cfg.core.count, cubes);
+            assert_eq!(cfg.total_cores(), 3 * cubes);
+        }
+    }
+
+    #[test]
+    fn a_separated_chip_lists_its_cube_cores_then_their_vector_cores() {
+        let cfg = ChipConfig::preset("ascend910b2").unwrap();
+        let slots = cfg.core_slots();
+        assert_eq!(slots.len(), 72);
+        assert_eq!(slots[0].to_string(), "aic0");
+        assert_eq!(slots[23].to_string(), "aic23");
+        let v = cfg.vector_core_id(5, 1) as usize;
+        assert_eq!((v, slots[v].to_string()), (35, "aiv11".to_string()));
+        assert_eq!((slots[v].ai_core, slots[v].sub), (5, 1));
+        assert!(slots.iter().all(|s| s.kind != CoreKind::Coupled));
+        let coupled = ChipConfig::preset("ascend310p").unwrap().core_slots();
+        assert_eq!(coupled.len(), 8);
+        assert_eq!(coupled[7].to_string(), "core7");
+    }
+
+    #[test]
+    fn the_architecture_and_its_core_counts_must_agree() {
+        let mut cfg = ChipConfig::preset("ascend910b2").unwrap();
+        cfg.core.vector_cores_per_core = 0;
+        assert_eq!(field_of(&cfg), Some("core.vector_cores_per_core"));
+        let mut cfg = ChipConfig::preset("ascend910b2").unwrap();
+        cfg.core.cross_core_flag_ids = 12;
+        assert_eq!(field_of(&cfg), Some("core.cross_core_flag_ids"));
+        let mut cfg = ChipConfig::preset("ascend910b2").unwrap();
+        cfg.core.fixpipe = false;
+        assert_eq!(field_of(&cfg), Some("core.fixpipe"));
+        let mut cfg = ChipConfig::preset("ascend910").unwrap();
+        cfg.core.cross_core_flag_ids = 11;
+        assert_eq!(field_of(&cfg), Some("core.cross_core_flag_ids"));
+        for name in ["ascend910b1", "ascend910b2", "ascend910b3", "ascend910b4"] {
+            assert_eq!(field_of(&ChipConfig::preset(name).unwrap()), None, "{name}");
+        }
     }
 
     #[test]

@@ -26,7 +26,7 @@
 //! let program = gearsim_isa::assemble("movi x1, 10\nl: loop x1, l\nend\n", "k.s").unwrap();
 //! let mut chip = Chip::new(ChipConfig::preset("ascend910").unwrap(), NullSink);
 //! let k = chip.load_kernel(Kernel::new(program)).unwrap();
-//! let launch = BlockLaunch { kernel: k, block_idx: 0, block_dim: 1, args: 0, mode: ExecMode::Full };
+//! let launch = BlockLaunch::single(k, 0, ExecMode::Full);
 //! chip.start_block(0, launch, Tick::ZERO).unwrap();
 //! let done = chip.run_to_idle().unwrap();
 //! assert_eq!(done.len(), 1);
@@ -35,10 +35,12 @@
 mod chip;
 mod config;
 mod core;
+mod cross;
 mod event;
 mod exec;
 mod hbm;
 mod kernel;
+mod kind;
 mod l2;
 mod memory;
 mod stop;
@@ -50,8 +52,10 @@ pub use config::{
     MemoryConfig, MteConfig, PRESETS, PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,
 };
 pub use core::{BlockLaunch, CoreStats, LANES, PipeStats};
+pub use cross::CrossGroup;
 pub use exec::{MaskState, Touch, scalar, touches};
 pub use kernel::{ExecMode, Kernel};
+pub use kind::{Architecture, CoreKind, CoreSlot};
 pub use memory::{DeviceMemory, Guard, OutOfRange};
 pub use stop::{Blocked, Buffer, FlagId, StopReason};
 pub use time::{Clock, Cycles, Tick};

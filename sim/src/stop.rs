@@ -150,6 +150,18 @@ pub enum StopReason {
         /// The flag.
         flag: FlagId,
     },
+    /// A cross-core flag set while the block it is for already held the most arrivals of it
+    /// that no wait consumed.
+    CrossFlagOverflow {
+        /// The setting core.
+        core: u32,
+        /// Its program counter.
+        pc: u32,
+        /// The block the flag was for.
+        target: String,
+        /// The most arrivals a flag holds (`core.cross_core_max_pending`).
+        max: u32,
+    },
     /// A scalar access touched a red zone (e.g. read past a kernel's argument block).
     Guarded {
         /// Core.
@@ -240,6 +252,15 @@ impl fmt::Display for StopReason {
             } => write!(
                 f,
                 "flag overflow: core {core} {pipe} pc {pc}: set_flag {flag} while it is still set (a wait_flag is missing)"
+            ),
+            StopReason::CrossFlagOverflow {
+                core,
+                pc,
+                target,
+                max,
+            } => write!(
+                f,
+                "cross-core flag overflow: core {core} pc {pc}: a set for {target} while it already held {max} arrivals no wait consumed (a cross_wait is missing)"
             ),
             StopReason::Guarded {
                 core,

@@ -28,7 +28,9 @@ use gearsim_isa::gear::{SHAPE_TENSOR_BYTES, layout_table};
 use gearsim_isa::omtask::{
     Addr, GetNextSlot, KernelArg, KernelImage, L2Control, ModelTasks, NamedTask, OmTask, Region,
 };
-use gearsim_isa::task::{KERNEL_NEEDS_VALUES, L2Action, MAX_L2_SECTIONS};
+use gearsim_isa::task::{
+    KERNEL_MIX_ONE_VECTOR, KERNEL_NEEDS_VALUES, KernelKind, L2Action, MAX_L2_SECTIONS,
+};
 
 use super::Target;
 use super::gear::{self, GearSpec};
@@ -137,12 +139,21 @@ impl Emitted {
         let flags: Vec<u32> = self
             .kernels
             .iter()
-            .map(|k| {
-                if k.needs_values {
+            .enumerate()
+            .map(|(i, k)| {
+                let values = if k.needs_values {
                     KERNEL_NEEDS_VALUES
                 } else {
                     0
-                }
+                };
+                let kind = if k.mix.is_some() {
+                    KernelKind::Mix.flags() | KERNEL_MIX_ONE_VECTOR
+                } else if i > 0 && self.kernels[i - 1].mix.is_some() {
+                    KernelKind::Vector.flags()
+                } else {
+                    0
+                };
+                values | kind
             })
             .collect();
         flags.iter().any(|f| *f != 0).then_some(flags)
@@ -270,11 +281,24 @@ impl Emitter<'_> {
         })?;
         if let Some(i) = self.code_index.get(&code) {
             // One image serves every launch of this code: it runs in full mode if any does.
-            self.out.kernels[*i as usize].needs_values |= k.needs_values;
+            let parts = if k.mix.is_some() { 2 } else { 1 };
+            for part in &mut self.out.kernels[*i as usize..*i as usize + parts] {
+                part.needs_values |= k.needs_values;
+            }
             return Ok(*i);
         }
         let i = self.out.kernels.len() as u32;
         self.out.kernels.push(k.clone());
+        // A MIX kernel's vector program is the image after its cube program's.
+        if let Some(mix) = &k.mix {
+            self.out.kernels.push(Kernel {
+                name: format!("{}_aiv", k.name),
+                program: mix.vector.clone(),
+                comments: mix.comments.clone(),
+                mix: None,
+                ..k.clone()
+            });
+        }
         self.code_index.insert(code, i);
         Ok(i)
     }

@@ -29,6 +29,7 @@ pub mod ir;
 pub mod layout;
 pub mod lower;
 pub mod memory;
+pub mod mix;
 pub mod onnx;
 pub mod ops;
 pub mod options;
@@ -74,6 +75,9 @@ pub struct CoreSpec {
     pub l0c_bytes: u64,
     /// Event ids per pipe pair (how many buffers a queue can rotate through).
     pub event_ids: u8,
+    /// Whether the chip's cube and vector units are separate cores (Atlas A2): a kernel that
+    /// uses both becomes a MIX kernel (`mix::split`).
+    pub separated: bool,
     /// Bytes one core's MTE2 reads from GM per core cycle (tiling estimates only).
     pub gm_read_bytes_per_cycle: u64,
     /// Bytes per core cycle the whole chip reads from device memory (HBM / DDR; tiling

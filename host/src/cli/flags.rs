@@ -19,7 +19,7 @@ pub const DEFAULT_SOC: &str = "ascend910";
 /// The chip to simulate.
 #[derive(Args)]
 pub struct ChipArgs {
-    /// Chip preset, as atc's --soc_version (ascend910, ascend310p; case-insensitive). Default:
+    /// Chip preset, as atc's --soc_version (ascend910, ascend310p, ascend910b1-b4; case-insensitive). Default:
     /// ascend910; for a command that reads a compiled model, the chip it was compiled for.
     #[arg(long = "soc_version")]
     soc_version: Option<String>,

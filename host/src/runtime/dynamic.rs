@@ -321,7 +321,7 @@ impl DynamicModel {
                         } else {
                             KERNEL_NEEDS_VALUES
                         };
-                        let h = dev.load_kernel_flags(k.program, flags)?;
+                        let h = super::load::load_lowered(dev, &k, flags)?;
                         loaded.push((h, k.block_dim, k.args));
                     }
                     let derived = derived

@@ -18,8 +18,8 @@ use gearsim_isa::omtask::{
     Addr, KernelArg, ModelTasks, OmTask, Region, decode_kernel_flags, decode_kernels,
 };
 use gearsim_isa::task::{
-    AiCoreKernel, L2_SECTION_BYTES, L2Section, LabelGoto, LabelSet, LabelSwitchByIndex, Memcpy,
-    MemcpyKind, ModelEndGraph, NO_STREAM, StreamActive, Task,
+    AiCoreKernel, KernelKind, L2_SECTION_BYTES, L2Section, LabelGoto, LabelSet, LabelSwitchByIndex,
+    Memcpy, MemcpyKind, ModelEndGraph, NO_STREAM, StreamActive, Task,
 };
 use gearsim_traces::TraceSink;
 
@@ -149,6 +149,23 @@ fn zeroed<S: TraceSink>(dev: &mut Device<S>, bytes: u64) -> Result<DevicePtr, Lo
     Ok(p)
 }
 
+/// Loads a kernel a lowering made: a MIX kernel (a separated chip's cube and vector programs,
+/// one vector core per block) or a kernel of one program, with image `flags`.
+pub fn load_lowered<S: TraceSink>(
+    dev: &mut Device<S>,
+    k: &gearsim_compiler::lower::Kernel,
+    flags: u32,
+) -> Result<KernelHandle, gearsim_firmware::DeviceError> {
+    match &k.mix {
+        Some(mix) => dev.load_mix_kernel(
+            k.program.clone(),
+            mix.vector.clone(),
+            flags | gearsim_isa::task::KERNEL_MIX_ONE_VECTOR,
+        ),
+        None => dev.load_kernel_flags(k.program.clone(), flags),
+    }
+}
+
 impl LoadedModel {
     /// Loads a validated `.om` onto `dev`.
     pub fn load<S: TraceSink>(
@@ -209,15 +226,34 @@ impl LoadedModel {
             },
         };
         // Kernels.
-        let kernels = images
-            .iter()
-            .zip(&flags)
-            .map(|(k, flags)| {
-                let program = Program::decode(Some(k.name.clone()), &k.code)
-                    .map_err(|e| LoadError::Model(format!("kernel {}: {e}", k.name)))?;
-                Ok(dev.load_kernel_flags(program, *flags)?)
-            })
-            .collect::<Result<Vec<_>, LoadError>>()?;
+        let decode = |k: &gearsim_isa::omtask::KernelImage| {
+            Program::decode(Some(k.name.clone()), &k.code)
+                .map_err(|e| LoadError::Model(format!("kernel {}: {e}", k.name)))
+        };
+        let mut kernels = Vec::with_capacity(images.len());
+        let mut i = 0;
+        while i < images.len() {
+            let program = decode(&images[i])?;
+            if KernelKind::of_flags(flags[i]) != KernelKind::Mix {
+                kernels.push(dev.load_kernel_flags(program, flags[i])?);
+                i += 1;
+                continue;
+            }
+            // A MIX kernel: its vector program is the next image, flagged a vector kernel.
+            let vector = match images.get(i + 1) {
+                Some(v) if KernelKind::of_flags(flags[i + 1]) == KernelKind::Vector => decode(v)?,
+                _ => {
+                    return Err(LoadError::Model(format!(
+                        "kernel {} is a MIX kernel but the next image is not its vector program",
+                        images[i].name
+                    )));
+                }
+            };
+            let k = dev.load_mix_kernel(program, vector, flags[i])?;
+            // Both indices name the kernel; tasks launch the first.
+            kernels.extend([k, k]);
+            i += 2;
+        }
         // Labels, side streams and the queue.
         let labels: Vec<LabelId> = (0..tasks.labels)
             .map(|_| dev.create_label())

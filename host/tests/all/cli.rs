@@ -158,7 +158,7 @@ fn bad_inputs_exit_1_with_the_problem_named() {
                 "--soc_version",
                 "ascend999",
             ],
-            "unknown soc_version `ascend999` (expected one of: ascend910, ascend310p, or atc's Ascend310P3, Ascend910A; case-insensitive)",
+            "unknown soc_version `ascend999` (expected one of: ascend910, ascend310p, ascend910b1, ascend910b2, ascend910b3, ascend910b4, or atc's Ascend310P3, Ascend910A; case-insensitive)",
         ),
         (
             &[

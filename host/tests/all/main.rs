@@ -33,6 +33,7 @@ mod onnx_build;
 mod precision;
 mod readme;
 mod runtime;
+mod separated;
 mod study;
 mod verify;
 

@@ -168,6 +168,7 @@ fn the_compiled_model_passes_the_verifier() {
                 desc: &c.desc,
                 tasks: &c.emitted.tasks,
                 kernels: &programs,
+                kernel_flags: &c.emitted.kernel_flags().unwrap_or_default(),
                 weight_bytes: c.emitted.weights.bytes(),
             },
             &cfg(),

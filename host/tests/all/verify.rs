@@ -73,6 +73,7 @@ fn run(kernel: &str, args: Vec<KernelArg>, block_dim: u32, extra: Vec<NamedTask>
             desc: &d,
             tasks: &tasks,
             kernels: &[program],
+            kernel_flags: &[],
             weight_bytes: 0,
         },
         &cfg(),

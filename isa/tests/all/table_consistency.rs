@@ -49,7 +49,16 @@ fn only_sync_instructions_are_routed() {
         .filter(|s| s.pipe == PipeClass::Routed)
         .map(|s| s.mnemonic)
         .collect();
-    assert_eq!(routed, ["set_flag", "wait_flag", "pipe_barrier"]);
+    assert_eq!(
+        routed,
+        [
+            "set_flag",
+            "wait_flag",
+            "pipe_barrier",
+            "cross_set",
+            "cross_wait"
+        ]
+    );
 }
 
 #[test]
@@ -64,4 +73,31 @@ fn formats_fit_the_word() {
         );
         assert!(!s.doc.trim().is_empty(), "{} has no doc", s.mnemonic);
     }
+}
+
+#[test]
+fn a_cross_core_flag_id_past_ten_is_refused_by_the_assembler_the_builder_and_the_decoder() {
+    use gearsim_isa::{CrossMode, Instruction, Pipe, ProgramBuilder, assemble, decode, encode};
+    let ok = assemble("cross_set.aic_aiv FIX, 10\ncross_wait S, 0\nend\n", "k.s").unwrap();
+    assert_eq!(ok.instrs.len(), 3);
+    let e = assemble("cross_set.all MTE3, 11\nend\n", "k.s")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("operand `id` = 11 is out of range (expected 0..=10)"),
+        "{e}"
+    );
+    let mut b = ProgramBuilder::new("k");
+    b.cross_set(CrossMode::Aiv, Pipe::V, 11u8);
+    b.end();
+    let e = b.finish().unwrap_err().to_string();
+    assert!(e.contains("id"), "{e}");
+    // A word whose id field holds 11 decodes to nothing.
+    let Instruction::CrossCoreWaitFlag(f) = ok.instrs[1] else {
+        panic!("{:?}", ok.instrs[1])
+    };
+    let mut word = encode(&Instruction::CrossCoreWaitFlag(f)).unwrap();
+    // The id field follows the 3-bit pipe field at the start of the payload.
+    word.payload[0] = (word.payload[0] & 0x07) | (11 << 3);
+    assert!(decode(&word, 0).is_err());
 }

@@ -2,6 +2,7 @@
 //! 32-byte blocks hold values that were not computed.
 
 use crate::config::ChipConfig;
+use crate::kind::CoreKind;
 use crate::stop::Buffer;
 
 /// Unknown values are tracked per block.
@@ -27,14 +28,17 @@ fn slot(b: Buffer) -> usize {
 }
 
 impl Buffers {
-    pub(crate) fn new(cfg: &ChipConfig) -> Buffers {
+    /// The buffers of a core of `kind`: a separated chip's cube core has no UB and its vector
+    /// cores have only a UB (a missing buffer has size 0).
+    pub(crate) fn new(cfg: &ChipConfig, kind: CoreKind) -> Buffers {
         let c = &cfg.core;
+        let size = |b: Buffer, bytes: u64| if kind.has_buffer(b) { bytes } else { 0 };
         let sizes = [
-            c.ub_bytes,
-            c.l1_bytes,
-            c.l0a_bytes,
-            c.l0b_bytes,
-            c.l0c_bytes,
+            size(Buffer::Ub, c.ub_bytes),
+            size(Buffer::L1, c.l1_bytes),
+            size(Buffer::L0a, c.l0a_bytes),
+            size(Buffer::L0b, c.l0b_bytes),
+            size(Buffer::L0c, c.l0c_bytes),
         ];
         Buffers {
             mem: sizes.map(|s| vec![0u8; s as usize]),
@@ -117,7 +121,7 @@ mod tests {
     #[test]
     fn marking_sets_and_clears_exactly_the_covered_grains() {
         let cfg = ChipConfig::preset("ascend910").unwrap();
-        let mut b = Buffers::new(&cfg);
+        let mut b = Buffers::new(&cfg, crate::CoreKind::Coupled);
         let grains = b.size(Buffer::Ub) / GRAIN;
         let mut want = vec![false; grains as usize];
         let mut x = 12345u64;

@@ -19,10 +19,12 @@ use gearsim_isa::{FMatrix, Flag, Instruction, Pipe, SReg, SType, Space, TimingCl
 use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
 
 use crate::config::ChipConfig;
+use crate::cross::{Arrival, CrossCore, CrossError, CrossGroup, Member};
 use crate::event::{Event, EventQueue, PRIO_CORE};
 use crate::exec::scalar::{self, Step};
 use crate::exec::{self, Access, Fault, Mask, Operands, PipeOp, Plan};
 use crate::kernel::{ExecMode, Kernel};
+use crate::kind::{CoreKind, CoreSlot};
 use crate::memory::DeviceMemory;
 use crate::stop::{Blocked, Buffer, FlagId, StopReason};
 use crate::time::{Clock, Tick};
@@ -169,6 +171,9 @@ pub(crate) struct Tracer<S: TraceSink> {
     pub strings: Vec<Option<Vec<(StrId, StrId)>>>,
     pub next_flow: u32,
     pub set_name: StrId,
+    /// The name of cross-core flag flows, interned at the first one (so traces without any
+    /// are unchanged).
+    pub cross_name: Option<StrId>,
 }
 
 impl<S: TraceSink> Tracer<S> {
@@ -196,6 +201,7 @@ pub(crate) struct Ctx<'a, S: TraceSink> {
     pub mem: &'a mut DeviceMemory,
     pub events: &'a mut EventQueue,
     pub trace: &'a mut Tracer<S>,
+    pub cross: &'a mut CrossCore,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -213,6 +219,8 @@ enum PipeState {
     WaitFlag(FlagId, u64),
     /// Blocked in `set_flag` (to happen at the given cycle) until the flag is consumed.
     WaitFlagFree(FlagId, u64),
+    /// Blocked in `cross_wait` for the flag id since the given cycle.
+    CrossWait(u8, u64),
     /// A DMA waits for its start event.
     DmaScheduled(u64),
     /// A DMA is moving data since the given cycle.
@@ -270,6 +278,7 @@ enum ScalarState {
     Run,
     WaitFlag(FlagId, u64),
     WaitFlagFree(FlagId, u64),
+    CrossWait(u8, u64),
     QueueFull(usize),
     BarrierAll,
     Ending,
@@ -282,6 +291,8 @@ pub(crate) struct Block {
     kernel_id: usize,
     block_idx: u32,
     block_dim: u32,
+    sub_block: u8,
+    group: CrossGroup,
     args: u64,
     mode: ExecMode,
     regs: [u64; 32],
@@ -299,6 +310,8 @@ pub(crate) struct Block {
 
 pub(crate) struct AiCore {
     pub id: u32,
+    /// Its kind and place on the chip.
+    pub slot: CoreSlot,
     pub bufs: Buffers,
     block: Option<Box<Block>>,
     /// The last finished block, kept so the next one reuses its allocations (its queues and
@@ -315,21 +328,41 @@ pub struct BlockLaunch {
     pub kernel: usize,
     /// This block's index.
     pub block_idx: u32,
-    /// The kernel's block_dim.
+    /// The kernel's block_dim as this block sees it (its kind's block count).
     pub block_dim: u32,
+    /// Which of its AI core's vector cores runs this block of a MIX kernel (0 otherwise).
+    pub sub_block: u8,
+    /// The launch it belongs to, for cross-core flags.
+    pub group: CrossGroup,
     /// GM address of the argument array.
     pub args: u64,
     /// Full or timing-only.
     pub mode: ExecMode,
 }
 
+impl BlockLaunch {
+    /// The only block of a kernel launched alone (block 0 of 1, no cross-core partners).
+    pub fn single(kernel: usize, args: u64, mode: ExecMode) -> BlockLaunch {
+        BlockLaunch {
+            kernel,
+            block_idx: 0,
+            block_dim: 1,
+            sub_block: 0,
+            group: CrossGroup::solo(0, CoreKind::Coupled, 1),
+            args,
+            mode,
+        }
+    }
+}
+
 type Res<T> = Result<T, StopReason>;
 
 impl AiCore {
-    pub(crate) fn new(id: u32, cfg: &ChipConfig) -> AiCore {
+    pub(crate) fn new(id: u32, slot: CoreSlot, cfg: &ChipConfig) -> AiCore {
         AiCore {
             id,
-            bufs: Buffers::new(cfg),
+            slot,
+            bufs: Buffers::new(cfg, slot.kind),
             block: None,
             spare: None,
             lanes: None,
@@ -349,13 +382,23 @@ impl AiCore {
         ctx: &mut Ctx<'_, S>,
     ) {
         if ctx.trace.on && self.lanes.is_none() {
-            let process = format!("core{}", self.id);
-            self.lanes = Some(Pipe::EXECUTING.map(|p| {
-                ctx.trace.sink.lane(Lane {
+            // A separated chip's cores get lanes for the pipes they have; the others share the
+            // scalar lane, which nothing records on (an instruction of a missing pipe faults).
+            let process = self.slot.to_string();
+            let kind = self.slot.kind;
+            let scalar = ctx.trace.sink.lane(Lane {
+                process: process.clone(),
+                thread: Pipe::S.lane_name().to_string(),
+                kind: LaneKind::Pipe,
+            });
+            self.lanes = Some(Pipe::EXECUTING.map(|p| match p {
+                Pipe::S => scalar,
+                p if kind.has_pipe(p) => ctx.trace.sink.lane(Lane {
                     process: process.clone(),
                     thread: p.lane_name().to_string(),
                     kind: LaneKind::Pipe,
-                })
+                }),
+                _ => scalar,
             }));
         }
         let depth = ctx.cfg.core.pipe_queue_depth as usize;
@@ -367,6 +410,8 @@ impl AiCore {
                 kernel_id: launch.kernel,
                 block_idx: launch.block_idx,
                 block_dim: launch.block_dim,
+                sub_block: launch.sub_block,
+                group: launch.group,
                 args: launch.args,
                 mode: launch.mode,
                 regs: [0; 32],
@@ -387,6 +432,8 @@ impl AiCore {
         b.kernel_id = launch.kernel;
         b.block_idx = launch.block_idx;
         b.block_dim = launch.block_dim;
+        b.sub_block = launch.sub_block;
+        b.group = launch.group;
         b.args = launch.args;
         b.mode = launch.mode;
         b.regs = [0; 32];
@@ -454,6 +501,12 @@ impl AiCore {
                 pc: b.pc,
                 waits_for: format!("flag {f} to be consumed"),
             }),
+            ScalarState::CrossWait(id, _) => out.push(Blocked {
+                core: self.id,
+                pipe: Pipe::S,
+                pc: b.pc,
+                waits_for: format!("cross-core flag {id}"),
+            }),
             ScalarState::QueueFull(q) => out.push(Blocked {
                 core: self.id,
                 pipe: Pipe::S,
@@ -473,6 +526,7 @@ impl AiCore {
             let waits_for = match p.state {
                 PipeState::WaitFlag(f, _) => what(f),
                 PipeState::WaitFlagFree(f, _) => format!("flag {f} to be consumed"),
+                PipeState::CrossWait(id, _) => format!("cross-core flag {id}"),
                 PipeState::Ready | PipeState::DmaScheduled(_) | PipeState::DmaActive(_) => continue,
             };
             out.push(Blocked {
@@ -600,8 +654,21 @@ impl AiCore {
     }
 
     /// Checks a plan's accesses against buffer sizes and device memory.
-    fn check_plan(&self, plan: &Plan, mem: &DeviceMemory) -> Result<(), Fault> {
+    fn check_plan(
+        &self,
+        instr: &Instruction,
+        plan: &Plan,
+        mem: &DeviceMemory,
+    ) -> Result<(), Fault> {
         for a in plan.accesses() {
+            if !self.slot.kind.has_buffer(a.buffer) {
+                return Err(Fault::Illegal(format!(
+                    "{} uses {}, which {} does not have",
+                    instr.spec().mnemonic,
+                    a.buffer,
+                    self.slot.kind.long_name()
+                )));
+            }
             if a.count == 0 || a.burst == 0 {
                 continue;
             }
@@ -658,7 +725,130 @@ impl AiCore {
         }
     }
 
+    /// This core's block as cross-core flags name it.
+    fn member(&self) -> Member {
+        Member {
+            kind: self.slot.kind,
+            index: self.block.as_ref().map_or(0, |b| b.block_idx),
+        }
+    }
+
+    /// Wakes every unit (a cross-core flag arrived for this core's block).
+    pub(crate) fn wake_all(&mut self) {
+        if let Some(b) = self.block.as_mut() {
+            b.wake = u8::MAX >> 1;
+        }
+    }
+
+    /// The launch and block this core runs, if any.
+    pub(crate) fn running(&self) -> Option<(CrossGroup, u32)> {
+        self.block.as_ref().map(|b| (b.group, b.block_idx))
+    }
+
+    /// `cross_set` from `pc`, taking effect at cycle `at`.
+    fn cross_set<S: TraceSink>(
+        &mut self,
+        f: &gearsim_isa::CrossSet,
+        pc: u32,
+        at: u64,
+        ctx: &mut Ctx<'_, S>,
+    ) -> Res<()> {
+        let pipe = match f.pipe {
+            Pipe::All => Pipe::S,
+            p => p,
+        };
+        check_cross(f.id.get(), self.slot.kind, ctx.cfg).map_err(|reason| {
+            StopReason::IllegalInstruction {
+                core: self.id,
+                pipe,
+                pc,
+                reason,
+            }
+        })?;
+        let Some(b) = self.block.as_ref() else {
+            return Ok(());
+        };
+        let group = b.group;
+        let lane = self.lanes.map(|l| l[lane_index(pipe)]);
+        let arrival = Arrival {
+            at,
+            setter: self.id,
+            pc,
+            lane,
+        };
+        ctx.cross
+            .set(&group, self.member(), f.mode, f.id.get(), arrival)
+            .map_err(|e| self.cross_fault(e, pipe, pc))
+    }
+
+    fn cross_fault(&self, e: CrossError, pipe: Pipe, pc: u32) -> StopReason {
+        match e {
+            CrossError::Mode(reason) => StopReason::IllegalInstruction {
+                core: self.id,
+                pipe,
+                pc,
+                reason,
+            },
+            CrossError::Overflow {
+                setter,
+                pc,
+                target,
+                max,
+            } => StopReason::CrossFlagOverflow {
+                core: setter,
+                pc,
+                target: target.to_string(),
+                max,
+            },
+        }
+    }
+
+    /// The flow from a cross-core set to the wait that consumed it, at cycle `at`.
+    fn cross_flow<S: TraceSink>(
+        &self,
+        ctx: &mut Ctx<'_, S>,
+        arrival: &Arrival,
+        pipe: Pipe,
+        at: u64,
+    ) {
+        let (Some(lanes), Some(from_lane)) = (&self.lanes, arrival.lane) else {
+            return;
+        };
+        let id = ctx.trace.next_flow;
+        ctx.trace.next_flow += 1;
+        let clock = ctx.trace.clock;
+        let name = match ctx.trace.cross_name {
+            Some(n) => n,
+            None => {
+                let n = ctx.trace.sink.intern("cross-core flag");
+                ctx.trace.cross_name = Some(n);
+                n
+            }
+        };
+        ctx.trace.sink.record(Record::Flow {
+            name,
+            id,
+            from_lane,
+            from_at: clock.tick(crate::time::Cycles(arrival.at)).0,
+            to_lane: lanes[lane_index(pipe)],
+            to_at: clock.tick(crate::time::Cycles(at)).0,
+        });
+    }
+
     // ---- scalar unit -------------------------------------------------------------------------
+
+    /// The scalar unit's wait (begun at cycle `since`) ended at cycle `at`: it moves on.
+    fn scalar_waited<S: TraceSink>(&mut self, at: u64, since: u64, ctx: &mut Ctx<'_, S>) {
+        let Some(b) = self.block.as_mut() else {
+            return;
+        };
+        b.s_time = at;
+        let pc = b.pc;
+        b.pc += 1;
+        b.s_state = ScalarState::Run;
+        self.stats.pipes[0].instructions += 1;
+        self.instant(ctx, Pipe::S, pc, at, at - since);
+    }
 
     /// Runs the scalar unit until it blocks (including on a state it could leave at once, such
     /// as a wait for a flag that is already set).
@@ -683,12 +873,7 @@ impl AiCore {
                     let at = since.max(t);
                     b.flags.set_consumed(f, at);
                     b.wake |= 1 << lane_index(f.src);
-                    b.s_time = at;
-                    let pc = b.pc;
-                    b.pc += 1;
-                    b.s_state = ScalarState::Run;
-                    self.stats.pipes[0].instructions += 1;
-                    self.instant(ctx, Pipe::S, pc, at, at - since);
+                    self.scalar_waited(at, since, ctx);
                     self.flow(ctx, f, t, at);
                     progressed = true;
                 }
@@ -713,6 +898,21 @@ impl AiCore {
                 b.s_state = ScalarState::Run;
                 self.stats.pipes[0].instructions += 1;
                 self.instant(ctx, Pipe::S, pc, at, 0);
+                progressed = true;
+            }
+            ScalarState::CrossWait(id, since) => {
+                let me = Member {
+                    kind: self.slot.kind,
+                    index: b.block_idx,
+                };
+                let pc = b.pc;
+                let taken = ctx.cross.take(b.group.id, me, id, since);
+                let Some((at, arrival)) = taken.map_err(|e| self.cross_fault(e, Pipe::S, pc))?
+                else {
+                    return Ok(false);
+                };
+                self.scalar_waited(at, since, ctx);
+                self.cross_flow(ctx, &arrival, Pipe::S, at);
                 progressed = true;
             }
             ScalarState::QueueFull(qi) => {
@@ -826,6 +1026,14 @@ impl AiCore {
             pc,
             reason,
         };
+        let kind = self.slot.kind;
+        if !kind.has_pipe(pipe) {
+            return Err(illegal(format!(
+                "{} runs on the {pipe} pipe, which {} does not have",
+                instr.spec().mnemonic,
+                kind.long_name()
+            )));
+        }
         if pipe == Pipe::Fix && !ctx.cfg.core.fixpipe {
             return Err(illegal(format!(
                 "{} needs a FIXPIPE, which {} does not have (coupled architecture: move L0C through UB with copy_l0c_to_ub)",
@@ -912,6 +1120,7 @@ impl AiCore {
                     SReg::Args => b.args,
                     SReg::CoreId => u64::from(core),
                     SReg::Cycle => b.s_time,
+                    SReg::SubBlockIdx => u64::from(b.sub_block),
                 };
                 b.regs[f.dst.index()] = v;
                 class_cycles
@@ -942,6 +1151,23 @@ impl AiCore {
                     return Ok(None);
                 }
                 class_cycles
+            }
+            Step::CrossSet(f) => {
+                let (f, at) = (*f, b.s_time);
+                self.cross_set(&f, pc, at, ctx)?;
+                class_cycles
+            }
+            Step::CrossWait(f) => {
+                check_cross(f.id.get(), self.slot.kind, cfg).map_err(|reason| {
+                    StopReason::IllegalInstruction {
+                        core,
+                        pipe: Pipe::S,
+                        pc,
+                        reason,
+                    }
+                })?;
+                b.s_state = ScalarState::CrossWait(f.id.get(), b.s_time);
+                return Ok(None);
             }
             Step::Nop => class_cycles,
             Step::End => {
@@ -982,6 +1208,18 @@ impl AiCore {
             Space::Ub => Buffer::Ub,
             Space::L1 => Buffer::L1,
         };
+        if !self.slot.kind.has_buffer(buffer) {
+            return Err(StopReason::IllegalInstruction {
+                core,
+                pipe: Pipe::S,
+                pc,
+                reason: format!(
+                    "a scalar {} of {buffer}, which {} does not have",
+                    if load { "load" } else { "store" },
+                    self.slot.kind.long_name()
+                ),
+            });
+        }
         if addr % size != 0 {
             return Err(StopReason::Misaligned {
                 core,
@@ -1118,6 +1356,30 @@ impl AiCore {
                     progressed = true;
                     continue;
                 }
+                PipeState::CrossWait(id, since) => {
+                    let pc = p.queue.front().map_or(0, |q| q.pc);
+                    let me = Member {
+                        kind: self.slot.kind,
+                        index: b.block_idx,
+                    };
+                    let taken = ctx.cross.take(b.group.id, me, id, since);
+                    let Some((at, arrival)) = taken.map_err(|e| self.cross_fault(e, pipe, pc))?
+                    else {
+                        return Ok(progressed);
+                    };
+                    let Some(b) = self.block.as_mut() else {
+                        return Ok(progressed);
+                    };
+                    let p = &mut b.pipes[qi];
+                    p.issue_free = at;
+                    p.state = PipeState::Ready;
+                    p.pop(at);
+                    self.stats.pipes[qi + 1].instructions += 1;
+                    self.instant(ctx, pipe, pc, at, at - since);
+                    self.cross_flow(ctx, &arrival, pipe, at);
+                    progressed = true;
+                    continue;
+                }
                 PipeState::WaitFlagFree(f, at) => {
                     if b.flags.is_set(f) {
                         return Ok(progressed);
@@ -1166,14 +1428,26 @@ impl AiCore {
                     }
                     b.flags.set(id, at);
                     b.wake |= 1 << lane_index(id.dst);
-                    let p = &mut b.pipes[qi];
-                    p.issue_free = at;
-                    p.pop(at);
-                    self.stats.pipes[qi + 1].instructions += 1;
-                    self.instant(ctx, pipe, head.pc, at, 0);
+                    self.retire_sync(qi, head.pc, at, ctx);
                 }
                 Instruction::WaitFlag(f) => {
                     p.state = PipeState::WaitFlag(flag_of(&f), ready);
+                }
+                Instruction::CrossCoreSetFlag(f) => {
+                    let at = ready.max(p.last_complete);
+                    self.cross_set(&f, head.pc, at, ctx)?;
+                    self.retire_sync(qi, head.pc, at, ctx);
+                }
+                Instruction::CrossCoreWaitFlag(f) => {
+                    check_cross(f.id.get(), self.slot.kind, ctx.cfg).map_err(|reason| {
+                        StopReason::IllegalInstruction {
+                            core,
+                            pipe,
+                            pc: head.pc,
+                            reason,
+                        }
+                    })?;
+                    p.state = PipeState::CrossWait(f.id.get(), ready);
                 }
                 Instruction::PipeBarrier(_) => {
                     let at = ready.max(p.last_complete);
@@ -1187,7 +1461,7 @@ impl AiCore {
                     let plan = op
                         .plan(&head.ops, ctx.cfg)
                         .map_err(|f| self.fault(pipe, head.pc, f))?;
-                    self.check_plan(&plan, ctx.mem)
+                    self.check_plan(&instr, &plan, ctx.mem)
                         .map_err(|f| self.fault(pipe, head.pc, f))?;
                     let Some(b) = self.block.as_mut() else {
                         return Ok(progressed);
@@ -1231,6 +1505,18 @@ impl AiCore {
                 }
             }
         }
+    }
+
+    /// The set at the head of queue `qi` (pc `pc`) took effect at cycle `at`: the pipe moves on.
+    fn retire_sync<S: TraceSink>(&mut self, qi: usize, pc: u32, at: u64, ctx: &mut Ctx<'_, S>) {
+        let Some(b) = self.block.as_mut() else {
+            return;
+        };
+        let p = &mut b.pipes[qi];
+        p.issue_free = at;
+        p.pop(at);
+        self.stats.pipes[qi + 1].instructions += 1;
+        self.instant(ctx, queue_pipe(qi), pc, at, 0);
     }
 
     /// The head DMA of queue `qi` joins the memory system now.
@@ -1301,6 +1587,24 @@ impl AiCore {
         self.span(ctx, pipe, head.pc, start, end_c);
         Ok(())
     }
+}
+
+/// Whether a core of `kind` may use cross-core flag `id` on this chip.
+fn check_cross(id: u8, kind: CoreKind, cfg: &ChipConfig) -> Result<(), String> {
+    if kind == CoreKind::Coupled || cfg.core.cross_core_flag_ids == 0 {
+        return Err(format!(
+            "cross-core flags exist on separated chips only; {} has coupled AI cores",
+            cfg.name
+        ));
+    }
+    if id >= cfg.core.cross_core_flag_ids {
+        return Err(format!(
+            "cross-core flag id {id} is out of range: {} has ids 0..={}",
+            cfg.name,
+            cfg.core.cross_core_flag_ids - 1
+        ));
+    }
+    Ok(())
 }
 
 fn check_flag(f: &Flag, cfg: &ChipConfig) -> Result<(), String> {

@@ -325,10 +325,27 @@ pub(super) fn plan_l0c_fill(f: &L0cFill, ops: &Operands) -> Plan {
     )
 }
 
+/// `broadcast_l1_to_l0c`: the same rows from L1; the work is the bias bytes the bias table
+/// takes in (the accumulator's initialisation from it is part of the cube's own start).
+pub(super) fn plan_l1_fill(f: &L0cFill, ops: &Operands) -> Plan {
+    let fill = plan_l0c_fill(f, ops);
+    let (mut src, dst) = (fill.accesses()[0], fill.accesses()[1]);
+    src.buffer = Buffer::L1;
+    Plan::new(u64::from(f.nblk) * FILL_ROW, 0, &[src, dst])
+}
+
+pub(super) fn l1_fill(bufs: &mut Buffers, f: &L0cFill, ops: &Operands) -> Result<(), Fault> {
+    fill_rows(bufs, &plan_l1_fill(f, ops), Buffer::L1)
+}
+
 pub(super) fn l0c_fill(bufs: &mut Buffers, f: &L0cFill, ops: &Operands) -> Result<(), Fault> {
-    let plan = plan_l0c_fill(f, ops);
+    fill_rows(bufs, &plan_l0c_fill(f, ops), Buffer::Ub)
+}
+
+/// Writes each source row of a fill plan to every row of its L0C range.
+fn fill_rows(bufs: &mut Buffers, plan: &Plan, from: Buffer) -> Result<(), Fault> {
     let (src, dst) = (plan.accesses()[0], plan.accesses()[1]);
-    let (ub, l0c) = bufs.pair_mut(Buffer::Ub, Buffer::L0c);
+    let (ub, l0c) = bufs.pair_mut(from, Buffer::L0c);
     for j in 0..src.count {
         let s = (src.start + j * src.stride) as usize;
         let row = &ub[s..s + FILL_ROW as usize];
@@ -359,14 +376,64 @@ fn load_c(l0c: &[u8], at: usize) -> f32 {
     f32::from_le_bytes(b)
 }
 
+/// `copy_l0c_to_gm_nz`: `copy_l0c_to_ub`'s fractals and layout, written to GM by the FIXPIPE.
+pub(super) fn plan_l0c_to_gm_nz(f: &L0cToUb, ops: &Operands) -> Plan {
+    let ub = plan_l0c_to_ub(f, ops);
+    let (src, mut dst) = (ub.accesses()[0], ub.accesses()[1]);
+    dst.buffer = Buffer::Gm;
+    Plan::new(dst.burst * dst.count, dst.burst * dst.count, &[src, dst])
+}
+
+pub(super) fn l0c_to_gm_nz(
+    bufs: &mut Buffers,
+    mem: &mut DeviceMemory,
+    f: &L0cToUb,
+    ops: &Operands,
+) -> Result<(), Fault> {
+    let plan = plan_l0c_to_gm_nz(f, ops);
+    let dst = plan.accesses()[1];
+    let mut fractal = vec![0u8; dst.burst as usize];
+    for i in 0..dst.count {
+        let one = L0cToUb { nfrac: 1, ..*f };
+        let s = ops.regs[1] + i * (1 + u64::from(f.src_gap)) * FRACTAL_C;
+        convert_fractals(bufs.get(Buffer::L0c), &mut fractal, &one, s, 0, 1)?;
+        let a = dst.start + i * dst.stride;
+        mem.write(a, &fractal).map_err(|_| Fault::Range {
+            buffer: Buffer::Gm,
+            addr: a,
+            len: fractal.len() as u64,
+            size: mem.capacity(),
+        })?;
+    }
+    Ok(())
+}
+
 pub(super) fn l0c_to_ub(bufs: &mut Buffers, f: &L0cToUb, ops: &Operands) -> Result<(), Fault> {
     let plan = plan_l0c_to_ub(f, ops);
     let (src, dst) = (plan.accesses()[0], plan.accesses()[1]);
-    let size = out_size(f.ty) as usize;
     let (l0c, ub) = bufs.pair_mut(Buffer::L0c, Buffer::Ub);
     for i in 0..src.count {
-        let s = (src.start + i * src.stride) as usize;
-        let d = (dst.start + i * dst.stride) as usize;
+        let s = src.start + i * src.stride;
+        let d = dst.start + i * dst.stride;
+        convert_fractals(l0c, ub, f, s, d, 1)?;
+    }
+    Ok(())
+}
+
+/// Converts `count` L0C fractals from byte `s` of `l0c` into `out` at byte `d` as `f.ty`
+/// (ReLU first when `f.relu`), fractals contiguous on both sides.
+fn convert_fractals(
+    l0c: &[u8],
+    out: &mut [u8],
+    f: &L0cToUb,
+    s: u64,
+    d: u64,
+    count: u64,
+) -> Result<(), Fault> {
+    let size = out_size(f.ty) as usize;
+    for i in 0..count {
+        let s = (s + i * FRACTAL_C) as usize;
+        let d = (d + i * 256 * size as u64) as usize;
         if f.ty == DType::F16 {
             // A fractal at a time: the relu, then half's slice conversion (the host's SIMD
             // conversion where it has one; the bits of `f16::from_f32`, as `store_out` gives).
@@ -383,13 +450,13 @@ pub(super) fn l0c_to_ub(bufs: &mut Buffers, f: &L0cToUb, ops: &Operands) -> Resu
             }
             let mut h = [f16::ZERO; 256];
             h.convert_from_f32_slice(&v);
-            for (x, b) in h.iter().zip(ub[d..d + 512].chunks_exact_mut(2)) {
+            for (x, b) in h.iter().zip(out[d..d + 512].chunks_exact_mut(2)) {
                 b.copy_from_slice(&x.to_bits().to_le_bytes());
             }
             continue;
         }
         for e in 0..256 {
-            store_out(ub, d + e * size, f.ty, load_c(l0c, s + e * 4), f.relu);
+            store_out(out, d + e * size, f.ty, load_c(l0c, s + e * 4), f.relu);
         }
     }
     Ok(())
@@ -491,7 +558,10 @@ mod tests {
             })
             .collect();
         for relu in [false, true] {
-            let mut bufs = Buffers::new(&ChipConfig::preset("ascend910").unwrap());
+            let mut bufs = Buffers::new(
+                &ChipConfig::preset("ascend910").unwrap(),
+                crate::CoreKind::Coupled,
+            );
             for (i, v) in values.iter().enumerate() {
                 bufs.get_mut(Buffer::L0c)[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
             }
@@ -520,7 +590,10 @@ mod tests {
 
     #[test]
     fn a_fill_writes_each_blocks_row_to_every_row_of_its_fractals() {
-        let mut bufs = Buffers::new(&ChipConfig::preset("ascend310p").unwrap());
+        let mut bufs = Buffers::new(
+            &ChipConfig::preset("ascend310p").unwrap(),
+            crate::CoreKind::Coupled,
+        );
         // Two blocks of 16 f32 values at UB 64 (rows 64 bytes apart), three fractals each,
         // into L0C from 2048.
         for (i, b) in bufs.get_mut(Buffer::Ub)[64..192]

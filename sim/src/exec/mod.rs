@@ -203,6 +203,7 @@ pub(crate) enum PipeOp<'a> {
     Reduce(&'a VReduce, bool),
     L0cToUb(&'a L0cToUb),
     L0cFill(&'a L0cFill),
+    L1Fill(&'a L0cFill),
     Burst(&'a Dma, Buffer, Buffer),
     Pad(&'a DmaPad, Buffer, Buffer),
     Nd2nz(&'a Nd2Nz),
@@ -210,8 +211,10 @@ pub(crate) enum PipeOp<'a> {
     Load2d(&'a Load2d, Buffer),
     Img2col(&'a Img2col),
     L0cToGm(&'a L0cToGm),
+    L0cToGmNz(&'a L0cToUb),
     Mmad(&'a Mmad),
-    /// `set_flag`, `wait_flag`, `pipe_barrier`: handled by the pipe itself.
+    /// `set_flag`, `wait_flag`, `pipe_barrier`, `cross_set`, `cross_wait`: handled by the pipe
+    /// itself.
     Sync,
 }
 
@@ -252,6 +255,7 @@ impl<'a> PipeOp<'a> {
             Instruction::Vbreduce(f) => PipeOp::Reduce(f, true),
             Instruction::CopyL0cToUb(f) => PipeOp::L0cToUb(f),
             Instruction::BroadcastUbToL0c(f) => PipeOp::L0cFill(f),
+            Instruction::BroadcastL1ToL0c(f) => PipeOp::L1Fill(f),
             Instruction::CopyGmToUb(f) => PipeOp::Burst(f, Buffer::Gm, Buffer::Ub),
             Instruction::CopyUbToGm(f) => PipeOp::Burst(f, Buffer::Ub, Buffer::Gm),
             Instruction::CopyGmToL1(f) => PipeOp::Burst(f, Buffer::Gm, Buffer::L1),
@@ -263,10 +267,13 @@ impl<'a> PipeOp<'a> {
             Instruction::LoadL0b(f) => PipeOp::Load2d(f, Buffer::L0b),
             Instruction::Img2colL0a(f) => PipeOp::Img2col(f),
             Instruction::CopyL0cToGm(f) => PipeOp::L0cToGm(f),
+            Instruction::CopyL0cToGmNz(f) => PipeOp::L0cToGmNz(f),
             Instruction::Mmad(f) => PipeOp::Mmad(f),
-            Instruction::SetFlag(_) | Instruction::WaitFlag(_) | Instruction::PipeBarrier(_) => {
-                PipeOp::Sync
-            }
+            Instruction::SetFlag(_)
+            | Instruction::WaitFlag(_)
+            | Instruction::PipeBarrier(_)
+            | Instruction::CrossCoreSetFlag(_)
+            | Instruction::CrossCoreWaitFlag(_) => PipeOp::Sync,
             Instruction::Add(_)
             | Instruction::Sub(_)
             | Instruction::Mul(_)
@@ -336,6 +343,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Reduce(f, _) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToUb(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cFill(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::L1Fill(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Burst(f, ..) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Pad(f, ..) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Nd2nz(f) => [g(f.dst), g(f.src), 0, 0],
@@ -343,6 +351,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Load2d(f, _) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Img2col(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToGm(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::L0cToGmNz(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Mmad(f) => [g(f.dst), g(f.a), g(f.b), 0],
             PipeOp::Sync => [0; 4],
         }
@@ -363,6 +372,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Reduce(f, per_block) => vector::plan_reduce(f, ops, per_block),
             PipeOp::L0cToUb(f) => cube::plan_l0c_to_ub(f, ops),
             PipeOp::L0cFill(f) => cube::plan_l0c_fill(f, ops),
+            PipeOp::L1Fill(f) => cube::plan_l1_fill(f, ops),
             PipeOp::Burst(f, from, to) => dma::plan_burst(f, ops, from, to)?,
             PipeOp::Pad(f, from, to) => dma::plan_pad(f, ops, from, to)?,
             PipeOp::Nd2nz(f) => dma::plan_nd2nz(f, ops)?,
@@ -370,6 +380,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Load2d(f, to) => cube::plan_load2d(f, ops, to),
             PipeOp::Img2col(f) => cube::plan_img2col(f, ops)?,
             PipeOp::L0cToGm(f) => cube::plan_l0c_to_gm(f, ops),
+            PipeOp::L0cToGmNz(f) => cube::plan_l0c_to_gm_nz(f, ops),
             PipeOp::Mmad(f) => cube::plan_mmad(f, ops),
             PipeOp::Sync => Plan::default(),
         };
@@ -401,6 +412,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Reduce(f, per_block) => vector::reduce(bufs, f, ops, per_block),
             PipeOp::L0cToUb(f) => cube::l0c_to_ub(bufs, f, ops),
             PipeOp::L0cFill(f) => cube::l0c_fill(bufs, f, ops),
+            PipeOp::L1Fill(f) => cube::l1_fill(bufs, f, ops),
             PipeOp::Burst(f, from, to) => dma::burst(bufs, mem, f, ops, from, to),
             PipeOp::Pad(f, from, to) => dma::pad(bufs, mem, f, ops, from, to),
             PipeOp::Nd2nz(f) => dma::nd2nz(bufs, mem, f, ops),
@@ -408,6 +420,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Load2d(f, to) => cube::load2d(bufs, f, ops, to),
             PipeOp::Img2col(f) => cube::img2col(bufs, f, ops),
             PipeOp::L0cToGm(f) => cube::l0c_to_gm(bufs, mem, f, ops),
+            PipeOp::L0cToGmNz(f) => cube::l0c_to_gm_nz(bufs, mem, f, ops),
             PipeOp::Mmad(f) => cube::mmad(bufs, f, ops),
             PipeOp::Sync => Ok(()),
         }

@@ -8,7 +8,7 @@
 //! registers, memory, flags, the end of the kernel). What an instruction costs comes from its
 //! timing class in the ISA table (`ScalarConfig::cycles`), not from here.
 
-use gearsim_isa::{Barrier, FMatrix, Flag, Instruction, Mem, ReadSReg};
+use gearsim_isa::{Barrier, CrossSet, CrossWait, FMatrix, Flag, Instruction, Mem, ReadSReg};
 
 use super::MaskState;
 
@@ -119,6 +119,10 @@ pub enum Step<'a> {
     WaitFlag(&'a Flag),
     /// `pipe_barrier` executed by the scalar unit.
     Barrier(&'a Barrier),
+    /// `cross_set` executed by the scalar unit.
+    CrossSet(&'a CrossSet),
+    /// `cross_wait` executed by the scalar unit.
+    CrossWait(&'a CrossWait),
     /// No operation.
     Nop,
     /// End of the kernel.
@@ -245,6 +249,8 @@ pub fn step<'a>(instr: &'a Instruction, r: &[u64; 32]) -> Step<'a> {
         I::SetFlag(f) => Step::SetFlag(f),
         I::WaitFlag(f) => Step::WaitFlag(f),
         I::PipeBarrier(f) => Step::Barrier(f),
+        I::CrossCoreSetFlag(f) => Step::CrossSet(f),
+        I::CrossCoreWaitFlag(f) => Step::CrossWait(f),
         I::Nop(_) => Step::Nop,
         I::End(_) => Step::End,
         I::Vadd(_)
@@ -279,6 +285,7 @@ pub fn step<'a>(instr: &'a Instruction, r: &[u64; 32]) -> Step<'a> {
         | I::Vbreduce(_)
         | I::CopyL0cToUb(_)
         | I::BroadcastUbToL0c(_)
+        | I::BroadcastL1ToL0c(_)
         | I::CopyGmToUb(_)
         | I::CopyUbToGm(_)
         | I::CopyGmToUbPad(_)
@@ -290,6 +297,7 @@ pub fn step<'a>(instr: &'a Instruction, r: &[u64; 32]) -> Step<'a> {
         | I::LoadL0b(_)
         | I::Img2colL0a(_)
         | I::CopyL0cToGm(_)
+        | I::CopyL0cToGmNz(_)
         | I::Mmad(_) => Step::Dispatched,
     }
 }

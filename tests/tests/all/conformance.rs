@@ -125,3 +125,24 @@ fn a_wrong_expected_output_fails_and_an_unknown_operator_is_unsupported() {
     );
     assert_eq!(outcome("test_relu"), &Outcome::Pass);
 }
+
+/// On a separated chip (ascend910b2: cube kernels become MIX kernels, vector kernels run on the
+/// vector cores) every node test has the outcome it has on the coupled default chip.
+#[test]
+fn node_tests_have_the_same_outcomes_on_a_separated_chip() {
+    let dir = ensure_node_tests();
+    let jobs = std::thread::available_parallelism().map_or(2, usize::from);
+    let coupled = run_suite(&dir, jobs).unwrap_or_else(|e| panic!("{e}"));
+    let chip = gearsim_sim::ChipConfig::preset("ascend910b2").unwrap();
+    let separated = conformance::run_suite_on(&dir, jobs, &chip).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(coupled.cases.len(), separated.cases.len());
+    let differ: Vec<String> = coupled
+        .cases
+        .iter()
+        .zip(&separated.cases)
+        .filter(|(a, b)| a.outcome != b.outcome)
+        .map(|(a, b)| format!("{}: {:?} vs {:?}", a.name, a.outcome, b.outcome))
+        .collect();
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    assert_eq!(coupled.op_list_totals(), separated.op_list_totals());
+}

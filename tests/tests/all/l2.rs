@@ -8,7 +8,7 @@
 
 use std::io::Cursor;
 
-use gearsim_sim::{BlockLaunch, Chip, ChipConfig, ExecMode, Kernel, Tick};
+use gearsim_sim::{BlockLaunch, Chip, ChipConfig, CoreKind, CrossGroup, ExecMode, Kernel, Tick};
 use gearsim_tests::*;
 use gearsim_traces::{NullSink, Record, TraceFile, TraceSink, TraceWriter};
 
@@ -90,6 +90,8 @@ fn start_on_every_core<S: TraceSink>(
             kernel,
             block_idx: core,
             block_dim: n,
+            sub_block: 0,
+            group: CrossGroup::solo(0, CoreKind::Coupled, n),
             args: ARGS,
             mode,
         };

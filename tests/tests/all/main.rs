@@ -13,6 +13,7 @@ mod layering;
 mod mutual_imports;
 mod regression;
 mod semantics;
+mod separated;
 mod tidy;
 mod timing_only;
 mod torch_models;

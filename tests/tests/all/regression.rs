@@ -59,11 +59,19 @@ fn suites() -> Vec<Suite> {
     ]
 }
 
+/// The chips the suite runs on: the coupled default and a separated Atlas A2 part, where the
+/// cube kernels become MIX kernels.
+const CHIPS: [&str; 2] = ["ascend910", "ascend910b2"];
+
 fn cfg() -> ChipConfig {
-    ChipConfig::preset("ascend910").unwrap()
+    chip(CHIPS[0])
 }
 
-fn om(s: &Suite, sink: bool) -> Vec<u8> {
+fn chip(name: &str) -> ChipConfig {
+    ChipConfig::preset(name).unwrap()
+}
+
+fn om_for(s: &Suite, sink: bool, cfg: &ChipConfig) -> Vec<u8> {
     let bytes = std::fs::read(workspace_root().join("tests/models").join(s.model)).unwrap();
     let opts = CompileOptions {
         gear: s.gear.clone(),
@@ -72,7 +80,7 @@ fn om(s: &Suite, sink: bool) -> Vec<u8> {
         mapindex_engine: Default::default(),
         fusion: Default::default(),
         precision: Default::default(),
-        target: atc::target(&cfg()),
+        target: atc::target(cfg),
     };
     compile(&bytes, s.model, &opts)
         .unwrap_or_else(|e| panic!("{}: {e}", s.model))
@@ -108,9 +116,13 @@ fn inputs(types: &[DataType], shapes: &[Vec<i64>], seed: u64) -> Vec<Tensor> {
 /// Runs every gear of a suite in one mode on a fresh traced device: the reports and the
 /// task sequence of the trace.
 fn run_mode(s: &Suite, sink: bool) -> (Vec<RunReport>, String) {
+    run_mode_on(s, sink, &cfg())
+}
+
+fn run_mode_on(s: &Suite, sink: bool, cfg: &ChipConfig) -> (Vec<RunReport>, String) {
     let writer = TraceWriter::new(Cursor::new(Vec::new())).unwrap();
-    let mut rt = Runtime::new(cfg(), writer, RuntimeOptions::default()).unwrap();
-    let m = rt.load(&om(s, sink)).unwrap();
+    let mut rt = Runtime::new(cfg.clone(), writer, RuntimeOptions::default()).unwrap();
+    let m = rt.load(&om_for(s, sink, cfg)).unwrap();
     let desc = rt.desc(m).unwrap().clone();
     let d = desc.dynamic.clone().unwrap();
     let types: Vec<DataType> = desc
@@ -209,9 +221,14 @@ fn check_golden(name: &str, text: &str) {
 }
 
 fn check_suite(s: &Suite) {
-    let (plain, plain_seq) = run_mode(s, false);
-    let (sink, sink_seq) = run_mode(s, true);
-    let c = om(s, false);
+    check_suite_on(s, &cfg());
+}
+
+/// The suite on one chip: every chip runs the same task sequences, so one golden serves all.
+fn check_suite_on(s: &Suite, cfg: &ChipConfig) -> Vec<RunReport> {
+    let (plain, plain_seq) = run_mode_on(s, false, cfg);
+    let (sink, sink_seq) = run_mode_on(s, true, cfg);
+    let c = om_for(s, false, cfg);
     let desc = gearsim_isa::om::OmFile::parse(&c).unwrap().desc().unwrap();
     let d = desc.dynamic.unwrap();
     for (g, (a, b)) in plain.iter().zip(&sink).enumerate() {
@@ -258,6 +275,30 @@ fn check_suite(s: &Suite) {
     }
     check_golden(&format!("{}_nonsink", s.name), &plain_seq);
     check_golden(&format!("{}_sink", s.name), &sink_seq);
+    plain
+}
+
+/// On a separated chip (cube and vector cores, the cube kernels split into MIX kernels) every
+/// suite agrees between modes as on the coupled one, and its outputs are bit-identical to the
+/// coupled chip's.
+#[test]
+fn every_suite_agrees_on_a_separated_chip_and_matches_the_coupled_one() {
+    for s in suites() {
+        let separated = check_suite_on(&s, &chip(CHIPS[1]));
+        let (coupled, _) = run_mode(&s, false);
+        for (g, (a, b)) in coupled.iter().zip(&separated).enumerate() {
+            for (o, (p, q)) in a.outputs.iter().zip(&b.outputs).enumerate() {
+                assert_eq!(p.dims, q.dims, "{} gear {g} output {o}", s.name);
+                assert!(
+                    p.data == q.data,
+                    "{} gear {g} output {o}: {} and {} differ",
+                    s.name,
+                    CHIPS[0],
+                    CHIPS[1]
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -2716,6 +2716,17 @@ fn cube_mmad_init_accumulate_and_l0c_to_ub() {
 /// each), and an mmad without init accumulates onto it: C = bias + A x B, in that order.
 #[test]
 fn cube_bias_broadcast_then_accumulate() {
+    bias_then_accumulate(false);
+}
+
+/// broadcast_l1_to_l0c (a separated chip's bias through L1 and the bias table) fills L0C
+/// exactly as broadcast_ub_to_l0c does from UB.
+#[test]
+fn cube_bias_from_l1_then_accumulate() {
+    bias_then_accumulate(true);
+}
+
+fn bias_then_accumulate(from_l1: bool) {
     let mut sim = Sim::new();
     let mut rng = Rng::new(0x5e_0033);
     let (a, b) = (matrix(&mut rng, M, K), matrix(&mut rng, K, N));
@@ -2724,14 +2735,22 @@ fn cube_bias_broadcast_then_accumulate() {
     let ins = [&a, &b, &b].map(|x| sim.put(&f16_bytes(x)));
     let pb = sim.put(&bias_bytes);
     let out = sim.put(&vec![0; 4096]);
+    let fill = if from_l1 {
+        "movi x20, 0xc000\n copy_gm_to_l1 x20, x6, 1, 4\n\
+         set_flag MTE2, MTE1, 1\n wait_flag MTE2, MTE1, 1\n\
+         broadcast_l1_to_l0c x17, x20, 2, 2\n\
+         set_flag MTE1, M, 1\n wait_flag MTE1, M, 1\n"
+    } else {
+        "movi x20, 0x2000\n copy_gm_to_ub x20, x6, 1, 4\n\
+         set_flag MTE2, V, 0\n wait_flag MTE2, V, 0\n\
+         broadcast_ub_to_l0c x17, x20, 2, 2\n\
+         set_flag V, M, 0\n wait_flag V, M, 0\n"
+    };
     let kernel = format!(
         "sreg x1, args\n ld.gm.u64 x2, x1\n ld.gm.u64 x3, x1, off=8\n ld.gm.u64 x4, x1, off=16\n\
          ld.gm.u64 x5, x1, off=24\n ld.gm.u64 x6, x1, off=32\n\
-         movi x20, 0x2000\n copy_gm_to_ub x20, x6, 1, 4\n\
-         set_flag MTE2, V, 0\n wait_flag MTE2, V, 0\n\
          {MMAD_LOADS}\
-         broadcast_ub_to_l0c x17, x20, 2, 2\n\
-         set_flag V, M, 0\n wait_flag V, M, 0\n\
+         {fill}\
          mmad x17, x13, x15, 20, 40, 24\n\
          set_flag M, V, 0\n wait_flag M, V, 0\n\
          movi x21, 0\n copy_l0c_to_ub.f32 x21, x17, 4\n\
@@ -2806,6 +2825,110 @@ fn cube_l0c_to_gm_through_fixpipe() {
                 u64::from(g16[i * s16 + j].to_bits()),
                 want,
                 "f16 relu row {i} col {j}"
+            );
+        }
+    }
+}
+
+/// copy_l0c_to_gm_nz (FIXPIPE without NZ2ND) writes GM exactly the bytes copy_l0c_to_ub writes
+/// UB, fractal order, conversion, ReLU and gaps included; the gap fractals are left untouched.
+#[test]
+fn cube_l0c_to_gm_nz_matches_the_ub_drain() {
+    let mut cfg = ChipConfig::preset("ascend910").unwrap();
+    cfg.core.fixpipe = true;
+    let mut sim = Sim::with(cfg);
+    let mut rng = Rng::new(0x5e_0034);
+    let (a, b) = (matrix(&mut rng, M, K), matrix(&mut rng, K, N));
+    let ins = [&a, &b, &b].map(|x| sim.put(&f16_bytes(x)));
+    // Per form: f32 all four fractals, f16 with ReLU fractals 0 and 2 into slots 0 and 2.
+    let bytes = [4 * 1024, 3 * 512];
+    let sentinel = |n: usize| vec![0x5au8; n];
+    let via_ub = [sim.put(&sentinel(bytes[0])), sim.put(&sentinel(bytes[1]))];
+    let via_fix = [sim.put(&sentinel(bytes[0])), sim.put(&sentinel(bytes[1]))];
+    let kernel = format!(
+        "sreg x1, args\n ld.gm.u64 x2, x1\n ld.gm.u64 x3, x1, off=8\n ld.gm.u64 x4, x1, off=16\n\
+         ld.gm.u64 x5, x1, off=24\n ld.gm.u64 x6, x1, off=32\n\
+         ld.gm.u64 x7, x1, off=40\n ld.gm.u64 x8, x1, off=48\n\
+         movi x21, 0x1000\n copy_gm_to_ub x21, x6, 1, {}\n\
+         {MMAD_LOADS}\
+         mmad x17, x13, x15, 20, 40, 24, init=true\n\
+         set_flag M, V, 0\n wait_flag M, V, 0\n set_flag M, FIX, 0\n wait_flag M, FIX, 0\n\
+         movi x20, 0\n copy_l0c_to_ub.f32 x20, x17, 4\n\
+         copy_l0c_to_ub.f16 x21, x17, 2, src_gap=1, dst_gap=1, relu=true\n\
+         copy_l0c_to_gm_nz.f32 x7, x17, 4\n\
+         copy_l0c_to_gm_nz.f16 x8, x17, 2, src_gap=1, dst_gap=1, relu=true\n\
+         set_flag V, MTE3, 0\n wait_flag V, MTE3, 0\n\
+         copy_ub_to_gm x5, x20, 1, {}\n copy_ub_to_gm x6, x21, 1, {}\n end\n",
+        bytes[1] / 32,
+        bytes[0] / 32,
+        bytes[1] / 32,
+    );
+    sim.run(
+        &kernel,
+        1,
+        &[
+            ins[0], ins[1], ins[2], via_ub[0], via_ub[1], via_fix[0], via_fix[1],
+        ],
+    );
+    for (i, n) in bytes.into_iter().enumerate() {
+        let (u, g) = (sim.get(via_ub[i], n), sim.get(via_fix[i], n));
+        assert_eq!(u, g, "form {i}");
+    }
+    // The f16 form skipped its gap fractal in GM, as in UB.
+    assert!(sim.get(via_fix[1], 1024)[512..].iter().all(|&b| b == 0x5a));
+}
+
+/// A MIX kernel on a separated chip (ascend910b2): the cube core computes C = A x B and writes
+/// it out through the FIXPIPE, then tells its two vector cores with `cross_set.aic_aiv`; each
+/// vector core waits for it (`cross_wait`), adds 1 + its `sub_block_idx` to C in UB and writes
+/// its own copy, then tells the cube core, which waits for both before it ends.
+#[test]
+fn mix_kernel_cube_to_vector_through_gm_with_cross_core_flags() {
+    let mut sim = Sim::with(ChipConfig::preset("ascend910b2").unwrap());
+    let mut rng = Rng::new(0x5e_0177);
+    let (a, b) = (matrix(&mut rng, M, K), matrix(&mut rng, K, N));
+    let ins = [&a, &b, &b].map(|x| sim.put(&f16_bytes(x)));
+    let c_bytes = M * N * 4; // 1920: 60 blocks
+    let c_gm = sim.put(&vec![0u8; c_bytes]);
+    let outs = [sim.put(&vec![0u8; c_bytes]), sim.put(&vec![0u8; c_bytes])];
+    let cube = format!(
+        "sreg x1, args\n ld.gm.u64 x2, x1\n ld.gm.u64 x3, x1, off=8\n ld.gm.u64 x4, x1, off=16\n\
+         ld.gm.u64 x5, x1, off=24\n\
+         {MMAD_LOADS}\
+         mmad x17, x13, x15, 20, 40, 24, init=true\n\
+         set_flag M, FIX, 0\n wait_flag M, FIX, 0\n\
+         copy_l0c_to_gm.f32 x5, x17, 20, 24, 24\n\
+         cross_set.aic_aiv FIX, 0\n\
+         cross_wait S, 1\n end\n"
+    );
+    let vector = "sreg x1, args\n ld.gm.u64 x5, x1, off=24\n\
+         sreg x21, sub_block_idx\n shli x22, x21, 3\n addi x22, x22, 32\n add x22, x1, x22\n\
+         ld.gm.u64 x6, x22\n\
+         shli x21, x21, 23\n movi x20, 0x3f800000\n add x20, x20, x21\n\
+         movi x10, 0\n\
+         cross_wait MTE2, 0\n\
+         copy_gm_to_ub x10, x5, 1, 60\n\
+         set_flag MTE2, V, 0\n wait_flag MTE2, V, 0\n\
+         vadds.f32 x10, x10, x20, repeat=8\n\
+         set_flag V, MTE3, 0\n wait_flag V, MTE3, 0\n\
+         copy_ub_to_gm x6, x10, 1, 60\n\
+         cross_set.aic_aiv MTE3, 1\n end\n";
+    let asm = |src: &str| gearsim_isa::assemble(src, "mix.s").unwrap_or_else(|e| panic!("{e}"));
+    let k = sim.dev.load_mix_kernel(asm(&cube), asm(vector), 0).unwrap();
+    let args = [ins[0], ins[1], ins[2], c_gm, outs[0], outs[1]];
+    let report = sim.dev.launch(k, 1, &args, ExecMode::Full).unwrap();
+    assert_eq!(
+        report.cores_used, 3,
+        "one cube core and its two vector cores"
+    );
+    let c = matmul(&vec![0.0; M * N], &a, &b, M, K, N);
+    for (s, &out) in outs.iter().enumerate() {
+        let got = f32_from_bytes(&sim.get(out, c_bytes));
+        for (i, (g, want)) in got.iter().zip(&c).enumerate() {
+            assert_eq!(
+                g.to_bits(),
+                (want + (1.0 + s as f32)).to_bits(),
+                "vector core {s}, element {i}"
             );
         }
     }

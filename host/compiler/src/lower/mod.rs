@@ -91,6 +91,18 @@ pub struct Kernel {
     /// `KERNEL_NEEDS_VALUES`): it reads values itself, or a kernel that does reads what it
     /// computes. Set by emission from `value_inputs`.
     pub needs_values: bool,
+    /// On a separated chip, the vector core's program of a MIX kernel whose `program` is the
+    /// cube core's (`mix::split`).
+    pub mix: Option<MixPart>,
+}
+
+/// The vector side of a MIX kernel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MixPart {
+    /// The vector core's program.
+    pub vector: Program,
+    /// Its comments.
+    pub comments: Comments,
 }
 
 impl Kernel {
@@ -202,6 +214,7 @@ impl LowerCtx<'_> {
             tiling: f.tiling,
             value_inputs: Vec::new(),
             needs_values: false,
+            mix: None,
         })
     }
 }
@@ -401,7 +414,49 @@ pub fn lower_node(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let f = lowering(&ctx.node.op).ok_or_else(|| {
         ctx.error("no device kernel for this operator (it is supported by shape inference only)")
     })?;
-    f(ctx)
+    let lowered = f(ctx)?;
+    if ctx.target.core.separated {
+        return separate(ctx, lowered);
+    }
+    Ok(lowered)
+}
+
+/// On a separated chip, every kernel that uses the cube and the vector unit becomes a MIX
+/// kernel, its drain slots appended to the node's workspace.
+fn separate(ctx: &LowerCtx<'_>, lowered: Lowered) -> Result<Lowered, LowerError> {
+    let Lowered::Kernels {
+        mut kernels,
+        derived,
+        mut workspace_bytes,
+    } = lowered
+    else {
+        return Ok(lowered);
+    };
+    for k in &mut kernels {
+        let split = crate::mix::split(
+            &k.program,
+            &k.comments,
+            k.args.len(),
+            ctx.target.core.event_ids,
+            ctx.target.core.l1_bytes,
+        )
+        .map_err(|e| ctx.error(format!("kernel {}: {e}", k.name)))?;
+        let Some(split) = split else { continue };
+        let at = workspace_bytes.div_ceil(512) * 512;
+        workspace_bytes = at + split.slot_bytes * u64::from(k.block_dim);
+        k.args.push(Operand::Workspace(at));
+        k.program = split.cube;
+        k.comments = split.cube_comments;
+        k.mix = Some(MixPart {
+            vector: split.vector,
+            comments: split.vector_comments,
+        });
+    }
+    Ok(Lowered::Kernels {
+        kernels,
+        derived,
+        workspace_bytes,
+    })
 }
 
 /// What a kernel computes on its output before writing it: the activation the fusion pass
