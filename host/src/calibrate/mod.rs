@@ -92,7 +92,7 @@ pub fn parse_targets(text: &str, file: &str) -> Result<Vec<Row>, String> {
         let net = Net::parse(f[1]).ok_or_else(|| {
             at(
                 "net",
-                format!("expected resnet18 or resnet50, got `{}`", f[1]),
+                format!("expected resnet18, resnet50 or gemmMxNxK, got `{}`", f[1]),
             )
         })?;
         // Its preset's own name (atc's spellings resolve to it), which `ChipOverride` compares.
@@ -308,17 +308,23 @@ fn simulate(
     )
     .map_err(|e| e.to_string())?;
     let m = rt.load(&om).map_err(|e| format!("{name}: {e}"))?;
-    // What the model takes: the image AIPP reads, or the fp32 NCHW tensor.
-    let desc = &rt.desc(m).map_err(|e| e.to_string())?.inputs[0];
-    let dtype = crate::runtime::session::io_type(desc).map_err(|e| e.to_string())?;
-    let n: i64 = desc.dims.iter().product();
-    let input = Tensor::new(
-        dtype,
-        desc.dims.clone(),
-        vec![0u8; n as usize * dtype.size()],
-    )
-    .map_err(|e| e.to_string())?;
-    let inputs = [input];
+    // What the model takes: the image AIPP reads, the fp32 NCHW tensor, or a GEMM's operands.
+    let inputs = rt
+        .desc(m)
+        .map_err(|e| e.to_string())?
+        .inputs
+        .iter()
+        .map(|desc| {
+            let dtype = crate::runtime::session::io_type(desc).map_err(|e| e.to_string())?;
+            let n: i64 = desc.dims.iter().product();
+            Tensor::new(
+                dtype,
+                desc.dims.clone(),
+                vec![0u8; n as usize * dtype.size()],
+            )
+            .map_err(|e| e.to_string())
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     rt.run(m, &inputs).map_err(|e| format!("{name}: {e}"))?;
     let report = rt.run(m, &inputs).map_err(|e| format!("{name}: {e}"))?;
     Ok(Outcome {
@@ -612,7 +618,19 @@ mod tests {
     #[test]
     fn the_committed_targets_parse() {
         let rows = parse_targets(TARGETS, "targets.csv").unwrap();
-        assert_eq!(rows.len(), 14);
+        assert_eq!(rows.len(), 17);
+        // The A2 kernel rows: one GEMM each, measured in us.
+        let k1 = rows.iter().find(|r| r.id == "K1").unwrap();
+        assert_eq!(
+            k1.net,
+            Net::Gemm {
+                m: 2048,
+                n: 4096,
+                k: 4000
+            }
+        );
+        assert_eq!(k1.chip, "ascend910b2");
+        assert!((k1.measured_us() - 261.0).abs() < 0.01);
         assert!(rows.iter().any(|r| r.id == "M4" && r.batch == 64));
         // The sources' atc commands: AIPP with --enable_small_channel=1, or neither.
         assert!(rows.iter().all(|r| r.aipp == r.small_channel));

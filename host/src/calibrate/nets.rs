@@ -21,27 +21,51 @@ pub enum Net {
     ResNet18,
     /// torchvision `resnet50` (v1.5): Bottlenecks [3, 4, 6, 3].
     ResNet50,
+    /// One fp16 GEMM `m×k · k×n` (`gemmMxNxK` in the targets table): calibration.md §2's
+    /// single-kernel rows.
+    Gemm {
+        /// Rows of the result.
+        m: u32,
+        /// Columns of the result.
+        n: u32,
+        /// The reduced dimension.
+        k: u32,
+    },
 }
 
 impl Net {
     /// Every network, in table order.
     pub const ALL: [Net; 2] = [Net::ResNet18, Net::ResNet50];
 
-    /// `resnet18` / `resnet50`, as the targets table spells them.
-    pub fn name(self) -> &'static str {
+    /// `resnet18` / `resnet50` / `gemm2048x4096x4000`, as the targets table spells them.
+    pub fn name(self) -> String {
         match self {
-            Net::ResNet18 => "resnet18",
-            Net::ResNet50 => "resnet50",
+            Net::ResNet18 => "resnet18".into(),
+            Net::ResNet50 => "resnet50".into(),
+            Net::Gemm { m, n, k } => format!("gemm{m}x{n}x{k}"),
         }
     }
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Net> {
+        if let Some(dims) = s.strip_prefix("gemm") {
+            let d: Vec<u32> = dims
+                .split('x')
+                .map(|v| v.parse().ok())
+                .collect::<Option<_>>()?;
+            return match d[..] {
+                [m, n, k] if m > 0 && n > 0 && k > 0 => Some(Net::Gemm { m, n, k }),
+                _ => None,
+            };
+        }
         Net::ALL.into_iter().find(|n| n.name() == s)
     }
 
-    /// Multiply-accumulates of one image (convolutions and the classifier).
+    /// Multiply-accumulates of one image (convolutions and the classifier), or of the GEMM.
     pub fn macs_per_image(self) -> u64 {
+        if let Net::Gemm { m, n, k } = self {
+            return u64::from(m) * u64::from(n) * u64::from(k);
+        }
         let mut b = Builder::new(DType::F32, 0);
         b.count_only = true;
         self.build_into(&mut b);
@@ -49,20 +73,26 @@ impl Net {
     }
 
     fn build_into(self, b: &mut Builder) {
-        let x = b.stem();
-        let x = match self {
-            Net::ResNet18 => b.layers(x, &[2, 2, 2, 2], false),
-            Net::ResNet50 => b.layers(x, &[3, 4, 6, 3], true),
+        let blocks: &[usize] = match self {
+            Net::ResNet18 => &[2, 2, 2, 2],
+            Net::ResNet50 => &[3, 4, 6, 3],
+            Net::Gemm { .. } => return,
         };
+        let x = b.stem();
+        let x = b.layers(x, blocks, self == Net::ResNet50);
         b.head(x);
     }
 
     /// The ONNX model for `batch` images (`batch` ≤ 0: a `-1` batch axis) in element type
-    /// `dtype`, weights drawn from `seed`.
+    /// `dtype`, weights drawn from `seed`; a GEMM is one fp16 MatMul of two inputs whatever
+    /// the arguments.
     pub fn onnx(self, batch: i64, dtype: DType, seed: u64) -> Vec<u8> {
+        if let Net::Gemm { m, n, k } = self {
+            return gemm_onnx(m, n, k);
+        }
         let mut b = Builder::new(dtype, seed);
         self.build_into(&mut b);
-        b.finish(self.name(), batch)
+        b.finish(&self.name(), batch)
     }
 }
 
@@ -344,50 +374,90 @@ impl Builder {
 
     fn finish(self, name: &str, batch: i64) -> Vec<u8> {
         let elem = self.dtype.onnx();
-        let info = |n: &str, dims: &[i64]| {
-            use tensor_shape_proto::dimension::Value as D;
-            ValueInfoProto {
-                name: n.into(),
-                r#type: Some(TypeProto {
-                    value: Some(type_proto::Value::TensorType(type_proto::Tensor {
-                        elem_type: elem,
-                        shape: Some(TensorShapeProto {
-                            dim: dims
-                                .iter()
-                                .map(|&d| tensor_shape_proto::Dimension {
-                                    value: Some(if d > 0 {
-                                        D::DimValue(d)
-                                    } else {
-                                        D::DimParam("batch".into())
-                                    }),
-                                    denotation: String::new(),
-                                })
-                                .collect(),
-                        }),
-                    })),
-                }),
-                doc_string: String::new(),
-            }
-        };
-        ModelProto {
-            ir_version: 8,
-            opset_import: vec![OperatorSetIdProto {
-                domain: String::new(),
-                version: 17,
-            }],
-            producer_name: "gearsim calibrate".into(),
-            graph: Some(GraphProto {
-                node: self.nodes,
-                name: name.into(),
-                initializer: self.inits,
-                input: vec![info("input", &[batch, 3, 224, 224])],
-                output: vec![info("output", &[batch, 1000])],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-        .encode_to_vec()
+        model_bytes(
+            name,
+            self.nodes,
+            self.inits,
+            vec![value_info("input", elem, &[batch, 3, 224, 224])],
+            vec![value_info("output", elem, &[batch, 1000])],
+        )
     }
+}
+
+/// A graph input or output of element type `elem` (a dim ≤ 0 is the `batch` parameter).
+fn value_info(n: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
+    use tensor_shape_proto::dimension::Value as D;
+    ValueInfoProto {
+        name: n.into(),
+        r#type: Some(TypeProto {
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: elem,
+                shape: Some(TensorShapeProto {
+                    dim: dims
+                        .iter()
+                        .map(|&d| tensor_shape_proto::Dimension {
+                            value: Some(if d > 0 {
+                                D::DimValue(d)
+                            } else {
+                                D::DimParam("batch".into())
+                            }),
+                            denotation: String::new(),
+                        })
+                        .collect(),
+                }),
+            })),
+        }),
+        doc_string: String::new(),
+    }
+}
+
+/// An opset-17 model of one graph.
+fn model_bytes(
+    name: &str,
+    node: Vec<NodeProto>,
+    initializer: Vec<TensorProto>,
+    input: Vec<ValueInfoProto>,
+    output: Vec<ValueInfoProto>,
+) -> Vec<u8> {
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        producer_name: "gearsim calibrate".into(),
+        graph: Some(GraphProto {
+            node,
+            name: name.into(),
+            initializer,
+            input,
+            output,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+/// One fp16 GEMM `y[m, n] = a[m, k] · b[k, n]`, both operands graph inputs, as calibration.md
+/// §2's kernel rows measure it (their output is fp32; this one's is fp16, see the row notes).
+fn gemm_onnx(m: u32, n: u32, k: u32) -> Vec<u8> {
+    let f16 = DType::F16.onnx();
+    let node = NodeProto {
+        input: vec!["a".into(), "b".into()],
+        output: vec!["y".into()],
+        name: "gemm".into(),
+        op_type: "MatMul".into(),
+        ..Default::default()
+    };
+    let (m, n, k) = (i64::from(m), i64::from(n), i64::from(k));
+    model_bytes(
+        "gemm",
+        vec![node],
+        Vec::new(),
+        vec![value_info("a", f16, &[m, k]), value_info("b", f16, &[k, n])],
+        vec![value_info("y", f16, &[m, n])],
+    )
 }
 
 #[cfg(test)]
@@ -401,6 +471,21 @@ mod tests {
         let r50 = Net::ResNet50.macs_per_image() as f64 / 1e9;
         assert!((r18 - 1.814).abs() < 0.01, "{r18}");
         assert!((r50 - 4.089).abs() < 0.02, "{r50}");
+    }
+
+    #[test]
+    fn gemm_names_parse_and_build_one_matmul() {
+        let g = Net::parse("gemm2048x4096x4000").unwrap();
+        assert_eq!(g.name(), "gemm2048x4096x4000");
+        assert_eq!(g.macs_per_image(), 2048 * 4096 * 4000);
+        for bad in ["gemm2048x4096", "gemm0x1x1", "gemmaxbxc", "gemm1x2x3x4"] {
+            assert_eq!(Net::parse(bad), None, "{bad}");
+        }
+        let m = ModelProto::decode(g.onnx(1, DType::F32, 0).as_slice()).unwrap();
+        let graph = m.graph.unwrap();
+        assert_eq!(graph.node.len(), 1);
+        assert_eq!(graph.node[0].op_type, "MatMul");
+        assert_eq!(graph.input.len(), 2);
     }
 
     #[test]
