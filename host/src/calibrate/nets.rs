@@ -31,6 +31,11 @@ pub enum Net {
         /// The reduced dimension.
         k: u32,
     },
+    /// One host-to-device copy of `bytes` (`h2dBYTES`): calibration.md §2's K14.
+    H2d {
+        /// Bytes copied.
+        bytes: u64,
+    },
 }
 
 impl Net {
@@ -43,11 +48,19 @@ impl Net {
             Net::ResNet18 => "resnet18".into(),
             Net::ResNet50 => "resnet50".into(),
             Net::Gemm { m, n, k } => format!("gemm{m}x{n}x{k}"),
+            Net::H2d { bytes } => format!("h2d{bytes}"),
         }
     }
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Net> {
+        if let Some(bytes) = s.strip_prefix("h2d") {
+            return bytes
+                .parse()
+                .ok()
+                .filter(|b| *b > 0)
+                .map(|bytes| Net::H2d { bytes });
+        }
         if let Some(dims) = s.strip_prefix("gemm") {
             let d: Vec<u32> = dims
                 .split('x')
@@ -61,10 +74,17 @@ impl Net {
         Net::ALL.into_iter().find(|n| n.name() == s)
     }
 
+    /// Whether the workload is a model (a copy row runs none).
+    pub fn is_model(self) -> bool {
+        !matches!(self, Net::H2d { .. })
+    }
+
     /// Multiply-accumulates of one image (convolutions and the classifier), or of the GEMM.
     pub fn macs_per_image(self) -> u64 {
-        if let Net::Gemm { m, n, k } = self {
-            return u64::from(m) * u64::from(n) * u64::from(k);
+        match self {
+            Net::Gemm { m, n, k } => return u64::from(m) * u64::from(n) * u64::from(k),
+            Net::H2d { .. } => return 0,
+            Net::ResNet18 | Net::ResNet50 => {}
         }
         let mut b = Builder::new(DType::F32, 0);
         b.count_only = true;
@@ -76,7 +96,7 @@ impl Net {
         let blocks: &[usize] = match self {
             Net::ResNet18 => &[2, 2, 2, 2],
             Net::ResNet50 => &[3, 4, 6, 3],
-            Net::Gemm { .. } => return,
+            Net::Gemm { .. } | Net::H2d { .. } => return,
         };
         let x = b.stem();
         let x = b.layers(x, blocks, self == Net::ResNet50);
@@ -87,8 +107,11 @@ impl Net {
     /// `dtype`, weights drawn from `seed`; a GEMM is one fp16 MatMul of two inputs whatever
     /// the arguments.
     pub fn onnx(self, batch: i64, dtype: DType, seed: u64) -> Vec<u8> {
-        if let Net::Gemm { m, n, k } = self {
-            return gemm_onnx(m, n, k);
+        match self {
+            Net::Gemm { m, n, k } => return gemm_onnx(m, n, k),
+            // A copy runs no model (`is_model`); the smallest GEMM stands in.
+            Net::H2d { .. } => return gemm_onnx(1, 1, 1),
+            Net::ResNet18 | Net::ResNet50 => {}
         }
         let mut b = Builder::new(dtype, seed);
         self.build_into(&mut b);
@@ -478,7 +501,18 @@ mod tests {
         let g = Net::parse("gemm2048x4096x4000").unwrap();
         assert_eq!(g.name(), "gemm2048x4096x4000");
         assert_eq!(g.macs_per_image(), 2048 * 4096 * 4000);
-        for bad in ["gemm2048x4096", "gemm0x1x1", "gemmaxbxc", "gemm1x2x3x4"] {
+        assert_eq!(
+            Net::parse("h2d67108864"),
+            Some(Net::H2d { bytes: 67_108_864 })
+        );
+        for bad in [
+            "gemm2048x4096",
+            "gemm0x1x1",
+            "gemmaxbxc",
+            "gemm1x2x3x4",
+            "h2d0",
+            "h2d",
+        ] {
             assert_eq!(Net::parse(bad), None, "{bad}");
         }
         let m = ModelProto::decode(g.onnx(1, DType::F32, 0).as_slice()).unwrap();

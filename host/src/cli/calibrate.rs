@@ -118,7 +118,8 @@ pub fn run(a: &CalibrateArgs) -> Result<(), Failure> {
         .max(1);
     if let Some(dir) = &a.models_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
-        for r in &rows {
+        // A copy row runs no model.
+        for r in rows.iter().filter(|r| r.net.is_model()) {
             let p = dir.join(format!("{}_b{}.onnx", r.net.name(), r.batch));
             write_atomic(&p, &r.model()).with_context(|| format!("{}", p.display()))?;
         }
