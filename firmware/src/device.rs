@@ -257,14 +257,13 @@ impl<S: TraceSink> Device<S> {
         let ptr = self.alloc(image.len() as u64)?;
         self.write(ptr, &image)?;
         let name = program.display_name().to_string();
-        let chip_id = self.chip.load_kernel(Kernel::new(program.clone()))?;
+        let needs = crate::dispatch::core_kind_of(&program);
+        let chip_id = self.chip.load_kernel(Kernel::new(program))?;
         self.fw
             .sched
             .dispatch
-            .register(ptr.0, (chip_id, None), flags, name, &program)
-            .map_err(|e| {
-                DeviceError::InvalidLaunch(format!("kernel `{}`: {e}", program.display_name()))
-            })?;
+            .register(ptr.0, (chip_id, None), flags, name.clone(), needs)
+            .map_err(|e| DeviceError::InvalidLaunch(format!("kernel `{name}`: {e}")))?;
         Ok(KernelHandle { addr: ptr })
     }
 
@@ -283,15 +282,20 @@ impl<S: TraceSink> Device<S> {
         let name = cube.display_name().to_string();
         let kind_flags = (flags & !gearsim_isa::task::KERNEL_KIND_MASK)
             | gearsim_isa::task::KernelKind::Mix.flags();
-        let first = self.chip.load_kernel(Kernel::new(cube.clone()))?;
+        let needs = crate::dispatch::core_kind_of(&cube);
+        let first = self.chip.load_kernel(Kernel::new(cube))?;
         let second = self.chip.load_kernel(Kernel::new(vector))?;
         self.fw
             .sched
             .dispatch
-            .register(ptr.0, (first, Some(second)), kind_flags, name, &cube)
-            .map_err(|e| {
-                DeviceError::InvalidLaunch(format!("kernel `{}`: {e}", cube.display_name()))
-            })?;
+            .register(
+                ptr.0,
+                (first, Some(second)),
+                kind_flags,
+                name.clone(),
+                needs,
+            )
+            .map_err(|e| DeviceError::InvalidLaunch(format!("kernel `{name}`: {e}")))?;
         Ok(KernelHandle { addr: ptr })
     }
 

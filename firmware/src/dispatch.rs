@@ -16,7 +16,7 @@ use gearsim_isa::task::{
     AiCoreKernel, KERNEL_MIX_ONE_VECTOR, KernelKind, L2_SECTION_BYTES, L2Action, L2Section,
     MAX_L2_SECTIONS,
 };
-use gearsim_isa::{Pipe, Program};
+use gearsim_isa::{PipeSide, Program};
 use gearsim_sim::{
     Architecture, BlockLaunch, Chip, ChipConfig, CoreKind, CoreStats, CrossGroup, ExecMode, Kernel,
     Tick, Traffic,
@@ -67,17 +67,14 @@ pub(crate) fn encode_mix_image(
 /// core when it uses neither (a scalar or copy kernel); using both is an error naming one
 /// instruction of each side.
 pub fn core_kind_of(program: &Program) -> Result<CoreKind, String> {
-    let side = |cube: bool| {
-        program.instrs.iter().enumerate().find(|(_, i)| {
-            let p = i.pipe();
-            if cube {
-                matches!(p, Pipe::M | Pipe::Mte1 | Pipe::Fix)
-            } else {
-                matches!(p, Pipe::V | Pipe::Mte3)
-            }
-        })
+    let side = |want: PipeSide| {
+        program
+            .instrs
+            .iter()
+            .enumerate()
+            .find(|(_, i)| i.pipe().side() == want)
     };
-    match (side(true), side(false)) {
+    match (side(PipeSide::Cube), side(PipeSide::Vector)) {
         (Some((c, ci)), Some((v, vi))) => Err(format!(
             "it uses the cube side (pc {c}: {}) and the vector side (pc {v}: {}), which are \
              different cores on a separated chip: split it into a MIX kernel",
@@ -196,7 +193,6 @@ pub(crate) struct Dispatch {
     max_block_dim: u32,
     architecture: Architecture,
     vectors_per_core: u32,
-    cube_cores: u32,
 }
 
 impl Dispatch {
@@ -218,21 +214,21 @@ impl Dispatch {
             max_block_dim: cfg.scheduler.max_block_dim,
             architecture: cfg.core.architecture,
             vectors_per_core: cfg.core.vector_cores_per_core,
-            cube_cores: cfg.core.count,
         }
     }
 
     /// Records the image at `addr` (flags as in its header) whose programs the chip already
-    /// holds: `chip_ids` is the one program, or a MIX kernel's cube and vector programs.
+    /// holds: `chip_ids` is the one program, or a MIX kernel's cube and vector programs;
+    /// `needs` is [`core_kind_of`] its (first) program.
     pub(crate) fn register(
         &mut self,
         addr: u64,
         chip_ids: (usize, Option<usize>),
         flags: u32,
         name: String,
-        program: &Program,
+        needs: Result<CoreKind, String>,
     ) -> Result<(), String> {
-        let placement = self.placement(chip_ids, flags, program)?;
+        let placement = self.placement(chip_ids, flags, needs)?;
         self.kernels.insert(
             addr,
             KernelEntry {
@@ -249,7 +245,7 @@ impl Dispatch {
         &self,
         chip_ids: (usize, Option<usize>),
         flags: u32,
-        program: &Program,
+        needs: Result<CoreKind, String>,
     ) -> Result<Placement, String> {
         let kind = KernelKind::of_flags(flags);
         let separated = self.architecture == Architecture::Separated;
@@ -257,7 +253,7 @@ impl Dispatch {
             (KernelKind::AiCore, None) if !separated => {
                 Ok(Placement::Single(chip_ids.0, CoreKind::Coupled))
             }
-            (KernelKind::AiCore, None) => Ok(Placement::Single(chip_ids.0, core_kind_of(program)?)),
+            (KernelKind::AiCore, None) => Ok(Placement::Single(chip_ids.0, needs?)),
             (KernelKind::Cube | KernelKind::Vector | KernelKind::Mix, _) if !separated => {
                 Err(format!(
                     "a {kind:?} kernel needs a separated chip (cube and vector cores); this one \
@@ -373,7 +369,7 @@ impl Dispatch {
         } else {
             None
         };
-        let kind_check = program.clone();
+        let needs = core_kind_of(&program);
         let mut load = |p: Program| {
             cx.chip
                 .load_kernel(Kernel::new(p))
@@ -381,7 +377,7 @@ impl Dispatch {
         };
         let first = load(program)?;
         let second = second.map(&mut load).transpose()?;
-        self.register(addr, (first, second), flags, name, &kind_check)
+        self.register(addr, (first, second), flags, name, needs)
             .map_err(|e| bad(at, K, "kernel", format!("kernel image at {addr:#x}: {e}")))?;
         let e = &self.kernels[&addr];
         Ok((e.placement, e.needs_values))
@@ -471,8 +467,7 @@ impl Dispatch {
     /// kind, or for a MIX kernel the lowest AI core whose cube core and vector cores are all
     /// free (cube core first).
     fn free_cores<S: TraceSink>(&self, chip: &Chip<S>, placement: Placement) -> Option<Vec<u32>> {
-        let v = self.vectors_per_core;
-        let n = self.cube_cores;
+        let n = chip.config().core.count;
         match placement {
             Placement::Single(_, CoreKind::Coupled) => (0..chip.core_count())
                 .find(|&c| self.core_free(chip, c))
@@ -480,13 +475,13 @@ impl Dispatch {
             Placement::Single(_, CoreKind::Cube) => {
                 (0..n).find(|&c| self.core_free(chip, c)).map(|c| vec![c])
             }
-            Placement::Single(_, CoreKind::Vector) => (n..n + n * v)
+            Placement::Single(_, CoreKind::Vector) => (n..chip.core_count())
                 .find(|&c| self.core_free(chip, c))
                 .map(|c| vec![c]),
             Placement::Mix { vectors, .. } => (0..n)
                 .map(|a| {
                     std::iter::once(a)
-                        .chain((0..vectors).map(|s| n + a * v + s))
+                        .chain((0..vectors).map(|s| chip.config().vector_core_id(a, s)))
                         .collect::<Vec<u32>>()
                 })
                 .find(|group| group.iter().all(|&c| self.core_free(chip, c))),

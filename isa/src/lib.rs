@@ -63,8 +63,8 @@ pub use encode::{
     DecodeError, EncodeError, Word, conversion_supported, decode, decode_all, encode, encode_all,
 };
 pub use operand::{
-    CROSS_CORE_FLAG_IDS, Cmp, CrossFlagId, CrossMode, DType, FieldKind, FieldType, Pipe, ReduceOp,
-    Reg, Round, SReg, SType, Space, Target,
+    CROSS_CORE_FLAG_IDS, Cmp, CrossFlagId, CrossMode, DType, FieldKind, FieldType, Pipe, PipeSide,
+    ReduceOp, Reg, Round, SReg, SType, Space, Target,
 };
 pub use program::{Comments, Program, branch_target};
 pub use spec::{FieldSpec, Format, InstrSpec, PipeClass, Placement, TimingClass, WORD_BYTES};

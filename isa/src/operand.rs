@@ -307,6 +307,16 @@ impl Pipe {
         }
     }
 
+    /// Which core of a separated chip (Atlas A2) has this pipe: the cube core's M, MTE1 and
+    /// FIXPIPE, the vector core's V and MTE3; both have S and MTE2 (ascend-hardware.md §7.1).
+    pub const fn side(self) -> PipeSide {
+        match self {
+            Pipe::M | Pipe::Mte1 | Pipe::Fix => PipeSide::Cube,
+            Pipe::V | Pipe::Mte3 => PipeSide::Vector,
+            Pipe::S | Pipe::All | Pipe::Mte2 => PipeSide::Both,
+        }
+    }
+
     /// The lane name Ascend's profilers use for this pipe.
     pub const fn lane_name(self) -> &'static str {
         match self {
@@ -320,6 +330,17 @@ impl Pipe {
             Pipe::All => "ALL",
         }
     }
+}
+
+/// The core of a separated chip a pipe belongs to ([`Pipe::side`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PipeSide {
+    /// The cube core (AIC) only.
+    Cube,
+    /// The vector cores (AIV) only.
+    Vector,
+    /// Both kinds of core.
+    Both,
 }
 
 operand_enum! {

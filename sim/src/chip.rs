@@ -270,25 +270,7 @@ impl<S: TraceSink> Chip<S> {
     pub fn release_group(&mut self, group: u32) -> Result<(), StopReason> {
         match self.cross.release(group) {
             Ok(()) => Ok(()),
-            Err(crate::cross::CrossError::Overflow {
-                setter,
-                pc,
-                target,
-                max,
-            }) => Err(self.stop(StopReason::CrossFlagOverflow {
-                core: setter,
-                pc,
-                target: target.to_string(),
-                max,
-            })),
-            Err(crate::cross::CrossError::Mode(reason)) => {
-                Err(self.stop(StopReason::IllegalInstruction {
-                    core: 0,
-                    pipe: gearsim_isa::Pipe::S,
-                    pc: 0,
-                    reason,
-                }))
-            }
+            Err(o) => Err(self.stop(o.stop_reason())),
         }
     }
 
@@ -415,8 +397,7 @@ impl<S: TraceSink> Chip<S> {
                 let blocked: Vec<_> = self
                     .cores
                     .iter()
-                    .flat_map(AiCore::blocked_units)
-                    .map(|b| self.name_cross_peers(b))
+                    .flat_map(|c| c.blocked_units(&|core| self.cross_peers(core)))
                     .collect();
                 if !blocked.is_empty() || self.cores.iter().any(AiCore::is_busy) {
                     return Err(self.stop(StopReason::Deadlock {
@@ -480,8 +461,26 @@ impl<S: TraceSink> Chip<S> {
 
     /// Advances a core, then every core a cross-core flag it set reached, and so on.
     fn advance_core(&mut self, core: u32) -> Result<(), StopReason> {
-        let mut todo = vec![core];
-        while let Some(core) = todo.pop() {
+        self.advance_one(core)?;
+        // Cross-core flags are rare: the worklist exists only when one arrived.
+        let mut todo: Vec<u32> = Vec::new();
+        loop {
+            for key in std::mem::take(&mut self.cross.woken) {
+                if let Some(&c) = self.running.get(&key) {
+                    self.cores[c as usize].wake_all();
+                    todo.push(c);
+                }
+            }
+            let Some(core) = todo.pop() else {
+                return Ok(());
+            };
+            self.advance_one(core)?;
+        }
+    }
+
+    /// Advances one core; a finished block frees its core.
+    fn advance_one(&mut self, core: u32) -> Result<(), StopReason> {
+        {
             let running = self.cores[core as usize].running();
             let (mut ctx, cores) = self.ctx();
             let done = cores[core as usize].advance(&mut ctx)?;
@@ -495,26 +494,17 @@ impl<S: TraceSink> Chip<S> {
                         .remove(&(group.id, Member { kind, index: block }));
                 }
             }
-            for key in std::mem::take(&mut self.cross.woken) {
-                if let Some(&c) = self.running.get(&key) {
-                    self.cores[c as usize].wake_all();
-                    todo.push(c);
-                }
-            }
         }
         Ok(())
     }
 
-    /// A blocked unit's report, with the cores that could set the cross-core flag it waits
-    /// for named.
-    fn name_cross_peers(&self, mut b: crate::stop::Blocked) -> crate::stop::Blocked {
-        if !b.waits_for.starts_with("cross-core flag") {
-            return b;
-        }
-        let Some((group, block)) = self.cores.get(b.core as usize).and_then(AiCore::running) else {
-            return b;
+    /// For a core waiting for a cross-core flag: where it runs and the cores that could set
+    /// the flag (for deadlock reports).
+    fn cross_peers(&self, core: u32) -> String {
+        let Some((group, block)) = self.cores.get(core as usize).and_then(AiCore::running) else {
+            return String::new();
         };
-        let me = self.cores[b.core as usize].slot;
+        let me = self.cores[core as usize].slot;
         let name = |kind: CoreKind, index: u32| match self
             .running
             .get(&(group.id, Member { kind, index }))
@@ -549,13 +539,7 @@ impl<S: TraceSink> Chip<S> {
                 "every {kind} block of the launch with cross_set.all"
             )],
         };
-        b.waits_for = format!(
-            "{} (on {}; set by {}: none did)",
-            b.waits_for,
-            me,
-            peers.join(" or ")
-        );
-        b
+        format!(" (on {me}; set by {}: none did)", peers.join(" or "))
     }
 
     fn block_start(&mut self, core: u32) -> Result<(), StopReason> {

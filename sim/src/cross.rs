@@ -111,15 +111,30 @@ pub(crate) enum CrossError {
     /// The mode cannot be used from this block.
     Mode(String),
     /// A block held more arrivals than it can.
-    Overflow {
-        /// The core and pc of the set that overflowed.
-        setter: u32,
-        pc: u32,
-        /// The block it was for.
-        target: Member,
-        /// The most a flag holds.
-        max: u32,
-    },
+    Overflow(Overflow),
+}
+
+/// A block held more arrivals of a flag than it can.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Overflow {
+    /// The core and pc of the set that overflowed.
+    pub setter: u32,
+    pub pc: u32,
+    /// The block it was for.
+    pub target: Member,
+    /// The most a flag holds.
+    pub max: u32,
+}
+
+impl Overflow {
+    pub(crate) fn stop_reason(&self) -> crate::stop::StopReason {
+        crate::stop::StopReason::CrossFlagOverflow {
+            core: self.setter,
+            pc: self.pc,
+            target: self.target.to_string(),
+            max: self.max,
+        }
+    }
 }
 
 /// Cross-core flag state of the whole chip.
@@ -283,12 +298,12 @@ impl CrossCore {
         if k >= max {
             if let Some(&c) = inbox.consumed.get(k - max) {
                 if c > arrival.at {
-                    return Err(CrossError::Overflow {
+                    return Err(CrossError::Overflow(Overflow {
                         setter: arrival.setter,
                         pc: arrival.pc,
                         target,
                         max: self.max_pending,
-                    });
+                    }));
                 }
             }
         }
@@ -318,12 +333,12 @@ impl CrossCore {
         // An arrival already recorded max places later came before this consumption.
         if let Some(late) = inbox.arrivals.get(c + max) {
             if late.at < at {
-                return Err(CrossError::Overflow {
+                return Err(CrossError::Overflow(Overflow {
                     setter: late.setter,
                     pc: late.pc,
                     target: me,
                     max: self.max_pending,
-                });
+                }));
             }
         }
         inbox.consumed.push(at);
@@ -332,7 +347,7 @@ impl CrossCore {
 
     /// Forgets a finished launch; an arrival that came while `max` earlier ones were never
     /// consumed is an overflow the waits could not see.
-    pub(crate) fn release(&mut self, group: u32) -> Result<(), CrossError> {
+    pub(crate) fn release(&mut self, group: u32) -> Result<(), Overflow> {
         let max = self.max_pending as usize;
         let overflow = self
             .inbox
@@ -340,7 +355,7 @@ impl CrossCore {
             .filter(|(k, _)| k.0 == group)
             .find_map(|(k, inbox)| {
                 let late = inbox.arrivals.get(inbox.consumed.len() + max)?;
-                Some(CrossError::Overflow {
+                Some(Overflow {
                     setter: late.setter,
                     pc: late.pc,
                     target: k.1,
@@ -430,7 +445,7 @@ mod tests {
         }
         assert!(matches!(
             x.take(7, aiv(1), 1, 100),
-            Err(CrossError::Overflow { max: 15, .. })
+            Err(CrossError::Overflow(Overflow { max: 15, .. }))
         ));
         // Wait first: consumed at cycle 1, so later sets find room.
         let mut x = CrossCore::new(15);
@@ -444,7 +459,7 @@ mod tests {
         for k in 0..16 {
             x.set(&g, aiv(0), CrossMode::Aiv, 1, at(k + 1, 1)).unwrap();
         }
-        assert!(matches!(x.release(7), Err(CrossError::Overflow { .. })));
+        assert!(matches!(x.release(7), Err(Overflow { .. })));
         // The same sixteen sets with the consumption late, seen in this order.
         let mut x = CrossCore::new(15);
         x.set(&g, aiv(0), CrossMode::Aiv, 1, at(1, 1)).unwrap();
@@ -454,7 +469,7 @@ mod tests {
         }
         assert!(matches!(
             x.set(&g, aiv(0), CrossMode::Aiv, 1, at(16, 1)),
-            Err(CrossError::Overflow { .. })
+            Err(CrossError::Overflow(_))
         ));
     }
 

@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-use gearsim_isa::Pipe;
+use gearsim_isa::{Pipe, PipeSide};
 use serde::Deserialize;
 
 use crate::stop::Buffer;
@@ -37,14 +37,8 @@ impl CoreKind {
     pub const fn has_pipe(self, pipe: Pipe) -> bool {
         match self {
             CoreKind::Coupled => true,
-            CoreKind::Cube => matches!(
-                pipe,
-                Pipe::S | Pipe::All | Pipe::M | Pipe::Mte1 | Pipe::Mte2 | Pipe::Fix
-            ),
-            CoreKind::Vector => matches!(
-                pipe,
-                Pipe::S | Pipe::All | Pipe::V | Pipe::Mte2 | Pipe::Mte3
-            ),
+            CoreKind::Cube => !matches!(pipe.side(), PipeSide::Vector),
+            CoreKind::Vector => !matches!(pipe.side(), PipeSide::Cube),
         }
     }
 

@@ -27,7 +27,7 @@
 use gearsim_isa::units::FRACTAL_ROW_BYTES_F32 as FILL_ROW;
 use gearsim_isa::{
     Comments, CrossFlagId, CrossMode, DType, FieldKind, Flag, Instruction, L0cFill, L0cToUb, Mem,
-    Pipe, Program, ReadSReg, Reg, Rri, Rrr, SReg, SType, Space,
+    Pipe, PipeSide, Program, ReadSReg, Reg, Rri, Rrr, SReg, SType, Space,
 };
 
 /// Cross-core flag: the cube core wrote a drain into the slot.
@@ -67,19 +67,11 @@ pub struct MixSplit {
     pub slot_bytes: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    Cube,
-    Vector,
-    Both,
-}
+/// The side of the split a pipe, flag or instruction belongs to.
+type Side = PipeSide;
 
 fn pipe_side(p: Pipe) -> Side {
-    match p {
-        Pipe::M | Pipe::Mte1 | Pipe::Fix => Side::Cube,
-        Pipe::V | Pipe::Mte3 => Side::Vector,
-        Pipe::S | Pipe::All | Pipe::Mte2 => Side::Both,
-    }
+    p.side()
 }
 
 /// Where a flag between `src` and `dst` lives; `None` when it joins the two sides.
@@ -109,6 +101,17 @@ enum Role {
     ScalarLocal(Side),
 }
 
+impl Role {
+    /// An instruction kept whole on one side, or on both.
+    fn on(side: Side) -> Role {
+        match side {
+            Side::Both => Role::Both,
+            Side::Cube => Role::Cube,
+            Side::Vector => Role::Vector,
+        }
+    }
+}
+
 fn role(instr: &Instruction, pc: usize) -> Result<Role, String> {
     let unsupported = |what: &str| {
         Err(format!(
@@ -126,19 +129,13 @@ fn role(instr: &Instruction, pc: usize) -> Result<Role, String> {
             Role::DualFlag(*f, matches!(instr, Instruction::SetFlag(_)))
         }
         Instruction::SetFlag(f) | Instruction::WaitFlag(f) => match flag_side(f.src, f.dst) {
-            Some(Side::Both) => Role::Both,
-            Some(Side::Cube) => Role::Cube,
-            Some(Side::Vector) => Role::Vector,
+            Some(side) => Role::on(side),
             None if f.src == Pipe::V || f.dst == Pipe::V => {
                 Role::CrossFlag(*f, matches!(instr, Instruction::SetFlag(_)))
             }
             None => return unsupported("joins the cube and vector sides other than through V"),
         },
-        Instruction::PipeBarrier(b) => match pipe_side(b.pipe) {
-            Side::Both => Role::Both,
-            Side::Cube => Role::Cube,
-            Side::Vector => Role::Vector,
-        },
+        Instruction::PipeBarrier(b) => Role::on(pipe_side(b.pipe)),
         Instruction::CopyL0cToUb(f) => Role::Drain(*f),
         Instruction::BroadcastUbToL0c(f) => Role::Fill(*f),
         Instruction::CrossCoreSetFlag(_) | Instruction::CrossCoreWaitFlag(_) => {
@@ -156,11 +153,7 @@ fn role(instr: &Instruction, pc: usize) -> Result<Role, String> {
         | Instruction::LoadImageL1(_) => Role::Cube,
         // The other MTE2 copies fill the UB.
         i if i.pipe() == Pipe::Mte2 => Role::Vector,
-        i => match pipe_side(i.pipe()) {
-            Side::Both => Role::Both,
-            Side::Cube => Role::Cube,
-            Side::Vector => Role::Vector,
-        },
+        i => Role::on(pipe_side(i.pipe())),
     })
 }
 

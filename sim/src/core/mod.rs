@@ -481,8 +481,9 @@ impl AiCore {
         Ok(done)
     }
 
-    /// Every unit that waits and why (for deadlock reports).
-    pub(crate) fn blocked_units(&self) -> Vec<Blocked> {
+    /// Every unit that waits and why (for deadlock reports); `cross_peers` says, for a core
+    /// waiting for a cross-core flag, which cores could set it.
+    pub(crate) fn blocked_units(&self, cross_peers: &dyn Fn(u32) -> String) -> Vec<Blocked> {
         let Some(b) = &self.block else {
             return Vec::new();
         };
@@ -505,7 +506,7 @@ impl AiCore {
                 core: self.id,
                 pipe: Pipe::S,
                 pc: b.pc,
-                waits_for: format!("cross-core flag {id}"),
+                waits_for: format!("cross-core flag {id}{}", cross_peers(self.id)),
             }),
             ScalarState::QueueFull(q) => out.push(Blocked {
                 core: self.id,
@@ -526,7 +527,9 @@ impl AiCore {
             let waits_for = match p.state {
                 PipeState::WaitFlag(f, _) => what(f),
                 PipeState::WaitFlagFree(f, _) => format!("flag {f} to be consumed"),
-                PipeState::CrossWait(id, _) => format!("cross-core flag {id}"),
+                PipeState::CrossWait(id, _) => {
+                    format!("cross-core flag {id}{}", cross_peers(self.id))
+                }
                 PipeState::Ready | PipeState::DmaScheduled(_) | PipeState::DmaActive(_) => continue,
             };
             out.push(Blocked {
@@ -789,17 +792,7 @@ impl AiCore {
                 pc,
                 reason,
             },
-            CrossError::Overflow {
-                setter,
-                pc,
-                target,
-                max,
-            } => StopReason::CrossFlagOverflow {
-                core: setter,
-                pc,
-                target: target.to_string(),
-                max,
-            },
+            CrossError::Overflow(o) => o.stop_reason(),
         }
     }
 

@@ -391,12 +391,16 @@ pub(super) fn l0c_to_gm_nz(
     ops: &Operands,
 ) -> Result<(), Fault> {
     let plan = plan_l0c_to_gm_nz(f, ops);
-    let dst = plan.accesses()[1];
+    let (src, dst) = (plan.accesses()[0], plan.accesses()[1]);
     let mut fractal = vec![0u8; dst.burst as usize];
     for i in 0..dst.count {
-        let one = L0cToUb { nfrac: 1, ..*f };
-        let s = ops.regs[1] + i * (1 + u64::from(f.src_gap)) * FRACTAL_C;
-        convert_fractals(bufs.get(Buffer::L0c), &mut fractal, &one, s, 0, 1)?;
+        convert_fractal(
+            bufs.get(Buffer::L0c),
+            &mut fractal,
+            f,
+            src.start + i * src.stride,
+            0,
+        );
         let a = dst.start + i * dst.stride;
         mem.write(a, &fractal).map_err(|_| Fault::Range {
             buffer: Buffer::Gm,
@@ -413,53 +417,46 @@ pub(super) fn l0c_to_ub(bufs: &mut Buffers, f: &L0cToUb, ops: &Operands) -> Resu
     let (src, dst) = (plan.accesses()[0], plan.accesses()[1]);
     let (l0c, ub) = bufs.pair_mut(Buffer::L0c, Buffer::Ub);
     for i in 0..src.count {
-        let s = src.start + i * src.stride;
-        let d = dst.start + i * dst.stride;
-        convert_fractals(l0c, ub, f, s, d, 1)?;
+        convert_fractal(
+            l0c,
+            ub,
+            f,
+            src.start + i * src.stride,
+            dst.start + i * dst.stride,
+        );
     }
     Ok(())
 }
 
-/// Converts `count` L0C fractals from byte `s` of `l0c` into `out` at byte `d` as `f.ty`
-/// (ReLU first when `f.relu`), fractals contiguous on both sides.
-fn convert_fractals(
-    l0c: &[u8],
-    out: &mut [u8],
-    f: &L0cToUb,
-    s: u64,
-    d: u64,
-    count: u64,
-) -> Result<(), Fault> {
+/// Converts the L0C fractal at byte `s` of `l0c` into `out` at byte `d` as `f.ty` (ReLU
+/// first when `f.relu`).
+fn convert_fractal(l0c: &[u8], out: &mut [u8], f: &L0cToUb, s: u64, d: u64) {
     let size = out_size(f.ty) as usize;
-    for i in 0..count {
-        let s = (s + i * FRACTAL_C) as usize;
-        let d = (d + i * 256 * size as u64) as usize;
-        if f.ty == DType::F16 {
-            // A fractal at a time: the relu, then half's slice conversion (the host's SIMD
-            // conversion where it has one; the bits of `f16::from_f32`, as `store_out` gives).
-            use half::slice::HalfFloatSliceExt;
-            let mut v = [0f32; 256];
-            for (x, b) in v
-                .iter_mut()
-                .zip(l0c[s..s + FRACTAL_C as usize].chunks_exact(4))
-            {
-                *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                if f.relu && *x < 0.0 {
-                    *x = 0.0;
-                }
+    let (s, d) = (s as usize, d as usize);
+    if f.ty == DType::F16 {
+        // A fractal at a time: the relu, then half's slice conversion (the host's SIMD
+        // conversion where it has one; the bits of `f16::from_f32`, as `store_out` gives).
+        use half::slice::HalfFloatSliceExt;
+        let mut v = [0f32; 256];
+        for (x, b) in v
+            .iter_mut()
+            .zip(l0c[s..s + FRACTAL_C as usize].chunks_exact(4))
+        {
+            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            if f.relu && *x < 0.0 {
+                *x = 0.0;
             }
-            let mut h = [f16::ZERO; 256];
-            h.convert_from_f32_slice(&v);
-            for (x, b) in h.iter().zip(out[d..d + 512].chunks_exact_mut(2)) {
-                b.copy_from_slice(&x.to_bits().to_le_bytes());
-            }
-            continue;
         }
-        for e in 0..256 {
-            store_out(out, d + e * size, f.ty, load_c(l0c, s + e * 4), f.relu);
+        let mut h = [f16::ZERO; 256];
+        h.convert_from_f32_slice(&v);
+        for (x, b) in h.iter().zip(out[d..d + 512].chunks_exact_mut(2)) {
+            b.copy_from_slice(&x.to_bits().to_le_bytes());
         }
+        return;
     }
-    Ok(())
+    for e in 0..256 {
+        store_out(out, d + e * size, f.ty, load_c(l0c, s + e * 4), f.relu);
+    }
 }
 
 pub(super) fn plan_l0c_to_gm(f: &L0cToGm, ops: &Operands) -> Plan {
