@@ -58,7 +58,7 @@ fn measure(aicore: bool, layout: TableLayout, gears: u32, n: u32) -> (Option<u64
     let (task, kernel) = if aicore {
         let k = dev
             .load_kernel_flags(
-                map_index::aicore_program(&shape).unwrap(),
+                map_index::aicore_program(&shape, dev.chip().config().core.ub_bytes).unwrap(),
                 KERNEL_NEEDS_VALUES,
             )
             .unwrap();

@@ -201,8 +201,12 @@ pub fn run_aicpu(
     })
 }
 
-/// Bytes of UB the AI core kernel plans within (the rest stays free for nothing else).
-const UB_BUDGET: u64 = 224 * 1024;
+/// Bytes of UB the AI core kernel plans within on a core with `ub_bytes` of UB: seven eighths
+/// (224 KiB of the 910's 256 KiB, 168 KiB of an A2 AIV's 192 KiB). The kernel was laid out for
+/// the 256 KiB UB with 32 KiB spare; scaling the spare keeps that layout on the older chips.
+pub fn ub_budget(ub_bytes: u64) -> u64 {
+    ub_bytes / 8 * 7
+}
 
 fn round32(x: u64) -> u64 {
     x.div_ceil(32) * 32
@@ -221,13 +225,16 @@ fn round32(x: u64) -> u64 {
 /// runs the lower-bound search of [`sorted_search`]; a table larger than UB is not brought in
 /// whole, each probed row is fetched by its own DMA instead.
 ///
-/// The kernel is built with the ISA's typed builders; a shape past what its fields can express
-/// (larger than [`MapIndexShape::check`] admits with any preset) is the builder's error.
-pub fn aicore_program(shape: &MapIndexShape) -> Result<Program, BuildError> {
+/// `ub_bytes` is the UB of the core that runs it (the chip's `core.ub_bytes`); the kernel plans
+/// within [`ub_budget`] of it. The kernel is built with the ISA's typed builders; a shape past
+/// what its fields can express (larger than [`MapIndexShape::check`] admits with any preset) is
+/// the builder's error.
+pub fn aicore_program(shape: &MapIndexShape, ub_bytes: u64) -> Result<Program, BuildError> {
+    let budget = ub_budget(ub_bytes);
     let b = match shape.layout {
-        TableLayout::GearMajor => gear_major(shape),
-        TableLayout::DimMajor8 => dim_major(shape),
-        TableLayout::SortedBinary => sorted(shape),
+        TableLayout::GearMajor => gear_major(shape, budget),
+        TableLayout::DimMajor8 => dim_major(shape, budget),
+        TableLayout::SortedBinary => sorted(shape, budget),
     };
     b.finish().map(|(program, _comments)| program)
 }
@@ -266,7 +273,7 @@ fn epilogue(b: &mut ProgramBuilder, found: Label, level: bool) {
     b.end();
 }
 
-fn gear_major(s: &MapIndexShape) -> ProgramBuilder {
+fn gear_major(s: &MapIndexShape, budget: u64) -> ProgramBuilder {
     let n = u64::from(s.n);
     let g = u64::from(s.gears);
     let row = round32(4 * n); // UB row stride: each gear's n values padded to 32 bytes
@@ -274,7 +281,7 @@ fn gear_major(s: &MapIndexShape) -> ProgramBuilder {
     let x_bytes = row;
     // Gears per pass: table rows + replicated query rows + one bit word per (gear, dim chunk).
     let per_gear = 2 * row + 8 * chunks + 32;
-    let gc = ((UB_BUDGET - x_bytes) / per_gear).clamp(1, 255).min(g);
+    let gc = ((budget - x_bytes) / per_gear).clamp(1, 255).min(g);
     let (x_ub, xrep_ub) = (0u64, x_bytes);
     let tbl_ub = xrep_ub + gc * row;
     let bits_ub = tbl_ub + gc * row;
@@ -357,7 +364,7 @@ fn mask_for(k: u64) -> i64 {
     }
 }
 
-fn dim_major(s: &MapIndexShape) -> ProgramBuilder {
+fn dim_major(s: &MapIndexShape, budget: u64) -> ProgramBuilder {
     let n = u64::from(s.n);
     let g = u64::from(s.gears);
     let gp = u64::from(padded_gears(s.gears));
@@ -367,7 +374,7 @@ fn dim_major(s: &MapIndexShape) -> ProgramBuilder {
     let (x_ub, acc_ub) = (0u64, x_bytes);
     let tmp_ub = acc_ub + bits;
     let rows_ub = tmp_ub + bits;
-    let dc = ((UB_BUDGET - rows_ub) / row).clamp(1, n);
+    let dc = ((budget - rows_ub) / row).clamp(1, n);
     // The AND covers the whole bit area, so bits past G (zero in tmp) are cleared in acc too.
     let halfwords = bits / 2;
     let (mut b, found) = prologue(&format!("map_index_dm8_g{g}_n{n}"));
@@ -439,20 +446,21 @@ fn dim_major(s: &MapIndexShape) -> ProgramBuilder {
     b
 }
 
-/// Whether a sorted table of `shape` fits in UB next to the query (else rows are streamed).
-pub fn sorted_table_fits_ub(shape: &MapIndexShape) -> bool {
+/// Whether a sorted table of `shape` fits in a UB `budget` next to the query (else rows are
+/// streamed).
+pub fn sorted_table_fits_ub(shape: &MapIndexShape, budget: u64) -> bool {
     let x_bytes = round32(4 * u64::from(shape.n));
     let table_bytes = round32(shape.layout.table_len(shape.gears, shape.n) * 4);
-    x_bytes + table_bytes <= UB_BUDGET
+    x_bytes + table_bytes <= budget
 }
 
-fn sorted(s: &MapIndexShape) -> ProgramBuilder {
+fn sorted(s: &MapIndexShape, budget: u64) -> ProgramBuilder {
     let n = u64::from(s.n);
     let g = u64::from(s.gears);
     let row = 4 * (n + 1); // n values then the gear index
     let x_ub = 0u64;
     let tbl_ub = round32(4 * n); // the table, or the one row being probed
-    let resident = sorted_table_fits_ub(s);
+    let resident = sorted_table_fits_ub(s, budget);
     let (mut b, found) = prologue(&format!("map_index_sorted_g{g}_n{n}"));
     let [search, searched, compare, less, not_less] =
         ["search", "searched", "compare", "less", "not_less"].map(|name| b.new_label(name));

@@ -211,7 +211,10 @@ fn sorted_table_larger_than_ub_streams_its_rows() {
         layout: TableLayout::SortedBinary,
         level_index: false,
     };
-    assert!(!map_index::sorted_table_fits_ub(&shape));
+    assert!(!map_index::sorted_table_fits_ub(
+        &shape,
+        map_index::ub_budget(256 * 1024)
+    ));
     let (table, _) = case(gears, n, 7, true, 0);
     for pick in [0, 1, 77, 128, 255] {
         let x = table[pick * n as usize..(pick + 1) * n as usize].to_vec();

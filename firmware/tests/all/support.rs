@@ -69,7 +69,7 @@ pub fn map_index_task<S: TraceSink>(
         Engine::AiCore => {
             let k = dev
                 .load_kernel_flags(
-                    map_index::aicore_program(shape).unwrap(),
+                    map_index::aicore_program(shape, dev.chip().config().core.ub_bytes).unwrap(),
                     KERNEL_NEEDS_VALUES,
                 )
                 .unwrap();

@@ -353,9 +353,11 @@ impl LoadedModel {
                         branch_index = Some(DevicePtr(y));
                         match engine {
                             MapIndexEngine::AiCore => {
-                                let program = map_index::aicore_program(&shape).map_err(|e| {
-                                    LoadError::Model(format!("task {} (MapIndex): {e}", t.name))
-                                })?;
+                                let ub_bytes = dev.chip().config().core.ub_bytes;
+                                let program =
+                                    map_index::aicore_program(&shape, ub_bytes).map_err(|e| {
+                                        LoadError::Model(format!("task {} (MapIndex): {e}", t.name))
+                                    })?;
                                 let k = dev.load_kernel_flags(program, KERNEL_NEEDS_VALUES)?;
                                 let args: Vec<u8> = [x, table, 0, y]
                                     .iter()

@@ -184,6 +184,44 @@ fn every_layout_and_engine_selects_the_queried_gear() {
 }
 
 #[test]
+fn on_an_a2_chip_map_index_runs_on_a_vector_core_within_its_smaller_ub() {
+    // An AIV has 192 KiB of UB against the 910's 256 KiB: the largest tables (100 gears of 400
+    // values, 160 KB) must be chunked or streamed within it, not overrun it.
+    let mut study = GearStudy::default_sweep(ChipConfig::preset("ascend910b2").unwrap());
+    study.gear_counts = vec![64, 100];
+    study.vector_lengths = vec![400];
+    let rows = run(&study, Shard::ALL, 2);
+    assert_eq!(rows.len(), 2 * 3 * 2 * 2);
+    for r in &rows {
+        assert_eq!(r.selected, r.query_gear as i32, "{r:?}");
+    }
+    // The AIV's MapIndex beats the AI CPU's at a small table, as on the 910.
+    let small = run(
+        &{
+            let mut s = study.clone();
+            s.gear_counts = vec![8];
+            s.vector_lengths = vec![4];
+            s
+        },
+        Shard::ALL,
+        2,
+    );
+    for layout in TableLayout::ALL {
+        let at = |engine| {
+            small
+                .iter()
+                .find(|r| r.engine == engine && r.layout == layout && r.home == TableHome::Hbm)
+                .unwrap()
+                .select_ps
+        };
+        assert!(
+            at(MapIndexEngine::AiCore) < at(MapIndexEngine::AiCpu),
+            "{layout:?}"
+        );
+    }
+}
+
+#[test]
 fn sorted_binary_scans_fewer_cycles_than_gear_major_at_many_gears() {
     let mut study = small(&[100], &[4]);
     study.layouts = vec![TableLayout::GearMajor, TableLayout::SortedBinary];
