@@ -15,6 +15,11 @@ pub fn for_chip(cfg: &ChipConfig) -> Target {
         map_index_max_dims: cfg.kernels.map_index_max_dims,
         core: CoreSpec {
             cores: cfg.core.count,
+            vector_cores: if cfg.core.architecture == gearsim_sim::Architecture::Separated {
+                cfg.core.count * cfg.core.vector_cores_per_core
+            } else {
+                cfg.core.count
+            },
             max_block_dim: cfg.scheduler.max_block_dim,
             fixpipe: cfg.core.fixpipe,
             ub_bytes: cfg.core.ub_bytes,
@@ -33,8 +38,8 @@ pub fn for_chip(cfg: &ChipConfig) -> Target {
             memory_bytes_per_cycle: (cfg.memory.hbm_bytes_per_second
                 / (cfg.core.clock_mhz * 1_000_000))
                 .max(1),
+            l2_bytes: cfg.memory.l2_bytes,
         },
-        l2_bytes: cfg.memory.l2_bytes,
         buffer_optimize: Default::default(),
     }
 }

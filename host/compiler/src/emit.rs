@@ -496,13 +496,13 @@ impl Emitter<'_> {
         // after the last kernel of its last reader (or of the last kernel node before it, when
         // that reader is a relabelling), and kept from its producer's start when the budget
         // allows.
-        let l2_on =
-            self.target.buffer_optimize == BufferOptimize::L2Optimize && self.target.l2_bytes > 0;
+        let l2_on = self.target.buffer_optimize == BufferOptimize::L2Optimize
+            && self.target.core.l2_bytes > 0;
         let mut l2_at_start: BTreeMap<usize, Vec<L2Control>> = BTreeMap::new();
         let mut l2_at_end: BTreeMap<usize, Vec<L2Control>> = BTreeMap::new();
         if l2_on {
             let (num, den) = L2_KEEP_SHARE;
-            let keeps = l2_keeps(&intervals, self.target.l2_bytes / den * num);
+            let keeps = l2_keeps(&intervals, self.target.core.l2_bytes / den * num);
             let kernel_nodes: Vec<usize> = lowered
                 .iter()
                 .filter(|(_, l)| matches!(l, Lowered::Kernels { .. }))

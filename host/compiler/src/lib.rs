@@ -48,17 +48,19 @@ pub struct Target {
     pub map_index_max_dims: u32,
     /// The AI cores kernels are tiled for.
     pub core: CoreSpec,
-    /// L2 bytes (what kept feature-map sections are budgeted against; 0: no L2).
-    pub l2_bytes: u64,
     /// atc's `--buffer_optimize`: whether launches carry L2 control sections.
     pub buffer_optimize: memory::BufferOptimize,
 }
 
-/// The AI core resources kernel tiling depends on.
+/// The AI core resources kernel tiling depends on (and the L2 the cores share).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CoreSpec {
-    /// AI cores (kernels spread their blocks over them).
+    /// AI cores (kernels spread their blocks over them); on a separated chip the cube cores
+    /// (AIC), which the cube kernels are tiled for.
     pub cores: u32,
+    /// Cores a vector-only kernel spreads its blocks over: the AI cores on a coupled chip, the
+    /// vector cores (AIV, two per AI core on the 910B) on a separated one.
+    pub vector_cores: u32,
     /// Largest `block_dim` a launch may use.
     pub max_block_dim: u32,
     /// Whether results can leave L0C straight to GM (FIXPIPE); otherwise through UB.
@@ -83,4 +85,7 @@ pub struct CoreSpec {
     /// Bytes per core cycle the whole chip reads from device memory (HBM / DDR; tiling
     /// estimates only).
     pub memory_bytes_per_cycle: u64,
+    /// L2 bytes the cores share (kept feature-map sections are budgeted against it, and
+    /// large products order their tiles for it; 0: no L2).
+    pub l2_bytes: u64,
 }

@@ -21,6 +21,11 @@ pub enum Net {
     ResNet18,
     /// torchvision `resnet50` (v1.5): Bottlenecks [3, 4, 6, 3].
     ResNet50,
+    /// BERT-base's encoder (`bertbase`): 12 layers of hidden size 768, 12 heads and a
+    /// 3072-wide feed-forward at sequence length 128, post-LayerNorm as in the original BERT,
+    /// GELU written with Erf as an opset-17 export writes it. The input is the embeddings' sum
+    /// (`[batch, 128, 768]`; the lookup is left out) and no attention mask is applied.
+    BertBase,
     /// One fp16 GEMM `m×k · k×n` (`gemmMxNxK` in the targets table): calibration.md §2's
     /// single-kernel rows.
     Gemm {
@@ -31,11 +36,39 @@ pub enum Net {
         /// The reduced dimension.
         k: u32,
     },
-    /// One host-to-device copy of `bytes` (`h2dBYTES`): calibration.md §2's K14.
-    H2d {
+    /// calibration.md §2's K20 (`mixstartup`): an element-wise Add (a vector-core kernel) and a
+    /// MatMul of its result (a MIX kernel), whose start-up delays are compared.
+    MixStartup,
+    /// One copy of `bytes` (`h2dBYTES`, `d2dBYTES`): calibration.md §2's K13 and K14.
+    Copy {
+        /// Which way.
+        direction: CopyDirection,
         /// Bytes copied.
         bytes: u64,
     },
+}
+
+/// The direction of a copy row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CopyDirection {
+    /// Host to device over PCIe (`h2d`).
+    HostToDevice,
+    /// Device to device on the SDMA engines (`d2d`): HBM read and written.
+    DeviceToDevice,
+}
+
+impl CopyDirection {
+    /// Both, in name order.
+    pub const ALL: [CopyDirection; 2] =
+        [CopyDirection::HostToDevice, CopyDirection::DeviceToDevice];
+
+    /// `h2d` / `d2d`, the prefix of a copy row's name.
+    pub fn prefix(self) -> &'static str {
+        match self {
+            CopyDirection::HostToDevice => "h2d",
+            CopyDirection::DeviceToDevice => "d2d",
+        }
+    }
 }
 
 impl Net {
@@ -48,18 +81,22 @@ impl Net {
             Net::ResNet18 => "resnet18".into(),
             Net::ResNet50 => "resnet50".into(),
             Net::Gemm { m, n, k } => format!("gemm{m}x{n}x{k}"),
-            Net::H2d { bytes } => format!("h2d{bytes}"),
+            Net::Copy { direction, bytes } => format!("{}{bytes}", direction.prefix()),
+            Net::MixStartup => "mixstartup".into(),
+            Net::BertBase => "bertbase".into(),
         }
     }
 
     /// Parses a name.
     pub fn parse(s: &str) -> Option<Net> {
-        if let Some(bytes) = s.strip_prefix("h2d") {
-            return bytes
-                .parse()
-                .ok()
-                .filter(|b| *b > 0)
-                .map(|bytes| Net::H2d { bytes });
+        for direction in CopyDirection::ALL {
+            if let Some(bytes) = s.strip_prefix(direction.prefix()) {
+                return bytes
+                    .parse()
+                    .ok()
+                    .filter(|b| *b > 0)
+                    .map(|bytes| Net::Copy { direction, bytes });
+            }
         }
         if let Some(dims) = s.strip_prefix("gemm") {
             let d: Vec<u32> = dims
@@ -71,20 +108,24 @@ impl Net {
                 _ => None,
             };
         }
-        Net::ALL.into_iter().find(|n| n.name() == s)
+        [Net::ResNet18, Net::ResNet50, Net::BertBase, Net::MixStartup]
+            .into_iter()
+            .find(|n| n.name() == s)
     }
 
     /// Whether the workload is a model (a copy row runs none).
     pub fn is_model(self) -> bool {
-        !matches!(self, Net::H2d { .. })
+        !matches!(self, Net::Copy { .. })
     }
 
-    /// Multiply-accumulates of one image (convolutions and the classifier), or of the GEMM.
+    /// Multiply-accumulates of one image (convolutions and the classifier), of one sequence
+    /// (BERT), or of the GEMM.
     pub fn macs_per_image(self) -> u64 {
         match self {
             Net::Gemm { m, n, k } => return u64::from(m) * u64::from(n) * u64::from(k),
-            Net::H2d { .. } => return 0,
-            Net::ResNet18 | Net::ResNet50 => {}
+            Net::Copy { .. } => return 0,
+            Net::MixStartup => return 64 * 64 * 64,
+            Net::ResNet18 | Net::ResNet50 | Net::BertBase => {}
         }
         let mut b = Builder::new(DType::F32, 0);
         b.count_only = true;
@@ -96,7 +137,11 @@ impl Net {
         let blocks: &[usize] = match self {
             Net::ResNet18 => &[2, 2, 2, 2],
             Net::ResNet50 => &[3, 4, 6, 3],
-            Net::Gemm { .. } | Net::H2d { .. } => return,
+            Net::BertBase => {
+                b.encoder(&BERT_BASE);
+                return;
+            }
+            Net::Gemm { .. } | Net::Copy { .. } | Net::MixStartup => return,
         };
         let x = b.stem();
         let x = b.layers(x, blocks, self == Net::ResNet50);
@@ -110,14 +155,49 @@ impl Net {
         match self {
             Net::Gemm { m, n, k } => return gemm_onnx(m, n, k),
             // A copy runs no model (`is_model`); the smallest GEMM stands in.
-            Net::H2d { .. } => return gemm_onnx(1, 1, 1),
-            Net::ResNet18 | Net::ResNet50 => {}
+            Net::Copy { .. } => return gemm_onnx(1, 1, 1),
+            Net::MixStartup => return mix_startup_onnx(),
+            Net::ResNet18 | Net::ResNet50 | Net::BertBase => {}
         }
         let mut b = Builder::new(dtype, seed);
         self.build_into(&mut b);
-        b.finish(&self.name(), batch)
+        let dims: &[i64] = if self == Net::BertBase {
+            &[batch, BERT_BASE.seq, BERT_BASE.hidden]
+        } else {
+            &[batch, 3, 224, 224]
+        };
+        let out: &[i64] = if self == Net::BertBase {
+            dims
+        } else {
+            &[batch, 1000]
+        };
+        b.finish(&self.name(), dims, out)
     }
 }
+
+/// The shape of a BERT-style encoder.
+#[derive(Debug, Clone, Copy)]
+pub struct Encoder {
+    /// Layers.
+    pub layers: usize,
+    /// Sequence length.
+    pub seq: i64,
+    /// Hidden size.
+    pub hidden: i64,
+    /// Attention heads.
+    pub heads: i64,
+    /// Feed-forward width.
+    pub ffn: i64,
+}
+
+/// BERT-base (Devlin et al. 2018) at sequence length 128.
+pub const BERT_BASE: Encoder = Encoder {
+    layers: 12,
+    seq: 128,
+    hidden: 768,
+    heads: 12,
+    ffn: 3072,
+};
 
 /// Element type of the model's inputs, weights and activations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -395,15 +475,147 @@ impl Builder {
         });
     }
 
-    fn finish(self, name: &str, batch: i64) -> Vec<u8> {
+    /// The model: graph input `input` of `dims`, output `output` of `out` (a dim <= 0 is the
+    /// batch parameter).
+    fn finish(self, name: &str, dims: &[i64], out: &[i64]) -> Vec<u8> {
         let elem = self.dtype.onnx();
         model_bytes(
             name,
             self.nodes,
             self.inits,
-            vec![value_info("input", elem, &[batch, 3, 224, 224])],
-            vec![value_info("output", elem, &[batch, 1000])],
+            vec![value_info("input", elem, dims)],
+            vec![value_info("output", elem, out)],
         )
+    }
+
+    /// An int64 initializer (shapes and permutations are not weights: no draw, any dtype).
+    fn int64s(&mut self, name: &str, values: &[i64]) -> String {
+        if !self.count_only && !self.inits.iter().any(|t| t.name == name) {
+            self.inits.push(TensorProto {
+                dims: vec![values.len() as i64],
+                data_type: 7,
+                name: name.into(),
+                raw_data: Some(values.iter().flat_map(|v| v.to_le_bytes()).collect()),
+                ..Default::default()
+            });
+        }
+        name.into()
+    }
+
+    /// A scalar constant of the model's element type.
+    fn scalar(&mut self, name: &str, v: f32) -> String {
+        if !self.count_only && !self.inits.iter().any(|t| t.name == name) {
+            let raw = match self.dtype {
+                DType::F32 => v.to_le_bytes().to_vec(),
+                DType::F16 => half::f16::from_f32(v).to_le_bytes().to_vec(),
+            };
+            self.inits.push(TensorProto {
+                dims: Vec::new(),
+                data_type: self.dtype.onnx(),
+                name: name.into(),
+                raw_data: Some(raw),
+                ..Default::default()
+            });
+        }
+        name.into()
+    }
+
+    /// `x · W + b` over the last axis (`rows` rows a sequence, for the MAC count).
+    fn linear(&mut self, x: String, p: &str, rows: i64, n_in: i64, n_out: i64) -> String {
+        self.macs += (rows * n_in * n_out) as u64;
+        let w = self.weight(
+            &format!("{p}.weight"),
+            &[n_in, n_out],
+            (3.0 / n_in as f32).sqrt(),
+        );
+        let b = self.weight(&format!("{p}.bias"), &[n_out], 0.02);
+        let y = self.node("MatMul", &format!("/{p}/MatMul"), vec![x, w], vec![]);
+        self.node("Add", &format!("/{p}/Add"), vec![y, b], vec![])
+    }
+
+    /// `LayerNormalization(a + b)` over the hidden axis.
+    fn add_norm(&mut self, a: String, b: String, p: &str, hidden: i64) -> String {
+        let s = self.node("Add", &format!("/{p}/Add"), vec![a, b], vec![]);
+        let g = self.weight(&format!("{p}.LayerNorm.weight"), &[hidden], 1.0);
+        let beta = self.weight(&format!("{p}.LayerNorm.bias"), &[hidden], 0.02);
+        self.node(
+            "LayerNormalization",
+            &format!("/{p}/LayerNorm/LayerNormalization"),
+            vec![s, g, beta],
+            vec![int("axis", -1), float("epsilon", 1e-12)],
+        )
+    }
+
+    /// `x` as `[batch, seq, heads, head]` transposed by `perm`.
+    fn split_heads(&mut self, x: String, p: &str, e: &Encoder, perm: &[i64]) -> String {
+        let shape = self.int64s("heads_shape", &[0, 0, e.heads, e.hidden / e.heads]);
+        let r = self.node("Reshape", &format!("/{p}/Reshape"), vec![x, shape], vec![]);
+        self.node(
+            "Transpose",
+            &format!("/{p}/Transpose"),
+            vec![r],
+            vec![ints("perm", perm)],
+        )
+    }
+
+    /// The encoder's layers over the graph input `input`; the last one's result is `output`.
+    fn encoder(&mut self, e: &Encoder) {
+        let (s, h) = (e.seq, e.hidden);
+        let head = h / e.heads;
+        let mut x = "input".to_string();
+        for i in 0..e.layers {
+            let p = format!("encoder/layer.{i}");
+            let a = format!("{p}/attention/self");
+            let q = self.linear(x.clone(), &format!("{a}/query"), s, h, h);
+            let k = self.linear(x.clone(), &format!("{a}/key"), s, h, h);
+            let v = self.linear(x.clone(), &format!("{a}/value"), s, h, h);
+            let q = self.split_heads(q, &format!("{a}/query"), e, &[0, 2, 1, 3]);
+            let k = self.split_heads(k, &format!("{a}/key"), e, &[0, 2, 3, 1]);
+            let v = self.split_heads(v, &format!("{a}/value"), e, &[0, 2, 1, 3]);
+            self.macs += (2 * e.heads * s * s * head) as u64;
+            let scores = self.node("MatMul", &format!("/{a}/MatMul"), vec![q, k], vec![]);
+            let scale = self.scalar("head_scale", (head as f32).sqrt());
+            let scores = self.node("Div", &format!("/{a}/Div"), vec![scores, scale], vec![]);
+            let probs = self.node(
+                "Softmax",
+                &format!("/{a}/Softmax"),
+                vec![scores],
+                vec![int("axis", -1)],
+            );
+            let ctx = self.node("MatMul", &format!("/{a}/MatMul_1"), vec![probs, v], vec![]);
+            let ctx = self.node(
+                "Transpose",
+                &format!("/{a}/Transpose_3"),
+                vec![ctx],
+                vec![ints("perm", &[0, 2, 1, 3])],
+            );
+            let hidden_shape = self.int64s("hidden_shape", &[0, 0, h]);
+            let ctx = self.node(
+                "Reshape",
+                &format!("/{a}/Reshape_3"),
+                vec![ctx, hidden_shape],
+                vec![],
+            );
+            let o = self.linear(ctx, &format!("{p}/attention/output/dense"), s, h, h);
+            let x1 = self.add_norm(o, x, &format!("{p}/attention/output"), h);
+            let f = self.linear(x1.clone(), &format!("{p}/intermediate/dense"), s, h, e.ffn);
+            // GELU as 0.5 · f · (1 + erf(f / √2)).
+            let g = format!("{p}/intermediate/intermediate_act_fn");
+            let sqrt2 = self.scalar("sqrt2", std::f32::consts::SQRT_2);
+            let one = self.scalar("one", 1.0);
+            let half = self.scalar("half", 0.5);
+            let d = self.node("Div", &format!("/{g}/Div"), vec![f.clone(), sqrt2], vec![]);
+            let d = self.node("Erf", &format!("/{g}/Erf"), vec![d], vec![]);
+            let d = self.node("Add", &format!("/{g}/Add"), vec![d, one], vec![]);
+            let d = self.node("Mul", &format!("/{g}/Mul"), vec![f, d], vec![]);
+            let act = self.node("Mul", &format!("/{g}/Mul_1"), vec![d, half], vec![]);
+            let y = self.linear(act, &format!("{p}/output/dense"), s, e.ffn, h);
+            x = self.add_norm(y, x1, &format!("{p}/output"), h);
+        }
+        // The graph output is named `output`.
+        if let Some(last) = self.nodes.last_mut() {
+            last.output = vec!["output".into()];
+        }
     }
 }
 
@@ -483,6 +695,35 @@ fn gemm_onnx(m: u32, n: u32, k: u32) -> Vec<u8> {
     )
 }
 
+/// `s = x + x; y = s · w` over 64×64 fp16: a vector-core kernel, then a MIX kernel.
+fn mix_startup_onnx() -> Vec<u8> {
+    let f16 = DType::F16.onnx();
+    let add = NodeProto {
+        input: vec!["x".into(), "x".into()],
+        output: vec!["s".into()],
+        name: "add".into(),
+        op_type: "Add".into(),
+        ..Default::default()
+    };
+    let matmul = NodeProto {
+        input: vec!["s".into(), "w".into()],
+        output: vec!["y".into()],
+        name: "matmul".into(),
+        op_type: "MatMul".into(),
+        ..Default::default()
+    };
+    model_bytes(
+        "mixstartup",
+        vec![add, matmul],
+        Vec::new(),
+        vec![
+            value_info("x", f16, &[64, 64]),
+            value_info("w", f16, &[64, 64]),
+        ],
+        vec![value_info("y", f16, &[64, 64])],
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -497,14 +738,43 @@ mod tests {
     }
 
     #[test]
+    fn bert_base_has_its_published_size() {
+        // BERT-base at sequence 128: about 11.2 GMACs (22.3 GFLOPs) a sequence, 85 M
+        // encoder weights (without the embeddings and the pooler).
+        let b = Net::parse("bertbase").unwrap();
+        assert_eq!(b, Net::BertBase);
+        assert_eq!(b.macs_per_image(), 11_173_625_856);
+        let m = ModelProto::decode(b.onnx(2, DType::F16, 3).as_slice()).unwrap();
+        let g = m.graph.unwrap();
+        let count = |op: &str| g.node.iter().filter(|n| n.op_type == op).count();
+        assert_eq!(count("MatMul"), 12 * 8);
+        assert_eq!(count("LayerNormalization"), 24);
+        assert_eq!(count("Softmax"), 12);
+        assert_eq!(count("Erf"), 12);
+        let weights: i64 = g
+            .initializer
+            .iter()
+            .filter(|t| t.data_type == 10 && !t.dims.is_empty())
+            .map(|t| t.dims.iter().product::<i64>())
+            .sum();
+        assert_eq!(weights, 85_054_464);
+        assert_eq!(g.node.last().unwrap().output, vec!["output".to_string()]);
+        assert_eq!(g.input[0].name, "input");
+    }
+
+    #[test]
     fn gemm_names_parse_and_build_one_matmul() {
         let g = Net::parse("gemm2048x4096x4000").unwrap();
         assert_eq!(g.name(), "gemm2048x4096x4000");
         assert_eq!(g.macs_per_image(), 2048 * 4096 * 4000);
         assert_eq!(
             Net::parse("h2d67108864"),
-            Some(Net::H2d { bytes: 67_108_864 })
+            Some(Net::Copy {
+                direction: CopyDirection::HostToDevice,
+                bytes: 67_108_864
+            })
         );
+        assert_eq!(Net::parse("d2d4096").unwrap().name(), "d2d4096");
         for bad in [
             "gemm2048x4096",
             "gemm0x1x1",
@@ -512,6 +782,7 @@ mod tests {
             "gemm1x2x3x4",
             "h2d0",
             "h2d",
+            "d2d",
         ] {
             assert_eq!(Net::parse(bad), None, "{bad}");
         }

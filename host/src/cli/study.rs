@@ -1,5 +1,6 @@
-//! `gearsim study gears | advise`: parameter sweeps run in parallel (and shardable), written
-//! as CSV and an SVG figure: what gear selection costs, and which gears to compile.
+//! `gearsim study gears | advise | batch`: parameter sweeps run in parallel (and shardable),
+//! written as CSV (and an SVG figure): what gear selection costs, which gears to compile, and
+//! what a network's execution takes at every batch size.
 
 use std::path::PathBuf;
 
@@ -24,6 +25,41 @@ pub enum StudyCommand {
     /// otherwise); writes advise.csv, advise_candidates.csv and advise.svg (the trade-off
     /// curve) into --output_dir.
     Advise(Box<StudyAdviseArgs>),
+    /// What a network's execution takes at every batch size on one chip: builds the
+    /// calibration table's networks (resnet18, resnet50, bertbase: BERT-base's encoder at
+    /// sequence 128), runs each batch timing-only and writes batch.csv into --output_dir; the
+    /// prediction for chips no public measurement covers.
+    Batch(Box<StudyBatchArgs>),
+}
+
+#[derive(Args)]
+pub struct StudyBatchArgs {
+    /// Write batch.csv here (created if missing).
+    #[arg(long = "output_dir", value_name = "DIR")]
+    output_dir: PathBuf,
+    /// Networks, comma-separated: resnet18, resnet50, bertbase.
+    #[arg(
+        long = "nets",
+        value_delimiter = ',',
+        default_value = "resnet18,bertbase"
+    )]
+    nets: Vec<String>,
+    /// Batch sizes, comma-separated.
+    #[arg(
+        long = "batches",
+        value_delimiter = ',',
+        default_value = "1,2,4,8,16,32,64",
+        allow_hyphen_values = true
+    )]
+    batches: Vec<i64>,
+    /// atc's --precision_mode the networks are compiled with.
+    #[arg(long = "precision_mode", default_value = "force_fp16")]
+    precision_mode: String,
+    /// Run the points on this many threads (default: one per host core).
+    #[arg(long = "threads")]
+    threads: Option<usize>,
+    #[command(flatten)]
+    chip: ChipArgs,
 }
 
 #[derive(Args)]
@@ -131,7 +167,46 @@ pub fn run(c: StudyCommand) -> Result<(), Failure> {
     match c {
         StudyCommand::Gears(a) => gears(&a),
         StudyCommand::Advise(a) => advise(&a),
+        StudyCommand::Batch(a) => batch(&a),
     }
+}
+
+fn batch(a: &StudyBatchArgs) -> Result<(), Failure> {
+    use gearsim_compiler::precision::PrecisionMode;
+    use gearsim_host::calibrate::nets::Net;
+    use gearsim_host::study::batch;
+    let chip = a.chip.config()?;
+    let nets = a
+        .nets
+        .iter()
+        .map(|n| {
+            Net::parse(n)
+                .filter(|n| matches!(n, Net::ResNet18 | Net::ResNet50 | Net::BertBase))
+                .ok_or_else(|| {
+                    anyhow!("--nets: expected some of resnet18, resnet50, bertbase, got `{n}`")
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let precision = PrecisionMode::parse(&a.precision_mode)?;
+    let threads = a
+        .threads
+        .unwrap_or_else(gearsim_host::study::host_threads)
+        .max(1);
+    let started = std::time::Instant::now();
+    let rows = batch::run(&chip, &nets, &a.batches, precision, threads, &|_, _| {})?;
+    std::fs::create_dir_all(&a.output_dir)
+        .with_context(|| format!("cannot create {}", a.output_dir.display()))?;
+    let path = a.output_dir.join("batch.csv");
+    gearsim_traces::atomic::write_atomic(&path, batch::csv(&rows).as_bytes())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    say_raw(&batch::table(&rows));
+    say!(
+        "{} row(s) in {:.1} s on {threads} thread(s): {}",
+        rows.len(),
+        started.elapsed().as_secs_f64(),
+        path.display()
+    );
+    Ok(())
 }
 
 fn gears(a: &StudyGearsArgs) -> Result<(), Failure> {

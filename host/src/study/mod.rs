@@ -11,9 +11,11 @@
 //! whole sweep, and sorting them by their `point` column gives its CSV exactly (host timings
 //! aside). [`gears`] is the gear study (`gearsim study gears`); [`svg`] draws its figure.
 //! [`advise`] is the gear-set advisor (`gearsim study advise`), which measures its candidates
-//! the same way, in parallel.
+//! the same way, in parallel; [`batch`] times networks over batch sizes (`gearsim study
+//! batch`).
 
 pub mod advise;
+pub mod batch;
 pub mod gears;
 pub mod svg;
 mod timeline;

@@ -548,6 +548,67 @@ fn a_residual_needs_an_f16_output_and_no_full_c() {
 }
 
 #[test]
+fn a_product_whose_panels_overflow_the_l2_walks_its_tiles_in_strips() {
+    // Eight cores and an L2 of 16 sets (128 KiB on ascend910): B and an A
+    // panel do not fit in half of it, so the blocks' first wave of tiles is a 2 x 4 block
+    // instead of one row of eight. On a separated chip the split MIX kernel walks them too.
+    let (ad, bd) = ([512i64, 32], [32i64, 2048]);
+    let a = rand_tensor(DataType::F16, &ad, 61);
+    let b = rand_tensor(DataType::F16, &bd, 62);
+    for chip in ["ascend910", "ascend910b2"] {
+        let mut cfg = gearsim_sim::ChipConfig::preset(chip).unwrap();
+        cfg.core.count = 8;
+        cfg.memory.l2_bytes = 16 * cfg.memory.l2_line_bytes * cfg.memory.l2_ways;
+        let r = gearsim_host::oprun::run_op(
+            &cfg,
+            "MatMul",
+            &[],
+            vec![data(a.clone()), data(b.clone())],
+            1,
+            ExecMode::Full,
+        )
+        .unwrap();
+        check(
+            &r,
+            &matmul_ref(&a, &b),
+            &format!("MatMul in strips on {chip}"),
+        );
+        let strip = tiling(&r, "strip_rows");
+        assert!(
+            strip > 1,
+            "{chip}: strip {strip}, {:?}",
+            r.kernels.last().unwrap().tiling
+        );
+    }
+    // The same product on the preset's 32 MiB L2 keeps row-major order.
+    let r = run_op("MatMul", &[], vec![data(a), data(b)]).unwrap();
+    assert_eq!(tiling(&r, "strip_rows"), 1);
+}
+
+#[test]
+fn strips_cover_every_tile_once() {
+    for (mt, nt) in [(1, 1), (4, 8), (6, 5), (16, 32)] {
+        for strip in (1..=mt).filter(|s| mt % s == 0) {
+            for batch in [1, 3] {
+                let mut seen = vec![false; (batch * mt * nt) as usize];
+                for t in 0..batch * mt * nt {
+                    let (g, r, c) = gemm::tile_coords(t, strip, mt, nt);
+                    assert!(g < batch && r < mt && c < nt, "{t}: {g} {r} {c}");
+                    let i = ((g * mt + r) * nt + c) as usize;
+                    assert!(!seen[i], "tile {t} repeats ({g}, {r}, {c})");
+                    seen[i] = true;
+                }
+                // Within a strip, consecutive tiles walk its rows first.
+                if strip > 1 && nt > 1 {
+                    assert_eq!(gemm::tile_coords(1, strip, mt, nt), (0, 1, 0));
+                }
+            }
+        }
+    }
+    assert_eq!(gemm::tile_coords(5, 1, 4, 3), (0, 1, 2));
+}
+
+#[test]
 fn the_reference_matmul_reaches_85_percent_of_cube_peak() {
     let f = gearsim_host::bench::matmul(&preset()).unwrap();
     assert!(
@@ -659,6 +720,7 @@ fn forced(mb: u64, nb: u64, kb: u64, ksub: u64, first: u64, stages: u64, blocks:
         stages,
         groups: 4.min(nb),
         block_dim: blocks,
+        strip: 1,
     }
 }
 
@@ -677,6 +739,16 @@ fn forced_plans_cover_every_schedule() {
         forced(4, 3, 2, 4, 3, 2, 3),
         forced(4, 3, 3, 7, 7, 2, 6),
         forced(13, 10, 4, 2, 1, 4, 2),
+        // Tiles walked in strips of 2 and 4 rows (4 x 4 tiles, edges in the last row and
+        // column): a block's tiles change row and column between neighbours.
+        Plan {
+            strip: 2,
+            ..forced(4, 3, 3, 2, 2, 4, 3)
+        },
+        Plan {
+            strip: 4,
+            ..forced(4, 3, 3, 1, 1, 2, 5)
+        },
     ];
     for (transposed, packed) in [(false, false), (true, false), (false, true)] {
         for plan in &plans {

@@ -359,3 +359,65 @@ fn a_sorted_table_model_computes_what_a_gear_major_one_does_in_both_modes() {
         }
     }
 }
+
+#[test]
+fn the_batch_study_times_a_network_at_every_batch_and_rejects_bad_sweeps() {
+    let dir = scratch("batch");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gearsim"))
+            .args(["study", "batch", "--soc_version", "ascend910b2"])
+            .args(args)
+            .arg("--output_dir")
+            .arg(&dir)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["--nets", "resnet18", "--batches", "1,4"]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let csv = std::fs::read_to_string(dir.join("batch.csv")).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some(gearsim_host::study::batch::CSV_HEADER));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2);
+    let num = |r: &[&str], i: usize| r[i].parse::<f64>().unwrap();
+    for r in &rows {
+        assert_eq!(
+            (r[0], r[1], r[3]),
+            ("resnet18", "ascend910b2", "force_fp16")
+        );
+        // 26 kernels: the fused network, as on the coupled chips.
+        assert_eq!(r[7], "26", "{r:?}");
+    }
+    // Four images take longer than one, but less than four times as long.
+    let (t1, t4) = (num(&rows[0], 4), num(&rows[1], 4));
+    assert!(t4 > t1 && t4 < 4.0 * t1, "{t1} {t4}");
+    assert!(num(&rows[1], 6) > num(&rows[0], 6));
+    assert!(stdout.contains("2 row(s)"), "{stdout}");
+    // Bad sweeps name the problem and leave the results in place.
+    for (args, want) in [
+        (
+            &["--nets", "vgg16"][..],
+            "--nets: expected some of resnet18",
+        ),
+        (
+            &["--nets", "gemm8x8x8"][..],
+            "--nets: expected some of resnet18",
+        ),
+        (
+            &["--batches", "0"][..],
+            "expected positive batch sizes, got 0",
+        ),
+        (&["--precision_mode", "fp8"][..], "E10001"),
+    ] {
+        let o = run(args);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("batch.csv")).unwrap(), csv);
+}

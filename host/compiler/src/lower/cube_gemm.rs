@@ -222,6 +222,8 @@ pub struct Plan {
     pub groups: u64,
     /// Blocks.
     pub block_dim: u32,
+    /// Rows of tiles per strip of the tile order (1: row-major; see [`Gemm::strip_rows`]).
+    pub strip: u64,
 }
 
 impl Plan {
@@ -294,6 +296,20 @@ impl Schedule {
             _ => vec![k(true, false), k(false, false), k(false, true)],
         }
     }
+}
+
+/// Tile `t`'s batch item, row and column of tiles in an `mt × nt` grid per batch item, walked
+/// in strips of `strip` rows (a divisor of `mt`), column by column within a strip; a strip of
+/// 1 is row-major order. The kernel's scalar code computes the same.
+pub fn tile_coords(t: u64, strip: u64, mt: u64, nt: u64) -> (u64, u64, u64) {
+    let strip = strip.max(1);
+    let (within, rest) = (t % (strip * nt), t / (strip * nt));
+    let strips = (mt / strip).max(1);
+    (
+        rest / strips,
+        (rest % strips) * strip + within % strip,
+        within / strip,
+    )
 }
 
 /// Event ids the engine uses for a pipe pair whose buffers rotate (L1 stages, drain groups).
@@ -447,6 +463,38 @@ impl Gemm {
         end + tail + PLAN_WRITE_LATENCY
     }
 
+    /// Rows of tiles per strip of the tile order. Row-major order (1) keeps every B panel in
+    /// the L2 while the blocks sweep a row of tiles, so B comes from HBM once, as long as B and
+    /// an A panel fit in half the L2 (the rest is left to the output's write-backs and the
+    /// replacement's slack). When they do not, the tiles are ordered in strips of S rows,
+    /// column by column within a strip (a block swizzle, as Ascend's matmul libraries do);
+    /// S is the divisor of the row count whose first wave of tiles (one per block) touches
+    /// the fewest bytes of A and B panels. B then comes from HBM about once per strip instead
+    /// of once per row of tiles.
+    fn strip_rows(&self, plan: &Plan, core: &CoreSpec) -> u64 {
+        let kp = self.k.div_ceil(16).max(1);
+        let (mt, nt) = (self.m.div_ceil(16 * plan.mb), self.n.div_ceil(16 * plan.nb));
+        let (a_panel, b_panel) = (plan.mb * kp * FRACTAL, plan.nb * kp * FRACTAL);
+        if a_panel + nt * b_panel <= core.l2_bytes / 2 {
+            return 1;
+        }
+        let wave = u64::from(plan.block_dim).min(mt * nt);
+        let touched = |strip: u64| {
+            let (mut rows, mut cols) = (vec![false; mt as usize], vec![false; nt as usize]);
+            for t in 0..wave {
+                let (_, r, c) = tile_coords(t, strip, mt, nt);
+                rows[r as usize] = true;
+                cols[c as usize] = true;
+            }
+            let count = |v: &[bool]| v.iter().filter(|x| **x).count() as u64;
+            count(&rows) * a_panel + count(&cols) * b_panel
+        };
+        (1..=mt)
+            .filter(|s| mt % s == 0)
+            .min_by_key(|&s| (touched(s), s))
+            .unwrap_or(1)
+    }
+
     /// Chooses the tiling: the tile shape, K step and L1 staging that minimise the estimated
     /// time of the busiest block, among those whose L0A/L0B double buffers, L0C tile, L1
     /// stages and UB drain buffers fit the core. Tile shapes are ranked with the deepest
@@ -480,6 +528,7 @@ impl Gemm {
                 stages,
                 groups: rot.min(nb),
                 block_dim: self.tiles_of(mb, nb).min(cores) as u32,
+                strip: 1,
             }
         };
         // Most K steps per stage with `stages` stages.
@@ -521,7 +570,11 @@ impl Gemm {
                 }
             }
         }
-        best.map(|(_, _, p)| p).ok_or_else(|| {
+        best.map(|(_, _, p)| Plan {
+            strip: self.strip_rows(&p, core),
+            ..p
+        })
+        .ok_or_else(|| {
             format!(
                 "no tiling of a {}x{}x{} product fits the core (L0A {} B, L0B {} B, L0C {} B, L1 {} B, UB {} B)",
                 self.m,
@@ -782,6 +835,7 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
     a.tiling("tiles", tiles as i64);
     a.tiling("block_dim", i64::from(plan.block_dim));
     a.tiling("l1_stages", plan.stages as i64);
+    a.tiling("strip_rows", plan.strip as i64);
     let mut nbuf = g.ub_sets(plan, core.ub_bytes).unwrap_or(1);
     if g.residual.is_some() {
         // Each set's residual buffer takes an event id of its own after the bias area's.
@@ -1156,12 +1210,29 @@ impl Kern<'_> {
         let (g, plan, r) = (self.g, self.plan, &self.r);
         let (mt, nt, gg) = (r.t2, r.t3, r.t4);
         let tile = if producer { r.p_tile } else { r.c_tile };
-        a.movi(r.t0, self.nt_count as i64);
-        a.remu(nt, tile, r.t0);
-        a.divu(gg, tile, r.t0);
-        a.movi(r.t0, self.mt_count as i64);
-        a.remu(mt, gg, r.t0);
-        a.divu(gg, gg, r.t0);
+        let strip = plan.strip;
+        if strip <= 1 {
+            a.movi(r.t0, self.nt_count as i64);
+            a.remu(nt, tile, r.t0);
+            a.divu(gg, tile, r.t0);
+            a.movi(r.t0, self.mt_count as i64);
+            a.remu(mt, gg, r.t0);
+            a.divu(gg, gg, r.t0);
+        } else {
+            // Strips of `strip` rows of tiles, column by column within a strip: the tile's
+            // place in its strip (t1), then its column and row within the strip.
+            a.movi(r.t0, (strip * self.nt_count) as i64);
+            a.remu(r.t1, tile, r.t0);
+            a.divu(gg, tile, r.t0);
+            a.movi(r.t0, strip as i64);
+            a.divu(nt, r.t1, r.t0);
+            a.remu(mt, r.t1, r.t0);
+            a.movi(r.t0, (self.mt_count / strip) as i64);
+            a.remu(r.t1, gg, r.t0);
+            a.divu(gg, gg, r.t0);
+            a.muli(r.t1, r.t1, strip);
+            a.add(mt, mt, r.t1);
+        }
         let es = g.out_type.bytes();
         if producer {
             scaled_add(a, r.pa, r.a_base, mt, self.a_m_stride, r.t0);
