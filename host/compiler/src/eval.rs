@@ -39,7 +39,9 @@ use std::sync::Arc;
 use gearsim_isa::aicpu_op::ElementwiseOp;
 use gearsim_isa::numeric::{self, CastMode, RoundMode, Scalar};
 
-use super::fusion::{FUSED_ACTIVATION, FUSED_AIPP, FUSED_RESIDUAL, RESIDUAL_INPUT};
+use super::fusion::{
+    BIAS_INPUT, FUSED_ACTIVATION, FUSED_AIPP, FUSED_BIAS, FUSED_RESIDUAL, RESIDUAL_INPUT,
+};
 use super::infer::{InferError, OpCtx, OpError, Registry};
 use super::ir::{Attr, DataType, Graph, Model, Node, Tensor, TensorDesc, shape_values};
 use super::ops;
@@ -439,12 +441,19 @@ impl Evaluator<'_> {
             inputs
         };
         let residual = node.int(FUSED_RESIDUAL).is_some();
+        let bias = node.int(FUSED_BIAS).is_some();
         let own = if residual {
             &inputs[..RESIDUAL_INPUT.min(inputs.len())]
+        } else if bias {
+            &inputs[..BIAS_INPUT.min(inputs.len())]
         } else {
             inputs
         };
-        let mut outs = self.unfused(node, own)?;
+        let mut outs = if bias {
+            self.matmul_with_bias(node, own, inputs.get(BIAS_INPUT).copied().flatten())?
+        } else {
+            self.unfused(node, own)?
+        };
         if residual {
             // The kernel adds the residual to its output as an f16 Add would, before the
             // activation.
@@ -476,6 +485,49 @@ impl Evaluator<'_> {
                 .ok_or_else(|| value_err(node, format!("the fused {act} gave no output")))?;
         }
         Ok(outs)
+    }
+
+    /// A MatMul with a fused bias: the product in f32, the bias added and the sum rounded
+    /// once to the output's type, as the GEMM kernel adds the bias in its f32 accumulator.
+    fn matmul_with_bias(
+        &self,
+        node: &Node,
+        own: &[Option<&Tensor>],
+        bias: Option<&Tensor>,
+    ) -> Result<Vec<Tensor>, EvalError> {
+        let (Some(bias), [Some(a), Some(b)]) = (bias, own) else {
+            return Err(value_err(
+                node,
+                "a MatMul with a fused bias needs A, B and the bias".into(),
+            ));
+        };
+        let out_type = a.dtype;
+        let wide = |t: &Tensor| encode_f64(DataType::F32, t.dims.clone(), &t.to_f64s());
+        let (a32, b32) = (wide(a), wide(b));
+        let mut plain = node.clone();
+        plain.attrs.remove(FUSED_BIAS);
+        let product = self.unfused(&plain, &[Some(&a32), Some(&b32)])?;
+        let Some(first) = product.first() else {
+            return Err(value_err(node, "the MatMul gave no output".into()));
+        };
+        let bv = bias.to_f64s();
+        if bv.is_empty() || first.dims.last().copied() != Some(bv.len() as i64) {
+            return Err(value_err(
+                node,
+                format!(
+                    "the fused bias has {} values, but the product's last axis is {:?}",
+                    bv.len(),
+                    first.dims.last()
+                ),
+            ));
+        }
+        let sum: Vec<f64> = first
+            .to_f64s()
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v + bv[i % bv.len()])
+            .collect();
+        Ok(vec![encode_f64(out_type, first.dims.clone(), &sum)])
     }
 
     fn unfused(&self, node: &Node, inputs: &[Option<&Tensor>]) -> Result<Vec<Tensor>, EvalError> {

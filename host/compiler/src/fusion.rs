@@ -4,6 +4,7 @@
 //!
 //! ```text
 //!   Conv ─▶ Relu          ⇒  Conv {_fused_activation = Relu}       (the cube kernel's drain)
+//!   MatMul(x, W) ─▶ Add(·, b) ⇒ MatMul(x, W, b) {_fused_bias}       (b added in the accumulator)
 //!   MatMul / Gemm ─▶ Relu ⇒  MatMul {_fused_activation = Relu}     (the GEMM kernel's drain)
 //!   Add / Sub / Mul ─▶ Relu  ⇒  Add {_fused_activation = Relu}     (one vector pass)
 //!   Conv ─▶ Add(·, r) [─▶ Relu] ⇒ Conv(x, w, b, r) {_fused_residual}  (the 5HD or GEMM drain)
@@ -38,6 +39,11 @@ pub const FUSED_NODES: &str = "_fused_nodes";
 pub const FUSED_RESIDUAL: &str = "_fused_residual";
 /// The input index of a fused residual.
 pub const RESIDUAL_INPUT: usize = 3;
+/// The attribute marking a MatMul whose input 2 is a constant bias over the output's last
+/// axis, added in the accumulator (f32) before the output is rounded and activated.
+pub const FUSED_BIAS: &str = "_fused_bias";
+/// The input index of a fused bias.
+pub const BIAS_INPUT: usize = 2;
 /// The attribute marking a convolution that reads its input through the AI core's AIPP unit:
 /// input 0 is the 8-bit image and the absorbed `Aipp` node's attributes are the node's. Its
 /// value is the channels a pixel the unit writes into L1 (16, or 4 for C04).
@@ -56,16 +62,19 @@ pub enum Pass {
     ConvResidualAdd,
     /// An Aipp into the input load of the convolution that reads its output.
     AippConv,
+    /// A constant bias Add into the accumulator of the MatMul that makes its other operand.
+    MatMulBiasAdd,
 }
 
 impl Pass {
     /// Every pass.
-    pub const ALL: [Pass; 5] = [
+    pub const ALL: [Pass; 6] = [
         Pass::ConvActivation,
         Pass::MatMulActivation,
         Pass::ElemwiseActivation,
         Pass::ConvResidualAdd,
         Pass::AippConv,
+        Pass::MatMulBiasAdd,
     ];
 
     /// The name a fusion switch file uses.
@@ -76,6 +85,7 @@ impl Pass {
             Pass::ElemwiseActivation => "ElemwiseActivationFusionPass",
             Pass::ConvResidualAdd => "ConvResidualAddFusionPass",
             Pass::AippConv => "AippConvFusionPass",
+            Pass::MatMulBiasAdd => "MatMulBiasAddFusionPass",
         }
     }
 
@@ -90,7 +100,7 @@ impl Pass {
             Pass::ConvActivation => op == "Conv",
             Pass::MatMulActivation => matches!(op, "MatMul" | "Gemm"),
             Pass::ElemwiseActivation => matches!(op, "Add" | "Sub" | "Mul"),
-            Pass::ConvResidualAdd | Pass::AippConv => false,
+            Pass::ConvResidualAdd | Pass::AippConv | Pass::MatMulBiasAdd => false,
         }
     }
 }
@@ -184,7 +194,86 @@ pub fn fuse(g: &mut Graph, switches: &FusionSwitches, target: &KernelAbilities<'
     } else {
         0
     };
-    aipp + residuals + fuse_activations(g, switches)
+    let biases = if switches.on(Pass::MatMulBiasAdd) {
+        fuse_matmul_biases(g)
+    } else {
+        0
+    };
+    aipp + residuals + biases + fuse_activations(g, switches)
+}
+
+/// Folds `Add(MatMul(x, W), b)` into the MatMul as its bias input when `b` is a constant over
+/// the output's last axis (`[N]`, or `[1, .., 1, N]` of at most the output's rank), the
+/// MatMul's float output is read by the Add only and has the Add's type and shape. The fused
+/// MatMul takes the Add's place in the node order (the constant may have been made after the
+/// MatMul, by the precision pass's conversion), which keeps the order topological. The GEMM
+/// kernel adds the bias to the f32 accumulator before rounding, as GE's MatMul with bias
+/// does, so the result is rounded once instead of twice.
+fn fuse_matmul_biases(g: &mut Graph) -> usize {
+    let consumers = g.consumers();
+    let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
+    for i in 0..g.nodes.len() {
+        let add = NodeId(i as u32);
+        let node = g.node(add);
+        if node.op != "Add"
+            || node.inputs.len() != 2
+            || node.outputs.len() != 1
+            || node.attr(FUSED_ACTIVATION).is_some()
+        {
+            continue;
+        }
+        let out = node.outputs[0].clone();
+        let operands: Vec<Value> = node.inputs.iter().flatten().copied().collect();
+        if operands.len() != 2 || !out.dtype.is_float() {
+            continue;
+        }
+        let pick = (0..2).find(|&k| {
+            let (mm, b) = (operands[k], operands[1 - k]);
+            let p = g.node(mm.node);
+            let only_reader = consumers
+                .get(&mm)
+                .is_some_and(|rs| rs.len() == 1 && rs[0].0 == add);
+            let n = out.shape.last().and_then(|d| d.fixed());
+            let bias = g.desc(b);
+            let over_last_axis = !bias.shape.is_empty()
+                && bias.shape.len() <= out.shape.len()
+                && bias.shape.last().and_then(|d| d.fixed()) == n
+                && bias.shape[..bias.shape.len() - 1]
+                    .iter()
+                    .all(|d| d.fixed() == Some(1));
+            mm.output == 0
+                && p.op == "MatMul"
+                && p.inputs.len() == BIAS_INPUT
+                && p.outputs.len() == 1
+                && only_reader
+                && p.attr(FUSED_ACTIVATION).is_none()
+                && p.attr(FUSED_BIAS).is_none()
+                && p.outputs[0].dtype == out.dtype
+                && p.outputs[0].shape == out.shape
+                && g.node(b.node).op == "Const"
+                && bias.dtype == out.dtype
+                && over_last_axis
+        });
+        let Some(k) = pick else {
+            continue;
+        };
+        let (mm, b) = (operands[k], operands[1 - k]);
+        let add_name = node.name.clone();
+        let mut fused = g.node(mm.node).clone();
+        fused.inputs.push(Some(b));
+        fused.attrs.insert(FUSED_BIAS.into(), Attr::Int(1));
+        *g.node_mut(add) = fused;
+        absorb(g, add, add_name);
+        // The MatMul's only reader was the Add, which is now the MatMul itself.
+        rewire.insert(
+            mm,
+            Value {
+                node: add,
+                output: 0,
+            },
+        );
+    }
+    remove_absorbed(g, &rewire)
 }
 
 /// Folds `Conv(Aipp(image))` into the convolution when the Aipp's f16 output is read by the
@@ -404,6 +493,65 @@ mod tests {
         }
         g.add(Node::new("out", "NetOutput", outs, vec![]));
         g
+    }
+
+    /// x ─ MatMul(·, W) ─ Add(·, b) ─ out with b a constant of `bias_dims` made after the
+    /// MatMul (as the precision pass's conversions are), and a second reader of the product
+    /// when `shared`.
+    fn bias_graph(bias_dims: &[i64], shared: bool) -> Graph {
+        let d = |dims: &[i64]| TensorDesc::new(DataType::F16, fixed_shape(dims));
+        let mut g = Graph::new("g");
+        let v = |node| Some(Value { node, output: 0 });
+        let x = g.add(Node::new("x", "Data", vec![], vec![d(&[2, 8, 32])]));
+        let w = g.add(Node::new("w", "Const", vec![], vec![d(&[32, 48])]));
+        let mm = g.add(Node::new(
+            "mm",
+            "MatMul",
+            vec![v(x), v(w)],
+            vec![d(&[2, 8, 48])],
+        ));
+        let b = g.add(Node::new("b", "Const", vec![], vec![d(bias_dims)]));
+        let add = g.add(Node::new(
+            "add",
+            "Add",
+            vec![v(mm), v(b)],
+            vec![d(&[2, 8, 48])],
+        ));
+        let mut outs = vec![v(add)];
+        if shared {
+            outs.push(v(mm));
+        }
+        g.add(Node::new("out", "NetOutput", outs, vec![]));
+        g
+    }
+
+    #[test]
+    fn a_constant_bias_over_the_last_axis_folds_into_the_matmul() {
+        for dims in [&[48][..], &[1, 48], &[1, 1, 48]] {
+            let mut g = bias_graph(dims, false);
+            assert_eq!(fuse_matmul_biases(&mut g), 1, "{dims:?}");
+            let mm = g.nodes.iter().find(|n| n.op == "MatMul").unwrap();
+            assert_eq!(mm.name, "mm");
+            assert_eq!(mm.int(FUSED_BIAS), Some(1));
+            assert_eq!(mm.inputs.len(), 3);
+            assert!(!g.nodes.iter().any(|n| n.op == "Add"));
+            // Every input still refers to an earlier node.
+            for (i, n) in g.nodes.iter().enumerate() {
+                for v in n.inputs.iter().flatten() {
+                    assert!((v.node.0 as usize) < i, "{} reads a later node", n.name);
+                }
+            }
+        }
+        // Not over the last axis, a bias of another length, or a product read twice: no.
+        for (dims, shared) in [
+            (&[8, 48][..], false),
+            (&[2, 8, 48], false),
+            (&[24], false),
+            (&[48], true),
+        ] {
+            let mut g = bias_graph(dims, shared);
+            assert_eq!(fuse_matmul_biases(&mut g), 0, "{dims:?} shared {shared}");
+        }
     }
 
     #[test]

@@ -1,10 +1,14 @@
 //! Fusion end to end: the same model compiled with every fusion pass on and with all of them
 //! off runs fewer kernels fused and gives bit-identical outputs (the fused activation is the
-//! same vector instruction on the same converted values); a fusion switch file that is not
+//! same vector instruction on the same converted values), except a MatMul's fused bias, which
+//! is added in the accumulator and rounded once (as GE's MatMul with bias); a fusion switch
+//! file that is not
 //! atc's format, or names a pass gearsim does not have, is rejected before anything is
 //! written.
 
-use gearsim_compiler::fusion::{FUSED_ACTIVATION, FUSED_RESIDUAL, FusionSwitches, Pass};
+use gearsim_compiler::fusion::{
+    FUSED_ACTIVATION, FUSED_BIAS, FUSED_RESIDUAL, FusionSwitches, Pass,
+};
 use gearsim_compiler::ir::{DataType, Tensor};
 use gearsim_compiler::options::GearOptions;
 use gearsim_compiler::pipeline::{CompileOptions, compile};
@@ -168,5 +172,86 @@ fn resnet50_residual_adds_fold_into_their_pointwise_convolutions() {
     for (a, b) in fused.iter().zip(&plain) {
         assert_eq!(a.dims, b.dims);
         assert!(a.data == b.data, "fused and unfused outputs differ");
+    }
+}
+
+/// The transformer test model (linear layers are MatMul + a constant bias Add) at sequence 16,
+/// compiled for `chip` with `fusion`: outputs, kernels launched and the branch's fused biases.
+fn run_transformer(chip: &str, fusion: FusionSwitches) -> (Vec<Tensor>, usize, usize) {
+    let cfg = ChipConfig::preset(chip).unwrap();
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/models/transformer.onnx");
+    let bytes = std::fs::read(path).unwrap();
+    let opts = CompileOptions {
+        gear: GearOptions {
+            input_shape: Some("x:1,-1,64".into()),
+            dynamic_dims: Some("16;32".into()),
+            ..GearOptions::default()
+        },
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        fusion,
+        precision: PrecisionMode::ForceFp16,
+        target: atc::target(&cfg),
+    };
+    let c = compile(&bytes, "transformer.onnx", &opts).unwrap();
+    let biases: Vec<_> = c.after.subgraphs[0]
+        .nodes
+        .iter()
+        .filter(|n| n.attr(FUSED_BIAS).is_some())
+        .collect();
+    for n in &biases {
+        // The fused node keeps the MatMul's name and lists the Add it absorbed.
+        assert_eq!(n.op, "MatMul");
+        let Some(gearsim_compiler::ir::Attr::Strs(absorbed)) =
+            n.attr(gearsim_compiler::fusion::FUSED_NODES)
+        else {
+            panic!("{}: no {}", n.name, gearsim_compiler::fusion::FUSED_NODES);
+        };
+        assert!(absorbed.iter().any(|a| a.contains("/Add")), "{absorbed:?}");
+        assert_eq!(n.inputs.len(), 3);
+    }
+    let mut rt = Runtime::new(
+        cfg,
+        NullSink,
+        RuntimeOptions {
+            profile: true,
+            ..RuntimeOptions::default()
+        },
+    )
+    .unwrap();
+    let m = rt.load(&c.om_bytes().unwrap()).unwrap();
+    let x: Vec<u8> = (0..16 * 64)
+        .flat_map(|i| (((i * 7919) % 203) as f32 / 100.0 - 1.0).to_le_bytes())
+        .collect();
+    let x = Tensor::new(DataType::F32, vec![1, 16, 64], x).unwrap();
+    let r = rt.run(m, &[x]).unwrap();
+    (r.outputs, r.kernels.len(), biases.len())
+}
+
+#[test]
+fn matmul_biases_add_in_the_accumulator_with_one_rounding() {
+    for chip in ["ascend910", "ascend910b2"] {
+        let (fused, fused_kernels, biases) = run_transformer(chip, FusionSwitches::all_on());
+        let mut off = FusionSwitches::all_on();
+        off.set(Pass::MatMulBiasAdd, false);
+        let (plain, plain_kernels, none) = run_transformer(chip, off);
+        assert_eq!(none, 0);
+        assert!(biases >= 4, "{chip}: {biases} fused biases");
+        // Each fused bias saves its Add kernel.
+        assert_eq!(fused_kernels + biases, plain_kernels, "{chip}");
+        // One rounding instead of two: the outputs differ by f16 rounding at most.
+        for (a, b) in fused.iter().zip(&plain) {
+            assert_eq!(a.dims, b.dims);
+            let (x, y) = (a.to_f64s(), b.to_f64s());
+            let scale = y.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+            for (i, (p, q)) in x.iter().zip(&y).enumerate() {
+                assert!(
+                    (p - q).abs() <= 2e-2 * scale,
+                    "{chip}: element {i}: fused {p}, unfused {q} (max |y| {scale})"
+                );
+            }
+        }
     }
 }

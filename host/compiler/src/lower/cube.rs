@@ -30,7 +30,7 @@ use super::queue::{self, VECOUT};
 use super::stream::{Io, Stream, Tile};
 use super::writer::{Asm, Reg};
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
-use crate::fusion::RESIDUAL_INPUT;
+use crate::fusion::{BIAS_INPUT, RESIDUAL_INPUT};
 use crate::ir::{DataType, Tensor, TensorDesc, shape_values};
 
 /// The lowering of an op type of this module.
@@ -499,6 +499,13 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
             }
         }
     };
+    // A fused bias (a constant over the last axis) is added in the accumulator.
+    let addend = match ctx.inputs.get(BIAS_INPUT).copied().flatten() {
+        Some(cd) if ctx.node.int(crate::fusion::FUSED_BIAS).is_some() => {
+            Some(gemm_addend(ctx, &mut b, &mut args, cd, m_eff, n, 1.0)?)
+        }
+        _ => None,
+    };
     let g = Gemm {
         name: kernel_name(ctx, super::Epilogue::of(ctx)?.suffix()),
         batch,
@@ -511,7 +518,7 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         out_type,
         ldc: n,
         alpha: 1.0,
-        addend: None,
+        addend,
         residual: None,
         relu: super::Epilogue::of(ctx)? == super::Epilogue::Relu,
     };
