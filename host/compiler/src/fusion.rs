@@ -214,19 +214,11 @@ fn fuse_matmul_biases(g: &mut Graph) -> usize {
     let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
     for i in 0..g.nodes.len() {
         let add = NodeId(i as u32);
+        let Some((out, operands)) = plain_add(g, add).filter(|(out, _)| out.dtype.is_float())
+        else {
+            continue;
+        };
         let node = g.node(add);
-        if node.op != "Add"
-            || node.inputs.len() != 2
-            || node.outputs.len() != 1
-            || node.attr(FUSED_ACTIVATION).is_some()
-        {
-            continue;
-        }
-        let out = node.outputs[0].clone();
-        let operands: Vec<Value> = node.inputs.iter().flatten().copied().collect();
-        if operands.len() != 2 || !out.dtype.is_float() {
-            continue;
-        }
         let pick = (0..2).find(|&k| {
             let (mm, b) = (operands[k], operands[1 - k]);
             let p = g.node(mm.node);
@@ -340,6 +332,20 @@ fn absorb(g: &mut Graph, into: NodeId, name: String) {
     p.attrs.insert(FUSED_NODES.into(), Attr::Strs(absorbed));
 }
 
+/// Node `id` when it is an `Add` of two present operands with one output and no fused
+/// activation (what the passes folding an Add into a producer start from): its output and its
+/// operands.
+fn plain_add(g: &Graph, id: NodeId) -> Option<(super::ir::TensorDesc, [Value; 2])> {
+    let node = g.node(id);
+    if node.op != "Add" || node.outputs.len() != 1 || node.attr(FUSED_ACTIVATION).is_some() {
+        return None;
+    }
+    match node.inputs[..] {
+        [Some(a), Some(b)] => Some((node.outputs[0].clone(), [a, b])),
+        _ => None,
+    }
+}
+
 /// Folds `Add(conv(x), r)` into the convolution as its residual input when the convolution's
 /// kernel can add it (`adds_residual`), its f16 output is read by the Add only, `r` has the
 /// output's shape and type and is made before the convolution runs (nodes run in order).
@@ -348,19 +354,12 @@ fn fuse_residuals(g: &mut Graph, adds_residual: &dyn Fn(&Graph, NodeId) -> bool)
     let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
     for i in 0..g.nodes.len() {
         let add = NodeId(i as u32);
+        let Some((out, operands)) =
+            plain_add(g, add).filter(|(out, _)| out.dtype == super::ir::DataType::F16)
+        else {
+            continue;
+        };
         let node = g.node(add);
-        if node.op != "Add"
-            || node.inputs.len() != 2
-            || node.outputs.len() != 1
-            || node.attr(FUSED_ACTIVATION).is_some()
-        {
-            continue;
-        }
-        let out = node.outputs[0].clone();
-        let operands: Vec<Value> = node.inputs.iter().flatten().copied().collect();
-        if operands.len() != 2 || out.dtype != super::ir::DataType::F16 {
-            continue;
-        }
         let pick = (0..2).find(|&k| {
             let (conv, r) = (operands[k], operands[1 - k]);
             let only_reader = consumers

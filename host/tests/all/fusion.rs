@@ -33,6 +33,12 @@ fn run_cnn(fusion: FusionSwitches) -> (Vec<Tensor>, usize, usize) {
         .iter()
         .filter(|n| n.attr(FUSED_ACTIVATION).is_some())
         .count();
+    let (outputs, kernels) = run_profiled(cfg, &c.om_bytes().unwrap(), &[cnn_input()]);
+    (outputs, kernels, fused_nodes)
+}
+
+/// Loads `om` on `cfg` and runs it once on `inputs`: its outputs and the kernels it launched.
+fn run_profiled(cfg: ChipConfig, om: &[u8], inputs: &[Tensor]) -> (Vec<Tensor>, usize) {
     let mut rt = Runtime::new(
         cfg,
         NullSink,
@@ -42,9 +48,9 @@ fn run_cnn(fusion: FusionSwitches) -> (Vec<Tensor>, usize, usize) {
         },
     )
     .unwrap();
-    let m = rt.load(&c.om_bytes().unwrap()).unwrap();
-    let r = rt.run(m, &[cnn_input()]).unwrap();
-    (r.outputs, r.kernels.len(), fused_nodes)
+    let m = rt.load(om).unwrap();
+    let r = rt.run(m, inputs).unwrap();
+    (r.outputs, r.kernels.len())
 }
 
 #[test]
@@ -212,22 +218,12 @@ fn run_transformer(chip: &str, fusion: FusionSwitches) -> (Vec<Tensor>, usize, u
         assert!(absorbed.iter().any(|a| a.contains("/Add")), "{absorbed:?}");
         assert_eq!(n.inputs.len(), 3);
     }
-    let mut rt = Runtime::new(
-        cfg,
-        NullSink,
-        RuntimeOptions {
-            profile: true,
-            ..RuntimeOptions::default()
-        },
-    )
-    .unwrap();
-    let m = rt.load(&c.om_bytes().unwrap()).unwrap();
     let x: Vec<u8> = (0..16 * 64)
         .flat_map(|i| (((i * 7919) % 203) as f32 / 100.0 - 1.0).to_le_bytes())
         .collect();
     let x = Tensor::new(DataType::F32, vec![1, 16, 64], x).unwrap();
-    let r = rt.run(m, &[x]).unwrap();
-    (r.outputs, r.kernels.len(), biases.len())
+    let (outputs, kernels) = run_profiled(cfg, &c.om_bytes().unwrap(), &[x]);
+    (outputs, kernels, biases.len())
 }
 
 #[test]
