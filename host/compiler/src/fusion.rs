@@ -6,6 +6,7 @@
 //!   Conv ─▶ Relu          ⇒  Conv {_fused_activation = Relu}       (the cube kernel's drain)
 //!   MatMul(x, W) ─▶ Add(·, b) ⇒ MatMul(x, W, b) {_fused_bias}       (b added in the accumulator)
 //!   MatMul / Gemm ─▶ Relu ⇒  MatMul {_fused_activation = Relu}     (the GEMM kernel's drain)
+//!   0.5 · x · (1 + Erf(x / √2)), f16 ⇒ Gelu(x) {approximate = tanh} (GE's Gelu kernel)
 //!   Add / Sub / Mul ─▶ Relu  ⇒  Add {_fused_activation = Relu}     (one vector pass)
 //!   Conv ─▶ Add(·, r) [─▶ Relu] ⇒ Conv(x, w, b, r) {_fused_residual}  (the 5HD or GEMM drain)
 //!   Aipp(image) ─▶ Conv   ⇒  Conv(image, w, b) {_fused_aipp}        (MTE2's AIPP unit)
@@ -64,17 +65,20 @@ pub enum Pass {
     AippConv,
     /// A constant bias Add into the accumulator of the MatMul that makes its other operand.
     MatMulBiasAdd,
+    /// The five element-wise ops of an exported erf GELU into one Gelu (fp16 only).
+    Gelu,
 }
 
 impl Pass {
     /// Every pass.
-    pub const ALL: [Pass; 6] = [
+    pub const ALL: [Pass; 7] = [
         Pass::ConvActivation,
         Pass::MatMulActivation,
         Pass::ElemwiseActivation,
         Pass::ConvResidualAdd,
         Pass::AippConv,
         Pass::MatMulBiasAdd,
+        Pass::Gelu,
     ];
 
     /// The name a fusion switch file uses.
@@ -86,6 +90,7 @@ impl Pass {
             Pass::ConvResidualAdd => "ConvResidualAddFusionPass",
             Pass::AippConv => "AippConvFusionPass",
             Pass::MatMulBiasAdd => "MatMulBiasAddFusionPass",
+            Pass::Gelu => "GeluFusionPass",
         }
     }
 
@@ -100,7 +105,7 @@ impl Pass {
             Pass::ConvActivation => op == "Conv",
             Pass::MatMulActivation => matches!(op, "MatMul" | "Gemm"),
             Pass::ElemwiseActivation => matches!(op, "Add" | "Sub" | "Mul"),
-            Pass::ConvResidualAdd | Pass::AippConv | Pass::MatMulBiasAdd => false,
+            Pass::ConvResidualAdd | Pass::AippConv | Pass::MatMulBiasAdd | Pass::Gelu => false,
         }
     }
 }
@@ -199,7 +204,142 @@ pub fn fuse(g: &mut Graph, switches: &FusionSwitches, target: &KernelAbilities<'
     } else {
         0
     };
-    aipp + residuals + biases + fuse_activations(g, switches)
+    let gelus = if switches.on(Pass::Gelu) {
+        fuse_gelus(g)
+    } else {
+        0
+    };
+    aipp + residuals + biases + gelus + fuse_activations(g, switches)
+}
+
+/// The constant scalar (any shape of one element) a value holds, if it is a `Const`'s.
+fn scalar_of(g: &Graph, v: Value) -> Option<f64> {
+    let n = g.node(v.node);
+    let t = n.tensor("value").filter(|_| n.op == "Const")?;
+    (t.len() == 1).then(|| t.to_f64s()[0])
+}
+
+/// Folds the exported erf GELU, `Mul(Mul(x, Add(Erf(Div(x, √2)), 1)), 0.5)` or
+/// `Mul(Mul(x, 0.5), Add(Erf(Div(x, √2)), 1))` (operands of Add and Mul in either order),
+/// into one `Gelu(x)` when its values are fp16 and every intermediate is read only by the
+/// next op. GE's GeluFusionPass does the same, and its Gelu kernel computes
+/// `x / (1 + exp(-2√(2/π)(x + 0.044715 x³)))`, ONNX's `approximate = "tanh"`; fp32 chains
+/// keep their ops (the approximation is within fp16's precision, not fp32's).
+fn fuse_gelus(g: &mut Graph) -> usize {
+    let consumers = g.consumers();
+    let only_reader = |v: Value, reader: NodeId| {
+        consumers
+            .get(&v)
+            .is_some_and(|rs| rs.len() == 1 && rs[0].0 == reader)
+    };
+    let near = |v: Option<f64>, want: f64| v.is_some_and(|x| (x - want).abs() <= 2e-3 * want);
+    let out0 = |node: NodeId| Value { node, output: 0 };
+    // The binary op `id` of type `op` as (its operand that is not the constant `c`, id).
+    let with_const = |id: NodeId, op: &str, c: f64| -> Option<Value> {
+        let n = g.node(id);
+        if n.op != op || n.outputs.len() != 1 || n.attr(FUSED_ACTIVATION).is_some() {
+            return None;
+        }
+        let [Some(a), Some(b)] = n.inputs[..] else {
+            return None;
+        };
+        if near(scalar_of(g, b), c) {
+            Some(a)
+        } else if op != "Div" && near(scalar_of(g, a), c) {
+            Some(b)
+        } else {
+            None
+        }
+    };
+    // `Add(Erf(Div(x, √2)), 1)`: x, and the chain's three nodes.
+    let erf_term = |v: Value| -> Option<(Value, [NodeId; 3])> {
+        let add = v.node;
+        let e = with_const(add, "Add", 1.0)?;
+        let erf = g.node(e.node);
+        if erf.op != "Erf" || !only_reader(e, add) {
+            return None;
+        }
+        let Some(Some(d)) = erf.inputs.first().copied() else {
+            return None;
+        };
+        if !only_reader(d, e.node) {
+            return None;
+        }
+        let x = with_const(d.node, "Div", std::f64::consts::SQRT_2)?;
+        Some((x, [d.node, e.node, add]))
+    };
+    let mut fused: Vec<(NodeId, Value, Vec<NodeId>)> = Vec::new();
+    for i in 0..g.nodes.len() {
+        let last = NodeId(i as u32);
+        let n = g.node(last);
+        if n.op != "Mul" || n.outputs.len() != 1 || n.outputs[0].dtype != super::ir::DataType::F16 {
+            continue;
+        }
+        let [Some(p), Some(q)] = n.inputs[..] else {
+            continue;
+        };
+        let mut found = None;
+        for (inner, other) in [(p, q), (q, p)] {
+            if !only_reader(inner, last) || g.node(inner.node).op != "Mul" {
+                continue;
+            }
+            let [Some(a), Some(b)] = g.node(inner.node).inputs[..] else {
+                continue;
+            };
+            // A) Mul(Mul(x, term), 0.5)
+            if near(scalar_of(g, other), 0.5) {
+                for (x, t) in [(a, b), (b, a)] {
+                    if let Some((tx, nodes)) = erf_term(t) {
+                        if tx == x && only_reader(t, inner.node) {
+                            found = Some((x, [&nodes[..], &[inner.node]].concat()));
+                        }
+                    }
+                }
+            }
+            // B) Mul(Mul(x, 0.5), term)
+            if found.is_none() {
+                if let (Some(x), Some((tx, nodes))) =
+                    (with_const(inner.node, "Mul", 0.5), erf_term(other))
+                {
+                    if tx == x && only_reader(other, last) {
+                        found = Some((x, [&nodes[..], &[inner.node]].concat()));
+                    }
+                }
+            }
+            if found.is_some() {
+                break;
+            }
+        }
+        if let Some((x, nodes)) = found {
+            if g.desc(x).dtype == super::ir::DataType::F16 && g.desc(x).shape == n.outputs[0].shape
+            {
+                fused.push((last, x, nodes));
+            }
+        }
+    }
+    let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
+    for (last, x, nodes) in &fused {
+        let names: Vec<String> = nodes.iter().map(|id| g.node(*id).name.clone()).collect();
+        let n = g.node_mut(*last);
+        let mul_name = std::mem::take(&mut n.name);
+        // Named in the chain's scope (`/layer/act_fn/Mul_1` gives `/layer/act_fn/Gelu`).
+        n.name = match mul_name.rsplit_once('/') {
+            Some((scope, _)) => format!("{scope}/Gelu"),
+            None => format!("{mul_name}_Gelu"),
+        };
+        n.op = "Gelu".into();
+        n.inputs = vec![Some(*x)];
+        n.attrs.clear();
+        n.attrs
+            .insert("approximate".into(), Attr::Str("tanh".into()));
+        for name in names.into_iter().chain([mul_name]) {
+            absorb(g, *last, name);
+        }
+        for id in nodes {
+            rewire.insert(out0(*id), out0(*last));
+        }
+    }
+    remove_absorbed(g, &rewire)
 }
 
 /// Folds `Add(MatMul(x, W), b)` into the MatMul as its bias input when `b` is a constant over
@@ -522,6 +662,101 @@ mod tests {
         }
         g.add(Node::new("out", "NetOutput", outs, vec![]));
         g
+    }
+
+    /// The exported erf GELU over an `[2, 8]` value of `dtype`: order A is
+    /// `Mul(Mul(x, t), 0.5)`, B `Mul(Mul(x, 0.5), t)` with `t = Add(Erf(Div(x, div)), 1)`; the
+    /// Erf's output also goes to the graph output when `leak`.
+    fn gelu_graph(dtype: DataType, order_a: bool, div: f32, leak: bool) -> Graph {
+        let d = TensorDesc::new(dtype, fixed_shape(&[2, 8]));
+        let mut g = Graph::new("g");
+        let v = |node| Some(Value { node, output: 0 });
+        let konst = |g: &mut Graph, name: &str, x: f32| {
+            let t = crate::ir::Tensor::from_f32s(vec![], &[x]);
+            let mut n = Node::new(name, "Const", vec![], vec![TensorDesc::of(&t)]);
+            n.attrs.insert("value".into(), Attr::Tensor(t));
+            g.add(n)
+        };
+        let x = g.add(Node::new("x", "Data", vec![], vec![d.clone()]));
+        let c_div = konst(&mut g, "sqrt2", div);
+        let c_one = konst(&mut g, "one", 1.0);
+        let c_half = konst(&mut g, "half", 0.5);
+        let dv = g.add(Node::new(
+            "act/Div",
+            "Div",
+            vec![v(x), v(c_div)],
+            vec![d.clone()],
+        ));
+        let erf = g.add(Node::new("act/Erf", "Erf", vec![v(dv)], vec![d.clone()]));
+        let add = g.add(Node::new(
+            "act/Add",
+            "Add",
+            vec![v(c_one), v(erf)],
+            vec![d.clone()],
+        ));
+        let y = if order_a {
+            let m = g.add(Node::new(
+                "act/Mul",
+                "Mul",
+                vec![v(add), v(x)],
+                vec![d.clone()],
+            ));
+            g.add(Node::new(
+                "act/Mul_1",
+                "Mul",
+                vec![v(m), v(c_half)],
+                vec![d.clone()],
+            ))
+        } else {
+            let m = g.add(Node::new(
+                "act/Mul",
+                "Mul",
+                vec![v(x), v(c_half)],
+                vec![d.clone()],
+            ));
+            g.add(Node::new(
+                "act/Mul_1",
+                "Mul",
+                vec![v(add), v(m)],
+                vec![d.clone()],
+            ))
+        };
+        let mut outs = vec![v(y)];
+        if leak {
+            outs.push(v(erf));
+        }
+        g.add(Node::new("out", "NetOutput", outs, vec![]));
+        g
+    }
+
+    #[test]
+    fn an_exported_erf_gelu_becomes_one_gelu_in_fp16_only() {
+        for order_a in [true, false] {
+            let mut g = gelu_graph(DataType::F16, order_a, std::f32::consts::SQRT_2, false);
+            assert_eq!(fuse_gelus(&mut g), 4, "order A: {order_a}");
+            let gelu = g.nodes.iter().find(|n| n.op == "Gelu").unwrap();
+            assert_eq!(gelu.name, "act/Gelu");
+            assert_eq!(gelu.string("approximate"), Some("tanh"));
+            assert_eq!(gelu.inputs.len(), 1);
+            match gelu.attr(FUSED_NODES) {
+                Some(Attr::Strs(v)) => assert_eq!(v.len(), 5, "{v:?}"),
+                other => panic!("{other:?}"),
+            }
+            assert!(
+                !g.nodes
+                    .iter()
+                    .any(|n| matches!(n.op.as_str(), "Erf" | "Mul" | "Div"))
+            );
+        }
+        // fp32, another divisor, or an intermediate read elsewhere: left alone.
+        for (dtype, div, leak) in [
+            (DataType::F32, std::f32::consts::SQRT_2, false),
+            (DataType::F16, 2.0, false),
+            (DataType::F16, std::f32::consts::SQRT_2, true),
+        ] {
+            let mut g = gelu_graph(dtype, true, div, leak);
+            assert_eq!(fuse_gelus(&mut g), 0, "{dtype:?} {div} {leak}");
+        }
     }
 
     #[test]

@@ -49,7 +49,7 @@ pub struct CompileArgs {
     /// Fusion passes to switch on or off (atc's format: {"Switch": {"GraphFusion": {"ALL":
     /// "off"}, "UBFusion": {...}}}); every pass runs by default. Passes:
     /// ConvActivationFusionPass, MatMulActivationFusionPass, ElemwiseActivationFusionPass,
-    /// ConvResidualAddFusionPass, AippConvFusionPass, MatMulBiasAddFusionPass.
+    /// ConvResidualAddFusionPass, AippConvFusionPass, MatMulBiasAddFusionPass, GeluFusionPass.
     #[arg(long = "fusion_switch_file", value_name = "FILE.json")]
     fusion_switch_file: Option<PathBuf>,
     /// Which fp32 ops compute in fp16: force_fp16 (atc's default on these chips),

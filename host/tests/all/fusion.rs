@@ -37,6 +37,19 @@ fn run_cnn(fusion: FusionSwitches) -> (Vec<Tensor>, usize, usize) {
     (outputs, kernels, fused_nodes)
 }
 
+/// atc's defaults (`force_fp16`, non-sink) for `cfg` with `gear` and `fusion`.
+fn fp16_options(cfg: &ChipConfig, gear: GearOptions, fusion: FusionSwitches) -> CompileOptions {
+    CompileOptions {
+        gear,
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        fusion,
+        precision: PrecisionMode::ForceFp16,
+        target: atc::target(cfg),
+    }
+}
+
 /// Loads `om` on `cfg` and runs it once on `inputs`: its outputs and the kernels it launched.
 fn run_profiled(cfg: ChipConfig, om: &[u8], inputs: &[Tensor]) -> (Vec<Tensor>, usize) {
     let mut rt = Runtime::new(
@@ -188,19 +201,12 @@ fn run_transformer(chip: &str, fusion: FusionSwitches) -> (Vec<Tensor>, usize, u
     let path =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/models/transformer.onnx");
     let bytes = std::fs::read(path).unwrap();
-    let opts = CompileOptions {
-        gear: GearOptions {
-            input_shape: Some("x:1,-1,64".into()),
-            dynamic_dims: Some("16;32".into()),
-            ..GearOptions::default()
-        },
-        getnext_sink: false,
-        table_layout: Default::default(),
-        mapindex_engine: Default::default(),
-        fusion,
-        precision: PrecisionMode::ForceFp16,
-        target: atc::target(&cfg),
+    let gear = GearOptions {
+        input_shape: Some("x:1,-1,64".into()),
+        dynamic_dims: Some("16;32".into()),
+        ..GearOptions::default()
     };
+    let opts = fp16_options(&cfg, gear, fusion);
     let c = compile(&bytes, "transformer.onnx", &opts).unwrap();
     let biases: Vec<_> = c.after.subgraphs[0]
         .nodes
@@ -250,4 +256,81 @@ fn matmul_biases_add_in_the_accumulator_with_one_rounding() {
             }
         }
     }
+}
+
+/// `0.5 · x · (1 + erf(x / √2))` over an f32 `[8, 256]` input, as an opset-17 export writes
+/// GELU, compiled with `force_fp16` for ascend910 with `fusion`; run on `x`.
+fn run_gelu(fusion: FusionSwitches, x: &[f32]) -> (Vec<f32>, usize) {
+    use super::onnx_build::{f32_init, model, node};
+    use prost::Message;
+    let nodes = vec![
+        node("Div", "/act/Div", &["x", "sqrt2"], &["d"]),
+        node("Erf", "/act/Erf", &["d"], &["e"]),
+        node("Add", "/act/Add", &["e", "one"], &["a"]),
+        node("Mul", "/act/Mul", &["x", "a"], &["m"]),
+        node("Mul", "/act/Mul_1", &["m", "half"], &["y"]),
+    ];
+    let inits = vec![
+        f32_init("sqrt2", &[], &[std::f32::consts::SQRT_2]),
+        f32_init("one", &[], &[1.0]),
+        f32_init("half", &[], &[0.5]),
+    ];
+    let dims = [Some(8), Some(256)];
+    let bytes = model(17, nodes, &[("x", &dims)], &[("y", &dims)], inits).encode_to_vec();
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    let opts = fp16_options(&cfg, GearOptions::default(), fusion);
+    let c = compile(&bytes, "gelu.onnx", &opts).unwrap();
+    let x = Tensor::new(
+        DataType::F32,
+        vec![8, 256],
+        x.iter().flat_map(|v| v.to_le_bytes()).collect(),
+    )
+    .unwrap();
+    let (outputs, kernels) = run_profiled(cfg, &c.om_bytes().unwrap(), &[x]);
+    let y = outputs[0].to_f64s().iter().map(|v| *v as f32).collect();
+    (y, kernels)
+}
+
+#[test]
+fn an_exported_gelu_runs_as_one_kernel_within_fp16_of_the_erf_formula() {
+    let x: Vec<f32> = (0..8 * 256).map(|i| (i as f32 - 1024.0) / 200.0).collect();
+    let (fused, fused_kernels) = run_gelu(FusionSwitches::all_on(), &x);
+    let mut off = FusionSwitches::all_on();
+    off.set(Pass::Gelu, false);
+    let (plain, plain_kernels) = run_gelu(off, &x);
+    // Five element-wise kernels become one (the input and output casts stay).
+    assert_eq!(fused_kernels + 4, plain_kernels);
+    for (i, ((f, p), x)) in fused.iter().zip(&plain).zip(&x).enumerate() {
+        let want = 0.5 * f64::from(*x) * (1.0 + erf(f64::from(*x) / std::f64::consts::SQRT_2));
+        for (what, got) in [("fused", f), ("unfused", p)] {
+            let err = (f64::from(*got) - want).abs();
+            assert!(
+                err <= 1e-3 + 1e-2 * want.abs(),
+                "{what} element {i}: gelu({x}) = {got}, expected {want}"
+            );
+        }
+    }
+}
+
+/// erf by its Taylor series near 0 and its continued fraction beyond (double precision is
+/// far more than the test needs).
+fn erf(x: f64) -> f64 {
+    let a = x.abs();
+    let v = if a < 2.5 {
+        let (mut term, mut sum, mut k) = (a, a, 0.0f64);
+        while term.abs() > 1e-17 {
+            k += 1.0;
+            term *= -a * a / k;
+            sum += term / (2.0 * k + 1.0);
+        }
+        sum * 2.0 / std::f64::consts::PI.sqrt()
+    } else {
+        // erfc(a) = exp(-a²)/√π · 1/(a + 1/2/(a + 1/(a + 3/2/(a + ...))))
+        let mut f = 0.0f64;
+        for k in (1..60).rev() {
+            f = (k as f64 / 2.0) / (a + f);
+        }
+        1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f)
+    };
+    v.copysign(x)
 }
