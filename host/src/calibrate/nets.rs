@@ -72,8 +72,8 @@ impl CopyDirection {
 }
 
 impl Net {
-    /// Every network, in table order.
-    pub const ALL: [Net; 2] = [Net::ResNet18, Net::ResNet50];
+    /// The whole networks (not the single-kernel and copy workloads), by name.
+    pub const NETWORKS: [Net; 3] = [Net::ResNet18, Net::ResNet50, Net::BertBase];
 
     /// `resnet18` / `resnet50` / `gemm2048x4096x4000`, as the targets table spells them.
     pub fn name(self) -> String {
@@ -108,8 +108,9 @@ impl Net {
                 _ => None,
             };
         }
-        [Net::ResNet18, Net::ResNet50, Net::BertBase, Net::MixStartup]
+        Net::NETWORKS
             .into_iter()
+            .chain([Net::MixStartup])
             .find(|n| n.name() == s)
     }
 

@@ -27,14 +27,14 @@ pub enum StudyCommand {
     Advise(Box<StudyAdviseArgs>),
     /// What a network's execution takes at every batch size on one chip: builds the
     /// calibration table's networks (resnet18, resnet50, bertbase: BERT-base's encoder at
-    /// sequence 128), runs each batch timing-only and writes batch.csv into --output_dir; the
-    /// prediction for chips no public measurement covers.
+    /// sequence 128), runs each batch timing-only and writes batch.csv and batch.svg into
+    /// --output_dir; the prediction for chips no public measurement covers.
     Batch(Box<StudyBatchArgs>),
 }
 
 #[derive(Args)]
 pub struct StudyBatchArgs {
-    /// Write batch.csv here (created if missing).
+    /// Write batch.csv and batch.svg here (created if missing).
     #[arg(long = "output_dir", value_name = "DIR")]
     output_dir: PathBuf,
     /// Networks, comma-separated: resnet18, resnet50, bertbase.
@@ -181,9 +181,10 @@ fn batch(a: &StudyBatchArgs) -> Result<(), Failure> {
         .iter()
         .map(|n| {
             Net::parse(n)
-                .filter(|n| matches!(n, Net::ResNet18 | Net::ResNet50 | Net::BertBase))
+                .filter(|n| Net::NETWORKS.contains(n))
                 .ok_or_else(|| {
-                    anyhow!("--nets: expected some of resnet18, resnet50, bertbase, got `{n}`")
+                    let names: Vec<String> = Net::NETWORKS.iter().map(|n| n.name()).collect();
+                    anyhow!("--nets: expected some of {}, got `{n}`", names.join(", "))
                 })
         })
         .collect::<Result<Vec<_>>>()?;
@@ -196,15 +197,21 @@ fn batch(a: &StudyBatchArgs) -> Result<(), Failure> {
     let rows = batch::run(&chip, &nets, &a.batches, precision, threads, &|_, _| {})?;
     std::fs::create_dir_all(&a.output_dir)
         .with_context(|| format!("cannot create {}", a.output_dir.display()))?;
-    let path = a.output_dir.join("batch.csv");
-    gearsim_traces::atomic::write_atomic(&path, batch::csv(&rows).as_bytes())
-        .with_context(|| format!("cannot write {}", path.display()))?;
+    let (csv, svg) = (
+        a.output_dir.join("batch.csv"),
+        a.output_dir.join("batch.svg"),
+    );
+    gearsim_traces::atomic::write_atomic(&csv, batch::csv(&rows).as_bytes())
+        .with_context(|| format!("cannot write {}", csv.display()))?;
+    gearsim_traces::atomic::write_atomic(&svg, batch::svg(&rows).as_bytes())
+        .with_context(|| format!("cannot write {}", svg.display()))?;
     say_raw(&batch::table(&rows));
     say!(
-        "{} row(s) in {:.1} s on {threads} thread(s): {}",
+        "{} row(s) in {:.1} s on {threads} thread(s): {} and {}",
         rows.len(),
         started.elapsed().as_secs_f64(),
-        path.display()
+        csv.display(),
+        svg.display()
     );
     Ok(())
 }

@@ -4,7 +4,8 @@
 //!
 //! ```text
 //!  nets × batches ──parallel_map──▶ calibrate::run_workload (timing-only, second execution)
-//!      ──▶ Row (time, per item, throughput, cube / MTE2 share, HBM bytes) ──▶ batch.csv + table
+//!      ──▶ Row (time, per item, throughput, cube / MTE2 share, HBM bytes)
+//!      ──▶ batch.csv + batch.svg (time per item against batch, a panel per network) + table
 //! ```
 //!
 //! Each point builds the network the calibration table uses (`calibrate::nets`, seeded random
@@ -19,6 +20,7 @@ use gearsim_compiler::precision::PrecisionMode;
 use gearsim_isa::Pipe;
 use gearsim_sim::ChipConfig;
 
+use super::svg::{Figure, Panel, Series, render};
 use super::{StudyError, parallel_map};
 use crate::calibrate::nets::Net;
 use crate::calibrate::{Workload, run_workload};
@@ -201,4 +203,52 @@ pub fn table(rows: &[Row]) -> String {
         );
     }
     o
+}
+
+/// The figure: device time per item against batch on log axes, one panel per network, with
+/// the whole execution's time dashed beside it.
+pub fn svg(rows: &[Row]) -> String {
+    let mut nets: Vec<Net> = rows.iter().map(|r| r.net).collect();
+    nets.dedup();
+    let chip = rows.first().map_or(String::new(), |r| r.chip.clone());
+    let panels = nets
+        .iter()
+        .map(|net| {
+            let of = |f: &dyn Fn(&Row) -> f64| -> Vec<(f64, f64)> {
+                rows.iter()
+                    .filter(|r| r.net == *net)
+                    .map(|r| (r.batch as f64, f(r)))
+                    .collect()
+            };
+            Panel {
+                title: net.name(),
+                series: vec![
+                    Series {
+                        label: "device us per item".into(),
+                        color: "#1f77b4".into(),
+                        dashed: false,
+                        points: of(&Row::us_per_item),
+                    },
+                    Series {
+                        label: "device us per execution".into(),
+                        color: "#d62728".into(),
+                        dashed: true,
+                        points: of(&|r| r.device_us),
+                    },
+                ],
+            }
+        })
+        .collect();
+    render(&Figure {
+        title: format!("gearsim study batch: device time against batch on {chip}"),
+        subtitle: "timing-only, the execution after a warm-up run; fp32 models compiled with \
+                   the precision mode shown in batch.csv"
+            .into(),
+        x_label: "batch".into(),
+        y_label: "device time (us)".into(),
+        columns: nets.len().clamp(1, 3),
+        panels,
+        shared_y: false,
+        x_log_ticks: false,
+    })
 }

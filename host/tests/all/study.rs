@@ -398,6 +398,10 @@ fn the_batch_study_times_a_network_at_every_batch_and_rejects_bad_sweeps() {
     assert!(t4 > t1 && t4 < 4.0 * t1, "{t1} {t4}");
     assert!(num(&rows[1], 6) > num(&rows[0], 6));
     assert!(stdout.contains("2 row(s)"), "{stdout}");
+    let svg = std::fs::read_to_string(dir.join("batch.svg")).unwrap();
+    assert!(svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(svg.contains("resnet18") && svg.contains("device us per item"));
+    assert_eq!(svg.matches("<polyline").count(), 2);
     // Bad sweeps name the problem and leave the results in place.
     for (args, want) in [
         (
