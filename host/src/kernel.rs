@@ -460,7 +460,7 @@ pub fn run_kernel<S: TraceSink>(
                 "{} AI cores: {} cube + {} vector cores",
                 cfg.core.count,
                 cfg.core.count,
-                cfg.core.count * cfg.core.vector_cores_per_core
+                cfg.cores_with(gearsim_isa::Pipe::V)
             ),
         },
         mode,

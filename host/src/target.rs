@@ -15,11 +15,7 @@ pub fn for_chip(cfg: &ChipConfig) -> Target {
         map_index_max_dims: cfg.kernels.map_index_max_dims,
         core: CoreSpec {
             cores: cfg.core.count,
-            vector_cores: if cfg.core.architecture == gearsim_sim::Architecture::Separated {
-                cfg.core.count * cfg.core.vector_cores_per_core
-            } else {
-                cfg.core.count
-            },
+            vector_cores: cfg.cores_with(gearsim_isa::Pipe::V),
             max_block_dim: cfg.scheduler.max_block_dim,
             fixpipe: cfg.core.fixpipe,
             ub_bytes: cfg.core.ub_bytes,

@@ -7,7 +7,7 @@
 use serde::Deserialize;
 use thiserror::Error;
 
-use gearsim_isa::TimingClass;
+use gearsim_isa::{Pipe, TimingClass};
 
 use crate::kind::{Architecture, CoreKind, CoreSlot};
 use crate::time::Clock;
@@ -664,6 +664,16 @@ impl ChipConfig {
                 cubes.chain(vectors).collect()
             }
         }
+    }
+
+    /// Cores that have `pipe`: every AI core of a coupled chip; on a separated chip the cube
+    /// cores for the cube side's pipes, the vector cores for the vector side's, all for the
+    /// scalar unit and MTE2.
+    pub fn cores_with(&self, pipe: Pipe) -> u32 {
+        self.core_slots()
+            .iter()
+            .filter(|s| s.kind.has_pipe(pipe))
+            .count() as u32
     }
 
     /// Number of cores of every kind (the chip's core ids are `0..total_cores()`).

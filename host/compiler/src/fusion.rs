@@ -234,7 +234,8 @@ fn fuse_gelus(g: &mut Graph) -> usize {
     };
     let near = |v: Option<f64>, want: f64| v.is_some_and(|x| (x - want).abs() <= 2e-3 * want);
     let out0 = |node: NodeId| Value { node, output: 0 };
-    // The binary op `id` of type `op` as (its operand that is not the constant `c`, id).
+    // When node `id` is a binary `op` with the constant `c` as one operand (the divisor for
+    // a Div), its other operand.
     let with_const = |id: NodeId, op: &str, c: f64| -> Option<Value> {
         let n = g.node(id);
         if n.op != op || n.outputs.len() != 1 || n.attr(FUSED_ACTIVATION).is_some() {
@@ -375,7 +376,7 @@ fn fuse_matmul_biases(g: &mut Graph) -> usize {
                     .all(|d| d.fixed() == Some(1));
             mm.output == 0
                 && p.op == "MatMul"
-                && p.inputs.len() == BIAS_INPUT
+                && p.inputs.len() == BIAS_INPUT // A and B only: no bias yet
                 && p.outputs.len() == 1
                 && only_reader
                 && p.attr(FUSED_ACTIVATION).is_none()

@@ -89,3 +89,17 @@ pub struct CoreSpec {
     /// large products order their tiles for it; 0: no L2).
     pub l2_bytes: u64,
 }
+
+impl CoreSpec {
+    /// Most blocks a cube kernel spreads over: one per AI core (cube core), within
+    /// `max_block_dim`.
+    pub fn cube_blocks(&self) -> u64 {
+        u64::from(self.cores.min(self.max_block_dim)).max(1)
+    }
+
+    /// Most blocks a vector-only kernel spreads over: one per core with a vector unit, within
+    /// `max_block_dim`.
+    pub fn vector_blocks(&self) -> u64 {
+        u64::from(self.vector_cores.min(self.max_block_dim)).max(1)
+    }
+}

@@ -185,22 +185,24 @@ impl Outcome {
     }
 }
 
+/// `busy_cycles` of `pipe` over `ps` picoseconds as a share of what the cores that have the
+/// pipe could do in that time (the cube's over the cube cores of a separated chip, the vector
+/// unit's over its vector cores).
+pub fn busy_share(busy_cycles: u64, pipe: Pipe, ps: f64, cfg: &ChipConfig) -> f64 {
+    let cycles = ps.max(1.0) * cfg.core.clock_mhz as f64 / 1e6;
+    busy_cycles as f64 / (cycles * f64::from(cfg.cores_with(pipe).max(1)))
+}
+
 fn kernel_line(k: &KernelProfile, cfg: &ChipConfig) -> KernelLine {
     let ps = k.end.0.saturating_sub(k.launched.0).max(1) as f64;
-    let chip_cycles = ps * cfg.core.clock_mhz as f64 / 1e6 * f64::from(cfg.core.count);
-    let busy = |pipe: Pipe| {
-        Pipe::EXECUTING
-            .iter()
-            .position(|p| *p == pipe)
-            .map_or(0.0, |i| k.work.pipes[i].busy_cycles as f64)
-    };
+    let share = |pipe: Pipe| busy_share(k.work.pipe(pipe).busy_cycles, pipe, ps, cfg);
     KernelLine {
         name: k.name.clone(),
         us: ps / 1e6,
         block_dim: k.block_dim,
-        cube: busy(Pipe::M) / chip_cycles,
-        mte2: busy(Pipe::Mte2) / chip_cycles,
-        vector: busy(Pipe::V) / chip_cycles,
+        cube: share(Pipe::M),
+        mte2: share(Pipe::Mte2),
+        vector: share(Pipe::V),
         traffic: k.traffic,
     }
 }

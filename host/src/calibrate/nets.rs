@@ -316,14 +316,7 @@ impl Builder {
         attrs: Vec<AttributeProto>,
     ) -> String {
         let out = format!("{name}_output_0");
-        self.nodes.push(NodeProto {
-            input: inputs,
-            output: vec![out.clone()],
-            name: name.into(),
-            op_type: op.into(),
-            attribute: attrs,
-            ..Default::default()
-        });
+        self.nodes.push(op_node(op, name, inputs, &out, attrs));
         out
     }
 
@@ -466,14 +459,13 @@ impl Builder {
         let w = self.weight("fc.weight", &[1000, x.c], (1.0 / x.c as f32).sqrt());
         let b = self.weight("fc.bias", &[1000], 0.01);
         // The graph output is named `output`, as the exports of torchvision models name it.
-        self.nodes.push(NodeProto {
-            input: vec![f, w, b],
-            output: vec!["output".into()],
-            name: "/fc/Gemm".into(),
-            op_type: "Gemm".into(),
-            attribute: vec![float("alpha", 1.0), float("beta", 1.0), int("transB", 1)],
-            ..Default::default()
-        });
+        self.nodes.push(op_node(
+            "Gemm",
+            "/fc/Gemm",
+            vec![f, w, b],
+            "output",
+            vec![float("alpha", 1.0), float("beta", 1.0), int("transB", 1)],
+        ));
     }
 
     /// The model: graph input `input` of `dims`, output `output` of `out` (a dim <= 0 is the
@@ -620,6 +612,24 @@ impl Builder {
     }
 }
 
+/// A node of one output.
+fn op_node(
+    op: &str,
+    name: &str,
+    inputs: Vec<String>,
+    output: &str,
+    attrs: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        input: inputs,
+        output: vec![output.into()],
+        name: name.into(),
+        op_type: op.into(),
+        attribute: attrs,
+        ..Default::default()
+    }
+}
+
 /// A graph input or output of element type `elem` (a dim ≤ 0 is the `batch` parameter).
 fn value_info(n: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
     use tensor_shape_proto::dimension::Value as D;
@@ -679,13 +689,7 @@ fn model_bytes(
 /// §2's kernel rows measure it (their output is fp32; this one's is fp16, see the row notes).
 fn gemm_onnx(m: u32, n: u32, k: u32) -> Vec<u8> {
     let f16 = DType::F16.onnx();
-    let node = NodeProto {
-        input: vec!["a".into(), "b".into()],
-        output: vec!["y".into()],
-        name: "gemm".into(),
-        op_type: "MatMul".into(),
-        ..Default::default()
-    };
+    let node = op_node("MatMul", "gemm", vec!["a".into(), "b".into()], "y", vec![]);
     let (m, n, k) = (i64::from(m), i64::from(n), i64::from(k));
     model_bytes(
         "gemm",
@@ -699,20 +703,14 @@ fn gemm_onnx(m: u32, n: u32, k: u32) -> Vec<u8> {
 /// `s = x + x; y = s · w` over 64×64 fp16: a vector-core kernel, then a MIX kernel.
 fn mix_startup_onnx() -> Vec<u8> {
     let f16 = DType::F16.onnx();
-    let add = NodeProto {
-        input: vec!["x".into(), "x".into()],
-        output: vec!["s".into()],
-        name: "add".into(),
-        op_type: "Add".into(),
-        ..Default::default()
-    };
-    let matmul = NodeProto {
-        input: vec!["s".into(), "w".into()],
-        output: vec!["y".into()],
-        name: "matmul".into(),
-        op_type: "MatMul".into(),
-        ..Default::default()
-    };
+    let add = op_node("Add", "add", vec!["x".into(), "x".into()], "s", vec![]);
+    let matmul = op_node(
+        "MatMul",
+        "matmul",
+        vec!["s".into(), "w".into()],
+        "y",
+        vec![],
+    );
     model_bytes(
         "mixstartup",
         vec![add, matmul],

@@ -23,7 +23,7 @@ use gearsim_sim::ChipConfig;
 use super::svg::{Figure, Panel, Series, render};
 use super::{StudyError, parallel_map};
 use crate::calibrate::nets::Net;
-use crate::calibrate::{Workload, run_workload};
+use crate::calibrate::{Workload, busy_share, run_workload};
 
 /// The CSV header of `batch.csv`.
 pub const CSV_HEADER: &str = "net,chip,batch,precision,device_us,us_per_item,items_per_second,\
@@ -49,7 +49,7 @@ pub struct Row {
     pub kernels: usize,
     /// Cube busy cycles over the cube cores' cycles of the execution.
     pub cube_busy: f64,
-    /// MTE2 busy cycles over the cores' cycles of the execution.
+    /// MTE2 busy cycles over the cycles of the cores that have an MTE2 (every core).
     pub mte2_busy: f64,
     /// Bytes read from and written to HBM, MB.
     pub hbm_mb: f64,
@@ -114,17 +114,14 @@ pub fn run(
             what: format!("{} batch {}", points[point].0.name(), points[point].1),
             message,
         })?;
-        let ps = (run.execute_us * 1e6).max(1.0);
-        let busy = |pipe: Pipe| -> f64 {
-            let i = Pipe::EXECUTING.iter().position(|p| *p == pipe);
-            i.map_or(0.0, |i| {
-                run.kernels
-                    .iter()
-                    .map(|k| k.work.pipes[i].busy_cycles as f64)
-                    .sum()
-            })
+        let share = |pipe: Pipe| {
+            let busy = run
+                .kernels
+                .iter()
+                .map(|k| k.work.pipe(pipe).busy_cycles)
+                .sum();
+            busy_share(busy, pipe, run.execute_us * 1e6, cfg)
         };
-        let core_cycles = ps * cfg.core.clock_mhz as f64 / 1e6 * f64::from(cfg.core.count);
         rows.push(Row {
             net,
             chip: cfg.name.clone(),
@@ -132,8 +129,8 @@ pub fn run(
             precision,
             device_us: run.execute_us,
             kernels: run.kernels.len(),
-            cube_busy: busy(Pipe::M) / core_cycles,
-            mte2_busy: busy(Pipe::Mte2) / core_cycles,
+            cube_busy: share(Pipe::M),
+            mte2_busy: share(Pipe::Mte2),
             hbm_mb: run
                 .kernels
                 .iter()

@@ -162,6 +162,13 @@ pub struct CoreStats {
     pub cube_macs: u64,
 }
 
+impl CoreStats {
+    /// The statistics of `pipe`.
+    pub fn pipe(&self, pipe: Pipe) -> PipeStats {
+        self.pipes[lane_index(pipe)]
+    }
+}
+
 /// Trace state the chip shares with its cores.
 pub(crate) struct Tracer<S: TraceSink> {
     pub sink: S,

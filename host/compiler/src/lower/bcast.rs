@@ -509,7 +509,7 @@ impl Job<'_> {
 
     /// Blocks to aim for.
     fn blocks_target(&self, core: &CoreSpec) -> u64 {
-        let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+        let cores = core.vector_blocks();
         self.total().div_ceil(MIN_ELEMS_PER_BLOCK).clamp(1, cores)
     }
 
@@ -519,7 +519,7 @@ impl Job<'_> {
         if self.inputs.iter().any(|i| i.strides.len() != m) {
             return Err("internal error: input strides do not match the dims".into());
         }
-        let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+        let cores = core.vector_blocks();
         if m >= 2 && !self.any_spread() {
             let rows_total: u64 = self.dims[..m - 1].iter().product();
             let emax = self
@@ -553,7 +553,7 @@ impl Job<'_> {
         let nt = extent.div_ceil(size);
         let tail = extent - (nt - 1) * size;
         let ttot = lines * nt;
-        let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+        let cores = core.vector_blocks();
         let blocks = ttot.min(cores).min(self.blocks_target(core)).max(1);
         let per_block = ttot.div_ceil(blocks);
         let block_dim = ttot.div_ceil(per_block) as u32;

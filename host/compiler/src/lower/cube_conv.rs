@@ -933,7 +933,7 @@ impl Plan {
         self.co_blocks = p.mg.div_ceil(16 * mb);
         // Rows per block, balanced for the dispatch stagger.
         let total = s.n * s.ho;
-        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+        let cores = core.cube_blocks();
         let row_cost =
             (self.co_blocks * mb * self.c1 * t) as f64 * self.wq as f64 / 16.0 / CUBE_EFFICIENCY;
         let groups = self.channel_groups(p, core, row_cost, total, cores);
@@ -1105,7 +1105,7 @@ impl Plan {
         self.relayout_items(s, core).ok()?;
         self.stream = true;
         let total = s.n * s.ho;
-        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+        let cores = core.cube_blocks();
         let fractals = p.mg.div_ceil(16);
         let mut best: Option<(f64, Plan)> = None;
         for groups in 1..=fractals.min(cores) {

@@ -322,7 +322,7 @@ impl Plan {
         drain: Drain,
         source: Source,
     ) -> impl Iterator<Item = Result<Plan, String>> {
-        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+        let cores = core.cube_blocks();
         (1..=(s.m / 16).min(cores))
             .map(move |groups| Plan::with_groups(s, core, drain, source, groups, cores / groups))
     }

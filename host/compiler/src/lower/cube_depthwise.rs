@@ -266,7 +266,7 @@ impl Geometry {
         };
         // Rows per tile: as many as UB holds (double-buffered), no more than a block's share.
         let rows = s.n * s.m * s.ho;
-        let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+        let cores = core.vector_blocks();
         let share = rows.div_ceil(cores).max(1);
         let limit = share.min(s.ho).min(MAX_REPEAT);
         let mut r = 0;
@@ -424,9 +424,7 @@ impl W<'_> {
 fn pad_kernel(a: &mut Asm, s: &ConvShape, g: &Geometry, core: &CoreSpec) -> u32 {
     let es = g.in_ty.bytes();
     let rows = s.n * s.c * g.hp;
-    let blocks = rows
-        .min(u64::from(core.vector_cores.min(core.max_block_dim)))
-        .max(1);
+    let blocks = rows.min(core.vector_blocks()).max(1);
     let in_pitch = round_block(s.w * es);
     let row_pitch = round_block((s.w + s.pl + s.pr) * 4);
     let zero_len = (g.wp + s.pl) * 4;

@@ -516,7 +516,7 @@ impl Gemm {
             self.n.div_ceil(16).max(1),
             self.k.div_ceil(16).max(1),
         );
-        let cores = u64::from(core.cores.min(core.max_block_dim)).max(1);
+        let cores = core.cube_blocks();
         let plan_of = |mb: u64, nb: u64, stages: u64, ksub: u64, first: u64| {
             let kb = (l0a / mb).min(l0b / nb).min(kp);
             Plan {

@@ -1282,7 +1282,7 @@ impl Sizer {
 /// another, so a block moving less than [`MIN_BLOCK_BYTES`] costs more in dispatch than it
 /// gains in bandwidth.
 fn max_blocks(bytes: u64, core: &CoreSpec) -> u64 {
-    let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+    let cores = core.vector_blocks();
     bytes.div_ceil(MIN_BLOCK_BYTES).clamp(1, cores)
 }
 
@@ -2494,7 +2494,7 @@ fn global_average_pool(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         return Ok(Lowered::Alias { input: 0 });
     }
     let core = &ctx.target.core;
-    let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+    let cores = core.vector_blocks();
     let scale = 1.0 / plane as f32;
     let whole = RowMean {
         name: kernel_name(ctx, ""),
@@ -2656,7 +2656,7 @@ impl RowMean {
             let mid = (lo + hi).div_ceil(2);
             if fits(mid) { lo = mid } else { hi = mid - 1 }
         }
-        let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+        let cores = core.vector_blocks();
         let want = self
             .rows
             .div_ceil(cores)

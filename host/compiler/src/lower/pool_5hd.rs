@@ -89,7 +89,7 @@ impl Plan {
                 )
             })?;
         // Enough tiles for every core.
-        let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+        let cores = core.vector_blocks();
         if planes * h.out.div_ceil(rows) < cores {
             let bands = cores.div_ceil(planes).min(h.out);
             rows = rows.min(h.out.div_ceil(bands));

@@ -978,7 +978,7 @@ pub(super) struct Spread {
 impl Spread {
     /// `items` over at most the core count of blocks.
     pub(super) fn new(items: u64, core: &CoreSpec) -> Spread {
-        let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+        let cores = core.vector_blocks();
         let items = items.max(1);
         let per_block = items.div_ceil(items.min(cores));
         let blocks = items.div_ceil(per_block);
@@ -1136,7 +1136,7 @@ impl RowKernel<'_> {
             TileMap::Plain => self.rows,
             TileMap::Grouped(g) => g,
         };
-        let cores = u64::from(core.vector_cores.max(1));
+        let cores = core.vector_blocks();
         let want = self
             .rows
             .div_ceil(cores)
@@ -1387,7 +1387,7 @@ fn col_softmax(ctx: &LowerCtx<'_>, o: u64, l: u64, i: u64) -> Result<Kernel, Low
             core.ub_bytes
         )));
     }
-    let cores = u64::from(core.vector_cores.max(1));
+    let cores = core.vector_blocks();
     let want = if o >= cores {
         i
     } else {
@@ -2076,7 +2076,7 @@ pub(super) fn reduce_lowered(
         return Ok(Lowered::Alias { input: 0 });
     }
     let core = &ctx.target.core;
-    let cores = u64::from(core.vector_cores.max(1));
+    let cores = core.vector_blocks();
     // Passes, innermost reduced group first; each may first split a long axis over blocks.
     let mut shapes: Vec<(u64, u64, u64)> = Vec::new();
     while let Some(j) = groups.iter().rposition(|g| g.1) {
@@ -2306,7 +2306,7 @@ fn long_rows(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, Lower
 /// [Lc, Ic] slabs, halves them over rows and adds the row into an accumulator.
 fn col_reduce(ctx: &LowerCtx<'_>, p: &Pass, suffix: &str) -> Result<Kernel, LowerError> {
     let core = &ctx.target.core;
-    let cores = u64::from(core.vector_cores.max(1));
+    let cores = core.vector_blocks();
     let (o, l, i) = (p.o, p.l, p.i);
     let budget = core.ub_bytes.saturating_sub(UB_SLACK + 64);
     // Column tile: as wide as 4096 columns, narrowed (to at least 64) so blocks get items.

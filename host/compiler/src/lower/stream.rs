@@ -93,7 +93,7 @@ impl Stream<'_> {
     /// Chooses blocks and tiles for `core`. `None` when one tile does not fit in UB.
     pub fn plan(&self, core: &CoreSpec) -> Option<Plan> {
         let n = self.n.max(1);
-        let cores = u64::from(core.vector_cores.min(core.max_block_dim)).max(1);
+        let cores = core.vector_blocks();
         let mut blocks = n.div_ceil(MIN_ELEMS_PER_BLOCK).clamp(1, cores);
         let per_block = n.div_ceil(blocks).div_ceil(QUANTUM) * QUANTUM;
         blocks = n.div_ceil(per_block);

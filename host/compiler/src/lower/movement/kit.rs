@@ -64,7 +64,7 @@ pub fn buffers(core: &CoreSpec) -> usize {
 
 /// Blocks available to one launch.
 pub fn cores(core: &CoreSpec) -> u64 {
-    u64::from(core.vector_cores.min(core.max_block_dim)).max(1)
+    core.vector_blocks()
 }
 
 /// The tile size for `total` bytes of work: about four tiles per core when there is enough
