@@ -550,6 +550,8 @@ impl Run<'_> {
             Buffer::L0a => c.l0a_bytes,
             Buffer::L0b => c.l0b_bytes,
             Buffer::L0c => c.l0c_bytes,
+            Buffer::Bt => c.bt_bytes,
+            Buffer::Fb => c.fb_bytes,
         }
     }
 

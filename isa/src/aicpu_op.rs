@@ -1,7 +1,7 @@
 //! Operators the AI CPU runs for the graph: GE places an operator on the AI CPU engine when
 //! the AI core has no kernel for its types (a Cast to or from float64, bfloat16, float8 or
 //! int4; arithmetic or comparisons of int16, unsigned or 64-bit integers and float64 on these
-//! chips). The operator is stored in the `.om` task and in the AI CPU kernel's argument block
+//! chips; an 8-bit integer product the cube's int8 path does not take). The operator is stored in the `.om` task and in the AI CPU kernel's argument block
 //! in one encoding, and its effect is written here once, for the firmware's AI CPU model; what
 //! it costs is the firmware's business.
 
@@ -248,6 +248,22 @@ pub enum AiCpuOp {
         /// The output.
         output: Operand,
     },
+    /// ONNX MatMulInteger, `(A - a_zero) · (B - b_zero)` into int32 (wrapping), for the
+    /// operands the cube's 8-bit path does not take (uint8, B at run time, zero points): A is
+    /// `[..., M, K]` and B `[..., K, N]` (batch dims broadcast), the zero points scalars or
+    /// one per row of A / column of B.
+    MatMulInteger {
+        /// A, `[..., M, K]` (i8 or u8).
+        a: Operand,
+        /// B, `[..., K, N]` (i8 or u8).
+        b: Operand,
+        /// A's zero point (input 2), if given.
+        a_zero: Option<Operand>,
+        /// B's zero point (input 3), if given (only with A's).
+        b_zero: Option<Operand>,
+        /// The i32 output.
+        output: Operand,
+    },
 }
 
 impl AiCpuOp {
@@ -258,6 +274,7 @@ impl AiCpuOp {
             AiCpuOp::Gather { nd: false, .. } => "GatherElements",
             AiCpuOp::Gather { nd: true, .. } => "GatherND",
             AiCpuOp::Elementwise { op, .. } => op.name(),
+            AiCpuOp::MatMulInteger { .. } => "MatMulInteger",
         }
     }
 
@@ -267,6 +284,9 @@ impl AiCpuOp {
             AiCpuOp::Cast { .. } => 1,
             AiCpuOp::Gather { .. } => 2,
             AiCpuOp::Elementwise { inputs, .. } => inputs.len(),
+            AiCpuOp::MatMulInteger { a_zero, b_zero, .. } => {
+                2 + usize::from(a_zero.is_some()) + usize::from(b_zero.is_some())
+            }
         }
     }
 
@@ -275,7 +295,9 @@ impl AiCpuOp {
     pub fn value_inputs(&self) -> &'static [usize] {
         match self {
             AiCpuOp::Gather { .. } => &[1],
-            AiCpuOp::Cast { .. } | AiCpuOp::Elementwise { .. } => &[],
+            AiCpuOp::Cast { .. } | AiCpuOp::Elementwise { .. } | AiCpuOp::MatMulInteger { .. } => {
+                &[]
+            }
         }
     }
 
@@ -319,6 +341,37 @@ impl AiCpuOp {
                     output.dims
                 )
             }
+            AiCpuOp::MatMulInteger { .. } => {
+                let ins: Vec<String> = self
+                    .matmul_operands()
+                    .iter()
+                    .map(|o| format!("{}{:?}", o.dtype.name(), o.dims))
+                    .collect();
+                format!("MatMulInteger ({})", ins.join(", "))
+            }
+        }
+    }
+
+    /// A MatMulInteger's operands in order: A, B, the zero points given, the output.
+    fn matmul_operands(&self) -> Vec<&Operand> {
+        match self {
+            AiCpuOp::MatMulInteger {
+                a,
+                b,
+                a_zero,
+                b_zero,
+                output,
+            } => [
+                Some(a),
+                Some(b),
+                a_zero.as_ref(),
+                b_zero.as_ref(),
+                Some(output),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+            _ => Vec::new(),
         }
     }
 
@@ -352,6 +405,16 @@ impl AiCpuOp {
                 e.u32(ElementwiseOp::ALL.iter().position(|o| o == op).unwrap_or(0) as u32);
                 e.len(inputs.len());
                 for o in inputs.iter().chain([output]) {
+                    e.u32(o.dtype.onnx_code() as u32);
+                    e.i64s(&o.dims);
+                }
+            }
+            AiCpuOp::MatMulInteger { .. } => {
+                e.u32(4);
+                let ops = self.matmul_operands();
+                // The zero points given: 0, 1 (A's) or 2 (both).
+                e.u32(ops.len() as u32 - 3);
+                for o in ops {
                     e.u32(o.dtype.onnx_code() as u32);
                     e.i64s(&o.dims);
                 }
@@ -441,8 +504,33 @@ impl AiCpuOp {
                     output,
                 })
             }
+            4 => {
+                let zeros = d.u32("zero points")?;
+                if zeros > 2 {
+                    return Err(corrupt(format!("{zeros} zero points (expected 0, 1 or 2)")));
+                }
+                let (a, b) = (operand(d, 0)?, operand(d, 1)?);
+                let a_zero = if zeros >= 1 {
+                    Some(operand(d, 2)?)
+                } else {
+                    None
+                };
+                let b_zero = if zeros == 2 {
+                    Some(operand(d, 3)?)
+                } else {
+                    None
+                };
+                let output = operand(d, 4)?;
+                Ok(AiCpuOp::MatMulInteger {
+                    a,
+                    b,
+                    a_zero,
+                    b_zero,
+                    output,
+                })
+            }
             k => Err(corrupt(format!(
-                "kind {k} is unknown (expected 1 Cast, 2 element-wise, 3 gather)"
+                "kind {k} is unknown (expected 1 Cast, 2 element-wise, 3 gather, 4 MatMulInteger)"
             ))),
         }
     }
@@ -565,6 +653,45 @@ impl AiCpuOp {
                 }
                 Ok(())
             }
+            AiCpuOp::MatMulInteger {
+                a,
+                b,
+                a_zero,
+                b_zero,
+                output,
+            } => {
+                let eight_bit = |o: &Operand| matches!(o.dtype, DataType::I8 | DataType::U8);
+                let zero_ok = |z: &Option<Operand>, of: &Operand, len: Option<i64>| {
+                    z.as_ref().is_none_or(|z| {
+                        z.dtype == of.dtype
+                            && (z.count() == 1 || (z.dims.len() == 1 && Some(z.dims[0]) == len))
+                    })
+                };
+                let shape = matmul_shape(&a.dims, &b.dims);
+                let (m, n) = (a.dims.iter().rev().nth(1).copied(), b.dims.last().copied());
+                if !eight_bit(a)
+                    || !eight_bit(b)
+                    || output.dtype != DataType::I32
+                    || shape.as_ref() != Some(&output.dims)
+                    || !zero_ok(a_zero, a, m)
+                    || !zero_ok(b_zero, b, n)
+                {
+                    return Err(format!(
+                        "MatMulInteger: inconsistent operands: {}",
+                        self.describe()
+                    ));
+                }
+                let ops = self.matmul_operands();
+                let want: Vec<u64> = ops[..ops.len() - 1].iter().map(|o| o.bytes()).collect();
+                if want != inputs || outputs != [output.bytes()] {
+                    return Err(format!(
+                        "MatMulInteger: buffers of {inputs:?} and {outputs:?} bytes, expected \
+                         {want:?} and [{}]",
+                        output.bytes()
+                    ));
+                }
+                Ok(())
+            }
         }
     }
 
@@ -580,6 +707,10 @@ impl AiCpuOp {
             } => output
                 .count()
                 .saturating_mul((ins.len() as u64).saturating_sub(1).max(1)),
+            // One multiply-accumulate per output element and K.
+            AiCpuOp::MatMulInteger { a, output, .. } => output
+                .count()
+                .saturating_mul(a.dims.last().copied().unwrap_or(1).max(0) as u64),
         }
     }
 
@@ -627,8 +758,127 @@ impl AiCpuOp {
                 inputs: ins,
                 output,
             } => vec![elementwise(*op, ins, inputs, output)],
+            AiCpuOp::MatMulInteger {
+                a,
+                b,
+                a_zero,
+                b_zero,
+                ..
+            } => {
+                let ints = |o: &Operand, bytes: &[u8]| -> Vec<i64> {
+                    (0..o.count() as usize)
+                        .map(|i| match numeric::decode(o.dtype, bytes, i) {
+                            Scalar::Int(v) => v as i64,
+                            Scalar::Float(f) => f as i64,
+                        })
+                        .collect()
+                };
+                let (x, y) = (ints(a, inputs[0]), ints(b, inputs[1]));
+                let za = a_zero.as_ref().map_or(vec![0], |z| ints(z, inputs[2]));
+                let zb = b_zero.as_ref().map_or(vec![0], |z| ints(z, inputs[3]));
+                vec![matmul_integer(&a.dims, &b.dims, &x, &y, &za, &zb)]
+            }
         })
     }
+}
+
+/// Numpy's matmul shape of `a` and `b` (1-D operands promoted and the added dim dropped,
+/// batch dims broadcast), or `None` when they do not fit.
+fn matmul_shape(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
+    if a.is_empty() || b.is_empty() {
+        return None;
+    }
+    let (pa, pb) = promoted(a, b);
+    let (ra, rb) = (pa.len(), pb.len());
+    if pa[ra - 1] != pb[rb - 2] {
+        return None;
+    }
+    let rank = (ra - 2).max(rb - 2);
+    let batch = |d: &[i64], r: usize| -> Vec<i64> {
+        let mut v = vec![1; rank - (r - 2)];
+        v.extend_from_slice(&d[..r - 2]);
+        v
+    };
+    let (ba, bb) = (batch(&pa, ra), batch(&pb, rb));
+    let mut out = Vec::with_capacity(rank + 2);
+    for (x, y) in ba.iter().zip(&bb) {
+        if x != y && *x != 1 && *y != 1 {
+            return None;
+        }
+        out.push(*x.max(y));
+    }
+    if a.len() > 1 {
+        out.push(pa[ra - 2]);
+    }
+    if b.len() > 1 {
+        out.push(pb[rb - 1]);
+    }
+    Some(out)
+}
+
+/// `a` with a leading 1 when it is 1-D, `b` with a trailing 1 when it is.
+fn promoted(a: &[i64], b: &[i64]) -> (Vec<i64>, Vec<i64>) {
+    let mut pa = a.to_vec();
+    if pa.len() == 1 {
+        pa.insert(0, 1);
+    }
+    let mut pb = b.to_vec();
+    if pb.len() == 1 {
+        pb.push(1);
+    }
+    (pa, pb)
+}
+
+/// MatMulInteger's values: `(x - za) · (y - zb)` per batch item (broadcast), the zero points
+/// one value or one per row of A / column of B; i32 little-endian, wrapping.
+fn matmul_integer(a: &[i64], b: &[i64], x: &[i64], y: &[i64], za: &[i64], zb: &[i64]) -> Vec<u8> {
+    let (pa, pb) = promoted(a, b);
+    let (ra, rb) = (pa.len(), pb.len());
+    let (m, k, n) = (
+        pa[ra - 2] as usize,
+        pa[ra - 1] as usize,
+        pb[rb - 1] as usize,
+    );
+    let rank = (ra - 2).max(rb - 2);
+    let pad = |d: &[i64]| -> Vec<i64> {
+        let mut v = vec![1; rank - (d.len() - 2)];
+        v.extend_from_slice(&d[..d.len() - 2]);
+        v
+    };
+    let (ba, bb) = (pad(&pa), pad(&pb));
+    let batch: Vec<i64> = ba.iter().zip(&bb).map(|(x, y)| *x.max(y)).collect();
+    let items: usize = batch.iter().product::<i64>() as usize;
+    let at = |z: &[i64], i: usize| if z.len() == 1 { z[0] } else { z[i] };
+    let mut out = Vec::with_capacity(items * m * n * 4);
+    for item in 0..items {
+        // The item's index into A's and B's batch (a broadcast dim stays at 0).
+        let (mut ia, mut ib, mut rem) = (0usize, 0usize, item);
+        let (mut sa, mut sb) = (1usize, 1usize);
+        for d in (0..rank).rev() {
+            let c = rem % batch[d] as usize;
+            rem /= batch[d] as usize;
+            if ba[d] > 1 {
+                ia += c * sa;
+            }
+            if bb[d] > 1 {
+                ib += c * sb;
+            }
+            sa *= ba[d] as usize;
+            sb *= bb[d] as usize;
+        }
+        for i in 0..m {
+            for j in 0..n {
+                let mut acc = 0i64;
+                for kk in 0..k {
+                    let av = x[(ia * m + i) * k + kk] - at(za, i);
+                    let bv = y[(ib * k + kk) * n + j] - at(zb, j);
+                    acc = acc.wrapping_add(av.wrapping_mul(bv));
+                }
+                out.extend_from_slice(&(acc as i32).to_le_bytes());
+            }
+        }
+    }
+    out
 }
 
 /// An index outside its dim.
@@ -858,6 +1108,56 @@ mod tests {
         assert_eq!(int_pow(3, 5, DataType::I32), 243);
         assert_eq!(int_pow(2, 40, DataType::I32), 0);
         assert_eq!(int_pow(-1, -3, DataType::I64), -1);
+    }
+
+    /// MatMulInteger: encodes and decodes with its zero points, checks its shapes and buffers,
+    /// and computes `(a - za) · (b - zb)` with a broadcast batch and per-row / per-column
+    /// zero points; a rank-0 operand of a damaged file is refused, not a panic.
+    #[test]
+    fn matmul_integer_checks_round_trips_and_computes() {
+        let op = AiCpuOp::MatMulInteger {
+            a: operand(DataType::U8, &[2, 2, 3]),
+            b: operand(DataType::U8, &[3, 2]),
+            a_zero: Some(operand(DataType::U8, &[2])),
+            b_zero: Some(operand(DataType::U8, &[2])),
+            output: operand(DataType::I32, &[2, 2, 2]),
+        };
+        let mut e = Encoder::default();
+        op.encode(&mut e);
+        let mut d = Decoder::new(&e.bytes, "test");
+        assert_eq!(AiCpuOp::decode(&mut d).unwrap(), op);
+        assert_eq!(op.input_count(), 4);
+        assert!(op.check(&[12, 6, 2, 2], &[32]).is_ok());
+        assert!(op.check(&[12, 6, 2, 2], &[16]).is_err());
+        let a = [1u8, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        let b = [1u8, 0, 0, 1, 1, 1];
+        let got = op.run(&[&a, &b, &[1, 2], &[0, 1]]).unwrap();
+        // Row i of each batch item minus za[i], B minus zb[j] = [[1,-1],[0,0],[1,0]].
+        let want: Vec<i32> = [[0, 1, 2], [2, 3, 4], [6, 7, 8], [8, 9, 10]]
+            .iter()
+            .flat_map(|r| [r[0] + r[2], -r[0]])
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                want.iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect::<Vec<u8>>()
+            ]
+        );
+        assert_eq!(op.elements(&[12, 6, 2, 2]), 8 * 3);
+        let flat = AiCpuOp::MatMulInteger {
+            a: operand(DataType::I8, &[]),
+            b: operand(DataType::I8, &[3, 2]),
+            a_zero: None,
+            b_zero: None,
+            output: operand(DataType::I32, &[2]),
+        };
+        assert!(
+            flat.check(&[1, 6], &[8])
+                .unwrap_err()
+                .contains("inconsistent")
+        );
     }
 
     /// A gather of u32 data `data_dims` by i64 indices `index_dims` into `out_dims`.

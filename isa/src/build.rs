@@ -78,8 +78,8 @@ use std::marker::PhantomData;
 use thiserror::Error;
 
 use crate::operand::{
-    Cmp, CrossFlagId, CrossMode, DType, FieldKind, FieldType, Pipe, ReduceOp, Reg, Round, SReg,
-    SType, Space, Target,
+    Cmp, CrossFlagId, CrossMode, DType, FieldKind, FieldType, Pipe, Quant, ReduceOp, Reg, Round,
+    SReg, SType, Space, Target,
 };
 use crate::program::{Comments, Program};
 use crate::spec::{FieldSpec, MAX_FIELDS};
@@ -217,6 +217,7 @@ exact_operands!(
     Cmp,
     ReduceOp,
     Round,
+    Quant,
     SReg,
     SType,
     Space,

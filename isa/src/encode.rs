@@ -121,6 +121,14 @@ impl Instruction {
                 }
             }
         }
+        if let Instruction::CopyL0cToGm(f) = self {
+            if f.quant != crate::Quant::None && f.ty == DType::I32 {
+                return Err(format!(
+                    "quant={} dequantises to a float type, not i32",
+                    f.quant
+                ));
+            }
+        }
         // An instruction with a destination and a source type converts between them.
         if let (Some(d), Some(s)) = (spec.field_index("dst_ty"), spec.field_index("src_ty")) {
             let mut raw = [0u64; MAX_FIELDS];

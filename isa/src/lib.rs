@@ -64,7 +64,7 @@ pub use encode::{
 };
 pub use operand::{
     CROSS_CORE_FLAG_IDS, Cmp, CrossFlagId, CrossMode, DType, FieldKind, FieldType, Pipe, PipeSide,
-    ReduceOp, Reg, Round, SReg, SType, Space, Target,
+    Quant, ReduceOp, Reg, Round, SReg, SType, Space, Target,
 };
 pub use program::{Comments, Program, branch_target};
 pub use spec::{FieldSpec, Format, InstrSpec, PipeClass, Placement, TimingClass, WORD_BYTES};

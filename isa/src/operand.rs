@@ -236,6 +236,10 @@ operand_enum! {
         I16 = "i16",
         /// Unsigned 8-bit integer (image bytes; a conversion source only).
         U8 = "u8",
+        /// bfloat16: a cube operand (f32 accumulation) and a FIXPIPE output type.
+        Bf16 = "bf16",
+        /// Two's-complement 8-bit integer: a cube operand (i32 accumulation, 16 x 32 fractals).
+        I8 = "i8",
     }
 }
 
@@ -243,8 +247,8 @@ impl DType {
     /// Size of one element in bytes.
     pub const fn size(self) -> usize {
         match self {
-            DType::U8 => 1,
-            DType::F16 | DType::I16 => 2,
+            DType::U8 | DType::I8 => 1,
+            DType::F16 | DType::I16 | DType::Bf16 => 2,
             DType::F32 | DType::I32 => 4,
         }
     }
@@ -386,6 +390,20 @@ operand_enum! {
         Trunc = "trunc",
         /// To nearest, ties away from zero.
         Round = "round",
+    }
+}
+
+operand_enum! {
+    /// What the FIXPIPE does to an L0C value before converting it to the output type.
+    Quant bits 2 {
+        /// Nothing: the accumulator is f32 (or i32 copied as it is to an `i32` output).
+        None = "none",
+        /// Dequantise: the i32 accumulator times one f32 scale (the low 32 bits of the `scale`
+        /// register), as `DEQF16` with a scalar `deqscale`.
+        Deq = "deq",
+        /// Dequantise per column: column j's i32 values times the f32 at FB byte
+        /// `scale + 4·j` (`VDEQF16`; the scales reach the FB with `copy_l1_to_fb`).
+        Vdeq = "vdeq",
     }
 }
 

@@ -16,7 +16,8 @@
 //! is contiguous. The mask register selects elements within each repeat (see `set_mask`).
 
 use crate::operand::{
-    Cmp, CrossFlagId, CrossMode, DType, Pipe, ReduceOp, Reg, Round, SReg, SType, Space, Target,
+    Cmp, CrossFlagId, CrossMode, DType, Pipe, Quant, ReduceOp, Reg, Round, SReg, SType, Space,
+    Target,
 };
 use crate::spec::{formats, instructions};
 
@@ -119,8 +120,10 @@ formats! {
     /// apart) through the AIPP unit into L1 (`aipp` module; parameters at `cfg` in GM): 16 f16
     /// channels a pixel (32 bytes, the 5HD layout), or 4 with `c04` (8 bytes).
     LoadImage { dst: Reg, src: Reg, cfg: Reg, rows: u16, cols: u16, pixel: u8 [3], src_stride: u32 [24], c04: bool = false }
-    /// `dst(L0C) (+)= a(L0A) x b(L0B)` over an m x k x n problem.
-    Mmad { dst: Reg, a: Reg, b: Reg, m: u16, k: u16, n: u16, init: bool = false }
+    /// `dst(L0C) (+)= a(L0A) x b(L0B)` over an m x k x n problem whose operands are `ty`
+    /// (f16 and bf16: 16 x 16 fractals, f32 accumulators; i8: 16 x 32 fractals, the L0B
+    /// fractal stored n-major, i32 accumulators).
+    Mmad { dst: Reg, a: Reg, b: Reg, m: u16, k: u16, n: u16, init: bool = false, ty: DType = DType::F16 }
     /// L0C fractals to UB, converting to `ty`.
     L0cToUb {
         #[suffix] ty: DType, dst: Reg, src: Reg, nfrac: u16,
@@ -130,8 +133,12 @@ formats! {
     /// every row of `nfrac` L0C fractals (block j's at `dst` + 1024·`nfrac`·j): a bias the
     /// following `mmad`s accumulate onto.
     L0cFill { dst: Reg, src: Reg, nblk: u16, nfrac: u16 }
-    /// L0C (NZ, m x n) to a row-major GM matrix, converting to `ty`.
-    L0cToGm { #[suffix] ty: DType, dst: Reg, src: Reg, m: u16, n: u16, dst_stride: u32, relu: bool = false }
+    /// L0C (NZ, m x n) to a row-major GM matrix, dequantised as `quant` says (with the
+    /// scale or FB address in `scale`), then ReLU, then converted to `ty`.
+    L0cToGm {
+        #[suffix] ty: DType, dst: Reg, src: Reg, m: u16, n: u16, dst_stride: u32, relu: bool = false,
+        quant: Quant = Quant::None, scale: Reg = Reg::X0,
+    }
     /// A flag between two pipes.
     Flag { src: Pipe, dst: Pipe, id: u8 [4] }
     /// A pipe.
@@ -347,14 +354,19 @@ instructions! {
     /// L1 bias rows -> L0C through the bias table (a separated chip's cube core: L1 -> BT, and
     /// the BT initialises the accumulator): `broadcast_ub_to_l0c`'s effect from L1.
     BroadcastL1ToL0c = 0x8b, broadcast_l1_to_l0c, Mte1, Load2d, L0cFill;
-    /// L0C -> GM with NZ to row-major conversion (FIXPIPE).
-    CopyL0cToGm = 0x8c, copy_l0c_to_gm, Fix, DmaWrite, L0cToGm, [F16, F32];
+    /// L0C -> GM with NZ to row-major conversion (FIXPIPE): f32 accumulators to f16 / bf16 /
+    /// f32, i32 ones dequantised (`quant`) to those or copied as they are to i32.
+    CopyL0cToGm = 0x8c, copy_l0c_to_gm, Fix, DmaWrite, L0cToGm, [F16, F32, Bf16, I32];
     /// L0C fractals -> GM in fractal order, converting to `ty` (FIXPIPE without NZ2ND): the
     /// bytes `copy_l0c_to_ub` would put in UB, gaps included, for a vector core to load.
     CopyL0cToGmNz = 0x8d, copy_l0c_to_gm_nz, Fix, DmaWrite, L0cToUb, [F16, F32];
+    /// L1 -> FB (the FIXPIPE's buffer of per-channel parameters, separated chips only) burst
+    /// copy: the scales a `copy_l0c_to_gm` with `quant=vdeq` reads.
+    CopyL1ToFb = 0x8e, copy_l1_to_fb, Fix, Load2d, Dma;
     // ---- cube ---------------------------------------------------------------------------------
-    /// Matrix multiply-accumulate, f16 inputs, f32 accumulation.
-    Mmad = 0xa0, mmad, M, Cube, Mmad;
+    /// Matrix multiply-accumulate: f16 or bf16 inputs with f32 accumulation, i8 inputs with
+    /// i32 accumulation; one fractal product (16 x 16 x 16, or 16 x 32 x 16 for i8) a cycle.
+    Mmad = 0xa0, mmad, M, Cube, Mmad, [F16, Bf16, I8];
     // ---- synchronisation ----------------------------------------------------------------------
     /// Set the flag (src, dst, id) once every earlier instruction of `src` has completed.
     SetFlag = 0xc0, set_flag, Routed, Sync, Flag;

@@ -106,6 +106,10 @@ pub struct CoreConfig {
     pub l0b_bytes: u64,
     /// L0C bytes.
     pub l0c_bytes: u64,
+    /// Bias table bytes (the cube core's accumulator initialiser; 0 where there is none).
+    pub bt_bytes: u64,
+    /// FIXPIPE buffer bytes (per-channel output parameters; 0 where there is none).
+    pub fb_bytes: u64,
     /// UB address alignment.
     pub ub_align: u64,
     /// L1 address alignment.
@@ -116,6 +120,10 @@ pub struct CoreConfig {
     pub l0b_align: u64,
     /// L0C address alignment.
     pub l0c_align: u64,
+    /// Bias table address alignment.
+    pub bt_align: u64,
+    /// FIXPIPE buffer address alignment.
+    pub fb_align: u64,
     /// Event ids per (source pipe, destination pipe) pair.
     pub event_ids: u8,
     /// Cross-core flag ids (0: no cross-core synchronisation, as on a coupled chip).
@@ -418,6 +426,8 @@ impl ChipConfig {
             ("core.l0a_align", c.l0a_align),
             ("core.l0b_align", c.l0b_align),
             ("core.l0c_align", c.l0c_align),
+            ("core.bt_align", c.bt_align),
+            ("core.fb_align", c.fb_align),
         ] {
             if !v.is_power_of_two() || v > 4096 {
                 return bad(field, v.to_string(), "expected a power of two up to 4096");
@@ -475,6 +485,22 @@ impl ChipConfig {
                     );
                 }
             }
+        }
+        for (field, v) in [("core.bt_bytes", c.bt_bytes), ("core.fb_bytes", c.fb_bytes)] {
+            if v > (1 << 20) || v % 32 != 0 {
+                return bad(
+                    field,
+                    v.to_string(),
+                    "expected a multiple of 32 up to 1 MiB",
+                );
+            }
+        }
+        if c.fb_bytes > 0 && !c.fixpipe {
+            return bad(
+                "core.fb_bytes",
+                c.fb_bytes.to_string(),
+                "expected 0 without a FIXPIPE (the buffer is the FIXPIPE's)",
+            );
         }
         if c.pipe_queue_depth == 0 || c.pipe_queue_depth > 4096 {
             return bad(

@@ -22,6 +22,10 @@ pub enum Buffer {
     L0b,
     /// L0C buffer.
     L0c,
+    /// Bias table (a separated chip's cube core).
+    Bt,
+    /// FIXPIPE buffer (a separated chip's cube core).
+    Fb,
 }
 
 impl fmt::Display for Buffer {
@@ -33,6 +37,8 @@ impl fmt::Display for Buffer {
             Buffer::L0a => "L0A",
             Buffer::L0b => "L0B",
             Buffer::L0c => "L0C",
+            Buffer::Bt => "BT",
+            Buffer::Fb => "FB",
         })
     }
 }

@@ -645,6 +645,15 @@ def build_model_case(name, file, feeds):
         f.write("\n")
 
 
+# MatMulInteger (drawn last, so that the cases above keep their values).
+case("matmulinteger_i8", "MatMulInteger", node("MatMulInteger", ["a", "b"]),
+     {"a": ints(np.int8, -128, 127, 3, 6), "b": ints(np.int8, -128, 127, 6, 4)})
+case("matmulinteger_u8_zero_points", "MatMulInteger",
+     node("MatMulInteger", ["a", "b", "za", "zb"]),
+     {"a": ints(np.uint8, 0, 255, 2, 4, 3), "b": ints(np.uint8, 0, 255, 3, 2)},
+     {"za": np.array(12, dtype=np.uint8), "zb": np.array(3, dtype=np.uint8)})
+
+
 def main():
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)

@@ -1085,6 +1085,7 @@ impl Kernel<'_> {
             "AveragePool" => self.pool(false),
             "GlobalAveragePool" => one(self.global_average_pool()?),
             "MatMul" => one(self.matmul()?),
+            "MatMulInteger" => one(self.matmul_integer()?),
             "Gemm" => one(self.gemm()?),
             "BatchNormalization" => self.batch_norm(),
             "LayerNormalization" => self.layer_norm(),
@@ -1953,6 +1954,25 @@ impl Kernel<'_> {
     /// numpy matmul: a 1-D A gets a leading 1, a 1-D B a trailing 1 (both removed from the
     /// result, which leaves the flat order unchanged); batch dims broadcast.
     fn matmul(&self) -> Result<Tensor, EvalError> {
+        self.matmul_offset(None, None)
+    }
+
+    /// MatMulInteger: `(A - a_zero_point) · (B - b_zero_point)` in integers, the zero points
+    /// scalars or one per row of A / column of B.
+    fn matmul_integer(&self) -> Result<Tensor, EvalError> {
+        let zero = |i: usize| self.opt(i).map_or_else(|| vec![0], Tensor::to_i64s);
+        // A fused dequantisation scales the product in the output's float type.
+        let scale = self.opt(crate::fusion::DEQUANT_INPUT).map(Tensor::to_f64s);
+        self.matmul_offset(Some((zero(2), zero(3))), scale.as_deref())
+    }
+
+    /// MatMul, or with `zero` MatMulInteger's product of offset integers; with `scale` that
+    /// product (exact in f64) times the scale (one value, or one per column) as a float.
+    fn matmul_offset(
+        &self,
+        zero: Option<(Vec<i64>, Vec<i64>)>,
+        scale: Option<&[f64]>,
+    ) -> Result<Tensor, EvalError> {
         let (a, b) = (self.input(0)?, self.input(1)?);
         let mut ad = a.dims.clone();
         if ad.len() == 1 {
@@ -1978,7 +1998,7 @@ impl Kernel<'_> {
         let (pa, pb) = (pad(ba), pad(bb));
         let batch: Vec<i64> = pa.iter().zip(&pb).map(|(x, y)| *x.max(y)).collect();
         let (ia, ib) = (broadcast_index(&batch, &pa), broadcast_index(&batch, &pb));
-        if a.dtype.is_float() {
+        if a.dtype.is_float() && zero.is_none() {
             let (x, y) = (f64s(a), f64s(b));
             let mut out = vec![0.0f64; ia.len() * m * n];
             for (bi, (pa, pb)) in ia.iter().zip(&ib).enumerate() {
@@ -1999,17 +2019,29 @@ impl Kernel<'_> {
             return self.out_f64(0, &out);
         }
         let (x, y) = (a.to_i64s(), b.to_i64s());
+        let (za, zb) = zero.unwrap_or_else(|| (vec![0], vec![0]));
+        let at = |z: &[i64], i: usize| if z.len() == 1 { z[0] } else { z[i] };
+        let at_f = |z: &[f64], i: usize| if z.len() == 1 { z[0] } else { z[i] };
         let mut out = vec![0i64; ia.len() * m * n];
         for (bi, (pa, pb)) in ia.iter().zip(&ib).enumerate() {
             for i in 0..m {
                 for kk in 0..k {
-                    let av = x[pa * m * k + i * k + kk];
+                    let av = x[pa * m * k + i * k + kk] - at(&za, i);
                     for j in 0..n {
                         let d = &mut out[bi * m * n + i * n + j];
-                        *d = d.wrapping_add(av.wrapping_mul(y[pb * k * n + kk * n + j]));
+                        let bv = y[pb * k * n + kk * n + j] - at(&zb, j);
+                        *d = d.wrapping_add(av.wrapping_mul(bv));
                     }
                 }
             }
+        }
+        if let Some(s) = scale {
+            let v: Vec<f64> = out
+                .iter()
+                .enumerate()
+                .map(|(e, x)| *x as f64 * at_f(s, e % n.max(1)))
+                .collect();
+            return self.out_f64(0, &v);
         }
         self.out_i64(0, &out)
     }

@@ -10,6 +10,7 @@
 //!   Add / Sub / Mul ─▶ Relu  ⇒  Add {_fused_activation = Relu}     (one vector pass)
 //!   Conv ─▶ Add(·, r) [─▶ Relu] ⇒ Conv(x, w, b, r) {_fused_residual}  (the 5HD or GEMM drain)
 //!   Aipp(image) ─▶ Conv   ⇒  Conv(image, w, b) {_fused_aipp}        (MTE2's AIPP unit)
+//!   MatMulInteger ─▶ Cast ─▶ Mul(·, s) ⇒ MatMulInteger(.., s) {_fused_dequant} (the drain)
 //! ```
 //!
 //! AIPP goes into the convolution that reads its output, as GE does: the first layer loads
@@ -45,6 +46,12 @@ pub const RESIDUAL_INPUT: usize = 3;
 pub const FUSED_BIAS: &str = "_fused_bias";
 /// The input index of a fused bias.
 pub const BIAS_INPUT: usize = 2;
+/// The attribute marking a MatMulInteger whose i32 product is converted to its output's
+/// float type and multiplied by the constant scale at input 4 (one value, or one per output
+/// column) in its drain: a dequantisation.
+pub const FUSED_DEQUANT: &str = "_fused_dequant";
+/// The input index of a fused dequantisation scale.
+pub const DEQUANT_INPUT: usize = 4;
 /// The attribute marking a convolution that reads its input through the AI core's AIPP unit:
 /// input 0 is the 8-bit image and the absorbed `Aipp` node's attributes are the node's. Its
 /// value is the channels a pixel the unit writes into L1 (16, or 4 for C04).
@@ -67,11 +74,14 @@ pub enum Pass {
     MatMulBiasAdd,
     /// The five element-wise ops of an exported erf GELU into one Gelu (fp16 only).
     Gelu,
+    /// A Cast to float and a multiplication by a constant scale into the drain of the
+    /// MatMulInteger that makes the Cast's input.
+    MatMulDequant,
 }
 
 impl Pass {
     /// Every pass.
-    pub const ALL: [Pass; 7] = [
+    pub const ALL: [Pass; 8] = [
         Pass::ConvActivation,
         Pass::MatMulActivation,
         Pass::ElemwiseActivation,
@@ -79,6 +89,7 @@ impl Pass {
         Pass::AippConv,
         Pass::MatMulBiasAdd,
         Pass::Gelu,
+        Pass::MatMulDequant,
     ];
 
     /// The name a fusion switch file uses.
@@ -91,6 +102,7 @@ impl Pass {
             Pass::AippConv => "AippConvFusionPass",
             Pass::MatMulBiasAdd => "MatMulBiasAddFusionPass",
             Pass::Gelu => "GeluFusionPass",
+            Pass::MatMulDequant => "MatMulDequantFusionPass",
         }
     }
 
@@ -105,7 +117,11 @@ impl Pass {
             Pass::ConvActivation => op == "Conv",
             Pass::MatMulActivation => matches!(op, "MatMul" | "Gemm"),
             Pass::ElemwiseActivation => matches!(op, "Add" | "Sub" | "Mul"),
-            Pass::ConvResidualAdd | Pass::AippConv | Pass::MatMulBiasAdd | Pass::Gelu => false,
+            Pass::ConvResidualAdd
+            | Pass::AippConv
+            | Pass::MatMulBiasAdd
+            | Pass::Gelu
+            | Pass::MatMulDequant => false,
         }
     }
 }
@@ -209,7 +225,111 @@ pub fn fuse(g: &mut Graph, switches: &FusionSwitches, target: &KernelAbilities<'
     } else {
         0
     };
-    aipp + residuals + biases + gelus + fuse_activations(g, switches)
+    let dequants = if switches.on(Pass::MatMulDequant) {
+        fuse_dequants(g)
+    } else {
+        0
+    };
+    aipp + residuals + biases + gelus + dequants + fuse_activations(g, switches)
+}
+
+/// Folds `Mul(Cast(MatMulInteger(a, b)), s)` (Mul's operands in either order) into the
+/// MatMulInteger when the Cast is to f16 or f32, the scale `s` is a constant of that type
+/// holding one value or one per output column, and each intermediate is read only by the next
+/// op: the fused node takes the Mul's output and `s` as input 4, and its kernel converts and
+/// scales the accumulators in its drain, as a quantised matmul's dequantisation does.
+fn fuse_dequants(g: &mut Graph) -> usize {
+    use super::ir::DataType;
+    let consumers = g.consumers();
+    let only_reader = |v: Value, reader: NodeId| read_only_by(&consumers, v, reader);
+    let mut fused: Vec<(NodeId, Value, Value, Value)> = Vec::new();
+    for i in 0..g.nodes.len() {
+        let mul = NodeId(i as u32);
+        let n = g.node(mul);
+        if n.op != "Mul" || n.outputs.len() != 1 || n.attr(FUSED_ACTIVATION).is_some() {
+            continue;
+        }
+        let out = &n.outputs[0];
+        if !matches!(out.dtype, DataType::F16 | DataType::F32) {
+            continue;
+        }
+        let [Some(p), Some(q)] = n.inputs[..] else {
+            continue;
+        };
+        let cols = out.shape.last().and_then(|d| d.fixed());
+        let pick = [(p, q), (q, p)].into_iter().find(|&(c, s)| {
+            let cast = g.node(c.node);
+            let Some(Some(mm)) = cast.inputs.first().copied() else {
+                return false;
+            };
+            let m = g.node(mm.node);
+            let scale = g.desc(s);
+            let per_column = !scale.shape.is_empty()
+                && scale.shape.len() <= out.shape.len()
+                && scale.shape.last().and_then(|d| d.fixed()) == cols
+                && scale.shape[..scale.shape.len() - 1]
+                    .iter()
+                    .all(|d| d.fixed() == Some(1));
+            // The cube's 8-bit path: int8 A, a constant int8 B, no zero points.
+            let cube_path = match m.inputs[..] {
+                [Some(a), Some(b), ..] => {
+                    g.desc(a).dtype == DataType::I8
+                        && g.desc(b).dtype == DataType::I8
+                        && g.node(b.node).op == "Const"
+                        && m.inputs[2..].iter().all(Option::is_none)
+                }
+                _ => false,
+            };
+            cast.op == "Cast"
+                && cube_path
+                && c.output == 0
+                && only_reader(c, mul)
+                && cast.outputs.first().is_some_and(|d| d == out)
+                && m.op == "MatMulInteger"
+                && mm.output == 0
+                && only_reader(mm, c.node)
+                && m.attr(FUSED_DEQUANT).is_none()
+                && g.node(s.node).op == "Const"
+                && scale.dtype == out.dtype
+                && (scalar_of(g, s).is_some() || per_column)
+        });
+        if let Some((c, s)) = pick {
+            let Some(Some(mm)) = g.node(c.node).inputs.first().copied() else {
+                continue;
+            };
+            fused.push((mul, mm, c, s));
+        }
+    }
+    let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();
+    for &(mul, mm, cast, scale) in &fused {
+        let (mul_name, cast_name) = (g.node(mul).name.clone(), g.node(cast.node).name.clone());
+        let mut f = g.node(mm.node).clone();
+        f.inputs.resize(DEQUANT_INPUT, None);
+        f.inputs.push(Some(scale));
+        f.outputs = g.node(mul).outputs.clone();
+        f.attrs.insert(FUSED_DEQUANT.into(), Attr::Int(1));
+        *g.node_mut(mul) = f;
+        absorb(g, mul, cast_name);
+        absorb(g, mul, mul_name);
+        let out = Value {
+            node: mul,
+            output: 0,
+        };
+        rewire.insert(mm, out);
+        rewire.insert(cast, out);
+    }
+    remove_absorbed(g, &rewire)
+}
+
+/// Whether node `reader` is the one reader of value `v` (`consumers` from `Graph::consumers`).
+fn read_only_by(
+    consumers: &BTreeMap<Value, Vec<(NodeId, usize)>>,
+    v: Value,
+    reader: NodeId,
+) -> bool {
+    consumers
+        .get(&v)
+        .is_some_and(|rs| rs.len() == 1 && rs[0].0 == reader)
 }
 
 /// The constant scalar (any shape of one element) a value holds, if it is a `Const`'s.
@@ -227,11 +347,7 @@ fn scalar_of(g: &Graph, v: Value) -> Option<f64> {
 /// keep their ops (the approximation is within fp16's precision, not fp32's).
 fn fuse_gelus(g: &mut Graph) -> usize {
     let consumers = g.consumers();
-    let only_reader = |v: Value, reader: NodeId| {
-        consumers
-            .get(&v)
-            .is_some_and(|rs| rs.len() == 1 && rs[0].0 == reader)
-    };
+    let only_reader = |v: Value, reader: NodeId| read_only_by(&consumers, v, reader);
     let near = |v: Option<f64>, want: f64| v.is_some_and(|x| (x - want).abs() <= 2e-3 * want);
     let out0 = |node: NodeId| Value { node, output: 0 };
     // When node `id` is a binary `op` with the constant `c` as one operand (the divisor for
@@ -363,9 +479,7 @@ fn fuse_matmul_biases(g: &mut Graph) -> usize {
         let pick = (0..2).find(|&k| {
             let (mm, b) = (operands[k], operands[1 - k]);
             let p = g.node(mm.node);
-            let only_reader = consumers
-                .get(&mm)
-                .is_some_and(|rs| rs.len() == 1 && rs[0].0 == add);
+            let only_reader = read_only_by(&consumers, mm, add);
             let n = out.shape.last().and_then(|d| d.fixed());
             let bias = g.desc(b);
             let over_last_axis = !bias.shape.is_empty()
@@ -503,9 +617,7 @@ fn fuse_residuals(g: &mut Graph, adds_residual: &dyn Fn(&Graph, NodeId) -> bool)
         let node = g.node(add);
         let pick = (0..2).find(|&k| {
             let (conv, r) = (operands[k], operands[1 - k]);
-            let only_reader = consumers
-                .get(&conv)
-                .is_some_and(|rs| rs.len() == 1 && rs[0].0 == add);
+            let only_reader = read_only_by(&consumers, conv, add);
             let c = g.node(conv.node);
             conv.output == 0
                 && c.outputs.len() == 1
@@ -579,9 +691,7 @@ fn fuse_activations(g: &mut Graph, switches: &FusionSwitches) -> usize {
         let pass = Pass::ALL
             .into_iter()
             .find(|p| switches.on(*p) && p.producer(&producer.op));
-        let only_reader = consumers
-            .get(&input)
-            .is_some_and(|r| r.len() == 1 && r[0].0 == act);
+        let only_reader = read_only_by(&consumers, input, act);
         let fusable = pass.is_some()
             && only_reader
             && input.output == 0

@@ -36,6 +36,18 @@ pub enum Net {
         /// The reduced dimension.
         k: u32,
     },
+    /// One int8 GEMM with a per-channel dequantisation (`qgemmMxNxK` in the targets table):
+    /// `y[m, n] = f16(a[m, k] · w[k, n]) · scale[n]`, `a` int8 at run time, `w` an int8
+    /// weight, as a quantised linear layer exports (MatMulInteger, Cast, Mul): calibration.md
+    /// §2's K9 and K10.
+    QuantGemm {
+        /// Rows of the result.
+        m: u32,
+        /// Columns of the result.
+        n: u32,
+        /// The reduced dimension.
+        k: u32,
+    },
     /// calibration.md §2's K20 (`mixstartup`): an element-wise Add (a vector-core kernel) and a
     /// MatMul of its result (a MIX kernel), whose start-up delays are compared.
     MixStartup,
@@ -81,6 +93,7 @@ impl Net {
             Net::ResNet18 => "resnet18".into(),
             Net::ResNet50 => "resnet50".into(),
             Net::Gemm { m, n, k } => format!("gemm{m}x{n}x{k}"),
+            Net::QuantGemm { m, n, k } => format!("qgemm{m}x{n}x{k}"),
             Net::Copy { direction, bytes } => format!("{}{bytes}", direction.prefix()),
             Net::MixStartup => "mixstartup".into(),
             Net::BertBase => "bertbase".into(),
@@ -98,15 +111,18 @@ impl Net {
                     .map(|bytes| Net::Copy { direction, bytes });
             }
         }
-        if let Some(dims) = s.strip_prefix("gemm") {
-            let d: Vec<u32> = dims
-                .split('x')
-                .map(|v| v.parse().ok())
-                .collect::<Option<_>>()?;
-            return match d[..] {
-                [m, n, k] if m > 0 && n > 0 && k > 0 => Some(Net::Gemm { m, n, k }),
-                _ => None,
-            };
+        for (prefix, quant) in [("gemm", false), ("qgemm", true)] {
+            if let Some(dims) = s.strip_prefix(prefix) {
+                let d: Vec<u32> = dims
+                    .split('x')
+                    .map(|v| v.parse().ok())
+                    .collect::<Option<_>>()?;
+                return match d[..] {
+                    [m, n, k] if m > 0 && n > 0 && k > 0 && !quant => Some(Net::Gemm { m, n, k }),
+                    [m, n, k] if m > 0 && n > 0 && k > 0 => Some(Net::QuantGemm { m, n, k }),
+                    _ => None,
+                };
+            }
         }
         Net::NETWORKS
             .into_iter()
@@ -123,7 +139,9 @@ impl Net {
     /// (BERT), or of the GEMM.
     pub fn macs_per_image(self) -> u64 {
         match self {
-            Net::Gemm { m, n, k } => return u64::from(m) * u64::from(n) * u64::from(k),
+            Net::Gemm { m, n, k } | Net::QuantGemm { m, n, k } => {
+                return u64::from(m) * u64::from(n) * u64::from(k);
+            }
             Net::Copy { .. } => return 0,
             Net::MixStartup => return 64 * 64 * 64,
             Net::ResNet18 | Net::ResNet50 | Net::BertBase => {}
@@ -142,7 +160,9 @@ impl Net {
                 b.encoder(&BERT_BASE);
                 return;
             }
-            Net::Gemm { .. } | Net::Copy { .. } | Net::MixStartup => return,
+            Net::Gemm { .. } | Net::QuantGemm { .. } | Net::Copy { .. } | Net::MixStartup => {
+                return;
+            }
         };
         let x = b.stem();
         let x = b.layers(x, blocks, self == Net::ResNet50);
@@ -155,6 +175,7 @@ impl Net {
     pub fn onnx(self, batch: i64, dtype: DType, seed: u64) -> Vec<u8> {
         match self {
             Net::Gemm { m, n, k } => return gemm_onnx(m, n, k),
+            Net::QuantGemm { m, n, k } => return quant_gemm_onnx(m, n, k, seed),
             // A copy runs no model (`is_model`); the smallest GEMM stands in.
             Net::Copy { .. } => return gemm_onnx(1, 1, 1),
             Net::MixStartup => return mix_startup_onnx(),
@@ -696,6 +717,63 @@ fn gemm_onnx(m: u32, n: u32, k: u32) -> Vec<u8> {
         vec![node],
         Vec::new(),
         vec![value_info("a", f16, &[m, k]), value_info("b", f16, &[k, n])],
+        vec![value_info("y", f16, &[m, n])],
+    )
+}
+
+/// `y[m, n] = f16(MatMulInteger(a[m, k], w[k, n])) · scale[n]`: an int8 input, seeded int8
+/// weights in [-127, 127] and per-channel fp16 scales around 1/(127² k) (so that a full-mode
+/// run stays in fp16's range).
+fn quant_gemm_onnx(m: u32, n: u32, k: u32, seed: u64) -> Vec<u8> {
+    use rand::{RngExt, SeedableRng};
+    let (m, n, k) = (i64::from(m), i64::from(n), i64::from(k));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let weights: Vec<u8> = (0..k * n)
+        .map(|_| rng.random_range(-127i32..=127) as i8 as u8)
+        .collect();
+    let base = 1.0 / (127.0 * 127.0 * (k as f32).sqrt());
+    let scales: Vec<u8> = (0..n)
+        .flat_map(|_| half::f16::from_f32(base * rng.random_range(0.5f32..2.0)).to_le_bytes())
+        .collect();
+    let init = |name: &str, data_type: i32, dims: Vec<i64>, raw: Vec<u8>| TensorProto {
+        dims,
+        data_type,
+        name: name.into(),
+        raw_data: Some(raw),
+        ..Default::default()
+    };
+    let (int8, f16) = (3, DType::F16.onnx());
+    let nodes = vec![
+        op_node(
+            "MatMulInteger",
+            "qgemm",
+            vec!["a".into(), "w".into()],
+            "acc",
+            vec![],
+        ),
+        op_node(
+            "Cast",
+            "cast",
+            vec!["acc".into()],
+            "accf",
+            vec![int("to", 10)],
+        ),
+        op_node(
+            "Mul",
+            "dequant",
+            vec!["accf".into(), "scale".into()],
+            "y",
+            vec![],
+        ),
+    ];
+    model_bytes(
+        "qgemm",
+        nodes,
+        vec![
+            init("w", int8, vec![k, n], weights),
+            init("scale", f16, vec![n], scales),
+        ],
+        vec![value_info("a", int8, &[m, k])],
         vec![value_info("y", f16, &[m, n])],
     )
 }

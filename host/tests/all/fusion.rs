@@ -7,7 +7,7 @@
 //! written.
 
 use gearsim_compiler::fusion::{
-    FUSED_ACTIVATION, FUSED_BIAS, FUSED_RESIDUAL, FusionSwitches, Pass,
+    FUSED_ACTIVATION, FUSED_BIAS, FUSED_DEQUANT, FUSED_RESIDUAL, FusionSwitches, Pass,
 };
 use gearsim_compiler::ir::{DataType, Tensor};
 use gearsim_compiler::options::GearOptions;
@@ -333,4 +333,113 @@ fn erf(x: f64) -> f64 {
         1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / (a + f)
     };
     v.copysign(x)
+}
+
+/// The initializer `name` of an ONNX model: its raw bytes.
+fn initializer(onnx: &[u8], name: &str) -> Vec<u8> {
+    use prost::Message as _;
+    let m = gearsim_compiler::onnx::proto::ModelProto::decode(onnx).unwrap();
+    let g = m.graph.unwrap();
+    let t = g.initializer.into_iter().find(|t| t.name == name).unwrap();
+    t.raw_data.unwrap()
+}
+
+/// A quantised linear layer as exported (MatMulInteger, Cast to fp16, Mul by per-channel
+/// scales) becomes one MatMulInteger whose drain converts and scales the i32 accumulators:
+/// one kernel instead of three, and each output the f32 product of the exact accumulator and
+/// its scale rounded once to fp16, on the coupled 910 and on the 910B (a MIX kernel).
+#[test]
+fn a_quantised_linear_layer_dequantises_in_its_matmul_drain() {
+    let (m, n, k) = (40usize, 48usize, 96usize);
+    let net = Net::QuantGemm {
+        m: m as u32,
+        n: n as u32,
+        k: k as u32,
+    };
+    let onnx = net.onnx(1, DType::F16, 7);
+    let w: Vec<i64> = initializer(&onnx, "w")
+        .iter()
+        .map(|b| i64::from(*b as i8))
+        .collect();
+    let scale: Vec<f32> = initializer(&onnx, "scale")
+        .chunks_exact(2)
+        .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+        .collect();
+    let a: Vec<i8> = (0..m * k).map(|i| ((i * 37 + 11) % 255) as i8).collect();
+    let input = Tensor::new(
+        DataType::I8,
+        vec![m as i64, k as i64],
+        a.iter().map(|v| *v as u8).collect(),
+    )
+    .unwrap();
+    let want: Vec<u16> = (0..m * n)
+        .map(|e| {
+            let (i, j) = (e / n, e % n);
+            let acc: i64 = (0..k)
+                .map(|kk| i64::from(a[i * k + kk]) * w[kk * n + j])
+                .sum();
+            half::f16::from_f32(acc as f32 * scale[j]).to_bits()
+        })
+        .collect();
+    for preset in ["ascend910", "ascend910b2"] {
+        let cfg = ChipConfig::preset(preset).unwrap();
+        let run = |fusion: FusionSwitches| {
+            let opts = fp16_options(&cfg, GearOptions::default(), fusion);
+            let c = compile(&onnx, "qgemm.onnx", &opts).unwrap();
+            let fused = c
+                .after
+                .graph
+                .nodes
+                .iter()
+                .filter(|n| n.attr(FUSED_DEQUANT).is_some())
+                .count();
+            let (out, kernels) = run_profiled(
+                cfg.clone(),
+                &c.om_bytes().unwrap(),
+                std::slice::from_ref(&input),
+            );
+            (out, kernels, fused)
+        };
+        let (out, kernels, fused) = run(FusionSwitches::all_on());
+        assert_eq!((kernels, fused), (1, 1), "{preset}");
+        let got: Vec<u16> = out[0]
+            .data
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(got, want, "{preset}: fused dequantisation");
+        let mut off = FusionSwitches::all_on();
+        off.set(Pass::MatMulDequant, false);
+        let (plain, plain_kernels, plain_fused) = run(off);
+        assert_eq!(plain_fused, 0);
+        assert!(
+            plain_kernels >= 3,
+            "{preset}: {plain_kernels} kernels unfused"
+        );
+        // Unfused, the Cast rounds each accumulator to fp16 first (the largest overflow to
+        // infinity, as ONNX's Cast says) and the Mul rounds again: what the exported graph
+        // means, and why the fused drain computes in f32 instead.
+        let unfused: Vec<u16> = (0..m * n)
+            .map(|e| {
+                let (i, j) = (e / n, e % n);
+                let acc: i64 = (0..k)
+                    .map(|kk| i64::from(a[i * k + kk]) * w[kk * n + j])
+                    .sum();
+                let h = half::f16::from_f32(acc as f32).to_f32();
+                half::f16::from_f32(h * scale[j]).to_bits()
+            })
+            .collect();
+        let got: Vec<u16> = plain[0]
+            .data
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(got, unfused, "{preset}: unfused");
+        assert!(
+            unfused
+                .iter()
+                .any(|b| half::f16::from_bits(*b).is_infinite()),
+            "the unfused graph overflows fp16 somewhere"
+        );
+    }
 }

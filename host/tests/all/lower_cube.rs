@@ -10,7 +10,7 @@
 //! must be within `RTOL * |want| + ATOL * sum_k |a_ik b_kj|`.
 
 use gearsim_compiler::ir::{Attr, DataType, Tensor};
-use gearsim_compiler::lower::cube::gemm::{self, Addend, Gemm, OutType, Plan, Src};
+use gearsim_compiler::lower::cube::gemm::{self, Addend, Gemm, InType, OutType, Plan, Src};
 use gearsim_compiler::lower::writer::Asm;
 use gearsim_firmware::{Device, DevicePtr};
 use gearsim_host::oprun::Ran;
@@ -475,6 +475,8 @@ fn every_plan_fits_the_core() {
         (4096, 64, 4096),
     ] {
         let g = Gemm {
+            in_type: InType::F16,
+            factor: None,
             name: "t".into(),
             batch: Vec::new(),
             m,
@@ -514,6 +516,8 @@ fn every_plan_fits_the_core() {
 fn a_residual_needs_an_f16_output_and_no_full_c() {
     let core = gearsim_host::atc::target(&preset()).core;
     let g = |out_type, addend| Gemm {
+        in_type: InType::F16,
+        factor: None,
         name: "t".into(),
         batch: Vec::new(),
         m: 32,
@@ -689,6 +693,10 @@ fn check_plan_result(
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect(),
+        OutType::I32 => got
+            .chunks_exact(4)
+            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
+            .collect(),
     };
     for r in 0..m {
         for col in 0..n {
@@ -793,6 +801,8 @@ fn forced_plans_cover_every_schedule() {
                 )
             };
             let g = Gemm {
+                in_type: InType::F16,
+                factor: None,
                 name: "forced".into(),
                 batch: Vec::new(),
                 m: m as u64,
@@ -826,6 +836,8 @@ fn forced_plans_with_a_full_c_share_ub_sets_between_groups() {
     for plan in [forced(16, 16, 4, 2, 1, 4, 3), forced(16, 16, 4, 1, 1, 2, 2)] {
         for (out, beta) in [(OutType::F32, 1.0f32), (OutType::F16, -0.5)] {
             let g = Gemm {
+                in_type: InType::F16,
+                factor: None,
                 name: "forced_c".into(),
                 batch: Vec::new(),
                 m: m as u64,
@@ -861,4 +873,133 @@ fn forced_plans_with_a_full_c_share_ub_sets_between_groups() {
             check_plan_result(&got, out, &av, &bv, Some(&c), (m, k, n), 0.5, &what);
         }
     }
+}
+
+/// A random int8 tensor.
+fn i8_tensor(dims: &[i64], seed: u64) -> Tensor {
+    let n: i64 = dims.iter().product();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let v: Vec<u8> = (0..n)
+        .map(|_| rng.random_range(-128i32..128) as i8 as u8)
+        .collect();
+    Tensor::new(DataType::I8, dims.to_vec(), v).unwrap()
+}
+
+/// MatMulInteger on the cube's i8 path gives the exact i32 product on the coupled 910 (drained
+/// through UB) and on the 910B (a MIX kernel: the AIC's FIXPIPE writes the accumulators, the
+/// AIVs move them), for shapes with partial fractals, several K steps and a batch dim folded
+/// into M; the cube does 8192 MACs per fractal product.
+#[test]
+fn matmul_integer_is_exact_on_the_i8_cube_path() {
+    for preset_name in ["ascend910", "ascend910b2"] {
+        let cfg = gearsim_sim::ChipConfig::preset(preset_name).unwrap();
+        for (dims, k, n, seed) in [
+            (vec![20i64, 70], 70i64, 24i64, 1u64),
+            (vec![2, 33, 600], 600, 130, 2),
+            (vec![64, 2048], 2048, 64, 3),
+        ] {
+            let a = i8_tensor(&dims, seed);
+            let w = i8_tensor(&[k, n], seed + 100);
+            let ran = gearsim_host::oprun::run_op(
+                &cfg,
+                "MatMulInteger",
+                &[],
+                vec![data(a.clone()), constant(w.clone())],
+                1,
+                ExecMode::Full,
+            )
+            .unwrap_or_else(|e| panic!("{preset_name} {dims:?}: {e}"));
+            let out = &ran.outputs[0];
+            assert_eq!(out.dtype, DataType::I32);
+            let (x, y) = (a.to_i64s(), w.to_i64s());
+            let m = x.len() as i64 / k;
+            let want: Vec<i64> = (0..m * n)
+                .map(|e| {
+                    let (i, j) = (e / n, e % n);
+                    (0..k)
+                        .map(|kk| x[(i * k + kk) as usize] * y[(kk * n + j) as usize])
+                        .sum()
+                })
+                .collect();
+            assert_eq!(out.to_i64s(), want, "{preset_name} {dims:?} x [{k}, {n}]");
+            let macs: u64 = ran.launches.iter().map(|l| l.cube_macs()).sum();
+            let padded = |x: i64, to: i64| (x + to - 1) / to * to;
+            assert!(
+                macs >= (padded(m, 16) * padded(k, 32) * padded(n, 16)) as u64,
+                "{preset_name}: {macs} MACs"
+            );
+        }
+    }
+}
+
+/// What the cube's 8-bit path does not take (an odd K, B at run time, uint8 with zero points,
+/// a zero point per row) runs on the AI CPU, exactly; an `a_zero_point` missing before a
+/// `b_zero_point` is refused by name.
+#[test]
+fn matmul_integer_falls_back_to_the_ai_cpu_exactly() {
+    let cfg = gearsim_sim::ChipConfig::preset("ascend910b2").unwrap();
+    let run = |inputs: Vec<Option<gearsim_host::oprun::In>>| {
+        gearsim_host::oprun::run_op_optional(&cfg, "MatMulInteger", &[], inputs, 1, ExecMode::Full)
+    };
+    let u8_tensor = |dims: &[i64], seed: u64| {
+        let t = i8_tensor(dims, seed);
+        Tensor::new(DataType::U8, dims.to_vec(), t.data.to_vec()).unwrap()
+    };
+    let reference = |a: &Tensor, b: &Tensor, za: &[i64], zb: &[i64]| -> Vec<i64> {
+        let (x, y) = (a.to_i64s(), b.to_i64s());
+        let (k, n) = (b.dims[0], b.dims[1]);
+        let m = x.len() as i64 / k;
+        let at = |z: &[i64], i: i64| if z.len() == 1 { z[0] } else { z[i as usize] };
+        (0..m * n)
+            .map(|e| {
+                let (i, j) = (e / n, e % n);
+                (0..k)
+                    .map(|kk| {
+                        (x[(i * k + kk) as usize] - at(za, i))
+                            * (y[(kk * n + j) as usize] - at(zb, j))
+                    })
+                    .sum()
+            })
+            .collect()
+    };
+    // Odd K with a constant B; B at run time.
+    for (a, b, b_const) in [
+        (i8_tensor(&[4, 7], 1), i8_tensor(&[7, 4], 2), true),
+        (i8_tensor(&[4, 8], 3), i8_tensor(&[8, 4], 4), false),
+    ] {
+        let bin = if b_const {
+            constant(b.clone())
+        } else {
+            data(b.clone())
+        };
+        let ran = run(vec![Some(data(a.clone())), Some(bin)]).unwrap();
+        assert!(ran.kernels.is_empty(), "no AI core kernel");
+        assert_eq!(ran.outputs[0].to_i64s(), reference(&a, &b, &[0], &[0]));
+    }
+    // uint8 with zero points: one for A's rows, one per column of B.
+    let (a, b) = (u8_tensor(&[5, 6], 5), u8_tensor(&[6, 3], 6));
+    let za = Tensor::new(DataType::U8, vec![5], vec![1, 2, 3, 4, 5]).unwrap();
+    let zb = Tensor::new(DataType::U8, vec![3], vec![128, 0, 7]).unwrap();
+    let ran = run(vec![
+        Some(data(a.clone())),
+        Some(data(b.clone())),
+        Some(constant(za)),
+        Some(constant(zb)),
+    ])
+    .unwrap();
+    assert_eq!(
+        ran.outputs[0].to_i64s(),
+        reference(&a, &b, &[1, 2, 3, 4, 5], &[128, 0, 7])
+    );
+    let e = run(vec![
+        Some(data(i8_tensor(&[4, 8], 1))),
+        Some(constant(i8_tensor(&[8, 4], 2))),
+        None,
+        Some(constant(
+            Tensor::new(DataType::I8, vec![], vec![3]).unwrap(),
+        )),
+    ])
+    .err()
+    .unwrap_or_default();
+    assert!(e.contains("b_zero_point without a_zero_point"), "{e}");
 }

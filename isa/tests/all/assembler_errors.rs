@@ -40,7 +40,7 @@ fn wrong_suffix_lists_choices() {
     let e = err("vadd.f64 x1, x2, x3");
     assert_eq!(
         e,
-        "k.s:1:6: expected ty (f16, f32, i32, i16, u8), found `f64`"
+        "k.s:1:6: expected ty (f16, f32, i32, i16, u8, bf16, i8), found `f64`"
     );
     let e = err("vdiv.i32 x1, x2, x3");
     assert!(

@@ -1,4 +1,4 @@
-//! An AI core's local buffers (UB, L1, L0A, L0B, L0C) and, for timing-only runs, which of their
+//! An AI core's local buffers (UB, L1, L0A, L0B, L0C, BT, FB) and, for timing-only runs, which of their
 //! 32-byte blocks hold values that were not computed.
 
 use crate::config::ChipConfig;
@@ -11,8 +11,8 @@ const GRAIN: u64 = gearsim_isa::units::BLOCK_BYTES;
 /// The local memories of one core.
 #[derive(Debug)]
 pub(crate) struct Buffers {
-    mem: [Vec<u8>; 5],
-    unknown: [Vec<u64>; 5],
+    mem: [Vec<u8>; 7],
+    unknown: [Vec<u64>; 7],
 }
 
 fn slot(b: Buffer) -> usize {
@@ -22,6 +22,8 @@ fn slot(b: Buffer) -> usize {
         Buffer::L0a => 2,
         Buffer::L0b => 3,
         Buffer::L0c => 4,
+        Buffer::Bt => 5,
+        Buffer::Fb => 6,
         // GM is not a local buffer; callers route GM to device memory first.
         Buffer::Gm => usize::MAX,
     }
@@ -39,6 +41,8 @@ impl Buffers {
             size(Buffer::L0a, c.l0a_bytes),
             size(Buffer::L0b, c.l0b_bytes),
             size(Buffer::L0c, c.l0c_bytes),
+            size(Buffer::Bt, c.bt_bytes),
+            size(Buffer::Fb, c.fb_bytes),
         ];
         Buffers {
             mem: sizes.map(|s| vec![0u8; s as usize]),

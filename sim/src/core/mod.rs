@@ -15,7 +15,7 @@ pub(crate) mod buffers;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use gearsim_isa::{FMatrix, Flag, Instruction, Pipe, SReg, SType, Space, TimingClass};
+use gearsim_isa::{DType, FMatrix, Flag, Instruction, Pipe, SReg, SType, Space};
 use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
 
 use crate::config::ChipConfig;
@@ -158,7 +158,7 @@ pub struct PipeStats {
 pub struct CoreStats {
     /// Per pipe.
     pub pipes: [PipeStats; LANES],
-    /// Cube multiply-accumulates performed (fractal products x 4096).
+    /// Cube multiply-accumulates performed (fractal products x 4096, x 8192 for i8 ones).
     pub cube_macs: u64,
 }
 
@@ -1488,8 +1488,10 @@ impl AiCore {
                             .map_err(|f| self.fault(pipe, head.pc, f))?;
                     }
                     self.mark_writes(&plan, ctx.mem, !full);
-                    if instr.spec().timing == TimingClass::Cube {
-                        self.stats.cube_macs += plan.work * 4096;
+                    if let Instruction::Mmad(m) = instr {
+                        // A fractal product is 16 x 16 x 16 MACs, 16 x 32 x 16 for i8.
+                        let per_fractal = if m.ty == DType::I8 { 8192 } else { 4096 };
+                        self.stats.cube_macs += plan.work * per_fractal;
                     }
                     let Some(b) = self.block.as_mut() else {
                         return Ok(progressed);

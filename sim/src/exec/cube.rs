@@ -9,12 +9,17 @@
 //!
 //! with MB = ceil(m/16), KB = ceil(k/16), NB = ceil(n/16). `mmad` works on whole fractals (the
 //! padding inside partial fractals takes part in the product, as on the hardware). Products of
-//! two f16 values are exact in f32; accumulation is in f32 in ascending k order.
+//! two f16 (or two bf16) values are exact in f32; accumulation is in f32 in ascending k order.
+//!
+//! An i8 `mmad` has 16 x 32 fractals (still 512 bytes): KB = ceil(k/32), L0A fractal `(mb, kb)`
+//! is 16 rows of 32 k values, and L0B fractal `(kb, nb)` is stored n-major, 16 rows (n) of 32
+//! k values, as the hardware's L0B holds int8 B after its transposing load. L0C then holds i32
+//! accumulators (wrapping), which `copy_l0c_to_gm` copies to i32 or dequantises.
 
 use gearsim_isa::aipp;
 use gearsim_isa::units::{FRACTAL_BYTES as FRACTAL, FRACTAL_BYTES_F32 as FRACTAL_C};
-use gearsim_isa::{DType, Img2col, L0cFill, L0cToGm, L0cToUb, Load2d, Mmad, units};
-use half::f16;
+use gearsim_isa::{DType, Dma, Img2col, L0cFill, L0cToGm, L0cToUb, Load2d, Mmad, Quant, units};
+use half::{bf16, f16};
 
 use super::{Access, Fault, Operands, Plan};
 use crate::core::buffers::Buffers;
@@ -183,9 +188,17 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
     Ok(())
 }
 
+/// K fractals of an `mmad`: 32 i8 values or 16 of a 16-bit type each.
+fn k_blocks(f: &Mmad) -> u64 {
+    match f.ty {
+        DType::I8 => u64::from(f.k).div_ceil(32),
+        _ => blocks(f.k),
+    }
+}
+
 pub(super) fn plan_mmad(f: &Mmad, ops: &Operands) -> Plan {
     let [c, a, b, _] = ops.regs;
-    let (mb, kb, nb) = (blocks(f.m), blocks(f.k), blocks(f.n));
+    let (mb, kb, nb) = (blocks(f.m), k_blocks(f), blocks(f.n));
     Plan::new(
         mb * kb * nb,
         0,
@@ -214,14 +227,28 @@ fn f16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
     out
 }
 
+/// `count` fractals of bf16 at `base`, widened to f32 (exact: a bf16 is an f32's top half).
+fn bf16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
+    let start = base as usize;
+    buf[start..start + (count * FRACTAL) as usize]
+        .chunks_exact(2)
+        .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+        .collect()
+}
+
 pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), Fault> {
     let [c, a, b, _] = ops.regs;
-    let (mb, kb, nb) = (blocks(f.m), blocks(f.k), blocks(f.n));
+    let (mb, kb, nb) = (blocks(f.m), k_blocks(f), blocks(f.n));
     if mb * kb * nb == 0 {
         return Ok(());
     }
-    let av = f16_fractals(bufs.get(Buffer::L0a), a, mb * kb);
-    let bv = f16_fractals(bufs.get(Buffer::L0b), b, kb * nb);
+    let widen = match f.ty {
+        DType::I8 => return mmad_i8(bufs, c, a, b, [mb, kb, nb], f.init),
+        DType::Bf16 => bf16_fractals,
+        _ => f16_fractals,
+    };
+    let av = widen(bufs.get(Buffer::L0a), a, mb * kb);
+    let bv = widen(bufs.get(Buffer::L0b), b, kb * nb);
     let l0c = bufs.get_mut(Buffer::L0c);
     let mut acc = [0f32; 256];
     for n_i in 0..nb {
@@ -262,6 +289,55 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
     Ok(())
 }
 
+/// The i8 product: i32 accumulators, products summed in ascending k order (wrapping, though
+/// a sum of i8 products needs over 2^17 terms to leave the i32 range).
+fn mmad_i8(
+    bufs: &mut Buffers,
+    c: u64,
+    a: u64,
+    b: u64,
+    [mb, kb, nb]: [u64; 3],
+    init: bool,
+) -> Result<(), Fault> {
+    let (av, bv) = (
+        bufs.get(Buffer::L0a)[a as usize..(a + mb * kb * FRACTAL) as usize].to_vec(),
+        bufs.get(Buffer::L0b)[b as usize..(b + kb * nb * FRACTAL) as usize].to_vec(),
+    );
+    let l0c = bufs.get_mut(Buffer::L0c);
+    let mut acc = [0i32; 256];
+    for n_i in 0..nb {
+        for m_i in 0..mb {
+            let cbase = (c + (n_i * mb + m_i) * FRACTAL_C) as usize;
+            let cfrac = &mut l0c[cbase..cbase + FRACTAL_C as usize];
+            for (v, b) in acc.iter_mut().zip(cfrac.chunks_exact(4)) {
+                *v = if init {
+                    0
+                } else {
+                    i32::from_le_bytes([b[0], b[1], b[2], b[3]])
+                };
+            }
+            for k_i in 0..kb {
+                let af = &av[((m_i * kb + k_i) * FRACTAL) as usize..][..FRACTAL as usize];
+                let bf = &bv[((n_i * kb + k_i) * FRACTAL) as usize..][..FRACTAL as usize];
+                for i in 0..16 {
+                    let arow = &af[i * 32..i * 32 + 32];
+                    for j in 0..16 {
+                        let brow = &bf[j * 32..j * 32 + 32];
+                        let dot = arow.iter().zip(brow).fold(0i32, |s, (&x, &y)| {
+                            s + i32::from(x as i8) * i32::from(y as i8)
+                        });
+                        acc[i * 16 + j] = acc[i * 16 + j].wrapping_add(dot);
+                    }
+                }
+            }
+            for (v, b) in acc.iter().zip(cfrac.chunks_exact_mut(4)) {
+                b.copy_from_slice(&v.to_le_bytes());
+            }
+        }
+    }
+    Ok(())
+}
+
 fn out_size(ty: DType) -> u64 {
     ty.size() as u64
 }
@@ -292,6 +368,44 @@ pub(super) fn plan_l0c_to_ub(f: &L0cToUb, ops: &Operands) -> Plan {
             },
         ],
     )
+}
+
+/// `copy_l1_to_fb`: bursts of 32-byte blocks from L1 into the FIXPIPE buffer; the work is the
+/// bytes moved, none of them through GM.
+pub(super) fn plan_fb_load(f: &Dma, ops: &Operands) -> Plan {
+    let [dst, src, _, _] = ops.regs;
+    let block = units::BLOCK_BYTES;
+    let (n, len) = (u64::from(f.nburst), u64::from(f.len) * block);
+    let at = |start, gap: u16, buffer, write| Access {
+        buffer,
+        start,
+        burst: len,
+        stride: len + u64::from(gap) * block,
+        count: n,
+        write,
+    };
+    Plan::new(
+        n * len,
+        0,
+        &[
+            at(src, f.src_gap, Buffer::L1, false),
+            at(dst, f.dst_gap, Buffer::Fb, true),
+        ],
+    )
+}
+
+pub(super) fn fb_load(bufs: &mut Buffers, f: &Dma, ops: &Operands) -> Result<(), Fault> {
+    let plan = plan_fb_load(f, ops);
+    let (src, dst) = (plan.accesses()[0], plan.accesses()[1]);
+    let (l1, fb) = bufs.pair_mut(Buffer::L1, Buffer::Fb);
+    for i in 0..src.count {
+        let (s, d) = (
+            (src.start + i * src.stride) as usize,
+            (dst.start + i * dst.stride) as usize,
+        );
+        fb[d..d + src.burst as usize].copy_from_slice(&l1[s..s + src.burst as usize]);
+    }
+    Ok(())
 }
 
 /// Bytes of one channel block's 16 f32 values in UB.
@@ -331,11 +445,13 @@ pub(super) fn plan_l1_fill(f: &L0cFill, ops: &Operands) -> Plan {
     let fill = plan_l0c_fill(f, ops);
     let (mut src, dst) = (fill.accesses()[0], fill.accesses()[1]);
     src.buffer = Buffer::L1;
-    Plan::new(u64::from(f.nblk) * FILL_ROW, 0, &[src, dst])
+    // The rows pass through the bias table, which must hold them all.
+    let table = Access::range(Buffer::Bt, 0, u64::from(f.nblk) * FILL_ROW, true);
+    Plan::new(u64::from(f.nblk) * FILL_ROW, 0, &[src, table, dst])
 }
 
 pub(super) fn l1_fill(bufs: &mut Buffers, f: &L0cFill, ops: &Operands) -> Result<(), Fault> {
-    fill_rows(bufs, &plan_l1_fill(f, ops), Buffer::L1)
+    fill_rows(bufs, &plan_l0c_fill(f, ops), Buffer::L1)
 }
 
 pub(super) fn l0c_fill(bufs: &mut Buffers, f: &L0cFill, ops: &Operands) -> Result<(), Fault> {
@@ -363,7 +479,10 @@ fn store_out(buf: &mut [u8], at: usize, ty: DType, mut v: f32, relu: bool) {
     }
     match ty {
         DType::F16 => buf[at..at + 2].copy_from_slice(&f16::from_f32(v).to_bits().to_le_bytes()),
-        DType::F32 | DType::I32 | DType::I16 | DType::U8 => {
+        DType::Bf16 => buf[at..at + 2].copy_from_slice(&bf16::from_f32(v).to_bits().to_le_bytes()),
+        // `copy_l0c_to_ub` and the FIXPIPE's 4-byte outputs without dequantisation carry the
+        // accumulator's bits (f32, or i32 from an i8 product) as they are.
+        DType::F32 | DType::I32 | DType::I16 | DType::U8 | DType::I8 => {
             buf[at..at + 4].copy_from_slice(&v.to_le_bytes())
         }
     }
@@ -460,30 +579,47 @@ fn convert_fractal(l0c: &[u8], out: &mut [u8], f: &L0cToUb, s: u64, d: u64) {
 }
 
 pub(super) fn plan_l0c_to_gm(f: &L0cToGm, ops: &Operands) -> Plan {
-    let [dst, src, _, _] = ops.regs;
+    let [dst, src, scale, _] = ops.regs;
     let (m, n) = (u64::from(f.m), u64::from(f.n));
     let size = out_size(f.ty);
     let row = n * size;
-    Plan::new(
-        m * row,
-        m * row.div_ceil(32) * 32,
-        &[
-            Access::range(
-                Buffer::L0c,
-                src,
-                blocks(f.m) * blocks(f.n) * FRACTAL_C,
-                false,
-            ),
-            Access {
-                buffer: Buffer::Gm,
-                start: dst,
-                burst: row,
-                stride: u64::from(f.dst_stride) * size,
-                count: m,
-                write: true,
-            },
-        ],
-    )
+    let l0c = Access::range(
+        Buffer::L0c,
+        src,
+        blocks(f.m) * blocks(f.n) * FRACTAL_C,
+        false,
+    );
+    let gm = Access {
+        buffer: Buffer::Gm,
+        start: dst,
+        burst: row,
+        stride: u64::from(f.dst_stride) * size,
+        count: m,
+        write: true,
+    };
+    let (work, traffic) = (m * row, m * row.div_ceil(32) * 32);
+    match f.quant {
+        Quant::Vdeq => Plan::new(
+            work,
+            traffic,
+            &[l0c, gm, Access::range(Buffer::Fb, scale, 4 * n, false)],
+        ),
+        Quant::None | Quant::Deq => Plan::new(work, traffic, &[l0c, gm]),
+    }
+}
+
+/// An L0C accumulator as the FIXPIPE's quantisation stage leaves it: the f32 itself, or the
+/// i32 times its scale (computed in f32).
+#[inline]
+fn dequantised(l0c: &[u8], at: usize, quant: Quant, scale: f32) -> f32 {
+    match quant {
+        Quant::None => load_c(l0c, at),
+        Quant::Deq | Quant::Vdeq => {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&l0c[at..at + 4]);
+            i32::from_le_bytes(b) as f32 * scale
+        }
+    }
 }
 
 pub(super) fn l0c_to_gm(
@@ -492,17 +628,27 @@ pub(super) fn l0c_to_gm(
     f: &L0cToGm,
     ops: &Operands,
 ) -> Result<(), Fault> {
-    let [dst, src, _, _] = ops.regs;
+    let [dst, src, scale, _] = ops.regs;
     let (m, n) = (u64::from(f.m), u64::from(f.n));
     let mbs = blocks(f.m);
     let size = out_size(f.ty) as usize;
+    // The scale of each column: one for `deq`, one per column from the FB for `vdeq`.
+    let scales: Vec<f32> = match f.quant {
+        Quant::None => vec![1.0; n as usize],
+        Quant::Deq => vec![f32::from_bits(scale as u32); n as usize],
+        Quant::Vdeq => bufs.get(Buffer::Fb)[scale as usize..(scale + 4 * n) as usize]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    };
     let l0c = bufs.get(Buffer::L0c);
     let mut row = vec![0u8; n as usize * size];
     for i in 0..m {
         for j in 0..n {
             let at = (src + ((j / 16) * mbs + i / 16) * FRACTAL_C + ((i % 16) * 16 + j % 16) * 4)
                 as usize;
-            store_out(&mut row, j as usize * size, f.ty, load_c(l0c, at), f.relu);
+            let v = dequantised(l0c, at, f.quant, scales[j as usize]);
+            store_out(&mut row, j as usize * size, f.ty, v, f.relu);
         }
         let a = dst + i * u64::from(f.dst_stride) * size as u64;
         mem.write(a, &row).map_err(|_| Fault::Range {

@@ -175,6 +175,8 @@ fn align(buffer: Buffer, addr: u64, cfg: &ChipConfig) -> Result<(), Fault> {
         Buffer::L0a => cfg.core.l0a_align,
         Buffer::L0b => cfg.core.l0b_align,
         Buffer::L0c => cfg.core.l0c_align,
+        Buffer::Bt => cfg.core.bt_align,
+        Buffer::Fb => cfg.core.fb_align,
     };
     if addr % a != 0 {
         Err(Fault::Align {
@@ -205,6 +207,7 @@ pub(crate) enum PipeOp<'a> {
     L0cFill(&'a L0cFill),
     L1Fill(&'a L0cFill),
     Burst(&'a Dma, Buffer, Buffer),
+    FbLoad(&'a Dma),
     Pad(&'a DmaPad, Buffer, Buffer),
     Nd2nz(&'a Nd2Nz),
     Image(&'a LoadImage),
@@ -268,6 +271,7 @@ impl<'a> PipeOp<'a> {
             Instruction::Img2colL0a(f) => PipeOp::Img2col(f),
             Instruction::CopyL0cToGm(f) => PipeOp::L0cToGm(f),
             Instruction::CopyL0cToGmNz(f) => PipeOp::L0cToGmNz(f),
+            Instruction::CopyL1ToFb(f) => PipeOp::FbLoad(f),
             Instruction::Mmad(f) => PipeOp::Mmad(f),
             Instruction::SetFlag(_)
             | Instruction::WaitFlag(_)
@@ -350,7 +354,8 @@ impl<'a> PipeOp<'a> {
             PipeOp::Image(f) => [g(f.dst), g(f.src), g(f.cfg), 0],
             PipeOp::Load2d(f, _) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Img2col(f) => [g(f.dst), g(f.src), 0, 0],
-            PipeOp::L0cToGm(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::L0cToGm(f) => [g(f.dst), g(f.src), g(f.scale), 0],
+            PipeOp::FbLoad(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToGmNz(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Mmad(f) => [g(f.dst), g(f.a), g(f.b), 0],
             PipeOp::Sync => [0; 4],
@@ -381,6 +386,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Img2col(f) => cube::plan_img2col(f, ops)?,
             PipeOp::L0cToGm(f) => cube::plan_l0c_to_gm(f, ops),
             PipeOp::L0cToGmNz(f) => cube::plan_l0c_to_gm_nz(f, ops),
+            PipeOp::FbLoad(f) => cube::plan_fb_load(f, ops),
             PipeOp::Mmad(f) => cube::plan_mmad(f, ops),
             PipeOp::Sync => Plan::default(),
         };
@@ -421,6 +427,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Img2col(f) => cube::img2col(bufs, f, ops),
             PipeOp::L0cToGm(f) => cube::l0c_to_gm(bufs, mem, f, ops),
             PipeOp::L0cToGmNz(f) => cube::l0c_to_gm_nz(bufs, mem, f, ops),
+            PipeOp::FbLoad(f) => cube::fb_load(bufs, f, ops),
             PipeOp::Mmad(f) => cube::mmad(bufs, f, ops),
             PipeOp::Sync => Ok(()),
         }

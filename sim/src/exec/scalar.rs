@@ -298,6 +298,7 @@ pub fn step<'a>(instr: &'a Instruction, r: &[u64; 32]) -> Step<'a> {
         | I::Img2colL0a(_)
         | I::CopyL0cToGm(_)
         | I::CopyL0cToGmNz(_)
+        | I::CopyL1ToFb(_)
         | I::Mmad(_) => Step::Dispatched,
     }
 }

@@ -11,7 +11,7 @@ use gearsim_isa::{
     Cmp, DType, ReduceOp, Round, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce, VScalar, VSel,
     VUn,
 };
-use half::f16;
+use half::{bf16, f16};
 
 use super::{Access, Fault, Mask, Operands, Plan, elems_per_repeat, f16_to_f32};
 use crate::core::buffers::Buffers;
@@ -81,6 +81,14 @@ macro_rules! with_type {
             }
             DType::U8 => {
                 const $t: DType = DType::U8;
+                $body
+            }
+            DType::Bf16 => {
+                const $t: DType = DType::Bf16;
+                $body
+            }
+            DType::I8 => {
+                const $t: DType = DType::I8;
                 $body
             }
         }
@@ -345,6 +353,8 @@ fn ld_f(b: &[u8], a: usize, ty: DType) -> f32 {
         DType::I32 => i32::from_le_bytes(at(b, a)) as f32,
         DType::I16 => f32::from(i16::from_le_bytes(at(b, a))),
         DType::U8 => f32::from(b[a]),
+        DType::Bf16 => bf16::from_bits(u16::from_le_bytes(at(b, a))).to_f32(),
+        DType::I8 => f32::from(b[a] as i8),
     }
 }
 
@@ -356,6 +366,8 @@ fn st_f(b: &mut [u8], a: usize, ty: DType, v: f32) {
         DType::I32 => b[a..a + 4].copy_from_slice(&(v as i32).to_le_bytes()),
         DType::I16 => b[a..a + 2].copy_from_slice(&(v as i16).to_le_bytes()),
         DType::U8 => b[a] = v as u8,
+        DType::Bf16 => b[a..a + 2].copy_from_slice(&bf16::from_f32(v).to_bits().to_le_bytes()),
+        DType::I8 => b[a] = (v as i8) as u8,
     }
 }
 
@@ -363,8 +375,9 @@ fn st_f(b: &mut [u8], a: usize, ty: DType, v: f32) {
 fn ld_i(b: &[u8], a: usize, ty: DType) -> i64 {
     match ty {
         DType::I32 | DType::F32 => i64::from(i32::from_le_bytes(at(b, a))),
-        DType::I16 | DType::F16 => i64::from(i16::from_le_bytes(at(b, a))),
+        DType::I16 | DType::F16 | DType::Bf16 => i64::from(i16::from_le_bytes(at(b, a))),
         DType::U8 => i64::from(b[a]),
+        DType::I8 => i64::from(b[a] as i8),
     }
 }
 
@@ -372,13 +385,15 @@ fn ld_i(b: &[u8], a: usize, ty: DType) -> i64 {
 fn st_i(b: &mut [u8], a: usize, ty: DType, v: i64) {
     match ty {
         DType::I32 | DType::F32 => b[a..a + 4].copy_from_slice(&(v as i32).to_le_bytes()),
-        DType::I16 | DType::F16 => b[a..a + 2].copy_from_slice(&(v as i16).to_le_bytes()),
-        DType::U8 => b[a] = v as u8,
+        DType::I16 | DType::F16 | DType::Bf16 => {
+            b[a..a + 2].copy_from_slice(&(v as i16).to_le_bytes())
+        }
+        DType::U8 | DType::I8 => b[a] = v as u8,
     }
 }
 
 fn is_float(ty: DType) -> bool {
-    matches!(ty, DType::F16 | DType::F32)
+    matches!(ty, DType::F16 | DType::F32 | DType::Bf16)
 }
 
 /// Two-operand arithmetic.
@@ -538,14 +553,17 @@ fn scalar_f(ty: DType, bits: u64) -> f32 {
         DType::I32 => (bits as i32) as f32,
         DType::I16 => f32::from(bits as i16),
         DType::U8 => f32::from(bits as u8),
+        DType::Bf16 => bf16::from_bits(bits as u16).to_f32(),
+        DType::I8 => f32::from(bits as i8),
     }
 }
 
 fn scalar_i(ty: DType, bits: u64) -> i64 {
     match ty {
         DType::I32 | DType::F32 => i64::from(bits as i32),
-        DType::I16 | DType::F16 => i64::from(bits as i16),
+        DType::I16 | DType::F16 | DType::Bf16 => i64::from(bits as i16),
         DType::U8 => i64::from(bits as u8),
+        DType::I8 => i64::from(bits as i8),
     }
 }
 
@@ -689,7 +707,10 @@ pub(super) fn conv(bufs: &mut Buffers, f: &VConv, ops: &Operands) -> Result<(), 
                 ub[pd..pd + 2].copy_from_slice(&h.to_bits().to_le_bytes());
             }
             DType::I32 => st_i(ub, pd, DType::I32, i64::from(to_i32(x, f.round))),
-            DType::I16 | DType::U8 => st_i(ub, pd, f.dst_ty, i64::from(to_i32(x, f.round))),
+            DType::Bf16 => st_f(ub, pd, DType::Bf16, x as f32),
+            DType::I16 | DType::U8 | DType::I8 => {
+                st_i(ub, pd, f.dst_ty, i64::from(to_i32(x, f.round)))
+            }
         }
     });
     Ok(())

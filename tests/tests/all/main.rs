@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod conformance;
+mod cube_types;
 mod determinism;
 mod emergent;
 mod faults;

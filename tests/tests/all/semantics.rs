@@ -2727,7 +2727,10 @@ fn cube_bias_from_l1_then_accumulate() {
 }
 
 fn bias_then_accumulate(from_l1: bool) {
-    let mut sim = Sim::new();
+    // The coupled preset has no bias table; this one gets the 910B's 1 KiB for the L1 path.
+    let mut cfg = ChipConfig::preset("ascend910").expect("the ascend910 preset");
+    cfg.core.bt_bytes = 1024;
+    let mut sim = Sim::with(cfg);
     let mut rng = Rng::new(0x5e_0033);
     let (a, b) = (matrix(&mut rng, M, K), matrix(&mut rng, K, N));
     let bias: Vec<f32> = (0..32).map(|j| j as f32 * 0.375 - 5.0).collect();
@@ -2931,6 +2934,35 @@ fn mix_kernel_cube_to_vector_through_gm_with_cross_core_flags() {
                 "vector core {s}, element {i}"
             );
         }
+    }
+}
+
+/// An i8 product of ones (each accumulator 32 = K) leaves the FIXPIPE times its column's scale
+/// from the FIXPIPE buffer (`copy_l1_to_fb`, then `copy_l0c_to_gm` with `quant=vdeq`).
+#[test]
+fn fixpipe_dequantises_each_column_by_its_fb_scale() {
+    let mut sim = Sim::with(ChipConfig::preset("ascend910b2").expect("the ascend910b2 preset"));
+    let ones = sim.put(&[1u8; 512]);
+    let scales: Vec<u8> = (0..16)
+        .flat_map(|j| (j as f32 * 0.5).to_le_bytes())
+        .collect();
+    let ps = sim.put(&scales);
+    let out = sim.put(&[0u8; 16 * 16 * 4]);
+    let kernel = "sreg x1, args\n ld.gm.u64 x2, x1\n ld.gm.u64 x3, x1, off=8\n\
+         ld.gm.u64 x4, x1, off=16\n movi x10, 0\n movi x11, 1024\n\
+         copy_gm_to_l1 x10, x2, 1, 16\n copy_gm_to_l1 x11, x3, 1, 2\n\
+         set_flag MTE2, MTE1, 0\n wait_flag MTE2, MTE1, 0\n\
+         set_flag MTE2, FIX, 0\n wait_flag MTE2, FIX, 0\n\
+         movi x12, 0\n movi x13, 64\n copy_l1_to_fb x13, x11, 1, 2\n\
+         load_l0a x12, x10, 1\n load_l0b x12, x10, 1\n\
+         set_flag MTE1, M, 0\n wait_flag MTE1, M, 0\n\
+         mmad x12, x12, x12, 16, 32, 16, init=true, ty=i8\n\
+         set_flag M, FIX, 0\n wait_flag M, FIX, 0\n\
+         copy_l0c_to_gm.f32 x4, x12, 16, 16, 16, quant=vdeq, scale=x13\n end\n";
+    sim.run(kernel, 1, &[ones, ps, out]);
+    let got = f32_from_bytes(&sim.get(out, 16 * 16 * 4));
+    for (e, v) in got.iter().enumerate() {
+        assert_eq!(*v, 32.0 * (e % 16) as f32 * 0.5, "element {e}");
     }
 }
 

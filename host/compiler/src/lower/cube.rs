@@ -24,19 +24,20 @@ pub mod gemm;
 
 use gearsim_isa::units::{BLOCK_BYTES, FRACTAL_BYTES_F32};
 use gearsim_isa::{DType, Pipe, SReg, SType, Space};
-use gemm::{Addend, BatchDim, Gemm, OutType, Src};
+use gemm::{Addend, BatchDim, Gemm, InType, OutType, Src};
 
 use super::queue::{self, VECOUT};
 use super::stream::{Io, Stream, Tile};
 use super::writer::{Asm, Reg};
 use super::{Kernel, LowerCtx, LowerError, LowerFn, Lowered, Operand, kernel_name};
-use crate::fusion::{BIAS_INPUT, RESIDUAL_INPUT};
+use crate::fusion::{BIAS_INPUT, DEQUANT_INPUT, FUSED_DEQUANT, RESIDUAL_INPUT};
 use crate::ir::{DataType, Tensor, TensorDesc, shape_values};
 
 /// The lowering of an op type of this module.
 pub fn lowering(op: &str) -> Option<LowerFn> {
     let f: LowerFn = match op {
         "MatMul" => matmul,
+        "MatMulInteger" => matmul_integer,
         "Gemm" => gemm,
         "Conv" => conv::lower,
         _ => return None,
@@ -235,6 +236,7 @@ pub(crate) fn runtime_f16(
             )?);
             Ok(ws)
         }
+        OutType::I32 => Err(ctx.error("an i32 tensor is not a cube operand")),
     }
 }
 
@@ -507,6 +509,8 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         _ => None,
     };
     let g = Gemm {
+        in_type: InType::F16,
+        factor: None,
         name: kernel_name(ctx, super::Epilogue::of(ctx)?.suffix()),
         batch,
         m: m_eff,
@@ -534,11 +538,194 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     Ok(b.finish())
 }
 
-fn out_type_bytes(t: OutType) -> u64 {
-    match t {
-        OutType::F16 => 2,
-        OutType::F32 => 4,
+/// MatMulInteger: on the cube's 8-bit path (i8 × i8 → i32 in L0C, 8192 MACs a cycle) when it
+/// takes the node — int8 A at run time (batch dims folded into M), a constant int8 B packed
+/// n-major at compile time, no zero points, as GE's quantised matmul takes them — with a
+/// fused dequantisation's conversion and scale in the drain; otherwise on the AI CPU.
+fn matmul_integer(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    match i8_cube_refusal(ctx)? {
+        None => matmul_integer_cube(ctx),
+        Some(why) if ctx.node.int(FUSED_DEQUANT).is_some() => Err(ctx.error(why)),
+        Some(_) => matmul_integer_aicpu(ctx),
     }
+}
+
+/// Why the cube's 8-bit path cannot take this MatMulInteger, or `None` when it can: int8
+/// operands, A of rank 2 or more at run time with an even K, B a constant matrix, zero points
+/// absent or constant zeros.
+fn i8_cube_refusal(ctx: &LowerCtx<'_>) -> Result<Option<String>, LowerError> {
+    let (ad, bd) = (ctx.input(0)?, ctx.input(1)?);
+    if ad.dtype != DataType::I8 || bd.dtype != DataType::I8 {
+        return Ok(Some(format!(
+            "the cube's 8-bit path multiplies int8 by int8; got {} × {}",
+            ad.dtype.name(),
+            bd.dtype.name()
+        )));
+    }
+    for (z, what) in [(2, "a_zero_point"), (3, "b_zero_point")] {
+        if ctx.inputs.get(z).copied().flatten().is_none() {
+            continue;
+        }
+        match const_values(ctx, z) {
+            Some(v) if v.iter().all(|x| *x == 0.0) => {}
+            _ => {
+                return Ok(Some(format!(
+                    "{what} must be absent or a constant zero: the cube multiplies the int8 \
+                     values as they are"
+                )));
+            }
+        }
+    }
+    let (a_dims, b_dims) = (dims_of(ctx, ad)?, dims_of(ctx, bd)?);
+    if a_dims.len() < 2 || b_dims.len() != 2 {
+        return Ok(Some(format!(
+            "the cube's 8-bit path takes A of rank 2 or more and a 2-D B; got {a_dims:?} × \
+             {b_dims:?}"
+        )));
+    }
+    let k = a_dims[a_dims.len() - 1];
+    if k == 0 || k % 2 != 0 {
+        return Ok(Some(format!(
+            "K = {k}: the cube's 8-bit path loads A's rows as pairs of values, so K must be \
+             even and not 0"
+        )));
+    }
+    if const_values(ctx, 0).is_some() {
+        return Ok(Some(
+            "A is a constant: a constant A has no packed 8-bit form".into(),
+        ));
+    }
+    if const_values(ctx, 1).is_none() {
+        return Ok(Some(
+            "B must be a constant (the weights): the cube's 8-bit path packs it at compile time"
+                .into(),
+        ));
+    }
+    Ok(None)
+}
+
+/// MatMulInteger on the AI CPU, for what the cube's 8-bit path does not take (uint8
+/// operands, B at run time, zero points, odd K), as GE places an operator its AI core
+/// kernels lack.
+fn matmul_integer_aicpu(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    use gearsim_isa::aicpu_op::{AiCpuOp, MAX_RANK, Operand as CpuOperand};
+    let operand = |d: &TensorDesc| -> Result<CpuOperand, LowerError> {
+        let dims: Vec<i64> = dims_of(ctx, d)?.iter().map(|x| *x as i64).collect();
+        if dims.len() > MAX_RANK {
+            return Err(ctx.error(format!(
+                "the AI CPU kernel takes at most {MAX_RANK} dims, got {}",
+                dims.len()
+            )));
+        }
+        Ok(CpuOperand {
+            dtype: d.dtype,
+            dims,
+        })
+    };
+    let given = |i: usize| ctx.inputs.get(i).copied().flatten();
+    let (a_zero, b_zero) = match (given(2), given(3)) {
+        (None, Some(_)) => {
+            return Err(ctx.error(
+                "b_zero_point without a_zero_point is not supported (give a_zero_point = 0)",
+            ));
+        }
+        (za, zb) => (za.map(&operand).transpose()?, zb.map(&operand).transpose()?),
+    };
+    let out = ctx
+        .outputs
+        .first()
+        .ok_or_else(|| ctx.error("the node has no output"))?;
+    Ok(Lowered::AiCpu {
+        op: AiCpuOp::MatMulInteger {
+            a: operand(ctx.input(0)?)?,
+            b: operand(ctx.input(1)?)?,
+            a_zero,
+            b_zero,
+            output: operand(out)?,
+        },
+    })
+}
+
+/// The cube's 8-bit path (what [`i8_cube_refusal`] accepts).
+fn matmul_integer_cube(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
+    let (ad, bd) = (ctx.input(0)?, ctx.input(1)?);
+    let (a_dims, b_dims) = (dims_of(ctx, ad)?, dims_of(ctx, bd)?);
+    let ra = a_dims.len();
+    let (m, k, n) = (a_dims[ra - 2], a_dims[ra - 1], b_dims[1]);
+    let m_eff = m * a_dims[..ra - 2].iter().product::<u64>();
+    let mut b = Build::default();
+    if m_eff == 0 || n == 0 {
+        return Ok(b.finish());
+    }
+    let Some(weights) = const_values(ctx, 1) else {
+        return Err(ctx.error(
+            "B must be a constant (the weights): the cube's 8-bit path packs it at compile time",
+        ));
+    };
+    let weights: Vec<i8> = weights.iter().map(|v| *v as i8).collect();
+    let out = ctx
+        .outputs
+        .first()
+        .ok_or_else(|| ctx.error("the node has no output"))?;
+    let mut args = vec![Operand::Input(0), Operand::Input(1), Operand::Output(0)];
+    // A fused dequantisation: the accumulators as f32 times one scale (the product's
+    // factor) or one per column (a factor the drain multiplies each column by).
+    let (out_type, alpha, factor) = if ctx.node.int(FUSED_DEQUANT).is_some() {
+        let scale = const_values(ctx, DEQUANT_INPUT)
+            .ok_or_else(|| ctx.error("the fused dequantisation's scale is not a constant"))?;
+        let out_type = cube_type(ctx, out)?;
+        match scale.len() as u64 {
+            1 => (out_type, scale[0], None),
+            len if len == n => {
+                let bytes = gemm::col_fractals(&scale, 1.0);
+                args.push(b.derive(DataType::F32, bytes));
+                (out_type, 1.0, Some(gemm::ColFactor { arg: 3 }))
+            }
+            len => {
+                return Err(ctx.error(format!(
+                    "the dequantisation scale has {len} values; expected 1 or N = {n}"
+                )));
+            }
+        }
+    } else if out.dtype == DataType::I32 {
+        (OutType::I32, 1.0, None)
+    } else {
+        return Err(ctx.error(format!(
+            "the output of MatMulInteger is int32, got {}",
+            out.dtype.name()
+        )));
+    };
+    let units = k / 2;
+    let g = Gemm {
+        in_type: InType::I8,
+        factor,
+        name: kernel_name(ctx, "i8"),
+        batch: Vec::new(),
+        m: m_eff,
+        n,
+        k: units,
+        a: Src::Rows {
+            arg: 0,
+            trans: false,
+            ld: units,
+        },
+        b: Src::Packed { arg: 1 },
+        out: 2,
+        out_type,
+        ldc: n,
+        alpha,
+        addend: None,
+        residual: None,
+        relu: false,
+    };
+    let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
+    args[1] = b.derive(DataType::I8, gemm::pack_b_i8(&weights, k, n, &plan));
+    b.kernels.push(gemm_kernel(ctx, &g, &plan, args)?);
+    Ok(b.finish())
+}
+
+fn out_type_bytes(t: OutType) -> u64 {
+    t.bytes()
 }
 
 /// Transposes a row-major `rows × cols` matrix.
@@ -610,6 +797,8 @@ fn gemm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         _ => None,
     };
     let g = Gemm {
+        in_type: InType::F16,
+        factor: None,
         name: kernel_name(ctx, super::Epilogue::of(ctx)?.suffix()),
         batch: Vec::new(),
         m,
@@ -696,6 +885,9 @@ fn gemm_addend(
                     ws,
                 )?);
                 ws
+            }
+            (None, OutType::I32) => {
+                return Err(ctx.error("an i32 addend has no f32 form on the cube"));
             }
         });
         let beta = if constant.is_some() { 1.0 } else { beta };
@@ -818,6 +1010,8 @@ pub(crate) fn conv_1x1(ctx: &LowerCtx<'_>, s: &conv::ConvShape) -> Result<Lowere
         e => format!("1x1_{}", e.suffix()),
     };
     let g = Gemm {
+        in_type: InType::F16,
+        factor: None,
         name: kernel_name(ctx, &suffix),
         batch,
         m: s.m,

@@ -114,6 +114,8 @@ pub enum OutType {
     F16,
     /// f32.
     F32,
+    /// i32: an i8 product's accumulators as they are (no factor, addend or residual).
+    I32,
 }
 
 impl OutType {
@@ -121,7 +123,7 @@ impl OutType {
     pub fn bytes(self) -> u64 {
         match self {
             OutType::F16 => 2,
-            OutType::F32 => 4,
+            OutType::F32 | OutType::I32 => 4,
         }
     }
 
@@ -130,8 +132,22 @@ impl OutType {
         match self {
             OutType::F16 => DType::F16,
             OutType::F32 => DType::F32,
+            OutType::I32 => DType::I32,
         }
     }
+}
+
+/// Operand element type of the product.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InType {
+    /// f16 operands, f32 accumulators.
+    F16,
+    /// i8 operands, i32 accumulators. The generator sees each pair of i8 values as one 2-byte
+    /// unit, so `k` and `ld` count pairs and a 16-unit fractal column is the i8 fractal's 32
+    /// values; B comes as N × K rows (its i8 fractals are n-major in L0B, so no transposing
+    /// load) or packed by [`pack_b_i8`]. The drain converts the accumulators to f32 before the
+    /// epilogue, unless the output is i32.
+    I8,
 }
 
 /// The first V ⇄ MTE2 event id of the residual buffers (id 0 is the bias area's; the full-C
@@ -167,6 +183,15 @@ pub enum Addend {
     },
 }
 
+/// A per-column factor the f32 result is multiplied by before the addend is added (a
+/// per-channel dequantisation scale): `[ceil(N/16)][16][16]` f32 fractals whose 16 rows are
+/// equal (see [`col_fractals`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ColFactor {
+    /// Argument index.
+    pub arg: usize,
+}
+
 /// A batched matrix product to generate.
 #[derive(Debug, Clone)]
 pub struct Gemm {
@@ -178,8 +203,10 @@ pub struct Gemm {
     pub m: u64,
     /// Columns of C.
     pub n: u64,
-    /// Inner dimension.
+    /// Inner dimension (in pairs for an i8 product).
     pub k: u64,
+    /// Operand element type.
+    pub in_type: InType,
     /// Left operand.
     pub a: Src,
     /// Right operand.
@@ -192,6 +219,9 @@ pub struct Gemm {
     pub ldc: u64,
     /// Factor on the product (1 = none).
     pub alpha: f32,
+    /// Per-column factor (not with a per-row, per-column or full addend, whose UB area and
+    /// flags it shares).
+    pub factor: Option<ColFactor>,
     /// Added term.
     pub addend: Option<Addend>,
     /// An f16 argument laid out as C (same pitch and batch strides) added to the f16 result
@@ -344,7 +374,11 @@ impl Gemm {
 
     /// Whether the epilogue works in f32 in UB (anything but a plain f16 result).
     fn f32_work(&self) -> bool {
-        self.alpha != 1.0 || self.addend.is_some() || self.out_type == OutType::F32
+        self.alpha != 1.0
+            || self.addend.is_some()
+            || self.out_type == OutType::F32
+            || self.in_type == InType::I8
+            || self.factor.is_some()
     }
 
     /// UB bytes of one drain buffer set (groups of at most `per_group` n-fractals).
@@ -366,12 +400,23 @@ impl Gemm {
         bytes
     }
 
+    /// The vector of fractals a tile's drain reads from the per-tile bias area: a per-column
+    /// (`true`) or per-row addend, or the per-column factor, with its argument.
+    fn tile_vector(&self) -> Option<(bool, usize)> {
+        match (self.factor, self.addend) {
+            (Some(f), _) => Some((true, f.arg)),
+            (None, Some(Addend::Cols { arg })) => Some((true, arg)),
+            (None, Some(Addend::Rows { arg })) => Some((false, arg)),
+            (None, Some(Addend::Full { .. } | Addend::Scalar { .. }) | None) => None,
+        }
+    }
+
     /// UB bytes of the per-tile bias area.
     fn ub_bias_bytes(&self, mb: u64, nb: u64) -> u64 {
-        match self.addend {
-            Some(Addend::Cols { .. }) => nb * FRACTAL_C,
-            Some(Addend::Rows { .. }) => mb * FRACTAL_C,
-            Some(Addend::Full { .. } | Addend::Scalar { .. }) | None => 0,
+        match self.tile_vector() {
+            Some((true, _)) => nb * FRACTAL_C,
+            Some((false, _)) => mb * FRACTAL_C,
+            None => 0,
         }
     }
 
@@ -507,6 +552,31 @@ impl Gemm {
             // (a full C addend would use the same ids).
             return Err("a residual needs an f16 output and no full C addend".into());
         }
+        if self.factor.is_some()
+            && matches!(
+                self.addend,
+                Some(Addend::Cols { .. } | Addend::Rows { .. } | Addend::Full { .. })
+            )
+        {
+            return Err(
+                "a per-column factor shares the drain's vector area with the addend".into(),
+            );
+        }
+        if self.in_type == InType::I8 {
+            if matches!(self.a, Src::Rows { trans: true, .. })
+                || matches!(self.b, Src::Rows { trans: false, .. })
+            {
+                return Err("an i8 product takes A as M × K rows and B as N × K rows".into());
+            }
+            if self.out_type == OutType::I32
+                && (self.alpha != 1.0
+                    || self.addend.is_some()
+                    || self.factor.is_some()
+                    || self.residual.is_some())
+            {
+                return Err("an i32 output has no factor, addend or residual".into());
+            }
+        }
         let l0a = core.l0a_bytes / FRACTAL / 2;
         let l0b = core.l0b_bytes / FRACTAL / 2;
         let l0c = core.l0c_bytes / FRACTAL_C;
@@ -621,8 +691,6 @@ fn pack(
     step: u64,
     b_side: bool,
 ) -> Vec<u8> {
-    let (ob, kp) = (outer.div_ceil(16), k.div_ceil(16));
-    let mut out = vec![0u8; (batch * ob * kp * FRACTAL) as usize];
     let item = (outer * k) as usize;
     let value = |g: u64, o: u64, kk: u64| -> f32 {
         if o >= outer || kk >= k {
@@ -631,7 +699,59 @@ fn pack(
         let i = if b_side { kk * outer + o } else { o * k + kk };
         values[g as usize * item + i as usize]
     };
-    let mut at = 0usize;
+    let (ob, kp) = (outer.div_ceil(16), k.div_ceil(16));
+    pack_fractals(batch, ob, kp, tile, step, |g, ob, kb, frac| {
+        for r in 0..16 {
+            for c in 0..16 {
+                let (o, kk) = if b_side {
+                    (ob * 16 + c, kb * 16 + r)
+                } else {
+                    (ob * 16 + r, kb * 16 + c)
+                };
+                let bits = half::f16::from_f32(value(g, o, kk)).to_bits();
+                let at = ((r * 16 + c) * 2) as usize;
+                frac[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+            }
+        }
+    })
+}
+
+/// Packs a constant i8 `B` (`[K][N]` values, row-major; `k` counts values) for an i8 product
+/// under `plan`: [`pack_b`]'s order of fractals, each n-major (16 rows of n, 32 values of k
+/// each, zero-padded), as the i8 `mmad` reads L0B.
+pub fn pack_b_i8(values: &[i8], k: u64, n: u64, plan: &Plan) -> Vec<u8> {
+    let (nb, kp) = (n.div_ceil(16), k.div_ceil(32));
+    pack_fractals(1, nb, kp, plan.nb, plan.kb, |_, ob, kb, frac| {
+        for r in 0..16 {
+            for c in 0..32 {
+                let (j, kk) = (ob * 16 + r, kb * 32 + c);
+                if j < n && kk < k {
+                    frac[(r * 32 + c) as usize] = values[(kk * n + j) as usize] as u8;
+                }
+            }
+        }
+    })
+}
+
+/// Bytes an i8 `B` of `k` × `n` values takes packed by [`pack_b_i8`].
+pub fn packed_bytes_i8(n: u64, k: u64) -> u64 {
+    n.div_ceil(16) * k.div_ceil(32) * FRACTAL
+}
+
+/// The fractal order of a packed operand: per batch item, per tile of `tile` fractals of the
+/// outer dimension (`ob` in all), per K step of `step` fractals (`kp` in all), the tile's
+/// fractals outer block by outer block; `write(item, outer block, k block, fractal)` fills
+/// each zeroed 512-byte fractal.
+fn pack_fractals(
+    batch: u64,
+    ob: u64,
+    kp: u64,
+    tile: u64,
+    step: u64,
+    mut write: impl FnMut(u64, u64, u64, &mut [u8]),
+) -> Vec<u8> {
+    let mut out = vec![0u8; (batch * ob * kp * FRACTAL) as usize];
+    let mut fracs = out.chunks_exact_mut(FRACTAL as usize);
     for g in 0..batch {
         for t0 in (0..ob).step_by(tile as usize) {
             let tb = tile.min(ob - t0);
@@ -639,17 +759,8 @@ fn pack(
                 let sb = step.min(kp - s0);
                 for t in 0..tb {
                     for s in 0..sb {
-                        for r in 0..16 {
-                            for c in 0..16 {
-                                let (o, kk) = if b_side {
-                                    ((t0 + t) * 16 + c, (s0 + s) * 16 + r)
-                                } else {
-                                    ((t0 + t) * 16 + r, (s0 + s) * 16 + c)
-                                };
-                                let bits = half::f16::from_f32(value(g, o, kk)).to_bits();
-                                out[at..at + 2].copy_from_slice(&bits.to_le_bytes());
-                                at += 2;
-                            }
+                        if let Some(frac) = fracs.next() {
+                            write(g, t0 + t, s0 + s, frac);
                         }
                     }
                 }
@@ -892,10 +1003,7 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
         res,
         bias,
     };
-    let has_e = matches!(
-        g.addend,
-        Some(Addend::Cols { .. } | Addend::Rows { .. } | Addend::Full { .. })
-    );
+    let has_e = matches!(g.addend, Some(Addend::Full { .. })) || g.tile_vector().is_some();
     let scalar = matches!(g.addend, Some(Addend::Scalar { .. }));
     let r = Regs {
         a_base: a.reg(),
@@ -980,10 +1088,7 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
 
 impl Kern<'_> {
     fn bias_load(&self) -> bool {
-        matches!(
-            self.g.addend,
-            Some(Addend::Cols { .. } | Addend::Rows { .. })
-        )
+        self.g.tile_vector().is_some()
     }
 
     fn full_c(&self) -> bool {
@@ -1060,11 +1165,11 @@ impl Kern<'_> {
         }
         a.sreg(r.t0, SReg::Args);
         load_arg(a, r.c_base, g.out);
-        if let (
-            Some(e),
-            Some(Addend::Cols { arg } | Addend::Rows { arg } | Addend::Full { arg, .. }),
-        ) = (r.e_base, g.addend)
-        {
+        let e_arg = match g.addend {
+            Some(Addend::Full { arg, .. }) => Some(arg),
+            _ => g.tile_vector().map(|(_, arg)| arg),
+        };
+        if let (Some(e), Some(arg)) = (r.e_base, e_arg) {
             load_arg(a, e, arg);
         }
         if let (Some(d), Some(arg)) = (r.r_delta, g.residual) {
@@ -1241,18 +1346,18 @@ impl Kern<'_> {
             scaled_add(a, r.c_out, r.c_base, mt, 16 * plan.mb * g.ldc * es, r.t0);
             scaled_add(a, r.c_out, r.c_out, nt, 16 * plan.nb * es, r.t0);
             if let Some(e_base) = r.e_base {
-                match g.addend {
-                    Some(Addend::Cols { .. }) => {
-                        scaled_add(a, r.c_e, e_base, nt, plan.nb * FRACTAL_C, r.t0);
-                    }
-                    Some(Addend::Rows { .. }) => {
-                        scaled_add(a, r.c_e, e_base, mt, plan.mb * FRACTAL_C, r.t0);
-                    }
-                    Some(Addend::Full { .. }) => {
+                match (g.addend, g.tile_vector()) {
+                    (Some(Addend::Full { .. }), _) => {
                         scaled_add(a, r.c_e, e_base, mt, 16 * plan.mb * g.n * 4, r.t0);
                         scaled_add(a, r.c_e, r.c_e, nt, 16 * plan.nb * 4, r.t0);
                     }
-                    Some(Addend::Scalar { .. }) | None => {}
+                    (_, Some((true, _))) => {
+                        scaled_add(a, r.c_e, e_base, nt, plan.nb * FRACTAL_C, r.t0);
+                    }
+                    (_, Some((false, _))) => {
+                        scaled_add(a, r.c_e, e_base, mt, plan.mb * FRACTAL_C, r.t0);
+                    }
+                    (_, None) => {}
                 }
             }
         }
@@ -1519,11 +1624,27 @@ impl Kern<'_> {
         let b = match self.g.b {
             // NZ of the K x N panel: fractal (k, n) at n * KS + k.
             Src::Rows { trans: false, .. } => plain(ks, 1, false),
-            // NZ of the N x K panel: fractal (n, k) at k * NB + n, transposed on the way.
-            Src::Rows { trans: true, .. } => plain(1, sh.nb, true),
+            // NZ of the N x K panel: fractal (n, k) at k * NB + n, transposed on the way (an
+            // i8 fractal is n-major in L0B as it is in L1).
+            Src::Rows { trans: true, .. } => plain(1, sh.nb, self.g.in_type == InType::F16),
             Src::Packed { .. } => packed,
         };
         (a, b)
+    }
+
+    /// `mmad` of L0A at `t1` and L0B at `t2` into L0C at `t0`, `k` in the generator's units.
+    fn mmad<'a>(
+        &self,
+        a: &'a mut Asm,
+        m: u64,
+        k: u64,
+        n: u64,
+    ) -> gearsim_isa::Emitted<'a, gearsim_isa::Mmad> {
+        let r = &self.r;
+        match self.g.in_type {
+            InType::F16 => a.mmad(r.t0, r.t1, r.t2, m, k, n),
+            InType::I8 => a.mmad(r.t0, r.t1, r.t2, m, 2 * k, n).ty(DType::I8),
+        }
     }
 
     /// MTE1 loads of one step: fractals `(o, k0 + k)` for `o < ob`, `k < kb` from the stage
@@ -1687,8 +1808,7 @@ impl Kern<'_> {
                     a.movi(r.t0, (n0 * sh.mb * FRACTAL_C) as i64);
                     a.movi(r.t1, st.l0a as i64);
                     a.movi(r.t2, (st.l0b + n0 * st.kb * FRACTAL) as i64);
-                    a.mmad(r.t0, r.t1, r.t2, sh.mb * 16, st.k, n * 16)
-                        .init(init && j == 0);
+                    self.mmad(a, sh.mb * 16, st.k, n * 16).init(init && j == 0);
                 }
                 if hand_over {
                     a.set_flag(Pipe::M, Pipe::V, gi);
@@ -1700,7 +1820,7 @@ impl Kern<'_> {
                 a.movi(r.t0, 0);
                 a.movi(r.t1, st.l0a as i64);
                 a.movi(r.t2, st.l0b as i64);
-                a.mmad(r.t0, r.t1, r.t2, sh.mb * 16, st.k, sh.nb * 16);
+                self.mmad(a, sh.mb * 16, st.k, sh.nb * 16);
             }
         }
         for st in steps {
@@ -1713,8 +1833,8 @@ impl Kern<'_> {
         let (r, g) = (&self.r, self.g);
         a.wait_flag(Pipe::V, Pipe::Mte2, 0);
         a.movi(r.t0, self.lay.bias as i64);
-        let frac = match g.addend {
-            Some(Addend::Cols { .. }) => sh.nb,
+        let frac = match g.tile_vector() {
+            Some((true, _)) => sh.nb,
             _ => sh.mb,
         };
         a.copy_gm_to_ub(r.t0, r.c_e, 1, frac * FRACTAL_C / units::BLOCK_BYTES);
@@ -1810,6 +1930,23 @@ impl Kern<'_> {
         a.set_flag(Pipe::V, Pipe::M, gi);
         if f32_work {
             a.mask_count(r.t2, count);
+            if g.in_type == InType::I8 && g.out_type != OutType::I32 {
+                a.vconv(DType::F32, DType::I32, r.t1, r.t1);
+            }
+            if g.factor.is_some() {
+                // Each fractal column times its factors (the per-tile area, loaded once).
+                if gi == 0 {
+                    a.wait_flag(Pipe::Mte2, Pipe::V, 0);
+                }
+                a.mask_count(r.t2, sh.mb * 256);
+                for x in 0..n {
+                    a.movi(r.t1, (work + x * sh.mb * FRACTAL_C) as i64);
+                    a.movi(r.t0, (lay.bias + (n0 + x) * FRACTAL_C) as i64);
+                    a.vmul(DType::F32, r.t1, r.t1, r.t0).src1_rep(0);
+                }
+                a.movi(r.t1, work as i64);
+                a.mask_count(r.t2, count);
+            }
             if let Some(alpha) = r.alpha {
                 a.vmuls(DType::F32, r.t1, r.t1, alpha);
             }

@@ -112,7 +112,7 @@ fn first_opset(op: &str) -> i64 {
         "BatchNormalization" | "ConstantOfShape" | "Erf" | "IsNaN" | "PRelu" | "Sign" | "Where" => {
             9
         }
-        "IsInf" | "Mod" | "Slice" | "ThresholdedRelu" => 10,
+        "IsInf" | "MatMulInteger" | "Mod" | "Slice" | "ThresholdedRelu" => 10,
         "AveragePool" | "Clip" | "ConvTranspose" => 11,
         "Range" | "Resize" | "Round" => 11,
         "CastLike" => 15,

@@ -74,6 +74,16 @@ pub(super) fn defs() -> Vec<OpDef> {
             static_inputs: &[],
         },
         OpDef {
+            op: "MatMulInteger",
+            min_inputs: 2,
+            // Input 4 is a fused dequantisation's scale (`fusion::FUSED_DEQUANT`).
+            max_inputs: 5,
+            verify: verify_matmul_integer,
+            infer: infer_matmul_integer,
+            fold: None,
+            static_inputs: &[],
+        },
+        OpDef {
             op: "Gemm",
             min_inputs: 2,
             max_inputs: 3,
@@ -597,6 +607,55 @@ const MATMUL_TYPES: &[DataType] = &[
 fn matmul_shape(ctx: &OpCtx<'_>) -> Result<Vec<Dim>, OpError> {
     input_of(ctx, 0, MATMUL_TYPES, "a float or int32/int64 tensor")?;
     same_dtype(ctx, 0, 1)?;
+    product_shape(ctx)
+}
+
+/// MatMulInteger's checks: 8-bit operands, zero points of their operand's type that are
+/// scalars or one per row of A (input 2) / per column of B (input 3).
+fn verify_matmul_integer(ctx: &OpCtx<'_>) -> Result<(), OpError> {
+    matmul_integer_shape(ctx).map(|_| ())
+}
+
+fn infer_matmul_integer(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
+    let shape = matmul_integer_shape(ctx)?;
+    // A fused dequantisation gives the scale's float type.
+    let dtype = if ctx.node.int(crate::fusion::FUSED_DEQUANT).is_some() {
+        ctx.input(crate::fusion::DEQUANT_INPUT)?.dtype
+    } else {
+        DataType::I32
+    };
+    Ok(vec![TensorDesc::new(dtype, shape)])
+}
+
+fn matmul_integer_shape(ctx: &OpCtx<'_>) -> Result<Vec<Dim>, OpError> {
+    const EIGHT_BIT: &[DataType] = &[DataType::I8, DataType::U8];
+    input_of(ctx, 0, EIGHT_BIT, "an int8 or uint8 tensor")?;
+    input_of(ctx, 1, EIGHT_BIT, "an int8 or uint8 tensor")?;
+    for (z, of) in [(2, 0), (3, 1)] {
+        if ctx.inputs.get(z).copied().flatten().is_some() {
+            same_dtype(ctx, of, z)?;
+            rank_where(ctx, z, |r| r <= 1, "a scalar or a 1-D tensor")?;
+        }
+    }
+    let fused = ctx.node.int(crate::fusion::FUSED_DEQUANT).is_some();
+    let scale = ctx
+        .inputs
+        .get(crate::fusion::DEQUANT_INPUT)
+        .copied()
+        .flatten();
+    if fused != scale.is_some() {
+        return Err(OpError::input(
+            crate::fusion::DEQUANT_INPUT,
+            "a scale exactly when the node has a fused dequantisation",
+            if fused { "no scale" } else { "a fifth input" },
+            "MatMulInteger takes at most 4 inputs",
+        ));
+    }
+    product_shape(ctx)
+}
+
+/// The output shape of a matrix product of inputs 0 and 1 (numpy semantics).
+fn product_shape(ctx: &OpCtx<'_>) -> Result<Vec<Dim>, OpError> {
     let a = rank_where(ctx, 0, |r| r >= 1, "rank 1 or more")?;
     let b = rank_where(ctx, 1, |r| r >= 1, "rank 1 or more")?;
     let mut sa = a.shape.clone();

@@ -192,6 +192,7 @@ fn registry_lists_every_operator() {
         "Identity",
         "LayerNormalization",
         "MatMul",
+        "MatMulInteger",
         "MaxPool",
         "Mul",
         "Pow",
