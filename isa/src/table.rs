@@ -360,6 +360,10 @@ instructions! {
     /// L0C fractals -> GM in fractal order, converting to `ty` (FIXPIPE without NZ2ND): the
     /// bytes `copy_l0c_to_ub` would put in UB, gaps included, for a vector core to load.
     CopyL0cToGmNz = 0x8d, copy_l0c_to_gm_nz, Fix, DmaWrite, L0cToUb, [F16, F32];
+    /// L0C fractals -> L1 fractals through the FIXPIPE, converting to `ty` (ReLU first with
+    /// `relu`): a product's result in L1's NZ layout, ready to be loaded into L0A or L0B for
+    /// the next product without a trip through GM (separated chips only).
+    CopyL0cToL1 = 0x8f, copy_l0c_to_l1, Fix, L0cMove, L0cToUb, [F16, F32];
     /// L1 -> FB (the FIXPIPE's buffer of per-channel parameters, separated chips only) burst
     /// copy: the scales a `copy_l0c_to_gm` with `quant=vdeq` reads.
     CopyL1ToFb = 0x8e, copy_l1_to_fb, Fix, Load2d, Dma;

@@ -180,7 +180,7 @@ pub struct VectorConfig {
     pub reduce_cycles_per_repeat: u64,
     /// Cycles per repeat of conversions.
     pub conv_cycles_per_repeat: u64,
-    /// L0C -> UB move rate in bytes of L0C read per cycle.
+    /// L0C -> UB (coupled) or L0C -> L1 (FIXPIPE) move rate in bytes of L0C read per cycle.
     pub l0c_to_ub_bytes_per_cycle: u64,
 }
 

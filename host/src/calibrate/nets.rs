@@ -49,7 +49,7 @@ pub enum Net {
         k: u32,
     },
     /// calibration.md §2's K20 (`mixstartup`): an element-wise Add (a vector-core kernel) and a
-    /// MatMul of its result (a MIX kernel), whose start-up delays are compared.
+    /// MatMul of its result with a bias (a MIX kernel), whose start-up delays are compared.
     MixStartup,
     /// One copy of `bytes` (`h2dBYTES`, `d2dBYTES`): calibration.md §2's K13 and K14.
     Copy {
@@ -778,7 +778,9 @@ fn quant_gemm_onnx(m: u32, n: u32, k: u32, seed: u64) -> Vec<u8> {
     )
 }
 
-/// `s = x + x; y = s · w` over 64×64 fp16: a vector-core kernel, then a MIX kernel.
+/// `s = x + x; y = s · w + b` over 64×64 fp16: a vector-core kernel, then a MIX kernel (the
+/// bias is added on the vector core after the cube's product; a product alone leaves L0C
+/// through the FIXPIPE and is a cube-core kernel).
 fn mix_startup_onnx() -> Vec<u8> {
     let f16 = DType::F16.onnx();
     let add = op_node("Add", "add", vec!["x".into(), "x".into()], "s", vec![]);
@@ -786,13 +788,25 @@ fn mix_startup_onnx() -> Vec<u8> {
         "MatMul",
         "matmul",
         vec!["s".into(), "w".into()],
-        "y",
+        "p",
         vec![],
     );
+    let bias = op_node("Add", "bias", vec!["p".into(), "b".into()], "y", vec![]);
+    let b = TensorProto {
+        dims: vec![64],
+        data_type: f16,
+        name: "b".into(),
+        raw_data: Some(
+            (0..64)
+                .flat_map(|i| half::f16::from_f32(i as f32 / 64.0).to_le_bytes())
+                .collect(),
+        ),
+        ..Default::default()
+    };
     model_bytes(
         "mixstartup",
-        vec![add, matmul],
-        Vec::new(),
+        vec![add, matmul, bias],
+        vec![b],
         vec![
             value_info("x", f16, &[64, 64]),
             value_info("w", f16, &[64, 64]),

@@ -531,10 +531,26 @@ pub(super) fn l0c_to_gm_nz(
     Ok(())
 }
 
+/// `copy_l0c_to_l1`: `copy_l0c_to_ub`'s fractals and layout, written into L1 by the FIXPIPE.
+pub(super) fn plan_l0c_to_l1(f: &L0cToUb, ops: &Operands) -> Plan {
+    let ub = plan_l0c_to_ub(f, ops);
+    let (src, mut dst) = (ub.accesses()[0], ub.accesses()[1]);
+    dst.buffer = Buffer::L1;
+    Plan::new(ub.work, 0, &[src, dst])
+}
+
+pub(super) fn l0c_to_l1(bufs: &mut Buffers, f: &L0cToUb, ops: &Operands) -> Result<(), Fault> {
+    convert_fractals(bufs, &plan_l0c_to_l1(f, ops), f)
+}
+
 pub(super) fn l0c_to_ub(bufs: &mut Buffers, f: &L0cToUb, ops: &Operands) -> Result<(), Fault> {
-    let plan = plan_l0c_to_ub(f, ops);
+    convert_fractals(bufs, &plan_l0c_to_ub(f, ops), f)
+}
+
+/// Converts each L0C fractal of `plan` (source access first) into its local destination.
+fn convert_fractals(bufs: &mut Buffers, plan: &Plan, f: &L0cToUb) -> Result<(), Fault> {
     let (src, dst) = (plan.accesses()[0], plan.accesses()[1]);
-    let (l0c, ub) = bufs.pair_mut(Buffer::L0c, Buffer::Ub);
+    let (l0c, ub) = bufs.pair_mut(Buffer::L0c, dst.buffer);
     for i in 0..src.count {
         convert_fractal(
             l0c,

@@ -215,6 +215,7 @@ pub(crate) enum PipeOp<'a> {
     Img2col(&'a Img2col),
     L0cToGm(&'a L0cToGm),
     L0cToGmNz(&'a L0cToUb),
+    L0cToL1(&'a L0cToUb),
     Mmad(&'a Mmad),
     /// `set_flag`, `wait_flag`, `pipe_barrier`, `cross_set`, `cross_wait`: handled by the pipe
     /// itself.
@@ -272,6 +273,7 @@ impl<'a> PipeOp<'a> {
             Instruction::CopyL0cToGm(f) => PipeOp::L0cToGm(f),
             Instruction::CopyL0cToGmNz(f) => PipeOp::L0cToGmNz(f),
             Instruction::CopyL1ToFb(f) => PipeOp::FbLoad(f),
+            Instruction::CopyL0cToL1(f) => PipeOp::L0cToL1(f),
             Instruction::Mmad(f) => PipeOp::Mmad(f),
             Instruction::SetFlag(_)
             | Instruction::WaitFlag(_)
@@ -357,6 +359,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::L0cToGm(f) => [g(f.dst), g(f.src), g(f.scale), 0],
             PipeOp::FbLoad(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToGmNz(f) => [g(f.dst), g(f.src), 0, 0],
+            PipeOp::L0cToL1(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Mmad(f) => [g(f.dst), g(f.a), g(f.b), 0],
             PipeOp::Sync => [0; 4],
         }
@@ -386,6 +389,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Img2col(f) => cube::plan_img2col(f, ops)?,
             PipeOp::L0cToGm(f) => cube::plan_l0c_to_gm(f, ops),
             PipeOp::L0cToGmNz(f) => cube::plan_l0c_to_gm_nz(f, ops),
+            PipeOp::L0cToL1(f) => cube::plan_l0c_to_l1(f, ops),
             PipeOp::FbLoad(f) => cube::plan_fb_load(f, ops),
             PipeOp::Mmad(f) => cube::plan_mmad(f, ops),
             PipeOp::Sync => Plan::default(),
@@ -427,6 +431,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Img2col(f) => cube::img2col(bufs, f, ops),
             PipeOp::L0cToGm(f) => cube::l0c_to_gm(bufs, mem, f, ops),
             PipeOp::L0cToGmNz(f) => cube::l0c_to_gm_nz(bufs, mem, f, ops),
+            PipeOp::L0cToL1(f) => cube::l0c_to_l1(bufs, f, ops),
             PipeOp::FbLoad(f) => cube::fb_load(bufs, f, ops),
             PipeOp::Mmad(f) => cube::mmad(bufs, f, ops),
             PipeOp::Sync => Ok(()),

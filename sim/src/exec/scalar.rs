@@ -299,6 +299,7 @@ pub fn step<'a>(instr: &'a Instruction, r: &[u64; 32]) -> Step<'a> {
         | I::CopyL0cToGm(_)
         | I::CopyL0cToGmNz(_)
         | I::CopyL1ToFb(_)
+        | I::CopyL0cToL1(_)
         | I::Mmad(_) => Step::Dispatched,
     }
 }

@@ -2966,6 +2966,55 @@ fn fixpipe_dequantises_each_column_by_its_fb_scale() {
     }
 }
 
+/// A chained product on a cube core: `C = A·B` leaves L0C through the FIXPIPE into L1 as fp16
+/// fractals (`copy_l0c_to_l1`), is loaded into L0A and multiplied by `B` again, without a trip
+/// through GM; the result is `f16(A·B)·B` accumulated in f32.
+#[test]
+fn a_product_goes_back_into_l1_through_the_fixpipe() {
+    let mut sim = Sim::with(ChipConfig::preset("ascend910b2").expect("the ascend910b2 preset"));
+    let mut rng = Rng::new(0x11_0c);
+    let (a, b) = (matrix(&mut rng, 16, 16), matrix(&mut rng, 16, 16));
+    let (pa, pb) = (sim.put(&f16_bytes(&a)), sim.put(&f16_bytes(&b)));
+    let out = sim.put(&[0u8; 1024]);
+    let kernel = "sreg x1, args\n ld.gm.u64 x2, x1\n ld.gm.u64 x3, x1, off=8\n\
+         ld.gm.u64 x4, x1, off=16\n movi x10, 0\n movi x11, 512\n movi x14, 1024\n\
+         copy_gm_to_l1 x10, x2, 1, 16\n copy_gm_to_l1 x11, x3, 1, 16\n\
+         set_flag MTE2, MTE1, 0\n wait_flag MTE2, MTE1, 0\n\
+         movi x12, 0\n load_l0a x12, x10, 1\n load_l0b x12, x11, 1\n\
+         set_flag MTE1, M, 0\n wait_flag MTE1, M, 0\n\
+         mmad x12, x12, x12, 16, 16, 16, init=true\n\
+         set_flag M, FIX, 0\n wait_flag M, FIX, 0\n\
+         copy_l0c_to_l1.f16 x14, x12, 1\n\
+         set_flag FIX, MTE1, 0\n wait_flag FIX, MTE1, 0\n\
+         load_l0a x12, x14, 1\n\
+         set_flag MTE1, M, 1\n wait_flag MTE1, M, 1\n\
+         mmad x12, x12, x12, 16, 16, 16, init=true\n\
+         set_flag M, FIX, 1\n wait_flag M, FIX, 1\n\
+         copy_l0c_to_gm.f32 x4, x12, 16, 16, 16\n end\n";
+    sim.run(kernel, 1, &[pa, pb, out]);
+    let got = f32_from_bytes(&sim.get(out, 1024));
+    let f = |v: &[f16], i: usize| v[i].to_f32();
+    let mut c = vec![f16::ZERO; 256];
+    for i in 0..16 {
+        for j in 0..16 {
+            let mut acc = 0f32;
+            for k in 0..16 {
+                acc += f(&a, i * 16 + k) * f(&b, k * 16 + j);
+            }
+            c[i * 16 + j] = f16::from_f32(acc);
+        }
+    }
+    for i in 0..16 {
+        for j in 0..16 {
+            let mut acc = 0f32;
+            for k in 0..16 {
+                acc += f(&c, i * 16 + k) * f(&b, k * 16 + j);
+            }
+            assert_eq!(got[i * 16 + j].to_bits(), acc.to_bits(), "({i}, {j})");
+        }
+    }
+}
+
 // ---- coverage of the table ---------------------------------------------------------------------
 
 /// Every mnemonic of the instruction table occurs in a kernel of this module (spelled as an

@@ -400,6 +400,19 @@ impl Gemm {
         bytes
     }
 
+    /// Whether a chip with a FIXPIPE writes the result from L0C straight to GM, as GE's matmul
+    /// kernels for the separated architecture do: the FIXPIPE converts (f32 to f16, or an i8
+    /// product's i32 dequantised by `alpha`), applies the ReLU and writes row-major, so only an
+    /// addend, a per-column factor, a residual or a factor on an f16 product need the vector
+    /// core.
+    pub fn fixpipe_drains(&self) -> bool {
+        self.addend.is_none()
+            && self.factor.is_none()
+            && self.residual.is_none()
+            && (self.alpha == 1.0 || self.in_type == InType::I8)
+            && !(self.relu && self.out_type == OutType::I32)
+    }
+
     /// The vector of fractals a tile's drain reads from the per-tile bias area: a per-column
     /// (`true`) or per-row addend, or the per-column factor, with its argument.
     fn tile_vector(&self) -> Option<(bool, usize)> {
@@ -915,6 +928,10 @@ struct Kern<'a> {
     nbuf: u64,
     a_m_stride: u64,
     b_n_stride: u64,
+    /// The FIXPIPE writes each drain group from L0C to GM itself (see
+    /// [`Gemm::fixpipe_drains`]): no UB, no vector work, and the kernel is the cube core's
+    /// alone on a separated chip.
+    fix: bool,
 }
 
 /// Writes the kernel for `g` with `plan`.
@@ -1082,11 +1099,17 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
         nbuf,
         a_m_stride,
         b_n_stride,
+        fix: core.fixpipe && g.fixpipe_drains(),
     };
     k.emit(a);
 }
 
 impl Kern<'_> {
+    /// The pipe that takes L0C groups from the cube: the FIXPIPE, or the vector pipe.
+    fn drainer(&self) -> Pipe {
+        if self.fix { Pipe::Fix } else { Pipe::V }
+    }
+
     fn bias_load(&self) -> bool {
         self.g.tile_vector().is_some()
     }
@@ -1115,11 +1138,13 @@ impl Kern<'_> {
         for b in 0..2 {
             op(a, Pipe::M, Pipe::Mte1, b);
         }
-        for u in 0..self.nbuf {
-            op(a, Pipe::Mte3, Pipe::V, u);
+        if !self.fix {
+            for u in 0..self.nbuf {
+                op(a, Pipe::Mte3, Pipe::V, u);
+            }
         }
         for gi in 0..self.group_count() {
-            op(a, Pipe::V, Pipe::M, gi);
+            op(a, self.drainer(), Pipe::M, gi);
         }
         if self.bias_load() {
             op(a, Pipe::V, Pipe::Mte2, 0);
@@ -1754,7 +1779,7 @@ impl Kern<'_> {
                 for gi in from..to {
                     self.drain_mte3(a, p, gi, r.d_out, false);
                 }
-                if to == prev_groups && from < to {
+                if to == prev_groups && from < to && !self.fix {
                     for u in 0..prev_groups {
                         a.set_flag(Pipe::Mte3, Pipe::V, u);
                     }
@@ -1798,7 +1823,7 @@ impl Kern<'_> {
         if init || hand_over {
             for (gi, (n0, n)) in self.groups(sh).into_iter().enumerate() {
                 if init {
-                    a.wait_flag(Pipe::V, Pipe::M, gi);
+                    a.wait_flag(self.drainer(), Pipe::M, gi);
                 }
                 for (j, st) in steps.iter().enumerate() {
                     if gi == 0 {
@@ -1811,7 +1836,7 @@ impl Kern<'_> {
                     self.mmad(a, sh.mb * 16, st.k, n * 16).init(init && j == 0);
                 }
                 if hand_over {
-                    a.set_flag(Pipe::M, Pipe::V, gi);
+                    a.set_flag(Pipe::M, self.drainer(), gi);
                 }
             }
         } else {
@@ -1864,7 +1889,7 @@ impl Kern<'_> {
             self.drain_v(a, sh, gi, out, e);
             self.drain_mte3(a, sh, gi, out, each);
         }
-        if !each {
+        if !each && !self.fix {
             for u in 0..groups {
                 a.set_flag(Pipe::Mte3, Pipe::V, u);
             }
@@ -1874,9 +1899,36 @@ impl Kern<'_> {
         }
     }
 
+    /// Draining group `gi` through the FIXPIPE: its valid rows and columns from L0C to the tile
+    /// at `out`, converted (an i8 product's accumulators dequantised by `alpha`), with the ReLU.
+    fn drain_fix(&self, a: &mut Asm, sh: TileShape, gi: usize, out: Reg) {
+        let (g, r) = (self.g, &self.r);
+        let (n0, n) = self.groups(sh)[gi];
+        let cols = (sh.cols - n0 * 16).min(n * 16);
+        let es = g.out_type.bytes();
+        a.wait_flag(Pipe::M, Pipe::Fix, gi);
+        a.movi(r.t0, (n0 * sh.mb * FRACTAL_C) as i64);
+        a.addi(r.t1, out, n0 * 16 * es);
+        let quant = if g.in_type == InType::I8 && g.out_type != OutType::I32 {
+            a.movi(r.t2, i64::from(g.alpha.to_bits()));
+            gearsim_isa::Quant::Deq
+        } else {
+            gearsim_isa::Quant::None
+        };
+        a.copy_l0c_to_gm(g.out_type.dtype(), r.t1, r.t0, sh.rows, cols, g.ldc)
+            .relu(g.relu)
+            .quant(quant)
+            .scale(r.t2);
+        a.set_flag(Pipe::Fix, Pipe::M, gi);
+    }
+
     /// The V part of draining group `gi`: L0C → UB, the epilogue in f32 (with the addend
     /// block the MTE2 loads first for a full C).
     fn drain_v(&self, a: &mut Asm, sh: TileShape, gi: usize, out: Reg, e: Reg) {
+        if self.fix {
+            self.drain_fix(a, sh, gi, out);
+            return;
+        }
         let (g, lay, r) = (self.g, &self.lay, &self.r);
         let (n0, n) = self.groups(sh)[gi];
         let u = gi as u64 % self.nbuf;
@@ -2012,6 +2064,10 @@ impl Kern<'_> {
     /// column, only the valid rows and columns; `free` sets the UB set's flag at once (else the
     /// caller sets it after the last group).
     fn drain_mte3(&self, a: &mut Asm, sh: TileShape, gi: usize, out: Reg, free: bool) {
+        if self.fix {
+            // The FIXPIPE wrote the group already.
+            return;
+        }
         let (g, lay, r) = (self.g, &self.lay, &self.r);
         let (n0, n) = self.groups(sh)[gi];
         let u = gi as u64 % self.nbuf;
