@@ -11,17 +11,22 @@ use gearsim_host::runtime::{Runtime, RuntimeOptions};
 use gearsim_sim::ChipConfig;
 use gearsim_traces::NullSink;
 
-fn outputs_on(chip: &str, model: &[u8], input: &Tensor) -> (Vec<Tensor>, u64, usize) {
-    let cfg = ChipConfig::preset(chip).unwrap();
-    let opts = CompileOptions {
+/// atc's defaults for `cfg`.
+fn options(cfg: &ChipConfig) -> CompileOptions {
+    CompileOptions {
         gear: Default::default(),
         getnext_sink: false,
         table_layout: Default::default(),
         mapindex_engine: Default::default(),
-        target: atc::target(&cfg),
+        target: atc::target(cfg),
         fusion: Default::default(),
         precision: Default::default(),
-    };
+    }
+}
+
+fn outputs_on(chip: &str, model: &[u8], input: &Tensor) -> (Vec<Tensor>, u64, usize) {
+    let cfg = ChipConfig::preset(chip).unwrap();
+    let opts = options(&cfg);
     let compiled = compile(model, "net.onnx", &opts).unwrap_or_else(|e| panic!("{chip}: {e}"));
     let mixes = compiled
         .emitted
@@ -88,16 +93,7 @@ fn a_plain_product_leaves_l0c_through_the_fixpipe_on_a_910b() {
     ];
     let run = |chip: &str, model: &[u8], inputs: &[Tensor]| {
         let cfg = ChipConfig::preset(chip).unwrap();
-        let opts = CompileOptions {
-            gear: Default::default(),
-            getnext_sink: false,
-            table_layout: Default::default(),
-            mapindex_engine: Default::default(),
-            target: atc::target(&cfg),
-            fusion: Default::default(),
-            precision: Default::default(),
-        };
-        let c = compile(model, "net.onnx", &opts).unwrap();
+        let c = compile(model, "net.onnx", &options(&cfg)).unwrap();
         let kernels = c.emitted.kernels.clone();
         let mut rt = Runtime::new(cfg, NullSink, RuntimeOptions::default()).unwrap();
         let h = rt.load(&c.om_bytes().unwrap()).unwrap();
