@@ -1003,3 +1003,60 @@ fn matmul_integer_falls_back_to_the_ai_cpu_exactly() {
     .unwrap_or_default();
     assert!(e.contains("b_zero_point without a_zero_point"), "{e}");
 }
+
+/// A fused dequantisation by one scale: on the 910B the FIXPIPE dequantises the i32
+/// accumulators on the way out (`quant=deq`, an AIC-only kernel); on the 910 the vector unit
+/// does; both give `f16(f32(acc) · scale)` exactly.
+#[test]
+fn a_one_scale_dequantisation_is_the_fixpipes_on_a_910b() {
+    use gearsim_isa::{Instruction, Quant};
+    let (m, k, n) = (24i64, 64i64, 40i64);
+    let (a, w) = (i8_tensor(&[m, k], 31), i8_tensor(&[k, n], 32));
+    let scale = half::f16::from_f32(0.003);
+    let s = Tensor::new(DataType::F16, vec![], scale.to_le_bytes().to_vec()).unwrap();
+    let (x, y) = (a.to_i64s(), w.to_i64s());
+    let want: Vec<u16> = (0..m * n)
+        .map(|e| {
+            let (i, j) = (e / n, e % n);
+            let acc: i64 = (0..k)
+                .map(|kk| x[(i * k + kk) as usize] * y[(kk * n + j) as usize])
+                .sum();
+            half::f16::from_f32(acc as f32 * scale.to_f32()).to_bits()
+        })
+        .collect();
+    for preset_name in ["ascend910", "ascend910b2"] {
+        let cfg = gearsim_sim::ChipConfig::preset(preset_name).unwrap();
+        let ran = gearsim_host::oprun::run_op_optional(
+            &cfg,
+            "MatMulInteger",
+            &[(gearsim_compiler::fusion::FUSED_DEQUANT, Attr::Int(1))],
+            vec![
+                Some(data(a.clone())),
+                Some(constant(w.clone())),
+                None,
+                None,
+                Some(constant(s.clone())),
+            ],
+            1,
+            ExecMode::Full,
+        )
+        .unwrap_or_else(|e| panic!("{preset_name}: {e}"));
+        let got: Vec<u16> = ran.outputs[0]
+            .data
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(got, want, "{preset_name}");
+        if preset_name == "ascend910b2" {
+            let k = &ran.kernels[0];
+            assert!(k.mix.is_none(), "an AIC-only kernel");
+            assert!(
+                k.program
+                    .instrs
+                    .iter()
+                    .any(|i| matches!(i, Instruction::CopyL0cToGm(f) if f.quant == Quant::Deq)),
+                "the FIXPIPE dequantises"
+            );
+        }
+    }
+}
