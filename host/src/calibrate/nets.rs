@@ -36,6 +36,16 @@ pub enum Net {
         /// The reduced dimension.
         k: u32,
     },
+    /// One bf16 GEMM `m×k · k×n` of two inputs (`bgemmMxNxK` in the targets table): the
+    /// bf16 figure of calibration.md §2's K11.
+    Bf16Gemm {
+        /// Rows of the result.
+        m: u32,
+        /// Columns of the result.
+        n: u32,
+        /// The reduced dimension.
+        k: u32,
+    },
     /// One int8 GEMM with a per-channel dequantisation (`qgemmMxNxK` in the targets table):
     /// `y[m, n] = f16(a[m, k] · w[k, n]) · scale[n]`, `a` int8 at run time, `w` an int8
     /// weight, as a quantised linear layer exports (MatMulInteger, Cast, Mul): calibration.md
@@ -59,6 +69,9 @@ pub enum Net {
         bytes: u64,
     },
 }
+
+/// A single-product workload from its `m`, `n`, `k`.
+type ProductNet = fn(u32, u32, u32) -> Net;
 
 /// The direction of a copy row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -94,6 +107,7 @@ impl Net {
             Net::ResNet50 => "resnet50".into(),
             Net::Gemm { m, n, k } => format!("gemm{m}x{n}x{k}"),
             Net::QuantGemm { m, n, k } => format!("qgemm{m}x{n}x{k}"),
+            Net::Bf16Gemm { m, n, k } => format!("bgemm{m}x{n}x{k}"),
             Net::Copy { direction, bytes } => format!("{}{bytes}", direction.prefix()),
             Net::MixStartup => "mixstartup".into(),
             Net::BertBase => "bertbase".into(),
@@ -111,15 +125,19 @@ impl Net {
                     .map(|bytes| Net::Copy { direction, bytes });
             }
         }
-        for (prefix, quant) in [("gemm", false), ("qgemm", true)] {
+        let products: [(&str, ProductNet); 3] = [
+            ("gemm", |m, n, k| Net::Gemm { m, n, k }),
+            ("qgemm", |m, n, k| Net::QuantGemm { m, n, k }),
+            ("bgemm", |m, n, k| Net::Bf16Gemm { m, n, k }),
+        ];
+        for (prefix, net) in products {
             if let Some(dims) = s.strip_prefix(prefix) {
                 let d: Vec<u32> = dims
                     .split('x')
                     .map(|v| v.parse().ok())
                     .collect::<Option<_>>()?;
                 return match d[..] {
-                    [m, n, k] if m > 0 && n > 0 && k > 0 && !quant => Some(Net::Gemm { m, n, k }),
-                    [m, n, k] if m > 0 && n > 0 && k > 0 => Some(Net::QuantGemm { m, n, k }),
+                    [m, n, k] if m > 0 && n > 0 && k > 0 => Some(net(m, n, k)),
                     _ => None,
                 };
             }
@@ -139,7 +157,7 @@ impl Net {
     /// (BERT), or of the GEMM.
     pub fn macs_per_image(self) -> u64 {
         match self {
-            Net::Gemm { m, n, k } | Net::QuantGemm { m, n, k } => {
+            Net::Gemm { m, n, k } | Net::QuantGemm { m, n, k } | Net::Bf16Gemm { m, n, k } => {
                 return u64::from(m) * u64::from(n) * u64::from(k);
             }
             Net::Copy { .. } => return 0,
@@ -160,7 +178,11 @@ impl Net {
                 b.encoder(&BERT_BASE);
                 return;
             }
-            Net::Gemm { .. } | Net::QuantGemm { .. } | Net::Copy { .. } | Net::MixStartup => {
+            Net::Gemm { .. }
+            | Net::QuantGemm { .. }
+            | Net::Bf16Gemm { .. }
+            | Net::Copy { .. }
+            | Net::MixStartup => {
                 return;
             }
         };
@@ -174,10 +196,11 @@ impl Net {
     /// the arguments.
     pub fn onnx(self, batch: i64, dtype: DType, seed: u64) -> Vec<u8> {
         match self {
-            Net::Gemm { m, n, k } => return gemm_onnx(m, n, k),
+            Net::Gemm { m, n, k } => return gemm_onnx(m, n, k, DType::F16.onnx()),
+            Net::Bf16Gemm { m, n, k } => return gemm_onnx(m, n, k, BFLOAT16),
             Net::QuantGemm { m, n, k } => return quant_gemm_onnx(m, n, k, seed),
             // A copy runs no model (`is_model`); the smallest GEMM stands in.
-            Net::Copy { .. } => return gemm_onnx(1, 1, 1),
+            Net::Copy { .. } => return gemm_onnx(1, 1, 1, DType::F16.onnx()),
             Net::MixStartup => return mix_startup_onnx(),
             Net::ResNet18 | Net::ResNet50 | Net::BertBase => {}
         }
@@ -706,10 +729,14 @@ fn model_bytes(
     .encode_to_vec()
 }
 
-/// One fp16 GEMM `y[m, n] = a[m, k] · b[k, n]`, both operands graph inputs, as calibration.md
-/// §2's kernel rows measure it (their output is fp32; this one's is fp16, see the row notes).
-fn gemm_onnx(m: u32, n: u32, k: u32) -> Vec<u8> {
-    let f16 = DType::F16.onnx();
+/// ONNX's element type code of bfloat16.
+const BFLOAT16: i32 = 16;
+
+/// One GEMM `y[m, n] = a[m, k] · b[k, n]` of ONNX element type `elem` (fp16 or bf16), both
+/// operands graph inputs, as calibration.md §2's kernel rows measure it (their output is fp32;
+/// this one's is of the operands' type, see the row notes).
+fn gemm_onnx(m: u32, n: u32, k: u32, elem: i32) -> Vec<u8> {
+    let f16 = elem;
     let node = op_node("MatMul", "gemm", vec!["a".into(), "b".into()], "y", vec![]);
     let (m, n, k) = (i64::from(m), i64::from(n), i64::from(k));
     model_bytes(

@@ -697,6 +697,10 @@ fn check_plan_result(
             .chunks_exact(4)
             .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]) as f32)
             .collect(),
+        OutType::Bf16 => got
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect(),
     };
     for r in 0..m {
         for col in 0..n {
@@ -1059,4 +1063,64 @@ fn a_one_scale_dequantisation_is_the_fixpipes_on_a_910b() {
             );
         }
     }
+}
+
+/// A bf16 MatMul on a 910B: bf16 products accumulated in f32 by the cube, rounded once to bf16
+/// by the FIXPIPE (an AIC-only kernel), for a constant B (packed as bf16) and a B at run time;
+/// a coupled 910 has no bf16 and says so.
+#[test]
+fn a_bf16_matmul_runs_on_the_910b_cube_and_fixpipe() {
+    let (m, k, n) = (40usize, 48usize, 24usize);
+    let bf16_tensor = |dims: &[usize], seed: u64| {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let v: Vec<u8> = (0..dims.iter().product::<usize>())
+            .flat_map(|_| half::bf16::from_f32(rng.random_range(-2.0f32..2.0)).to_le_bytes())
+            .collect();
+        Tensor::new(DataType::BF16, dims.iter().map(|d| *d as i64).collect(), v).unwrap()
+    };
+    let vals = |t: &Tensor| -> Vec<f32> {
+        t.data
+            .chunks_exact(2)
+            .map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32())
+            .collect()
+    };
+    let (a, w) = (bf16_tensor(&[m, k], 41), bf16_tensor(&[k, n], 42));
+    let (x, y) = (vals(&a), vals(&w));
+    let want: Vec<u16> = (0..m * n)
+        .map(|e| {
+            let (i, j) = (e / n, e % n);
+            let mut acc = 0f32;
+            for kk in 0..k {
+                acc += x[i * k + kk] * y[kk * n + j];
+            }
+            half::bf16::from_f32(acc).to_bits()
+        })
+        .collect();
+    let b2 = gearsim_sim::ChipConfig::preset("ascend910b2").unwrap();
+    for b_in in [constant(w.clone()), data(w.clone())] {
+        let ran = gearsim_host::oprun::run_op(
+            &b2,
+            "MatMul",
+            &[],
+            vec![data(a.clone()), b_in],
+            1,
+            ExecMode::Full,
+        )
+        .unwrap();
+        assert_eq!(ran.outputs[0].dtype, DataType::BF16);
+        let got: Vec<u16> = ran.outputs[0]
+            .data
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(got, want);
+        assert!(ran.kernels.iter().all(|k| k.mix.is_none()), "AIC-only");
+    }
+    let e = run_op("MatMul", &[], vec![data(a), constant(w)])
+        .err()
+        .unwrap_or_default();
+    assert!(
+        e.contains("bf16 product needs a chip with a FIXPIPE"),
+        "{e}"
+    );
 }

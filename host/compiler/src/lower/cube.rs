@@ -236,7 +236,10 @@ pub(crate) fn runtime_f16(
             )?);
             Ok(ws)
         }
-        OutType::I32 => Err(ctx.error("an i32 tensor is not a cube operand")),
+        OutType::I32 | OutType::Bf16 => Err(ctx.error(format!(
+            "a {} tensor is not converted to an f16 cube operand",
+            d.dtype.name()
+        ))),
     }
 }
 
@@ -396,9 +399,18 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         .outputs
         .first()
         .ok_or_else(|| ctx.error("the node has no output"))?;
-    let out_type = cube_type(ctx, out)?;
-    cube_type(ctx, ad)?;
-    cube_type(ctx, bd)?;
+    // bf16 operands multiply as they are (a separated chip's cube and FIXPIPE take bf16).
+    let bf16 = [ad.dtype, bd.dtype, out.dtype].contains(&DataType::BF16);
+    let (in_type, out_type) = if bf16 {
+        if [ad.dtype, bd.dtype, out.dtype] != [DataType::BF16; 3] {
+            return Err(ctx.error("a bf16 product takes bf16 operands and gives bf16"));
+        }
+        (InType::Bf16, OutType::Bf16)
+    } else {
+        cube_type(ctx, ad)?;
+        cube_type(ctx, bd)?;
+        (InType::F16, cube_type(ctx, out)?)
+    };
     let (mut a_dims, mut b_dims) = (dims_of(ctx, ad)?, dims_of(ctx, bd)?);
     if a_dims.len() == 1 {
         a_dims.insert(0, 1);
@@ -436,13 +448,20 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     } else {
         (m, out_batch.clone())
     };
+    let runtime = |b: &mut Build, i: usize, elems: u64, what: &str| {
+        if bf16 {
+            Ok(Operand::Input(i))
+        } else {
+            runtime_f16(ctx, b, i, elems, what)
+        }
+    };
     let a_src = match const_values(ctx, 0) {
         Some(v) => Operand2::Constant(v),
-        None => Operand2::Runtime(runtime_f16(ctx, &mut b, 0, g_a * m * k, "a")?),
+        None => Operand2::Runtime(runtime(&mut b, 0, g_a * m * k, "a")?),
     };
     let b_src = match const_values(ctx, 1) {
         Some(v) => Operand2::Constant(v),
-        None => Operand2::Runtime(runtime_f16(ctx, &mut b, 1, g_b * k * n, "b")?),
+        None => Operand2::Runtime(runtime(&mut b, 1, g_b * k * n, "b")?),
     };
     let a_item = match a_src {
         Operand2::Constant(_) => gemm::packed_bytes(m, k),
@@ -509,7 +528,7 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         _ => None,
     };
     let g = Gemm {
-        in_type: InType::F16,
+        in_type,
         factor: None,
         name: kernel_name(ctx, super::Epilogue::of(ctx)?.suffix()),
         batch,
@@ -529,10 +548,18 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
     if let Operand2::Constant(v) = &a_src {
         let (items, rows) = if fold { (1, m_eff) } else { (g_a, m) };
-        args[0] = b.derive(DataType::F16, gemm::pack_a(v, items, rows, k, &plan));
+        args[0] = if bf16 {
+            b.derive(DataType::BF16, gemm::pack_a_bf16(v, items, rows, k, &plan))
+        } else {
+            b.derive(DataType::F16, gemm::pack_a(v, items, rows, k, &plan))
+        };
     }
     if let Operand2::Constant(v) = &b_src {
-        args[1] = b.derive(DataType::F16, gemm::pack_b(v, g_b, k, n, &plan));
+        args[1] = if bf16 {
+            b.derive(DataType::BF16, gemm::pack_b_bf16(v, g_b, k, n, &plan))
+        } else {
+            b.derive(DataType::F16, gemm::pack_b(v, g_b, k, n, &plan))
+        };
     }
     b.kernels.push(gemm_kernel(ctx, &g, &plan, args)?);
     Ok(b.finish())
@@ -886,8 +913,8 @@ fn gemm_addend(
                 )?);
                 ws
             }
-            (None, OutType::I32) => {
-                return Err(ctx.error("an i32 addend has no f32 form on the cube"));
+            (None, OutType::I32 | OutType::Bf16) => {
+                return Err(ctx.error("only an f16 or f32 addend has an f32 form on the cube"));
             }
         });
         let beta = if constant.is_some() { 1.0 } else { beta };

@@ -759,8 +759,8 @@ fn gather(w: &mut W<'_>, g: &Geometry, r: &DwRegs, p: usize) {
     let [t0, t1, t2, _] = r.t;
     let (ty, lanes, dense, pitch) = match g.out_ty {
         OutType::F16 => (DType::F16, 16, g.half[p], g.op),
-        // (An i32 output comes only from an i8 product, never from a depthwise kernel.)
-        OutType::F32 | OutType::I32 => (DType::F32, 8, g.acc[p], g.ap),
+        // (An i32 or bf16 output comes only from a product, never from a depthwise kernel.)
+        OutType::F32 | OutType::I32 | OutType::Bf16 => (DType::F32, 8, g.acc[p], g.ap),
     };
     for ph in &g.phases {
         // Lane `lane` of each of the 8 blocks of a repeat.
@@ -795,7 +795,7 @@ fn dw_write(w: &mut W<'_>, s: &ConvShape, g: &Geometry, r: &DwRegs, p: usize) {
     let es = g.out_ty.bytes();
     let (dense, pitch) = match g.out_ty {
         OutType::F16 => (g.half[p], g.op),
-        OutType::F32 | OutType::I32 => (g.acc[p], g.ap),
+        OutType::F32 | OutType::I32 | OutType::Bf16 => (g.acc[p], g.ap),
     };
     // Output row `row + k` starts at Y + (row + k) · Wo · es.
     w.muli(t1, r.row, s.wo * es, t3);

@@ -116,13 +116,15 @@ pub enum OutType {
     F32,
     /// i32: an i8 product's accumulators as they are (no factor, addend or residual).
     I32,
+    /// bf16: a bf16 product's result, written by the FIXPIPE (chips with one only).
+    Bf16,
 }
 
 impl OutType {
     /// Bytes per element.
     pub fn bytes(self) -> u64 {
         match self {
-            OutType::F16 => 2,
+            OutType::F16 | OutType::Bf16 => 2,
             OutType::F32 | OutType::I32 => 4,
         }
     }
@@ -133,6 +135,7 @@ impl OutType {
             OutType::F16 => DType::F16,
             OutType::F32 => DType::F32,
             OutType::I32 => DType::I32,
+            OutType::Bf16 => DType::Bf16,
         }
     }
 }
@@ -142,6 +145,8 @@ impl OutType {
 pub enum InType {
     /// f16 operands, f32 accumulators.
     F16,
+    /// bf16 operands, f32 accumulators (the f16 path with the other 2-byte type).
+    Bf16,
     /// i8 operands, i32 accumulators. The generator sees each pair of i8 values as one 2-byte
     /// unit, so `k` and `ld` count pairs and a 16-unit fractal column is the i8 fractal's 32
     /// values; B comes as N × K rows (its i8 fractals are n-major in L0B, so no transposing
@@ -565,6 +570,18 @@ impl Gemm {
             // (a full C addend would use the same ids).
             return Err("a residual needs an f16 output and no full C addend".into());
         }
+        if (self.in_type == InType::Bf16 || self.out_type == OutType::Bf16)
+            && !(core.fixpipe
+                && self.fixpipe_drains()
+                && self.in_type == InType::Bf16
+                && self.out_type == OutType::Bf16)
+        {
+            return Err(
+                "a bf16 product needs a chip with a FIXPIPE and a result with no vector work \
+                 (bf16 in, bf16 out, no addend, factor or residual)"
+                    .into(),
+            );
+        }
         if self.factor.is_some()
             && matches!(
                 self.addend,
@@ -677,14 +694,32 @@ impl Gemm {
 /// item, per m-tile, per K step, fractals `(mb, kb)` row block by row block, each 16 × 16
 /// row-major, zero-padded. The result is f16 bytes.
 pub fn pack_a(values: &[f32], batch: u64, m: u64, k: u64, plan: &Plan) -> Vec<u8> {
-    pack(values, batch, m, k, plan.mb, plan.kb, false)
+    pack(values, batch, m, k, plan.mb, plan.kb, false, f16_bits)
+}
+
+/// [`pack_a`] for a bf16 product: the same order, bf16 bytes.
+pub fn pack_a_bf16(values: &[f32], batch: u64, m: u64, k: u64, plan: &Plan) -> Vec<u8> {
+    pack(values, batch, m, k, plan.mb, plan.kb, false, bf16_bits)
+}
+
+/// [`pack_b`] for a bf16 product: the same order, bf16 bytes.
+pub fn pack_b_bf16(values: &[f32], batch: u64, k: u64, n: u64, plan: &Plan) -> Vec<u8> {
+    pack(values, batch, n, k, plan.nb, plan.kb, true, bf16_bits)
+}
+
+fn f16_bits(v: f32) -> u16 {
+    half::f16::from_f32(v).to_bits()
+}
+
+fn bf16_bits(v: f32) -> u16 {
+    half::bf16::from_f32(v).to_bits()
 }
 
 /// Packs a constant `B` (`[batch][K][N]` values, row-major) in L0B order for `plan`: per batch
 /// item, per n-tile, per K step, fractals `(kb, nb)` at `nb * KB + kb`, each 16 (k) × 16 (n)
 /// row-major, zero-padded.
 pub fn pack_b(values: &[f32], batch: u64, k: u64, n: u64, plan: &Plan) -> Vec<u8> {
-    pack(values, batch, n, k, plan.nb, plan.kb, true)
+    pack(values, batch, n, k, plan.nb, plan.kb, true, f16_bits)
 }
 
 /// Bytes one batch item of a packed operand takes (`rows` is M for A, N for B).
@@ -694,7 +729,8 @@ pub fn packed_bytes(rows: u64, k: u64) -> u64 {
 
 /// The packing both operands share: `outer` is the tiled dimension (M of A, N of B) in tiles
 /// of `tile` fractals, K goes in steps of `step` fractals; `b_side` reads `[K][outer]` values
-/// and writes each fractal with rows along k.
+/// and writes each fractal with rows along k; `bits` gives a value's 2-byte encoding.
+#[allow(clippy::too_many_arguments)]
 fn pack(
     values: &[f32],
     batch: u64,
@@ -703,6 +739,7 @@ fn pack(
     tile: u64,
     step: u64,
     b_side: bool,
+    bits: fn(f32) -> u16,
 ) -> Vec<u8> {
     let item = (outer * k) as usize;
     let value = |g: u64, o: u64, kk: u64| -> f32 {
@@ -721,9 +758,8 @@ fn pack(
                 } else {
                     (ob * 16 + r, kb * 16 + c)
                 };
-                let bits = half::f16::from_f32(value(g, o, kk)).to_bits();
                 let at = ((r * 16 + c) * 2) as usize;
-                frac[at..at + 2].copy_from_slice(&bits.to_le_bytes());
+                frac[at..at + 2].copy_from_slice(&bits(value(g, o, kk)).to_le_bytes());
             }
         }
     })
@@ -1651,7 +1687,7 @@ impl Kern<'_> {
             Src::Rows { trans: false, .. } => plain(ks, 1, false),
             // NZ of the N x K panel: fractal (n, k) at k * NB + n, transposed on the way (an
             // i8 fractal is n-major in L0B as it is in L1).
-            Src::Rows { trans: true, .. } => plain(1, sh.nb, self.g.in_type == InType::F16),
+            Src::Rows { trans: true, .. } => plain(1, sh.nb, self.g.in_type != InType::I8),
             Src::Packed { .. } => packed,
         };
         (a, b)
@@ -1668,6 +1704,7 @@ impl Kern<'_> {
         let r = &self.r;
         match self.g.in_type {
             InType::F16 => a.mmad(r.t0, r.t1, r.t2, m, k, n),
+            InType::Bf16 => a.mmad(r.t0, r.t1, r.t2, m, k, n).ty(DType::Bf16),
             InType::I8 => a.mmad(r.t0, r.t1, r.t2, m, 2 * k, n).ty(DType::I8),
         }
     }

@@ -596,6 +596,7 @@ fn infer_global_pool(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
 /// Types MatMul and Gemm accept.
 const MATMUL_TYPES: &[DataType] = &[
     DataType::F16,
+    DataType::BF16,
     DataType::F32,
     DataType::F64,
     DataType::I32,
