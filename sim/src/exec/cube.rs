@@ -18,7 +18,7 @@
 
 use gearsim_isa::aipp;
 use gearsim_isa::units::{FRACTAL_BYTES as FRACTAL, FRACTAL_BYTES_F32 as FRACTAL_C};
-use gearsim_isa::{DType, Dma, Img2col, L0cFill, L0cToGm, L0cToUb, Load2d, Mmad, Quant, units};
+use gearsim_isa::{DType, Img2col, L0cFill, L0cToGm, L0cToUb, Load2d, Mmad, Quant, units};
 use half::{bf16, f16};
 
 use super::{Access, Fault, Operands, Plan};
@@ -370,44 +370,6 @@ pub(super) fn plan_l0c_to_ub(f: &L0cToUb, ops: &Operands) -> Plan {
     )
 }
 
-/// `copy_l1_to_fb`: bursts of 32-byte blocks from L1 into the FIXPIPE buffer; the work is the
-/// bytes moved, none of them through GM.
-pub(super) fn plan_fb_load(f: &Dma, ops: &Operands) -> Plan {
-    let [dst, src, _, _] = ops.regs;
-    let block = units::BLOCK_BYTES;
-    let (n, len) = (u64::from(f.nburst), u64::from(f.len) * block);
-    let at = |start, gap: u16, buffer, write| Access {
-        buffer,
-        start,
-        burst: len,
-        stride: len + u64::from(gap) * block,
-        count: n,
-        write,
-    };
-    Plan::new(
-        n * len,
-        0,
-        &[
-            at(src, f.src_gap, Buffer::L1, false),
-            at(dst, f.dst_gap, Buffer::Fb, true),
-        ],
-    )
-}
-
-pub(super) fn fb_load(bufs: &mut Buffers, f: &Dma, ops: &Operands) -> Result<(), Fault> {
-    let plan = plan_fb_load(f, ops);
-    let (src, dst) = (plan.accesses()[0], plan.accesses()[1]);
-    let (l1, fb) = bufs.pair_mut(Buffer::L1, Buffer::Fb);
-    for i in 0..src.count {
-        let (s, d) = (
-            (src.start + i * src.stride) as usize,
-            (dst.start + i * dst.stride) as usize,
-        );
-        fb[d..d + src.burst as usize].copy_from_slice(&l1[s..s + src.burst as usize]);
-    }
-    Ok(())
-}
-
 /// Bytes of one channel block's 16 f32 values in UB.
 const FILL_ROW: u64 = units::FRACTAL_ROW_BYTES_F32;
 
@@ -648,9 +610,10 @@ pub(super) fn l0c_to_gm(
     let (m, n) = (u64::from(f.m), u64::from(f.n));
     let mbs = blocks(f.m);
     let size = out_size(f.ty) as usize;
-    // The scale of each column: one for `deq`, one per column from the FB for `vdeq`.
+    // The scale of each column: one for `deq`, one per column from the FB for `vdeq` (none
+    // without dequantisation).
     let scales: Vec<f32> = match f.quant {
-        Quant::None => vec![1.0; n as usize],
+        Quant::None => Vec::new(),
         Quant::Deq => vec![f32::from_bits(scale as u32); n as usize],
         Quant::Vdeq => bufs.get(Buffer::Fb)[scale as usize..(scale + 4 * n) as usize]
             .chunks_exact(4)
@@ -663,7 +626,12 @@ pub(super) fn l0c_to_gm(
         for j in 0..n {
             let at = (src + ((j / 16) * mbs + i / 16) * FRACTAL_C + ((i % 16) * 16 + j % 16) * 4)
                 as usize;
-            let v = dequantised(l0c, at, f.quant, scales[j as usize]);
+            let v = dequantised(
+                l0c,
+                at,
+                f.quant,
+                scales.get(j as usize).copied().unwrap_or(1.0),
+            );
             store_out(&mut row, j as usize * size, f.ty, v, f.relu);
         }
         let a = dst + i * u64::from(f.dst_stride) * size as u64;

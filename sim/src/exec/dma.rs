@@ -29,9 +29,15 @@ pub(super) fn plan_burst(f: &Dma, ops: &Operands, from: Buffer, to: Buffer) -> R
     let src_stride = (u64::from(f.len) + u64::from(f.src_gap)) * BLOCK;
     let dst_stride = (u64::from(f.len) + u64::from(f.dst_gap)) * BLOCK;
     let bytes = n * len;
+    // A copy between two local buffers (L1 -> FB) crosses no shared memory.
+    let shared = if from == Buffer::Gm || to == Buffer::Gm {
+        bytes
+    } else {
+        0
+    };
     Ok(Plan::new(
         bytes,
-        bytes,
+        shared,
         &[
             Access {
                 buffer: from,
@@ -71,7 +77,8 @@ pub(super) fn burst(
     )
 }
 
-/// Copies `count` bursts of `len` bytes from `src` to `dst` (one side GM, one side local).
+/// Copies `count` bursts of `len` bytes from `src` to `dst` (GM and a local buffer, or two
+/// local buffers).
 fn copy_bursts(
     bufs: &mut Buffers,
     mem: &mut DeviceMemory,
@@ -95,6 +102,11 @@ fn copy_bursts(
                 let s = s as usize;
                 mem.write(d, &buf[s..s + len_us])
                     .map_err(|_| gm_fault(mem, d, len))?;
+            }
+            (a, b) if a != b => {
+                let (from, to) = bufs.pair_mut(a, b);
+                let (s, d) = (s as usize, d as usize);
+                to[d..d + len_us].copy_from_slice(&from[s..s + len_us]);
             }
             (a, b) => {
                 return Err(Fault::Illegal(format!("no DMA path from {a} to {b}")));

@@ -207,7 +207,6 @@ pub(crate) enum PipeOp<'a> {
     L0cFill(&'a L0cFill),
     L1Fill(&'a L0cFill),
     Burst(&'a Dma, Buffer, Buffer),
-    FbLoad(&'a Dma),
     Pad(&'a DmaPad, Buffer, Buffer),
     Nd2nz(&'a Nd2Nz),
     Image(&'a LoadImage),
@@ -272,7 +271,7 @@ impl<'a> PipeOp<'a> {
             Instruction::Img2colL0a(f) => PipeOp::Img2col(f),
             Instruction::CopyL0cToGm(f) => PipeOp::L0cToGm(f),
             Instruction::CopyL0cToGmNz(f) => PipeOp::L0cToGmNz(f),
-            Instruction::CopyL1ToFb(f) => PipeOp::FbLoad(f),
+            Instruction::CopyL1ToFb(f) => PipeOp::Burst(f, Buffer::L1, Buffer::Fb),
             Instruction::CopyL0cToL1(f) => PipeOp::L0cToL1(f),
             Instruction::Mmad(f) => PipeOp::Mmad(f),
             Instruction::SetFlag(_)
@@ -357,7 +356,6 @@ impl<'a> PipeOp<'a> {
             PipeOp::Load2d(f, _) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Img2col(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToGm(f) => [g(f.dst), g(f.src), g(f.scale), 0],
-            PipeOp::FbLoad(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToGmNz(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToL1(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Mmad(f) => [g(f.dst), g(f.a), g(f.b), 0],
@@ -390,7 +388,6 @@ impl<'a> PipeOp<'a> {
             PipeOp::L0cToGm(f) => cube::plan_l0c_to_gm(f, ops),
             PipeOp::L0cToGmNz(f) => cube::plan_l0c_to_gm_nz(f, ops),
             PipeOp::L0cToL1(f) => cube::plan_l0c_to_l1(f, ops),
-            PipeOp::FbLoad(f) => cube::plan_fb_load(f, ops),
             PipeOp::Mmad(f) => cube::plan_mmad(f, ops),
             PipeOp::Sync => Plan::default(),
         };
@@ -432,7 +429,6 @@ impl<'a> PipeOp<'a> {
             PipeOp::L0cToGm(f) => cube::l0c_to_gm(bufs, mem, f, ops),
             PipeOp::L0cToGmNz(f) => cube::l0c_to_gm_nz(bufs, mem, f, ops),
             PipeOp::L0cToL1(f) => cube::l0c_to_l1(bufs, f, ops),
-            PipeOp::FbLoad(f) => cube::fb_load(bufs, f, ops),
             PipeOp::Mmad(f) => cube::mmad(bufs, f, ops),
             PipeOp::Sync => Ok(()),
         }

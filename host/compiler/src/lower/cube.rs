@@ -471,7 +471,7 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         Operand2::Constant(_) => gemm::packed_bytes(n, k),
         Operand2::Runtime(_) => k * n * 2,
     };
-    let es = out_type_bytes(out_type);
+    let es = out_type.bytes();
     let strides = |sizes: &[u64], item: u64| -> Vec<u64> {
         let mut s = vec![0; sizes.len()];
         let mut acc = item;
@@ -751,10 +751,6 @@ fn matmul_integer_cube(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     Ok(b.finish())
 }
 
-fn out_type_bytes(t: OutType) -> u64 {
-    t.bytes()
-}
-
 /// Transposes a row-major `rows × cols` matrix.
 pub(crate) fn transpose(v: &[f32], rows: u64, cols: u64) -> Vec<f32> {
     let mut out = vec![0.0; v.len()];
@@ -1021,7 +1017,7 @@ pub(crate) fn conv_1x1(ctx: &LowerCtx<'_>, s: &conv::ConvShape) -> Result<Lowere
             )));
         }
     };
-    let es = out_type_bytes(out_type);
+    let es = out_type.bytes();
     let batch = if s.n > 1 {
         vec![BatchDim {
             size: s.n,

@@ -782,11 +782,6 @@ pub fn pack_b_i8(values: &[i8], k: u64, n: u64, plan: &Plan) -> Vec<u8> {
     })
 }
 
-/// Bytes an i8 `B` of `k` × `n` values takes packed by [`pack_b_i8`].
-pub fn packed_bytes_i8(n: u64, k: u64) -> u64 {
-    n.div_ceil(16) * k.div_ceil(32) * FRACTAL
-}
-
 /// The fractal order of a packed operand: per batch item, per tile of `tile` fractals of the
 /// outer dimension (`ob` in all), per K step of `step` fractals (`kp` in all), the tile's
 /// fractals outer block by outer block; `write(item, outer block, k block, fractal)` fills
