@@ -154,10 +154,22 @@ impl<S: TraceSink> Device<S> {
         self.fw.sched.dispatch.mode = mode;
     }
 
-    /// Starts (or stops) keeping a [`KernelProfile`] of every AI core kernel run; starting
-    /// clears what was kept.
+    /// Starts (or stops) keeping a [`KernelProfile`] of every AI core kernel run and a
+    /// [`crate::TaskSpan`] of every task; starting clears what was kept.
     pub fn set_profiling(&mut self, on: bool) {
         self.fw.sched.dispatch.profile = on.then(Vec::new);
+        self.fw.sched.streams.log = on.then(Vec::new);
+    }
+
+    /// Every task that ended since profiling started or this was last taken, oldest first.
+    pub fn take_task_log(&mut self) -> Vec<crate::TaskSpan> {
+        self.fw
+            .sched
+            .streams
+            .log
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The kernel runs profiled since profiling started or was last taken, oldest first.

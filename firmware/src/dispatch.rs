@@ -16,10 +16,10 @@ use gearsim_isa::task::{
     AiCoreKernel, KERNEL_MIX_ONE_VECTOR, KernelKind, L2_SECTION_BYTES, L2Action, L2Section,
     MAX_L2_SECTIONS,
 };
-use gearsim_isa::{PipeSide, Program};
+use gearsim_isa::{Pipe, PipeSide, Program};
 use gearsim_sim::{
     Architecture, BlockLaunch, Chip, ChipConfig, CoreKind, CoreStats, CrossGroup, ExecMode, Kernel,
-    Tick, Traffic,
+    LANES, Tick, Traffic,
 };
 use gearsim_traces::TraceSink;
 
@@ -127,6 +127,8 @@ struct KernelRun {
     launched: Tick,
     /// The work of its finished blocks, summed (profiling only).
     work: CoreStats,
+    /// Per pipe, the time its finished blocks ran on cores that have the pipe (profiling only).
+    pipe_ps: [u64; LANES],
     /// The chip's traffic counters when it was launched.
     traffic_at_launch: Traffic,
     /// The L2 ranges its launch forgets when its last block ends.
@@ -155,6 +157,9 @@ pub struct KernelProfile {
     pub end: Tick,
     /// Busy cycles and instructions per pipe and cube MACs, summed over its blocks.
     pub work: CoreStats,
+    /// Per pipe (indexed like [`Pipe::EXECUTING`]), the time its blocks ran on cores that have
+    /// that pipe, summed, in picoseconds: what a pipe's busy cycles are a share of.
+    pub pipe_ps: [u64; LANES],
     /// Device-memory traffic from its launch to its end, chip-wide: on one stream that is
     /// its own plus the write-backs of lines its predecessors left dirty in the L2.
     pub traffic: Traffic,
@@ -187,6 +192,10 @@ pub(crate) struct Dispatch {
     pub profile: Option<Vec<KernelProfile>>,
     /// Each busy core's statistics when its current block started (profiling only).
     block_base: Vec<CoreStats>,
+    /// When each busy core's current block started (profiling only).
+    block_start: Vec<Tick>,
+    /// Which of [`Pipe::EXECUTING`] each core has.
+    core_pipes: Vec<[bool; LANES]>,
     launch_ns: u64,
     mix_launch_ns: u64,
     dispatch_ns: u64,
@@ -208,6 +217,12 @@ impl Dispatch {
             last_run: None,
             profile: None,
             block_base: vec![CoreStats::default(); cfg.total_cores() as usize],
+            block_start: vec![Tick::ZERO; cfg.total_cores() as usize],
+            core_pipes: cfg
+                .core_slots()
+                .iter()
+                .map(|slot| Pipe::EXECUTING.map(|p| slot.kind.has_pipe(p)))
+                .collect(),
             launch_ns: cfg.scheduler.kernel_launch_ns,
             mix_launch_ns: cfg.scheduler.mix_launch_ns,
             dispatch_ns: cfg.scheduler.block_dispatch_ns,
@@ -451,6 +466,7 @@ impl Dispatch {
                 cores: vec![false; cores],
                 launched: now,
                 work: CoreStats::default(),
+                pipe_ps: [0; LANES],
                 traffic_at_launch: cx.chip.traffic(),
                 l2_drops,
             },
@@ -539,6 +555,7 @@ impl Dispatch {
                     chip.start_block(core, launch, start)?;
                     if self.profile.is_some() {
                         self.block_base[core as usize] = chip.core_stats(core).unwrap_or_default();
+                        self.block_start[core as usize] = start;
                     }
                     self.core_run[core as usize] = Some(id);
                     if let Some(run) = self.runs.get_mut(&id) {
@@ -572,6 +589,14 @@ impl Dispatch {
                 if profiling {
                     let now = cx.chip.core_stats(core).unwrap_or_default();
                     add_delta(&mut run.work, &now, &self.block_base[core as usize]);
+                    let ran = at.0.saturating_sub(self.block_start[core as usize].0);
+                    if let Some(has) = self.core_pipes.get(core as usize) {
+                        for (ps, has) in run.pipe_ps.iter_mut().zip(has) {
+                            if *has {
+                                *ps += ran;
+                            }
+                        }
+                    }
                 }
                 run.done += 1;
                 run.end = run.end.max(at);
@@ -611,6 +636,7 @@ impl Dispatch {
                         first_start: run.first_start.unwrap_or(run.end),
                         end: run.end,
                         work: run.work,
+                        pipe_ps: run.pipe_ps,
                         traffic: cx.chip.traffic().since(&run.traffic_at_launch),
                     });
                 }

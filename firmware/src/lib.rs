@@ -51,3 +51,4 @@ pub use dispatch::{
 };
 pub use error::{BlockedTask, DeviceError, TaskRef};
 pub use memory::{ALLOC_ALIGN, HOST_BASE, RESERVED_LOW};
+pub use streams::TaskSpan;

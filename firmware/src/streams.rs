@@ -154,6 +154,26 @@ pub(crate) struct Streams {
     /// When the (serial) descriptor fetch is next free.
     fetch_free: Tick,
     fetch_ns: u64,
+    /// Every task that ended, oldest first, while profiling is on (`None`: off).
+    pub(crate) log: Option<Vec<TaskSpan>>,
+}
+
+/// One task as it ran on its stream (profiling only): the fetch of its descriptor started at
+/// `fetch`, the task ran from `start` to `end`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskSpan {
+    /// The task.
+    pub task: TaskRef,
+    /// The model whose stream it is on (`None`: a user stream).
+    pub model: Option<u32>,
+    /// Its kind.
+    pub kind: TaskKind,
+    /// When the fetch of its descriptor started.
+    pub fetch: Tick,
+    /// When it started.
+    pub start: Tick,
+    /// When it ended.
+    pub end: Tick,
 }
 
 impl Streams {
@@ -164,6 +184,7 @@ impl Streams {
             jumps: BTreeMap::new(),
             fetch_free: Tick::ZERO,
             fetch_ns: cfg.task_fetch_ns,
+            log: None,
         }
     }
 
@@ -301,6 +322,16 @@ impl Streams {
         let name = s.names.get(&index).map(String::as_str);
         cx.lanes
             .task(cx.chip.sink_mut(), at, s.model(), kind, name, start, now);
+        if let Some(log) = self.log.as_mut() {
+            log.push(TaskSpan {
+                task: at,
+                model: s.model(),
+                kind,
+                fetch: Tick(start.0.saturating_sub(ns(self.fetch_ns).0)),
+                start,
+                end: now,
+            });
+        }
         let next = self.jumps.remove(&stream).unwrap_or(index + 1);
         let s = &mut self.list[stream as usize];
         s.pos = next;

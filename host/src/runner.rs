@@ -14,8 +14,10 @@ use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::{TraceSink, atomic};
 use serde_json::json;
 
+use crate::inputs::{self, Fill, GearChoice};
+use crate::msprof::{self, ComputeTime};
 use crate::npy;
-use crate::runtime::{RunReport, Runtime, RuntimeError, RuntimeOptions};
+use crate::runtime::{RunProfile, RunReport, Runtime, RuntimeError, RuntimeOptions};
 use gearsim_isa::tensor::Tensor;
 
 /// How to feed the model.
@@ -89,6 +91,12 @@ pub struct RunRequest {
     pub repeat: u32,
     /// `ge.exec.input_fusion_size`.
     pub input_fusion_size: i64,
+    /// Keep every run's task-by-task profile ([`RunOutcome::profiles`]).
+    pub profile: bool,
+    /// Without input files: the shapes to make the inputs at.
+    pub gear: GearChoice,
+    /// Without input files: what they hold.
+    pub fill: Fill,
 }
 
 /// What `gearsim run` did.
@@ -104,6 +112,12 @@ pub struct RunOutcome {
     pub last: RunReport,
     /// Device time of every run, in picoseconds.
     pub times_ps: Vec<u64>,
+    /// Execution time of every run (ais_bench's NPU compute time), in picoseconds.
+    pub execute_ps: Vec<u64>,
+    /// Every run's profile, when asked for (Infer ID = position).
+    pub profiles: Vec<RunProfile>,
+    /// The batch a throughput counts: the first data input's leading dimension.
+    pub batch: u64,
     /// Output files written.
     pub written: Vec<PathBuf>,
 }
@@ -147,11 +161,20 @@ pub fn run<S: TraceSink>(
             if compiled_sink { "without" } else { "with" }
         );
     }
-    let inputs: Vec<Tensor> = req
-        .inputs
-        .iter()
-        .map(|p| npy::read(p).map_err(|e| anyhow!("{e}")))
-        .collect::<Result<_>>()?;
+    let inputs: Vec<Tensor> = if req.inputs.is_empty() {
+        inputs::generate(desc, &req.gear, req.fill).map_err(|e| anyhow!("{path}: {e}"))?
+    } else {
+        if req.gear != GearChoice::Static {
+            bail!(
+                "--dymBatch / --dymHW / --dymDims make up the inputs at a gear; with --input files \
+                 the shapes come from the files: give one or the other"
+            );
+        }
+        req.inputs
+            .iter()
+            .map(|p| npy::read(p).map_err(|e| anyhow!("{e}")))
+            .collect::<Result<_>>()?
+    };
     let exec_mode = if req.timing_only {
         ExecMode::TimingOnly
     } else {
@@ -163,13 +186,15 @@ pub fn run<S: TraceSink>(
         RuntimeOptions {
             input_fusion_size: req.input_fusion_size,
             exec_mode,
-            profile: false,
+            profile: req.profile,
         },
     )?;
     let m = rt
         .load_parsed(&model.file, desc.clone())
         .map_err(|e| anyhow!("{path}: {e}"))?;
     let mut times = Vec::new();
+    let mut execute = Vec::new();
+    let mut profiles = Vec::new();
     let mut last = None;
     for i in 0..req.repeat {
         // The runtime checks the inputs (once per run, as for any caller); a mismatch is
@@ -188,6 +213,11 @@ pub fn run<S: TraceSink>(
             _ => anyhow!("{path}: {e}"),
         })?;
         times.push(r.device_time_ps);
+        execute.push(r.execute_ps);
+        let mut r = r;
+        if let Some(p) = r.profile.take() {
+            profiles.push(p);
+        }
         last = Some(r);
         progress(i + 1, req.repeat);
     }
@@ -219,6 +249,12 @@ pub fn run<S: TraceSink>(
             soc_version: soc,
             last,
             times_ps: times,
+            execute_ps: execute,
+            profiles,
+            batch: inputs
+                .first()
+                .and_then(|t| t.dims.first())
+                .map_or(1, |d| (*d).max(1) as u64),
             written,
         },
         sink,
@@ -257,7 +293,49 @@ impl RunOutcome {
             "d2h_bytes": r.d2h_bytes,
             "d2h_transfers": r.d2h_transfers,
             "warnings": r.warnings,
+            "npu_compute_time": self.compute_time().map(|c| c.json()),
+            "phases": self.profiles.last().map(|p| p.phases.iter().map(|ph| json!({
+                "name": ph.name,
+                "start_us": ph.start_ps as f64 / 1e6,
+                "us": ph.ps() as f64 / 1e6,
+            })).collect::<Vec<_>>()),
+            "ops": self.profiles.last().map(|p| p.ops.iter().map(|o| {
+                let cols = msprof::op_fields(&self.model, self.profiles.len() - 1, o);
+                msprof::OP_SUMMARY_COLUMNS
+                    .iter()
+                    .zip(cols)
+                    .skip(2)
+                    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v)))
+                    .collect::<serde_json::Map<_, _>>()
+            }).collect::<Vec<_>>()),
         })
+    }
+
+    /// ais_bench's NPU compute time over the runs.
+    pub fn compute_time(&self) -> Option<ComputeTime> {
+        ComputeTime::of(&self.execute_ps, self.batch)
+    }
+
+    /// The files of `--profile DIR`: op_summary.csv, task_time.csv, summary.json, summary.txt.
+    pub fn profile_files(&self) -> Vec<(&'static str, String)> {
+        let runs: Vec<&RunProfile> = self.profiles.iter().collect();
+        let mut text = self.text();
+        if let Some(p) = self.profiles.last() {
+            text.push(format!("phases: {}", msprof::phases_text(p)));
+        }
+        let mut summary = self.json();
+        if let Some(o) = summary.as_object_mut() {
+            o.remove("ops");
+        }
+        vec![
+            ("op_summary.csv", msprof::op_summary_csv(&self.model, &runs)),
+            ("task_time.csv", msprof::task_time_csv(&runs)),
+            (
+                "summary.json",
+                serde_json::to_string_pretty(&summary).unwrap_or_default() + "\n",
+            ),
+            ("summary.txt", text.join("\n") + "\n"),
+        ]
     }
 
     /// The report as text lines (warnings are the caller's to show).
@@ -312,6 +390,9 @@ impl RunOutcome {
             "host->device: {} B in {} transfer(s); device->host: {} B in {} transfer(s)",
             r.h2d_bytes, r.h2d_transfers, r.d2h_bytes, r.d2h_transfers
         ));
+        if let Some(c) = self.compute_time() {
+            out.extend(c.text());
+        }
         out
     }
 }

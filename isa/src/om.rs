@@ -25,7 +25,7 @@ pub const MAGIC: [u8; 8] = *b"GEAROM\0\0";
 /// Major version: a reader refuses any other.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version: a reader accepts a higher one and ignores section kinds it does not know.
-pub const VERSION_MINOR: u16 = 2;
+pub const VERSION_MINOR: u16 = 3;
 /// Header size in bytes.
 pub const HEADER_BYTES: usize = 64;
 /// Section table entry size in bytes.
@@ -51,11 +51,15 @@ pub enum SectionKind {
     /// Per-kernel image flags (`task::KERNEL_NEEDS_VALUES`), one u32 per kernel; absent when
     /// no kernel has a flag (since minor version 2; an older reader ignores it).
     KernelFlags = 7,
+    /// What profiles show of the operator behind each kernel task: its type and its input
+    /// and output tensors ([`crate::omtask::OpInfo`]; since minor version 3; an older reader
+    /// ignores it).
+    OpInfo = 8,
 }
 
 impl SectionKind {
     /// Every kind.
-    pub const ALL: [SectionKind; 7] = [
+    pub const ALL: [SectionKind; 8] = [
         SectionKind::Desc,
         SectionKind::Weights,
         SectionKind::Kernels,
@@ -63,6 +67,7 @@ impl SectionKind {
         SectionKind::Labels,
         SectionKind::Graph,
         SectionKind::KernelFlags,
+        SectionKind::OpInfo,
     ];
 
     /// The kind with this number.

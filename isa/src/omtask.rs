@@ -735,6 +735,105 @@ pub fn decode_kernel_flags(bytes: &[u8], kernels: usize) -> Result<Vec<u32>, OmE
     Ok(flags)
 }
 
+/// One tensor of an operator as profiles show it (msprof's `Input Shapes` / `Input Formats` /
+/// `Input Data Types` columns).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// Element type, as GE names it (`DT_FLOAT16`).
+    pub dtype: String,
+    /// Layout, as GE names it (`NCHW`, `NC1HWC0`, `ND`).
+    pub format: String,
+    /// Dimensions.
+    pub dims: Vec<i64>,
+}
+
+/// The operator behind one task of a model stream: what a profile row shows beside its times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpInfo {
+    /// The model stream.
+    pub stream: u32,
+    /// The task's index in that stream.
+    pub task: u32,
+    /// The operator type (`Conv2D`, `MatMulV2`, `TransData`).
+    pub op_type: String,
+    /// Its inputs.
+    pub inputs: Vec<TensorInfo>,
+    /// Its outputs.
+    pub outputs: Vec<TensorInfo>,
+}
+
+fn put_tensor_infos(e: &mut Encoder, ts: &[TensorInfo]) {
+    e.len(ts.len());
+    for t in ts {
+        e.str(&t.dtype);
+        e.str(&t.format);
+        e.i64s(&t.dims);
+    }
+}
+
+fn tensor_infos(d: &mut Decoder<'_>) -> Result<Vec<TensorInfo>, OmError> {
+    let n = d.len("tensors", 12)?;
+    (0..n)
+        .map(|_| {
+            Ok(TensorInfo {
+                dtype: d.str("dtype")?,
+                format: d.str("format")?,
+                dims: d.i64s("dims")?,
+            })
+        })
+        .collect()
+}
+
+/// Encodes the `OpInfo` section.
+pub fn encode_op_info(ops: &[OpInfo]) -> Vec<u8> {
+    let mut e = Encoder::default();
+    e.len(ops.len());
+    for o in ops {
+        e.u32(o.stream);
+        e.u32(o.task);
+        e.str(&o.op_type);
+        put_tensor_infos(&mut e, &o.inputs);
+        put_tensor_infos(&mut e, &o.outputs);
+    }
+    e.bytes
+}
+
+/// Parses the `OpInfo` section of a model whose streams are `tasks`: every entry names a task
+/// that exists, once.
+pub fn decode_op_info(bytes: &[u8], tasks: &ModelTasks) -> Result<Vec<OpInfo>, OmError> {
+    let mut d = Decoder::new(bytes, "op info");
+    let n = d.len("op info", 20)?;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let stream = d.u32("stream")?;
+        let task = d.u32("task")?;
+        let exists = tasks
+            .streams
+            .get(stream as usize)
+            .is_some_and(|s| (task as usize) < s.len());
+        if !exists {
+            return Err(OmError::Corrupt(format!(
+                "op info: stream {stream} task {task} does not exist"
+            )));
+        }
+        if !seen.insert((stream, task)) {
+            return Err(OmError::Corrupt(format!(
+                "op info: stream {stream} task {task} is described twice"
+            )));
+        }
+        out.push(OpInfo {
+            stream,
+            task,
+            op_type: d.str("op type")?,
+            inputs: tensor_infos(&mut d)?,
+            outputs: tensor_infos(&mut d)?,
+        });
+    }
+    d.finish()?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -932,5 +1031,31 @@ mod tests {
         assert!(e.to_string().contains("3 entries for 2 kernels"), "{e}");
         let e = decode_kernel_flags(&encode_kernel_flags(&[0x10]), 1).unwrap_err();
         assert!(e.to_string().contains("flags 0x10"), "{e}");
+    }
+
+    #[test]
+    fn op_info_round_trips_and_names_only_existing_tasks_once() {
+        let t = sample();
+        let info = |task| OpInfo {
+            stream: 0,
+            task,
+            op_type: "Conv2D".into(),
+            inputs: vec![TensorInfo {
+                dtype: "DT_FLOAT16".into(),
+                format: "NC1HWC0".into(),
+                dims: vec![1, 4, 56, 56, 16],
+            }],
+            outputs: vec![],
+        };
+        let ops = vec![info(0), info(1)];
+        let b = encode_op_info(&ops);
+        assert_eq!(decode_op_info(&b, &t).unwrap(), ops);
+        for n in 0..b.len() {
+            assert!(decode_op_info(&b[..n], &t).is_err(), "truncated at {n}");
+        }
+        let e = decode_op_info(&encode_op_info(&[info(0), info(0)]), &t).unwrap_err();
+        assert!(e.to_string().contains("described twice"), "{e}");
+        let e = decode_op_info(&encode_op_info(&[info(99)]), &t).unwrap_err();
+        assert!(e.to_string().contains("task 99 does not exist"), "{e}");
     }
 }

@@ -26,7 +26,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gearsim_isa::gear::{SHAPE_TENSOR_BYTES, layout_table};
 use gearsim_isa::omtask::{
-    Addr, GetNextSlot, KernelArg, KernelImage, L2Control, ModelTasks, NamedTask, OmTask, Region,
+    Addr, GetNextSlot, KernelArg, KernelImage, L2Control, ModelTasks, NamedTask, OmTask, OpInfo,
+    Region, TensorInfo,
 };
 use gearsim_isa::task::{
     KERNEL_MIX_ONE_VECTOR, KERNEL_NEEDS_VALUES, KernelKind, L2Action, MAX_L2_SECTIONS,
@@ -45,6 +46,8 @@ pub struct Emitted {
     pub kernels: Vec<Kernel>,
     /// The task streams.
     pub tasks: ModelTasks,
+    /// The operator behind each kernel, AI CPU and selection task (the `OpInfo` section).
+    pub ops: Vec<OpInfo>,
     /// The weights kernels read.
     pub weights: Weights,
     /// Feature-map bytes of the root graph (shared by every gear).
@@ -226,15 +229,64 @@ pub fn emit(model: &Model, spec: Option<&GearSpec>, target: &Target) -> Result<E
         Some(spec) => e.gear_root(model, spec)?,
     };
     let fm = e.out.root_feature_map + e.out.branch_feature_map.iter().copied().max().unwrap_or(0);
-    e.out.tasks.streams = vec![head];
+    let mut stream = Vec::with_capacity(head.len());
+    for (index, t) in head.into_iter().enumerate() {
+        if let Some(mut op) = t.op {
+            op.stream = 0;
+            op.task = index as u32;
+            e.out.ops.push(op);
+        }
+        stream.push(t.task);
+    }
+    e.out.tasks.streams = vec![stream];
     e.out.tasks.feature_map_bytes = fm;
     Ok(e.out)
 }
 
-fn named(task: OmTask, name: impl Into<String>) -> NamedTask {
-    NamedTask {
-        task,
-        name: name.into(),
+/// A task being emitted and, for a kernel, AI CPU or gear-selection task, the operator it runs
+/// (its stream and index are filled in when the stream is complete).
+struct Emission {
+    task: NamedTask,
+    op: Option<OpInfo>,
+}
+
+fn named(task: OmTask, name: impl Into<String>) -> Emission {
+    Emission {
+        task: NamedTask {
+            task,
+            name: name.into(),
+        },
+        op: None,
+    }
+}
+
+/// `task`, named after `node`, running `op_type` on the node's tensors.
+fn of_node(
+    task: OmTask,
+    name: impl Into<String>,
+    op_type: &str,
+    g: &Graph,
+    node: &Node,
+) -> Emission {
+    let info = |d: &TensorDesc| TensorInfo {
+        dtype: d.dtype.ge_name().to_string(),
+        format: d.format.name().to_string(),
+        dims: d.shape.iter().map(|x| x.fixed().unwrap_or(-1)).collect(),
+    };
+    Emission {
+        op: Some(OpInfo {
+            stream: 0,
+            task: 0,
+            op_type: op_type.to_string(),
+            inputs: node
+                .inputs
+                .iter()
+                .flatten()
+                .map(|v| info(g.desc(*v)))
+                .collect(),
+            outputs: node.outputs.iter().map(info).collect(),
+        }),
+        ..named(task, name)
     }
 }
 
@@ -304,7 +356,7 @@ impl Emitter<'_> {
     }
 
     /// The tasks of one graph (no EndGraph) and the feature-map bytes it needs past its base.
-    fn graph(&mut self, g: &Graph, env: &Env) -> Result<(Vec<NamedTask>, u64), EmitError> {
+    fn graph(&mut self, g: &Graph, env: &Env) -> Result<(Vec<Emission>, u64), EmitError> {
         // 0. Formats: which values stay in the fractal format between convolutions.
         let mut laid = g.clone();
         let is_const = |v: Value| self.constant_value(g, env, v).is_some();
@@ -570,13 +622,16 @@ impl Emitter<'_> {
                             })
                         })
                         .collect::<Result<Vec<_>, _>>()?;
-                    tasks.push(named(
+                    tasks.push(of_node(
                         OmTask::AiCpu {
                             op: op.clone(),
                             inputs,
                             outputs,
                         },
                         node.name.clone(),
+                        &node.op,
+                        g,
+                        node,
                     ));
                     continue;
                 }
@@ -662,7 +717,7 @@ impl Emitter<'_> {
                 if ki + 1 == kernels.len() {
                     l2.append(&mut ends);
                 }
-                tasks.push(named(
+                tasks.push(of_node(
                     OmTask::AiCore {
                         kernel,
                         block_dim: k.block_dim,
@@ -670,6 +725,9 @@ impl Emitter<'_> {
                         l2,
                     },
                     name,
+                    &node.op,
+                    g,
+                    node,
                 ));
             }
         }
@@ -706,7 +764,7 @@ impl Emitter<'_> {
     }
 
     /// The root of a gear model: its own tensors, the selection tasks and every branch.
-    fn gear_root(&mut self, model: &Model, spec: &GearSpec) -> Result<Vec<NamedTask>, EmitError> {
+    fn gear_root(&mut self, model: &Model, spec: &GearSpec) -> Result<Vec<Emission>, EmitError> {
         let g = &model.graph;
         let gname = g.name.clone();
         let err = |message: String| EmitError::Graph {
@@ -789,7 +847,13 @@ impl Emitter<'_> {
                             shape,
                         });
                     }
-                    tasks.push(named(OmTask::GetNext { outputs }, node.name.clone()));
+                    tasks.push(of_node(
+                        OmTask::GetNext { outputs },
+                        node.name.clone(),
+                        &node.op,
+                        g,
+                        node,
+                    ));
                 }
                 "GetDynamicDims" => {
                     let out = alloc(self, node, "output 0".into(), bytes_of(&node.outputs[0]));
@@ -808,13 +872,16 @@ impl Emitter<'_> {
                     root_loc.insert(v0, Loc::At(out));
                     gear_vector = Some(out);
                     self.out.tasks.dims_out = Some(out);
-                    tasks.push(named(
+                    tasks.push(of_node(
                         OmTask::GetDynamicDims {
                             shape_info,
                             shapes,
                             out,
                         },
                         node.name.clone(),
+                        &node.op,
+                        g,
+                        node,
                     ));
                 }
                 "MapIndex" => {
@@ -832,7 +899,7 @@ impl Emitter<'_> {
                     };
                     root_loc.insert(v0, Loc::At(y));
                     index_addr = Some(y);
-                    tasks.push(named(
+                    tasks.push(of_node(
                         OmTask::MapIndex {
                             engine: engine(spec),
                             layout: layout(spec),
@@ -843,6 +910,9 @@ impl Emitter<'_> {
                             y,
                         },
                         node.name.clone(),
+                        &node.op,
+                        g,
+                        node,
                     ));
                 }
                 "Case" => case_id = Some(id),

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gearsim_isa::gear::MAX_RANK;
 use gearsim_isa::om::{DynamicDesc, IoDesc, MemoryDesc, ModelDesc, OmWriter, SectionKind};
-use gearsim_isa::omtask::{encode_kernel_flags, encode_kernels};
+use gearsim_isa::omtask::{encode_kernel_flags, encode_kernels, encode_op_info};
 
 use super::aipp;
 use super::emit::{self, EmitError, Emitted};
@@ -169,6 +169,9 @@ impl Compiled {
         );
         if let Some(flags) = self.emitted.kernel_flags() {
             w.section(SectionKind::KernelFlags, encode_kernel_flags(&flags));
+        }
+        if !self.emitted.ops.is_empty() {
+            w.section(SectionKind::OpInfo, encode_op_info(&self.emitted.ops));
         }
         w.section(SectionKind::Tasks, self.emitted.tasks.encode());
         if hybrid {

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use gearsim_host::inputs::{Fill, GearChoice};
 use gearsim_host::runner::{self, OmModel};
 
 use super::Failure;
@@ -17,9 +18,30 @@ pub struct RunArgs {
     /// The compiled model.
     #[arg(long = "model", value_name = "NAME.om")]
     model: PathBuf,
-    /// One .npy per data input, in model-input order, comma-separated.
+    /// One .npy per data input, in model-input order, comma-separated. Without it, the inputs
+    /// are made up (zeros, or --input_gen random) at the model's static shapes or at the gear
+    /// --dymBatch / --dymHW / --dymDims chooses, as ais_bench's pure-inference mode.
     #[arg(long = "input", value_name = "a.npy[,b.npy...]", value_delimiter = ',')]
     input: Vec<PathBuf>,
+    /// Without --input: the batch to make the inputs at (ais_bench's --dymBatch).
+    #[arg(long = "dymBatch", visible_alias = "dym_batch", value_name = "N")]
+    dym_batch: Option<i64>,
+    /// Without --input: the image size to make the inputs at, "H,W" (ais_bench's --dymHW).
+    #[arg(long = "dymHW", visible_alias = "dym_hw", value_name = "H,W")]
+    dym_hw: Option<String>,
+    /// Without --input: each input's shape, "name:d0,d1,...;name2:..." (ais_bench's --dymDims).
+    #[arg(long = "dymDims", visible_alias = "dym_dims", value_name = "SHAPES")]
+    dym_dims: Option<String>,
+    /// Without --input: what the made-up inputs hold, zeros (ais_bench's) or random.
+    #[arg(
+        long = "input_gen",
+        default_value = "zeros",
+        value_name = "zeros|random"
+    )]
+    input_gen: String,
+    /// The seed of --input_gen random.
+    #[arg(long = "seed", default_value_t = 0)]
+    seed: u64,
     /// Write output_<i>.npy here (created if missing).
     #[arg(long = "output_dir", value_name = "DIR")]
     output_dir: Option<PathBuf>,
@@ -34,9 +56,15 @@ pub struct RunArgs {
     /// Simulate time only: no values are computed and no outputs written.
     #[arg(long = "timing_only")]
     timing_only: bool,
-    /// Run this many times (the report is the last run's, with mean and min times).
-    #[arg(long = "repeat", default_value_t = 1)]
+    /// Run this many times (ais_bench's --loop; the report is the last run's, with the NPU
+    /// compute time's min / max / mean / median over the runs and the throughput).
+    #[arg(long = "repeat", visible_alias = "loop", default_value_t = 1)]
     repeat: u32,
+    /// Write msprof-style profiles here: op_summary.csv (one row per operator task of every
+    /// run), task_time.csv (every task), summary.json and summary.txt (phases, NPU compute
+    /// time, throughput).
+    #[arg(long = "profile", value_name = "DIR")]
+    profile: Option<PathBuf>,
     /// ge.exec.input_fusion_size: inputs up to this many bytes are copied in one merged
     /// transfer (0 turns merging off).
     #[arg(
@@ -50,6 +78,17 @@ pub struct RunArgs {
     json: bool,
 }
 
+/// The gear the made-up inputs are at (at most one of the three flags).
+fn gear_choice(a: &RunArgs) -> anyhow::Result<GearChoice> {
+    match (a.dym_batch, &a.dym_hw, &a.dym_dims) {
+        (None, None, None) => Ok(GearChoice::Static),
+        (Some(b), None, None) => Ok(GearChoice::Batch(b)),
+        (None, Some(hw), None) => GearChoice::parse_hw(hw),
+        (None, None, Some(d)) => GearChoice::parse_dims(d),
+        _ => anyhow::bail!("--dymBatch, --dymHW and --dymDims: give at most one"),
+    }
+}
+
 /// Reads the model once, picks its chip, runs it and reports.
 pub fn run(a: &RunArgs) -> Result<(), Failure> {
     let req = runner::RunRequest {
@@ -59,6 +98,9 @@ pub fn run(a: &RunArgs) -> Result<(), Failure> {
         timing_only: a.timing_only,
         repeat: a.repeat,
         input_fusion_size: a.input_fusion_size,
+        profile: a.profile.is_some() || a.json,
+        gear: gear_choice(a)?,
+        fill: Fill::parse(&a.input_gen, a.seed)?,
     };
     let mode = exec_mode(a.timing_only);
     let bytes = OmModel::read(&a.model)?;
@@ -87,6 +129,21 @@ pub fn run(a: &RunArgs) -> Result<(), Failure> {
         }
         if a.timing_only {
             say!("timing-only: no values were computed, so no outputs were written");
+        }
+    }
+    if let Some(dir) = &a.profile {
+        let files = outcome.profile_files();
+        let written = gearsim_host::msprof::write_dir(dir, &files)?;
+        if !a.json {
+            say!(
+                "profile: {} operator task(s) per run in {}",
+                outcome.profiles.last().map_or(0, |p| p.ops.len()),
+                written
+                    .first()
+                    .and_then(|p| p.parent())
+                    .unwrap_or(dir)
+                    .display()
+            );
         }
     }
     for w in &outcome.last.warnings {

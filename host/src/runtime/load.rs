@@ -15,7 +15,8 @@ use gearsim_isa::gear::MapIndexEngine;
 use gearsim_isa::gear::{MAX_RANK, TableLayout};
 use gearsim_isa::om::{ModelDesc, OmError, OmFile, SectionKind};
 use gearsim_isa::omtask::{
-    Addr, KernelArg, ModelTasks, OmTask, Region, decode_kernel_flags, decode_kernels,
+    Addr, KernelArg, ModelTasks, OmTask, OpInfo, Region, decode_kernel_flags, decode_kernels,
+    decode_op_info,
 };
 use gearsim_isa::task::{
     AiCoreKernel, KernelKind, L2_SECTION_BYTES, L2Section, LabelGoto, LabelSet, LabelSwitchByIndex,
@@ -66,6 +67,41 @@ pub struct LoadedModel {
     pub branch_index: Option<DevicePtr>,
     /// Kernels loaded, in `.om` order.
     pub kernels: Vec<KernelHandle>,
+    /// The device stream of model stream 0 (model stream `s` is device stream `first_stream + s`).
+    pub first_stream: u32,
+    /// Per model stream, per task: what profiles name it after.
+    pub tasks: Vec<Vec<TaskMeta>>,
+}
+
+/// A task of a model stream as profiles show it: its name, what kind of `.om` task it is and,
+/// for a kernel, AI CPU or gear-selection task, the operator behind it (`OpInfo` section).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskMeta {
+    /// The task's name (the node it came from, or GE's name for a control task).
+    pub name: String,
+    /// The `.om` task kind (`AiCore`, `MapIndex`, `LabelSwitch` ...).
+    pub kind: &'static str,
+    /// The operator behind it.
+    pub op: Option<OpInfo>,
+}
+
+/// The name of an `.om` task's kind.
+pub fn om_task_kind(t: &OmTask) -> &'static str {
+    match t {
+        OmTask::AiCore { .. } => "AiCore",
+        OmTask::MapIndex { .. } => "MapIndex",
+        OmTask::GetNext { .. } => "GetNext",
+        OmTask::GetDynamicDims { .. } => "GetDynamicDims",
+        OmTask::LabelSwitch { .. } => "LabelSwitch",
+        OmTask::LabelSet { .. } => "LabelSet",
+        OmTask::LabelGoto { .. } => "LabelGoto",
+        OmTask::StreamActive { .. } => "StreamActive",
+        OmTask::EventRecord { .. } => "EventRecord",
+        OmTask::StreamWaitEvent { .. } => "StreamWaitEvent",
+        OmTask::Memcpy { .. } => "Memcpy",
+        OmTask::EndGraph => "EndGraph",
+        OmTask::AiCpu { .. } => "AiCpu",
+    }
 }
 
 struct Regions {
@@ -194,6 +230,29 @@ impl LoadedModel {
             images.len() as u32,
         )?;
         check_control_flow(&tasks)?;
+        let mut ops: BTreeMap<(u32, u32), OpInfo> = match om.section(SectionKind::OpInfo) {
+            Some(bytes) => decode_op_info(bytes, &tasks)?
+                .into_iter()
+                .map(|o| ((o.stream, o.task), o))
+                .collect(),
+            None => BTreeMap::new(),
+        };
+        let task_meta: Vec<Vec<TaskMeta>> = tasks
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(s, stream)| {
+                stream
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| TaskMeta {
+                        name: t.name.clone(),
+                        kind: om_task_kind(&t.task),
+                        op: ops.remove(&(s as u32, i as u32)),
+                    })
+                    .collect()
+            })
+            .collect();
         let sink = desc.dynamic.as_ref().is_some_and(|d| d.getnext_sink);
         // Regions.
         let weights = put(dev, om.section(SectionKind::Weights).unwrap_or(&[]))?;
@@ -504,6 +563,8 @@ impl LoadedModel {
             queue,
             branch_index,
             kernels,
+            first_stream,
+            tasks: task_meta,
         })
     }
 

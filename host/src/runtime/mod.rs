@@ -25,9 +25,11 @@ pub mod dynamic;
 pub mod error;
 mod host_work;
 pub mod load;
+pub mod profile;
 pub mod session;
 
 pub use dynamic::{DynamicModel, DynamicStats};
 pub use error::{DynamicError, ErrorCode, RuntimeError};
 pub use load::{LoadError, LoadedModel};
+pub use profile::{OpRow, Phase, PipeRatios, RunProfile, TaskRow};
 pub use session::{ModelId, RunPath, RunReport, Runtime, RuntimeOptions};

@@ -32,6 +32,7 @@ use super::dynamic::DynamicModel;
 use super::error::RuntimeError;
 use super::host_work::Host;
 use super::load::LoadedModel;
+use super::profile::{Phase, RunProfile};
 use gearsim_isa::gear::SHAPE_DATA;
 use gearsim_isa::tensor::{DataType, Tensor};
 
@@ -122,6 +123,10 @@ pub struct RunReport {
     /// Every AI core kernel the run launched, oldest first, when [`RuntimeOptions::profile`]
     /// is on (empty otherwise).
     pub kernels: Vec<gearsim_firmware::KernelProfile>,
+    /// The run task by task — msprof's op summary and task times, and the run's phases — when
+    /// [`RuntimeOptions::profile`] is on and the run executed the model (not on the
+    /// dynamic-shape path, whose kernels are in [`RunReport::kernels`]).
+    pub profile: Option<RunProfile>,
     /// Host-to-device bytes moved (staging spans count whole).
     pub h2d_bytes: u64,
     /// Host-to-device transfers.
@@ -193,6 +198,7 @@ pub struct Runtime<S: TraceSink> {
     models: Vec<Model>,
     fusion: u64,
     host_lane: Option<LaneId>,
+    profiling: bool,
 }
 
 fn bad(msg: impl Into<String>) -> RuntimeError {
@@ -251,6 +257,7 @@ impl<S: TraceSink> Runtime<S> {
             models: Vec::new(),
             fusion,
             host_lane,
+            profiling: opts.profile,
         })
     }
 
@@ -298,6 +305,28 @@ impl<S: TraceSink> Runtime<S> {
         let execute_ps = self.dev.now().0 - start;
         self.host.wake(&mut self.dev)?;
         Ok(execute_ps)
+    }
+
+    /// The kernel profiles and the task-by-task profile of model `m`'s run that just ended
+    /// (`host`: the phases the runtime timed itself); empty when profiling is off.
+    fn take_profile(
+        &mut self,
+        m: ModelId,
+        host: &[Phase],
+    ) -> (Vec<gearsim_firmware::KernelProfile>, Option<RunProfile>) {
+        let kernels = self.dev.take_profile();
+        let log = self.dev.take_task_log();
+        if !self.profiling {
+            return (kernels, None);
+        }
+        let profile = super::profile::build(
+            &self.models[m.0 as usize].loaded,
+            &log,
+            &kernels,
+            self.dev.chip().config(),
+            host,
+        );
+        (kernels, Some(profile))
     }
 
     /// Records a host API call on the host lane.
@@ -890,14 +919,27 @@ impl<S: TraceSink> Runtime<S> {
             }
         };
         let mut t = Transfers::default();
+        let h2d_start = self.dev.now().0;
         self.copy_inputs(m, inputs, &dims, &mut t)?;
+        let h2d = Phase {
+            name: "h2d",
+            start_ps: h2d_start,
+            end_ps: self.dev.now().0,
+        };
         self.models[m.0 as usize].current = desc.dynamic.as_ref().map(|d| CurShape {
             kind: d.mode,
             dims: dims.clone(),
         });
         let execute_ps = self.execute_model(m)?;
+        let d2h_start = self.dev.now().0;
         let mut outputs = self.read_outputs(m, gear, &mut t)?;
+        let d2h = Phase {
+            name: "d2h",
+            start_ps: d2h_start,
+            end_ps: self.dev.now().0,
+        };
         trim_direct_outputs(&desc, inputs, &mut outputs);
+        let (kernels, profile) = self.take_profile(m, &[h2d, d2h]);
         let reason = match gear {
             Some(g) => format!("dims [{}] are gear {g}", join(&dims)),
             None => "static model".to_string(),
@@ -913,7 +955,8 @@ impl<S: TraceSink> Runtime<S> {
             host_ps: end.host - start.host,
             end_to_end_ps: end.at - start.at,
             execute_ps,
-            kernels: self.dev.take_profile(),
+            kernels,
+            profile,
             h2d_bytes: t.h2d_bytes,
             h2d_transfers: t.h2d,
             d2h_bytes: t.d2h_bytes,
@@ -1107,6 +1150,7 @@ impl<S: TraceSink> Runtime<S> {
             }
         };
         let execute_ps = self.execute_model(m)?;
+        let d2h_start = self.dev.now().0;
         let n = d.gears.first().map_or(0, Vec::len);
         let raw = copy::d2h(
             self.link(),
@@ -1141,6 +1185,12 @@ impl<S: TraceSink> Runtime<S> {
             dims: dims.clone(),
         });
         let outputs = self.read_outputs(m, Some(read_at), &mut t)?;
+        let d2h = Phase {
+            name: "d2h",
+            start_ps: d2h_start,
+            end_ps: self.dev.now().0,
+        };
+        let (kernels, profile) = self.take_profile(m, &[d2h]);
         let reason = match gear {
             Some(g) => format!("cur_dynamic_dims [{}] are gear {g}", join(&dims)),
             None => format!("cur_dynamic_dims [{}] are no gear", join(&dims)),
@@ -1156,7 +1206,8 @@ impl<S: TraceSink> Runtime<S> {
             host_ps: end.host - start.host,
             end_to_end_ps: end.at - start.at,
             execute_ps,
-            kernels: self.dev.take_profile(),
+            kernels,
+            profile,
             h2d_bytes: t.h2d_bytes,
             h2d_transfers: t.h2d,
             d2h_bytes: t.d2h_bytes,
@@ -1223,6 +1274,10 @@ impl<S: TraceSink> Runtime<S> {
         let report = RunReport {
             execute_ps: end.at - start.at,
             kernels: self.dev.take_profile(),
+            profile: {
+                self.dev.take_task_log();
+                None
+            },
             path: RunPath::Dynamic,
             reason,
             gear: None,

@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn gearsim(args: &[&str]) -> Output {
+pub(crate) fn gearsim(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_gearsim"))
         .args(args)
         .output()

@@ -31,6 +31,7 @@ mod npy;
 #[path = "../../compiler/tests/support/onnx_build.rs"]
 mod onnx_build;
 mod precision;
+mod profile;
 mod readme;
 mod runtime;
 mod separated;

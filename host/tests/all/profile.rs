@@ -1,0 +1,333 @@
+//! msprof-style profiles: one op_summary row per operator task, whose durations account for
+//! the branch's time and whose pipe ratios give back the simulator's own counters; the files
+//! `gearsim run --profile` writes; runs without input files at a chosen gear.
+
+use std::path::{Path, PathBuf};
+
+use super::cli::gearsim;
+
+use gearsim_compiler::options::GearOptions;
+use gearsim_compiler::pipeline::{CompileOptions, compile};
+use gearsim_compiler::precision::PrecisionMode;
+use gearsim_host::calibrate::nets::{DType, Net};
+use gearsim_host::runtime::{Runtime, RuntimeOptions};
+use gearsim_isa::Pipe;
+use gearsim_isa::tensor::{DataType, Tensor};
+use gearsim_sim::{ChipConfig, ExecMode};
+use gearsim_traces::NullSink;
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profile");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+/// The demo CNN compiled with batch gears `gears` for `soc` into the scratch folder: its path.
+fn compile_cnn(name: &str, gears: &str, soc: &str) -> String {
+    let om = scratch(name);
+    let onnx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/models/cnn.onnx");
+    let o = gearsim(&[
+        "compile",
+        "--model",
+        &onnx.display().to_string(),
+        "--output",
+        &om.display().to_string(),
+        "--input_shape",
+        "input:-1,3,32,32",
+        "--dynamic_batch_size",
+        gears,
+        "--soc_version",
+        soc,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    format!("{}.om", om.display())
+}
+
+/// ResNet-18 (fp16, random weights) with batch gears 1 and 2 on `cfg`, run timing-only at
+/// batch 1 with profiles on.
+fn resnet18_gear_run(cfg: &ChipConfig) -> gearsim_host::runtime::RunReport {
+    let onnx = Net::ResNet18.onnx(1, DType::F16, 7);
+    let opts = CompileOptions {
+        gear: GearOptions {
+            input_shape: Some("input:-1,3,224,224".into()),
+            dynamic_batch_size: Some("1,2".into()),
+            ..Default::default()
+        },
+        getnext_sink: false,
+        table_layout: Default::default(),
+        mapindex_engine: Default::default(),
+        fusion: Default::default(),
+        precision: PrecisionMode::ForceFp16,
+        target: gearsim_host::atc::target(cfg),
+    };
+    let om = compile(&onnx, "resnet18.onnx", &opts)
+        .unwrap()
+        .om_bytes()
+        .unwrap();
+    let mut rt = Runtime::new(
+        cfg.clone(),
+        NullSink,
+        RuntimeOptions {
+            exec_mode: ExecMode::TimingOnly,
+            profile: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let m = rt.load(&om).unwrap();
+    let x = Tensor::new(
+        DataType::F16,
+        vec![1, 3, 224, 224],
+        vec![0; 3 * 224 * 224 * 2],
+    )
+    .unwrap();
+    rt.run(m, &[x]).unwrap()
+}
+
+#[test]
+fn op_rows_account_for_the_branch_and_their_ratios_are_the_counters() {
+    let cfg = ChipConfig::preset("ascend310p").unwrap();
+    let r = resnet18_gear_run(&cfg);
+    let p = r.profile.as_ref().expect("profiling was on");
+    let names: Vec<&str> = p.phases.iter().map(|ph| ph.name).collect();
+    assert_eq!(names, ["h2d", "map_index", "branch", "d2h"]);
+    let branch = p.phase("branch").unwrap();
+    let in_branch: Vec<_> = p
+        .ops
+        .iter()
+        .filter(|o| o.task.start_ps >= branch.start_ps && o.task.end_ps <= branch.end_ps)
+        .collect();
+    // Every kernel of the branch is a row, named after its node, typed, with its tensors.
+    assert_eq!(
+        in_branch.len() + 1,
+        p.ops.len(),
+        "all but MapIndex are in the branch"
+    );
+    assert_eq!(p.ops[0].op_type, "MapIndex");
+    for o in &in_branch {
+        assert!(o.name.contains("_ascend_mbatch_batch_0"), "{}", o.name);
+        assert!(!o.op_type.is_empty() && !o.outputs.is_empty(), "{o:?}");
+    }
+    assert!(in_branch.iter().any(|o| o.op_type == "Conv"));
+    let sum: u64 = in_branch.iter().map(|o| o.duration_ps()).sum();
+    let share = sum as f64 / branch.ps() as f64;
+    assert!(
+        (0.99..=1.0).contains(&share),
+        "op durations {sum} ps of a {} ps branch ({share:.4})",
+        branch.ps()
+    );
+    // A ratio times the time its blocks ran on cores with the pipe is the pipe's busy count.
+    let clock = cfg.core.clock_mhz as f64 / 1e6;
+    let mut checked = 0;
+    for o in &p.ops {
+        let Some(ratios) = o.ratios else { continue };
+        let k = r
+            .kernels
+            .iter()
+            .find(|k| k.task.index == o.task.index)
+            .expect("its kernel profile");
+        assert_eq!(k.block_dim, o.block_dim);
+        for (pipe, ratio) in [
+            (Pipe::M, ratios.mac),
+            (Pipe::V, ratios.vec),
+            (Pipe::S, ratios.scalar),
+            (Pipe::Mte1, ratios.mte1),
+            (Pipe::Mte2, ratios.mte2),
+            (Pipe::Mte3, ratios.mte3),
+            (Pipe::Fix, ratios.fixpipe),
+        ] {
+            let lane = Pipe::EXECUTING.iter().position(|p| *p == pipe).unwrap();
+            let busy = k.work.pipes[lane].busy_cycles as f64;
+            let back = ratio * k.pipe_ps[lane] as f64 * clock;
+            assert!(
+                (back - busy).abs() <= 1e-6 * busy.max(1.0),
+                "{} {pipe:?}: {ratio} gives {back}, counter {busy}",
+                o.name
+            );
+            assert!(
+                (0.0..=1.0 + 1e-9).contains(&ratio),
+                "{} {pipe:?} {ratio}",
+                o.name
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 7 * 20, "{checked} ratios checked");
+    let conv = p.ops.iter().find(|o| o.op_type == "Conv").unwrap();
+    assert!(
+        conv.ratios.unwrap().mac > 0.0,
+        "a convolution keeps the cube busy"
+    );
+}
+
+#[test]
+fn run_profile_writes_msprof_files_and_json_has_phases_and_ops() {
+    let model = compile_cnn("cnn", "1,2,4", "ascend310p");
+    let dir = scratch("cnn_profile");
+    let _ = std::fs::remove_dir_all(&dir);
+    let o = gearsim(&[
+        "run",
+        "--model",
+        &model,
+        "--dymBatch",
+        "2",
+        "--input_gen",
+        "random",
+        "--loop",
+        "3",
+        "--profile",
+        &dir.display().to_string(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("dims [2] are gear 1"), "{out}");
+    assert!(out.contains("NPU_compute_time (ms): min = "), "{out}");
+    assert!(out.contains("throughput 1000*batchsize.mean(2)"), "{out}");
+    let csv = std::fs::read_to_string(dir.join("op_summary.csv")).unwrap();
+    let mut lines = csv.lines();
+    let header = lines.next().unwrap();
+    assert_eq!(
+        header,
+        gearsim_host::msprof::OP_SUMMARY_COLUMNS.join(","),
+        "msprof's column names"
+    );
+    let rows: Vec<&str> = lines.collect();
+    let per_run = rows.iter().filter(|l| l.starts_with("cnn,0,")).count();
+    assert!(per_run > 5, "{csv}");
+    assert_eq!(rows.len(), 3 * per_run, "one block of rows per loop");
+    assert!(csv.contains("\"2,3,32,32\""), "shapes are quoted: {csv}");
+    let tasks = std::fs::read_to_string(dir.join("task_time.csv")).unwrap();
+    assert!(tasks.contains("LabelSwitch"), "{tasks}");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["npu_compute_time"]["loops"], 3);
+    let phases: Vec<&str> = summary["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["h2d", "map_index", "branch", "d2h"]);
+    assert!(
+        std::fs::read_to_string(dir.join("summary.txt"))
+            .unwrap()
+            .contains("phases: h2d ")
+    );
+    // --json carries the same phases and the op list.
+    let o = gearsim(&["run", "--model", &model, "--dymBatch", "4", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["gear"], 2);
+    assert!(j["phases"].as_array().unwrap().len() == 4);
+    let ops = j["ops"].as_array().unwrap();
+    assert_eq!(ops.len(), per_run);
+    assert!(
+        ops[1]["Op Name"]
+            .as_str()
+            .unwrap()
+            .contains("_ascend_mbatch_batch_2"),
+        "{}",
+        ops[1]
+    );
+}
+
+#[test]
+fn made_up_inputs_need_a_gear_of_the_model_and_not_both_sources() {
+    let model = compile_cnn("cnn_gen", "1,2", "ascend910");
+    let fails = |args: &[&str], says: &str| {
+        let o = gearsim(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    };
+    fails(
+        &["run", "--model", &model],
+        "has gears [1] [2]: choose the shapes",
+    );
+    fails(&["run", "--model", &model, "--dymBatch", "3"], "E13025");
+    fails(
+        &["run", "--model", &model, "--dymHW", "4,4"],
+        "no dynamic image size",
+    );
+    fails(
+        &["run", "--model", &model, "--dymDims", "image:1,3,32,32"],
+        "the model has no input `image`",
+    );
+    fails(
+        &["run", "--model", &model, "--dymDims", "input:1,3,30,32"],
+        "input `input` is [-1,3,32,32] in the model, got [1,3,30,32]",
+    );
+    fails(
+        &[
+            "run",
+            "--model",
+            &model,
+            "--dymBatch",
+            "1",
+            "--dymHW",
+            "1,1",
+        ],
+        "give at most one",
+    );
+    fails(
+        &[
+            "run",
+            "--model",
+            &model,
+            "--dymBatch",
+            "1",
+            "--input_gen",
+            "ones",
+        ],
+        "expected zeros or random",
+    );
+    let x = scratch("x.npy");
+    std::fs::write(
+        &x,
+        gearsim_host::npy::encode(
+            &gearsim_host::inputs::generate(
+                &gearsim_isa::om::OmFile::parse(&std::fs::read(&model).unwrap())
+                    .unwrap()
+                    .desc()
+                    .unwrap(),
+                &gearsim_host::inputs::GearChoice::Batch(1),
+                gearsim_host::inputs::Fill::Zeros,
+            )
+            .unwrap()[0],
+        ),
+    )
+    .unwrap();
+    fails(
+        &[
+            "run",
+            "--model",
+            &model,
+            "--input",
+            &x.display().to_string(),
+            "--dymBatch",
+            "1",
+        ],
+        "give one or the other",
+    );
+    // The same seed makes the same inputs, hence the same outputs.
+    let out = |seed: &str| {
+        let dir = scratch(&format!("gen_{seed}"));
+        let o = gearsim(&[
+            "run",
+            "--model",
+            &model,
+            "--dymBatch",
+            "2",
+            "--input_gen",
+            "random",
+            "--seed",
+            seed,
+            "--output_dir",
+            &dir.display().to_string(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read(dir.join("output_0.npy")).unwrap()
+    };
+    assert_eq!(out("5"), out("5"));
+    assert_ne!(out("5"), out("6"));
+}
