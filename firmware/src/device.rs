@@ -154,6 +154,12 @@ impl<S: TraceSink> Device<S> {
         self.fw.sched.dispatch.mode = mode;
     }
 
+    /// A flag another thread may set to stop the simulation: the running call then returns
+    /// [`DeviceError::Interrupted`] within one chip event and the device stays stopped.
+    pub fn set_interrupt(&mut self, flag: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
+        self.fw.interrupt = flag;
+    }
+
     /// Starts (or stops) keeping a [`KernelProfile`] of every AI core kernel run and a
     /// [`crate::TaskSpan`] of every task; starting clears what was kept.
     pub fn set_profiling(&mut self, on: bool) {

@@ -131,6 +131,13 @@ pub enum DeviceError {
         /// Every blocked task.
         blocked: Vec<BlockedTask>,
     },
+    /// The host asked the simulation to stop (the flag given to `Device::set_interrupt` was
+    /// set); the device is stopped.
+    #[error("interrupted at {at} ps: the host asked the simulation to stop")]
+    Interrupted {
+        /// Simulated time when it stopped, in picoseconds.
+        at: u64,
+    },
     /// A launch parameter is invalid.
     #[error("invalid launch: {0}")]
     InvalidLaunch(String),

@@ -4,6 +4,9 @@
 //! completion to the scheduler by what its token names. It does not own the chip (the device
 //! lends it for each call) and knows no task kind.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use gearsim_sim::{Chip, ChipConfig, RunEvent};
 use gearsim_traces::TraceSink;
 
@@ -16,6 +19,17 @@ use crate::scheduler::Scheduler;
 use crate::streams::{StreamState, Streams};
 use crate::timers::{Fw, Timers};
 
+/// An error when the host has set the interrupt flag.
+fn interrupted<S: TraceSink>(
+    flag: Option<&AtomicBool>,
+    cx: &Ctx<'_, S>,
+) -> Result<(), DeviceError> {
+    match flag {
+        Some(f) if f.load(Ordering::Relaxed) => Err(DeviceError::Interrupted { at: cx.now().0 }),
+        _ => Ok(()),
+    }
+}
+
 /// Everything the firmware keeps about the device.
 pub(crate) struct Firmware {
     pub(crate) sched: Scheduler,
@@ -23,6 +37,8 @@ pub(crate) struct Firmware {
     pub(crate) host: HostMemory,
     timers: Timers,
     lanes: Lanes,
+    /// Set by another thread to stop the event loop (checked once per chip event).
+    pub(crate) interrupt: Option<Arc<AtomicBool>>,
 }
 
 impl Firmware {
@@ -33,6 +49,7 @@ impl Firmware {
             host: HostMemory::default(),
             timers: Timers::default(),
             lanes: Lanes::default(),
+            interrupt: None,
         }
     }
 
@@ -58,11 +75,13 @@ impl Firmware {
         chip: &mut Chip<S>,
         done: &dyn Fn(&Streams) -> bool,
     ) -> Result<(), DeviceError> {
+        let interrupt = self.interrupt.clone();
         let (sched, mut cx) = self.split(chip);
         loop {
             if done(&sched.streams) {
                 return Ok(());
             }
+            interrupted(interrupt.as_deref(), &cx)?;
             match cx.chip.run_until_event().map_err(DeviceError::Fault)? {
                 RunEvent::Idle { .. } => {
                     if done(&sched.streams) {
@@ -89,12 +108,14 @@ impl Firmware {
         chip: &mut Chip<S>,
         until: gearsim_sim::Tick,
     ) -> Result<(), DeviceError> {
+        let interrupt = self.interrupt.clone();
         let (sched, mut cx) = self.split(chip);
         if until <= cx.now() {
             return Ok(());
         }
         cx.timers.set(cx.chip, until, Fw::HostWake);
         loop {
+            interrupted(interrupt.as_deref(), &cx)?;
             match cx.chip.run_until_event().map_err(DeviceError::Fault)? {
                 // The wake timer is pending, so the chip is never idle before it fires.
                 RunEvent::Idle { .. } => return Ok(()),

@@ -28,6 +28,8 @@ pub mod kernel;
 pub mod msprof;
 pub mod npy;
 pub mod oprun;
+pub mod options;
+pub mod pad;
 pub mod runner;
 pub mod runtime;
 pub mod study;

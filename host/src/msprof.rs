@@ -141,6 +141,43 @@ pub fn op_fields(model: &str, infer: usize, o: &OpRow) -> Vec<String> {
     ]
 }
 
+/// The columns of [`OP_SUMMARY_COLUMNS`] that hold text (the rest hold numbers).
+const TEXT_COLUMNS: [&str; 10] = [
+    "Model Name",
+    "Op Name",
+    "OP Type",
+    "Task Type",
+    "Input Shapes",
+    "Input Data Types",
+    "Input Formats",
+    "Output Shapes",
+    "Output Data Types",
+    "Output Formats",
+];
+
+/// One op_summary row as a JSON object keyed by msprof's column names (without the model name
+/// and Infer ID): numbers as numbers, `N/A` as null.
+pub fn op_record(o: &OpRow) -> serde_json::Map<String, serde_json::Value> {
+    OP_SUMMARY_COLUMNS
+        .iter()
+        .zip(op_fields("", 0, o))
+        .skip(2)
+        .map(|(k, v)| {
+            let value = if v == "N/A" {
+                serde_json::Value::Null
+            } else if TEXT_COLUMNS.contains(k) {
+                serde_json::Value::String(v)
+            } else {
+                v.parse::<f64>()
+                    .ok()
+                    .and_then(serde_json::Number::from_f64)
+                    .map_or(serde_json::Value::String(v), serde_json::Value::Number)
+            };
+            (k.to_string(), value)
+        })
+        .collect()
+}
+
 /// `op_summary.csv` of the runs (`runs[i]` is Infer ID i).
 pub fn op_summary_csv(model: &str, runs: &[&RunProfile]) -> String {
     let mut out = String::new();

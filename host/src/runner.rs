@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::inputs::{self, Fill, GearChoice};
 use crate::msprof::{self, ComputeTime};
 use crate::npy;
+use crate::pad::{self, Padding};
 use crate::runtime::{RunProfile, RunReport, Runtime, RuntimeError, RuntimeOptions};
 use gearsim_isa::tensor::Tensor;
 
@@ -97,6 +98,8 @@ pub struct RunRequest {
     pub gear: GearChoice,
     /// Without input files: what they hold.
     pub fill: Fill,
+    /// Pad a batch between two gears up to the next larger gear (see [`crate::pad`]).
+    pub pad_to_gear: bool,
 }
 
 /// What `gearsim run` did.
@@ -118,6 +121,8 @@ pub struct RunOutcome {
     pub profiles: Vec<RunProfile>,
     /// The batch a throughput counts: the first data input's leading dimension.
     pub batch: u64,
+    /// How the request was padded, and the padding check's finding.
+    pub padding: Option<(Padding, String)>,
     /// Output files written.
     pub written: Vec<PathBuf>,
 }
@@ -175,6 +180,26 @@ pub fn run<S: TraceSink>(
             .map(|p| npy::read(p).map_err(|e| anyhow!("{e}")))
             .collect::<Result<_>>()?
     };
+    let (inputs, padding) = if req.pad_to_gear {
+        match pad::plan(desc, &inputs).map_err(|e| anyhow!("{path}: --pad_to_gear: {e}"))? {
+            None => (inputs, None),
+            Some(p) => {
+                let c = pad::check(&cfg, &model.file, desc)
+                    .map_err(|e| anyhow!("{path}: --pad_to_gear: {e}"))?;
+                if !c.allowed {
+                    bail!(
+                        "{path}: --pad_to_gear refused: {} (padding would change the outputs \
+                         of the real rows)",
+                        c.reason
+                    );
+                }
+                let padded = pad::pad(desc, &inputs, &p).map_err(|e| anyhow!("{path}: {e}"))?;
+                (padded, Some((p, c.reason)))
+            }
+        }
+    } else {
+        (inputs, None)
+    };
     let exec_mode = if req.timing_only {
         ExecMode::TimingOnly
     } else {
@@ -221,7 +246,10 @@ pub fn run<S: TraceSink>(
         last = Some(r);
         progress(i + 1, req.repeat);
     }
-    let last = last.ok_or_else(|| anyhow!("no run"))?;
+    let mut last = last.ok_or_else(|| anyhow!("no run"))?;
+    if let Some((p, _)) = &padding {
+        last.outputs = pad::trim(&last.outputs, p).map_err(|e| anyhow!("{path}: {e}"))?;
+    }
     let mut written = Vec::new();
     if let (Some(dir), false) = (&req.output_dir, req.timing_only) {
         std::fs::create_dir_all(dir)
@@ -251,10 +279,16 @@ pub fn run<S: TraceSink>(
             times_ps: times,
             execute_ps: execute,
             profiles,
-            batch: inputs
-                .first()
-                .and_then(|t| t.dims.first())
-                .map_or(1, |d| (*d).max(1) as u64),
+            batch: padding.as_ref().map_or_else(
+                || {
+                    inputs
+                        .first()
+                        .and_then(|t| t.dims.first())
+                        .map_or(1, |d| (*d).max(1) as u64)
+                },
+                |(p, _)| p.from as u64,
+            ),
+            padding,
             written,
         },
         sink,
@@ -294,20 +328,19 @@ impl RunOutcome {
             "d2h_transfers": r.d2h_transfers,
             "warnings": r.warnings,
             "npu_compute_time": self.compute_time().map(|c| c.json()),
+            "padded": self.padding.as_ref().map(|(p, why)| json!({
+                "from": p.from,
+                "to": p.to,
+                "gear": p.gear,
+                "wasted": p.wasted(),
+                "check": why,
+            })),
             "phases": self.profiles.last().map(|p| p.phases.iter().map(|ph| json!({
                 "name": ph.name,
                 "start_us": ph.start_ps as f64 / 1e6,
                 "us": ph.ps() as f64 / 1e6,
             })).collect::<Vec<_>>()),
-            "ops": self.profiles.last().map(|p| p.ops.iter().map(|o| {
-                let cols = msprof::op_fields(&self.model, self.profiles.len() - 1, o);
-                msprof::OP_SUMMARY_COLUMNS
-                    .iter()
-                    .zip(cols)
-                    .skip(2)
-                    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v)))
-                    .collect::<serde_json::Map<_, _>>()
-            }).collect::<Vec<_>>()),
+            "ops": self.profiles.last().map(|p| p.ops.iter().map(msprof::op_record).collect::<Vec<_>>()),
         })
     }
 
@@ -349,6 +382,9 @@ impl RunOutcome {
             r.path.name(),
             r.reason
         )];
+        if let Some((p, why)) = &self.padding {
+            out.push(format!("padded: {} ({why})", p.text()));
+        }
         out.push(format!(
             "gear: {}   cur_dynamic_dims: {}",
             r.gear.map_or_else(|| "none".to_string(), |g| g.to_string()),

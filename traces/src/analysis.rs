@@ -319,6 +319,62 @@ enum SpanClass {
     Unrelated,
 }
 
+/// One kernel task of a trace: an AI core or AI CPU kernel's span on its stream lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelTask {
+    /// The task's name (its op: `/layer1/conv1/Conv`), or the kind when the task has none.
+    pub name: String,
+    /// `AiCoreKernel` or `AiCpuKernel`.
+    pub kind: String,
+    /// The stream lane's thread name (`stream 3 (model 0)`).
+    pub stream: String,
+    /// Start, picoseconds.
+    pub start: u64,
+    /// End, picoseconds.
+    pub end: u64,
+}
+
+/// The span names of kernel tasks on stream lanes.
+const KERNEL_TASK_KINDS: [&str; 2] = ["AiCoreKernel", "AiCpuKernel"];
+
+/// Every kernel task in the trace, in record order (the order they ended).
+pub fn kernel_tasks(trace: &TraceFile) -> Vec<KernelTask> {
+    let lanes = trace.lanes();
+    let mut out = Vec::new();
+    for record in trace.records() {
+        let Record::Span {
+            lane,
+            name,
+            start,
+            end,
+            detail,
+            ..
+        } = record
+        else {
+            continue;
+        };
+        let Some(l) = lanes.get(usize::from(lane.0)) else {
+            continue;
+        };
+        if l.kind != LaneKind::Stream {
+            continue;
+        }
+        let kind = trace.string(name);
+        if !KERNEL_TASK_KINDS.contains(&kind) {
+            continue;
+        }
+        let detail = trace.string(detail);
+        out.push(KernelTask {
+            name: task_name(kind, detail).unwrap_or(kind).to_string(),
+            kind: kind.to_string(),
+            stream: l.thread.clone(),
+            start,
+            end,
+        });
+    }
+    out
+}
+
 /// The task's own name in a stream span's detail `stream S task I: KIND NAME`.
 fn task_name<'a>(kind: &str, detail: &'a str) -> Option<&'a str> {
     detail

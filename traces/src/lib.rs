@@ -58,8 +58,8 @@ mod record;
 mod writer;
 
 pub use analysis::{
-    Diff, LaneDiff, LaneStats, LaneSummary, NameTotal, Phase, PhaseDiff, PhaseTotal, Summary, diff,
-    format_ps, kind_name, summary,
+    Diff, KernelTask, LaneDiff, LaneStats, LaneSummary, NameTotal, Phase, PhaseDiff, PhaseTotal,
+    Summary, diff, format_ps, kernel_tasks, kind_name, summary,
 };
 pub use error::TraceError;
 pub use format::Header;

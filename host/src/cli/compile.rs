@@ -3,13 +3,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, anyhow};
 use clap::Args;
-use gearsim_compiler::memory::BufferOptimize;
-use gearsim_compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
-use gearsim_compiler::precision::PrecisionMode;
-use gearsim_host::atc;
-use gearsim_host::target;
+use gearsim_host::options::AtcRequest;
 
 use super::Failure;
 use super::flags::{ChipArgs, GearArgs};
@@ -69,61 +64,23 @@ pub struct CompileArgs {
 
 /// Compiles, verifies and writes the model, then reports its sizes and timings.
 pub fn run(a: &CompileArgs) -> Result<(), Failure> {
-    if a.framework != 5 {
-        return Err(anyhow!(
-            "E10001: Value {} for parameter --framework is invalid. Reason: gearsim reads ONNX \
-             models only (--framework=5)",
-            a.framework
-        )
-        .into());
-    }
-    let table_layout = TableLayout::parse(&a.gear_table_layout).ok_or_else(|| {
-        anyhow!(
-            "--gear_table_layout: expected one of {}, got `{}`",
-            TableLayout::names(),
-            a.gear_table_layout
-        )
-    })?;
-    let mapindex_engine = MapIndexEngine::parse(&a.mapindex_engine).ok_or_else(|| {
-        anyhow!(
-            "--mapindex_engine: expected aicore or aicpu, got `{}`",
-            a.mapindex_engine
-        )
-    })?;
-    let chip = a.chip.config()?;
-    let fusion = match &a.fusion_switch_file {
-        None => Default::default(),
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .with_context(|| format!("--fusion_switch_file {}", p.display()))?;
-            atc::fusion_switches(&text, &p.display().to_string()).map_err(|e| anyhow!(e))?
-        }
-    };
-    let precision = PrecisionMode::parse(&a.precision_mode)?;
-    let mut target = target::for_chip(&chip);
-    target.buffer_optimize = BufferOptimize::parse(&a.buffer_optimize)?;
-    let opts = CompileOptions {
-        gear: a.gear.options()?,
+    let r = AtcRequest {
+        model: a.model.clone(),
+        output: a.output.clone(),
+        framework: a.framework,
+        chip: a.chip.choice(),
+        gear: a.gear.flags(),
         getnext_sink: a.getnext_sink,
-        table_layout,
-        mapindex_engine,
-        target,
-        fusion,
-        precision,
-    };
-    let om = atc::om_path(&a.output);
-    let dumps = atc::Dumps {
-        graph: a.dump_graph.as_deref(),
-        kernels: a.dump_kernels.as_deref(),
-    };
-    if a.hybrid && a.getnext_sink {
-        return Err(anyhow!(
-            "--hybrid and --getnext_sink exclude each other: in sink mode the device picks the \
-             branch, so there is no host-side fallback to take"
-        )
-        .into());
+        gear_table_layout: a.gear_table_layout.clone(),
+        mapindex_engine: a.mapindex_engine.clone(),
+        dump_graph: a.dump_graph.clone(),
+        dump_kernels: a.dump_kernels.clone(),
+        fusion_switch_file: a.fusion_switch_file.clone(),
+        precision_mode: a.precision_mode.clone(),
+        buffer_optimize: a.buffer_optimize.clone(),
+        hybrid: a.hybrid,
     }
-    let r = atc::compile_file(&a.model, &om, &opts, &chip, dumps, a.hybrid)?;
+    .compile()?;
     for note in &r.compiled.notes {
         eprintln!("note: {note}");
     }

@@ -4,17 +4,16 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use gearsim_compiler::options::GearOptions;
+use gearsim_host::options::{ChipChoice, GearFlags};
 use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::TraceFileWriter;
 
 use super::output::open_trace;
 
-/// The preset a command uses when neither `--soc_version` nor `--chip_config` is given and no
-/// compiled model names one.
-pub const DEFAULT_SOC: &str = "ascend910";
+pub use gearsim_host::options::{DEFAULT_SOC, read_chip_config};
 
 /// The chip to simulate.
 #[derive(Args)]
@@ -38,26 +37,19 @@ impl ChipArgs {
         self.config_or(DEFAULT_SOC)
     }
 
-    /// The chip, with `preset` (a compiled model's `soc_version`) as the default preset. The
-    /// one function that turns the flags into a `ChipConfig`.
+    /// The chip, with `preset` (a compiled model's `soc_version`) as the default preset.
     pub fn config_or(&self, preset: &str) -> Result<ChipConfig> {
-        let mut cfg = match &self.chip_config {
-            Some(path) => read_chip_config(path)?,
-            None => ChipConfig::preset(self.soc_version.as_deref().unwrap_or(preset))?,
-        };
-        if let Some(mhz) = self.clock_mhz {
-            cfg.core.clock_mhz = mhz;
-            cfg.validate("--clock_mhz")?;
-        }
-        Ok(cfg)
+        self.choice().config_or(preset)
     }
-}
 
-/// A chip configuration TOML file (the schema of `sim/presets`), validated; errors name it.
-pub fn read_chip_config(path: &std::path::Path) -> Result<ChipConfig> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(ChipConfig::from_toml(&text, &path.display().to_string())?)
+    /// The flags as the library takes them.
+    pub fn choice(&self) -> ChipChoice {
+        ChipChoice {
+            soc_version: self.soc_version.clone(),
+            chip_config: self.chip_config.clone(),
+            clock_mhz: self.clock_mhz,
+        }
+    }
 }
 
 /// Where to write a trace of the command's simulation.
@@ -109,41 +101,26 @@ pub struct GearArgs {
 }
 
 impl GearArgs {
-    /// The compiler's gear options (the AIPP configuration file read).
-    pub fn options(&self) -> Result<GearOptions> {
-        let (conf, text) = match &self.insert_op_conf {
-            None => (None, None),
-            Some(p) => {
-                let bytes = std::fs::read(p)
-                    .with_context(|| format!("--insert_op_conf {}: cannot read", p.display()))?;
-                // Sample configurations carry a byte-order mark or comments in a local code
-                // page; the fields are ASCII, so anything else only ever reaches an error.
-                let bytes = bytes.strip_prefix(b"\xef\xbb\xbf").unwrap_or(&bytes);
-                let text = String::from_utf8_lossy(bytes).into_owned();
-                (Some(p.display().to_string()), Some(text))
-            }
-        };
-        Ok(GearOptions {
+    /// The flags as the library takes them.
+    pub fn flags(&self) -> GearFlags {
+        GearFlags {
             input_shape: self.input_shape.clone(),
             dynamic_batch_size: self.dynamic_batch_size.clone(),
             dynamic_image_size: self.dynamic_image_size.clone(),
             dynamic_dims: self.dynamic_dims.clone(),
             input_format: self.input_format.clone(),
-            insert_op_conf: conf,
-            insert_op_conf_text: text,
-            enable_small_channel: match &self.enable_small_channel {
-                None => false,
-                Some(v) => gearsim_compiler::options::parse_small_channel(v)?,
-            },
-            ..GearOptions::default()
-        })
+            insert_op_conf: self.insert_op_conf.clone(),
+            enable_small_channel: self.enable_small_channel.clone(),
+        }
+    }
+
+    /// The compiler's gear options (the AIPP configuration file read).
+    pub fn options(&self) -> Result<GearOptions> {
+        self.flags().options()
     }
 
     /// Whether any shape or gear option was given (`--input_format` alone is not).
     pub fn any_shape(&self) -> bool {
-        self.input_shape.is_some()
-            || self.dynamic_batch_size.is_some()
-            || self.dynamic_image_size.is_some()
-            || self.dynamic_dims.is_some()
+        self.flags().any_shape()
     }
 }

@@ -42,6 +42,11 @@ pub struct RunArgs {
     /// The seed of --input_gen random.
     #[arg(long = "seed", default_value_t = 0)]
     seed: u64,
+    /// Dynamic batch: a batch between two gears is padded with zero rows up to the next larger
+    /// gear, run there, and its outputs cut back (after a padding check on the device that
+    /// the model's rows are independent; a model that fails it is refused).
+    #[arg(long = "pad_to_gear")]
+    pad_to_gear: bool,
     /// Write output_<i>.npy here (created if missing).
     #[arg(long = "output_dir", value_name = "DIR")]
     output_dir: Option<PathBuf>,
@@ -101,6 +106,7 @@ pub fn run(a: &RunArgs) -> Result<(), Failure> {
         profile: a.profile.is_some() || a.json,
         gear: gear_choice(a)?,
         fill: Fill::parse(&a.input_gen, a.seed)?,
+        pad_to_gear: a.pad_to_gear,
     };
     let mode = exec_mode(a.timing_only);
     let bytes = OmModel::read(&a.model)?;

@@ -261,6 +261,12 @@ impl<S: TraceSink> Runtime<S> {
         })
     }
 
+    /// A flag another thread may set to stop the simulation: the running call then fails
+    /// with the device's `Interrupted` error and the runtime's device stays stopped.
+    pub fn set_interrupt(&mut self, flag: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
+        self.dev.set_interrupt(flag);
+    }
+
     /// The device.
     pub fn device(&self) -> &Device<S> {
         &self.dev

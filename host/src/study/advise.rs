@@ -41,6 +41,7 @@ use gearsim_traces::NullSink;
 
 use super::svg::{Figure, Panel, Series, render};
 use super::{StudyError, parallel_map};
+use crate::pad::{PadCheck, compare_rows};
 use crate::runtime::session::{data_inputs, io_type};
 use crate::runtime::{ModelId, RunPath, Runtime, RuntimeOptions};
 use crate::target;
@@ -549,15 +550,6 @@ pub struct Candidate {
     pub io_bytes: u64,
 }
 
-/// The padding check's finding.
-#[derive(Debug, Clone, PartialEq)]
-pub struct PadCheck {
-    /// Whether requests may be padded up to a larger batch.
-    pub allowed: bool,
-    /// Why.
-    pub reason: String,
-}
-
 /// One point of the trade-off curve: the best set of one size, predicted and measured.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CurvePoint {
@@ -811,10 +803,6 @@ fn random_fill(seed: &mut u64) -> impl FnMut(DataType, usize) -> Vec<u8> + '_ {
     }
 }
 
-/// Relative tolerance of the padding check (of the largest magnitude of an output): the two
-/// batch sizes may tile differently, which moves f16 rounding, not values.
-const PAD_RTOL: f64 = 1e-2;
-
 /// Whether the model's rows are independent: batch `b + 1` and the first `b` of those rows on
 /// the device's dynamic path (full mode) give the same first `b` output rows.
 fn pad_check(
@@ -843,50 +831,16 @@ fn pad_check(
         .collect::<Result<_, _>>()?;
     let rb = rt.run_dynamic_path(m, &big).map_err(|e| e.to_string())?;
     let rs = rt.run_dynamic_path(m, &small).map_err(|e| e.to_string())?;
-    for (k, (yb, ys)) in rb.outputs.iter().zip(&rs.outputs).enumerate() {
-        let name = &build.desc.outputs[k].name;
-        if yb.dims.first() != Some(&(b + 1)) || ys.dims.first() != Some(&b) {
-            return Ok(PadCheck {
-                allowed: false,
-                reason: format!(
-                    "output `{name}` does not follow the batch (shape {:?} at batch {}, {:?} at \
-                     batch {b})",
-                    yb.dims,
-                    b + 1,
-                    ys.dims
-                ),
-            });
-        }
-        let (vb, vs) = (yb.to_f64s(), ys.to_f64s());
-        let scale = vs.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
-        // A NaN on one side only is a difference; NaN on both is agreement.
-        let worst = vs
-            .iter()
-            .zip(&vb)
-            .map(|(s, l)| match (s.is_nan(), l.is_nan()) {
-                (false, false) => (s - l).abs(),
-                (true, true) => 0.0,
-                _ => f64::INFINITY,
-            })
-            .fold(0f64, f64::max);
-        if worst > PAD_RTOL * scale {
-            return Ok(PadCheck {
-                allowed: false,
-                reason: format!(
-                    "output `{name}`'s first {b} row(s) change by {worst:.3e} (of {scale:.3e}) \
-                     when a row is added: the model mixes rows of the batch"
-                ),
-            });
-        }
-    }
-    Ok(PadCheck {
-        allowed: true,
-        reason: format!(
+    let names: Vec<String> = build.desc.outputs.iter().map(|o| o.name.clone()).collect();
+    let mut c = compare_rows(&names, &rb.outputs, &rs.outputs, b);
+    if c.allowed {
+        c.reason = format!(
             "rows are independent: the first {b} output row(s) at batch {} match batch {b} on \
              the device",
             b + 1
-        ),
-    })
+        );
+    }
+    Ok(c)
 }
 
 /// Splits `n` candidates into chunks of at most `limit` (and at least 2).

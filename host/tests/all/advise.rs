@@ -276,7 +276,7 @@ fn the_cnn_proposal_is_the_best_measured_point_and_its_prediction_holds() {
 }
 
 /// `y = x - mean(x over the batch)`: every row depends on every other.
-fn batch_mixing_model() -> Vec<u8> {
+pub(crate) fn batch_mixing_model() -> Vec<u8> {
     let mut mean = node("ReduceMean", "mean", &["x"], &["m"]);
     mean.attribute.push(AttributeProto {
         name: "axes".into(),

@@ -30,6 +30,7 @@ mod npy;
 /// ONNX models built in code (shared with the compiler crate's tests).
 #[path = "../../compiler/tests/support/onnx_build.rs"]
 mod onnx_build;
+mod pad;
 mod precision;
 mod profile;
 mod readme;

@@ -1,10 +1,13 @@
 //! The layering of DESIGN.md §1, checked by reading every crate's Cargo.toml:
 //!
 //! ```text
-//! isa  <-  traces  <-  sim  <-  firmware  <-  host
+//! isa  <-  traces  <-  sim  <-  firmware  <-  host  <-  python
 //!   ^                                          ^
 //!   +--- gearsim-compiler (isa only) ----------+
 //! ```
+//!
+//! (`python` is the extension module of the `gearsim` Python package: a user of the host
+//! library, as the command line is.)
 //!
 //! plus what each layer must not know: `isa` no files, time or memory systems; `sim` no file IO
 //! or file formats beyond its compiled-in presets; the compiler never runs the chip (its only
@@ -33,6 +36,15 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "gearsim-sim",
             "gearsim-firmware",
             "gearsim-compiler",
+        ],
+    ),
+    (
+        "gearsim-python",
+        &[
+            "gearsim-isa",
+            "gearsim-traces",
+            "gearsim-sim",
+            "gearsim-host",
         ],
     ),
     (
