@@ -13,6 +13,6 @@ if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q maturin numpy onnx onnxruntime pytest
+"$venv/bin/python" -m pip install -q maturin numpy onnx onnxruntime pytest grpcio-tools "dask[distributed]"
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps ./host/python
 "$venv/bin/python" -m pytest -q host/python/tests

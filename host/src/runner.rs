@@ -107,6 +107,8 @@ pub struct RunRequest {
 pub struct RunOutcome {
     /// The model's name.
     pub model: String,
+    /// Its outputs' names, in order.
+    pub output_names: Vec<String>,
     /// The mode it ran in.
     pub mode: Mode,
     /// The chip.
@@ -273,6 +275,7 @@ pub fn run<S: TraceSink>(
     Ok((
         RunOutcome {
             model: name,
+            output_names: desc.outputs.iter().map(|o| o.name.clone()).collect(),
             mode,
             soc_version: soc,
             last,
@@ -314,6 +317,7 @@ impl RunOutcome {
             "reason": r.reason,
             "gear": r.gear,
             "cur_dynamic_dims": r.cur_dynamic_dims,
+            "output_names": self.output_names,
             "output_shapes": r.outputs.iter().map(|t| t.dims.clone()).collect::<Vec<_>>(),
             "output_dtypes": r.outputs.iter().map(|t| t.dtype.name()).collect::<Vec<_>>(),
             "outputs": self.written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
@@ -395,8 +399,12 @@ impl RunOutcome {
                 .written
                 .get(i)
                 .map_or_else(String::new, |p| format!(" -> {}", p.display()));
+            let name = self
+                .output_names
+                .get(i)
+                .map_or_else(String::new, |n| format!(" `{n}`"));
             out.push(format!(
-                "output {i}: {} {}{to}",
+                "output {i}{name}: {} {}{to}",
                 t.dtype.name(),
                 dims_text(&t.dims)
             ));

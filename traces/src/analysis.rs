@@ -71,6 +71,8 @@ pub struct LaneSummary {
     pub kind: LaneKind,
     /// Spans on the lane.
     pub spans: u64,
+    /// Instants, counter samples and flows starting on the lane.
+    pub samples: u64,
     /// Length of the union of the lane's span intervals (overlapping time counted once).
     pub busy_ps: u64,
     /// Earliest span start, if the lane has spans.
@@ -185,6 +187,11 @@ pub struct Summary {
     pub lanes: Vec<LaneSummary>,
     /// Span names by total duration, largest first (ties by name).
     pub names: Vec<NameTotal>,
+    /// Kernel tasks (AI core and AI CPU kernels on stream lanes) by their op's name, by total
+    /// duration, largest first (ties by name).
+    pub kernels: Vec<NameTotal>,
+    /// Whether printing shows idle lanes (no spans, samples or flows) too.
+    pub all_lanes: bool,
     /// One entry per [`Phase`], in [`Phase::ALL`] order (count 0 for a phase the trace lacks).
     pub phases: Vec<PhaseTotal>,
 }
@@ -207,6 +214,7 @@ impl Summary {
 #[derive(Debug, Clone, Default)]
 struct LaneAcc {
     spans: u64,
+    samples: u64,
     first_start: Option<u64>,
     last_end: Option<u64>,
     busy: u64,
@@ -376,7 +384,7 @@ pub fn kernel_tasks(trace: &TraceFile) -> Vec<KernelTask> {
 }
 
 /// The task's own name in a stream span's detail `stream S task I: KIND NAME`.
-fn task_name<'a>(kind: &str, detail: &'a str) -> Option<&'a str> {
+pub(crate) fn task_name<'a>(kind: &str, detail: &'a str) -> Option<&'a str> {
     detail
         .split_once(": ")?
         .1
@@ -553,6 +561,9 @@ pub fn summary(trace: &TraceFile) -> Summary {
     let roles: Vec<LaneRole> = lanes.iter().map(lane_role).collect();
     let mut phases = PhaseAcc::default();
     let mut by_name: HashMap<StrId, (u64, u64)> = HashMap::new();
+    // Kernel task spans by (kind, detail): the detail names the task, so it is parsed once.
+    let mut by_task: HashMap<(StrId, StrId), (u64, u64)> = HashMap::new();
+    let stream_lane: Vec<bool> = lanes.iter().map(|l| l.kind == LaneKind::Stream).collect();
     let (mut spans, mut instants, mut counters, mut flows) = (0u64, 0u64, 0u64, 0u64);
     let mut window: Option<(u64, u64)> = None;
     let mut see = |t: u64| {
@@ -565,11 +576,19 @@ pub fn summary(trace: &TraceFile) -> Summary {
                 name,
                 start,
                 end,
+                detail,
                 ..
             } => {
                 spans += 1;
                 see(start);
                 see(end);
+                if stream_lane.get(usize::from(lane.0)) == Some(&true)
+                    && KERNEL_TASK_KINDS.contains(&trace.string(name))
+                {
+                    let t = by_task.entry((name, detail)).or_default();
+                    t.0 += 1;
+                    t.1 = t.1.saturating_add(end.saturating_sub(start));
+                }
                 if let Some(a) = acc.get_mut(usize::from(lane.0)) {
                     a.add(start, end);
                 }
@@ -580,15 +599,29 @@ pub fn summary(trace: &TraceFile) -> Summary {
                 total.0 += 1;
                 total.1 = total.1.saturating_add(end.saturating_sub(start));
             }
-            Record::Instant { at, .. } => {
+            Record::Instant { lane, at, .. } => {
                 instants += 1;
                 see(at);
+                if let Some(a) = acc.get_mut(usize::from(lane.0)) {
+                    a.samples += 1;
+                }
             }
-            Record::Counter { at, .. } => {
+            Record::Counter { lane, at, .. } => {
                 counters += 1;
                 see(at);
+                if let Some(a) = acc.get_mut(usize::from(lane.0)) {
+                    a.samples += 1;
+                }
             }
-            Record::Flow { from_at, to_at, .. } => {
+            Record::Flow {
+                from_lane,
+                from_at,
+                to_at,
+                ..
+            } => {
+                if let Some(a) = acc.get_mut(usize::from(from_lane.0)) {
+                    a.samples += 1;
+                }
                 flows += 1;
                 see(from_at);
                 see(to_at);
@@ -627,6 +660,7 @@ pub fn summary(trace: &TraceFile) -> Summary {
                 thread: lane.thread.clone(),
                 kind: lane.kind,
                 spans: a.spans,
+                samples: a.samples,
                 busy_ps: a.busy,
                 first_start: a.first_start,
                 last_end: a.last_end,
@@ -654,6 +688,28 @@ pub fn summary(trace: &TraceFile) -> Summary {
             .cmp(&a.total_ps)
             .then_with(|| a.name.cmp(&b.name))
     });
+    let mut tasks: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for ((kind, detail), (count, total)) in by_task {
+        let kind = trace.string(kind);
+        let t = tasks
+            .entry(task_name(kind, trace.string(detail)).unwrap_or(kind))
+            .or_default();
+        t.0 += count;
+        t.1 = t.1.saturating_add(total);
+    }
+    let mut kernels: Vec<NameTotal> = tasks
+        .into_iter()
+        .map(|(name, (count, total_ps))| NameTotal {
+            name: name.to_owned(),
+            count,
+            total_ps,
+        })
+        .collect();
+    kernels.sort_by(|a, b| {
+        b.total_ps
+            .cmp(&a.total_ps)
+            .then_with(|| a.name.cmp(&b.name))
+    });
 
     Summary {
         records: trace.record_count(),
@@ -665,6 +721,8 @@ pub fn summary(trace: &TraceFile) -> Summary {
         end: window.map(|w| w.1),
         lanes,
         names,
+        kernels,
+        all_lanes: false,
         phases: phases.finish(),
     }
 }
@@ -751,6 +809,35 @@ fn opt_ps(t: Option<u64>) -> String {
     t.map_or_else(|| "-".into(), format_ps)
 }
 
+/// The first [`TOP_NAMES`] of `totals` under `title`, each with its share of all of them.
+fn top_table(
+    f: &mut fmt::Formatter<'_>,
+    title: &str,
+    first: &'static str,
+    totals: &[NameTotal],
+) -> fmt::Result {
+    let all: u64 = totals.iter().fold(0, |s, n| s.saturating_add(n.total_ps));
+    writeln!(f)?;
+    writeln!(f, "{title}")?;
+    let table = Table {
+        header: vec![first, "count", "total", "share"],
+        right: vec![false, true, true, true],
+        rows: totals
+            .iter()
+            .take(TOP_NAMES)
+            .map(|n| {
+                vec![
+                    n.name.clone(),
+                    n.count.to_string(),
+                    format_ps(n.total_ps),
+                    percent(n.total_ps, all),
+                ]
+            })
+            .collect(),
+    };
+    write!(f, "{table}")
+}
+
 impl fmt::Display for Summary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
@@ -772,6 +859,12 @@ impl fmt::Display for Summary {
             format_ps(window)
         )?;
         writeln!(f)?;
+        let idle = |l: &&LaneSummary| l.spans == 0 && l.samples == 0;
+        let hidden = if self.all_lanes {
+            0
+        } else {
+            self.lanes.iter().filter(idle).count()
+        };
         let table = Table {
             header: vec![
                 "process", "thread", "kind", "spans", "busy", "busy%", "first", "last",
@@ -780,6 +873,7 @@ impl fmt::Display for Summary {
             rows: self
                 .lanes
                 .iter()
+                .filter(|l| self.all_lanes || !idle(l))
                 .map(|l| {
                     vec![
                         l.process.clone(),
@@ -795,31 +889,23 @@ impl fmt::Display for Summary {
                 .collect(),
         };
         write!(f, "{table}")?;
-        if !self.names.is_empty() {
-            let all: u64 = self
-                .names
-                .iter()
-                .fold(0, |s, n| s.saturating_add(n.total_ps));
-            writeln!(f)?;
-            writeln!(f, "top span names by total duration:")?;
-            let table = Table {
-                header: vec!["name", "count", "total", "share"],
-                right: vec![false, true, true, true],
-                rows: self
-                    .names
-                    .iter()
-                    .take(TOP_NAMES)
-                    .map(|n| {
-                        vec![
-                            n.name.clone(),
-                            n.count.to_string(),
-                            format_ps(n.total_ps),
-                            percent(n.total_ps, all),
-                        ]
-                    })
-                    .collect(),
-            };
-            write!(f, "{table}")?;
+        if hidden > 0 {
+            writeln!(
+                f,
+                "({hidden} idle lane{} hidden; --all_lanes shows them)",
+                if hidden == 1 { "" } else { "s" }
+            )?;
+        }
+        // Kernels (ops) when the trace has tasks, else span names (a kernel run's).
+        if !self.kernels.is_empty() {
+            top_table(
+                f,
+                "top kernels (ops) by total duration:",
+                "kernel",
+                &self.kernels,
+            )?;
+        } else if !self.names.is_empty() {
+            top_table(f, "top span names by total duration:", "name", &self.names)?;
         }
         if self.phases.iter().any(|p| p.count > 0) {
             writeln!(f)?;

@@ -53,8 +53,10 @@ pub mod atomic;
 mod error;
 pub mod format;
 mod perfetto;
+mod perfetto_proto;
 mod reader;
 mod record;
+mod view;
 mod writer;
 
 pub use analysis::{
@@ -63,7 +65,11 @@ pub use analysis::{
 };
 pub use error::TraceError;
 pub use format::Header;
-pub use perfetto::{export_perfetto, export_perfetto_file};
+pub use perfetto::{
+    export_perfetto, export_perfetto_file, export_perfetto_file_filtered, export_perfetto_filtered,
+};
+pub use perfetto_proto::{ProtoStats, export_perfetto_proto, export_perfetto_proto_file};
 pub use reader::{Records, TraceFile};
 pub use record::{Lane, LaneId, LaneKind, NullSink, Record, StrId, TraceSink};
+pub use view::{Event, Filter, Level, View};
 pub use writer::{TraceFileWriter, TraceWriter};

@@ -10,13 +10,23 @@ use std::collections::HashMap;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-use crate::analysis::kind_name;
 use crate::atomic::TempFile;
-use crate::{Record, TraceError, TraceFile};
+use crate::view::{Event, Filter, View};
+use crate::{TraceError, TraceFile};
 
 /// Writes `trace` as Chrome / Perfetto JSON to `out`, streaming (the JSON is never held in
 /// memory as a whole). The output depends only on the trace's contents.
 pub fn export_perfetto(trace: &TraceFile, out: &mut impl Write) -> io::Result<()> {
+    export_perfetto_filtered(trace, Filter::all(), out)
+}
+
+/// [`export_perfetto`] of what `filter` shows (see [`View`]).
+pub fn export_perfetto_filtered(
+    trace: &TraceFile,
+    filter: Filter,
+    out: &mut impl Write,
+) -> io::Result<()> {
+    let view = View::new(trace, filter);
     let mut w = Events {
         w: BufWriter::with_capacity(1 << 16, out),
         first: true,
@@ -33,7 +43,7 @@ pub fn export_perfetto(trace: &TraceFile, out: &mut impl Write) -> io::Result<()
     w.w.write_all(b"},\"traceEvents\":[")?;
 
     // Track names and order.
-    let lanes = trace.lanes();
+    let lanes = &view.lanes;
     let mut pid_of_process: HashMap<&str, u32> = HashMap::new();
     let mut pids = Vec::with_capacity(lanes.len());
     for (index, lane) in lanes.iter().enumerate() {
@@ -74,20 +84,16 @@ pub fn export_perfetto(trace: &TraceFile, out: &mut impl Write) -> io::Result<()
              \"args\":{{\"sort_index\":{index}}}}}"
         )?;
     }
-    // Lane ids in a validated trace are always in range; the fallbacks only keep this total.
-    let pid = |lane: u16| pids.get(usize::from(lane)).copied().unwrap_or(0);
-    let cat = |lane: u16| {
-        lanes
-            .get(usize::from(lane))
-            .map_or("", |l| kind_name(l.kind))
-    };
-    let tid = |lane: u16| u32::from(lane) + 1;
+    // View lanes are always in range; the fallback only keeps this total.
+    let pid = |lane: usize| pids.get(lane).copied().unwrap_or(0);
+    let tid = |lane: usize| lane + 1;
 
-    for record in trace.records() {
-        match record {
-            Record::Span {
+    view.for_each(|event| -> io::Result<()> {
+        match event {
+            Event::Span {
                 lane,
                 name,
+                cat,
                 start,
                 end,
                 pc,
@@ -95,76 +101,69 @@ pub fn export_perfetto(trace: &TraceFile, out: &mut impl Write) -> io::Result<()
             } => {
                 let o = w.begin()?;
                 o.write_all(b"{\"name\":")?;
-                json_str(o, trace.string(name))?;
-                write!(o, ",\"cat\":\"{}\",\"ph\":\"X\",\"ts\":", cat(lane.0))?;
+                json_str(o, &name)?;
+                o.write_all(b",\"cat\":")?;
+                json_str(o, &cat)?;
+                o.write_all(b",\"ph\":\"X\",\"ts\":")?;
                 micros(o, start)?;
                 o.write_all(b",\"dur\":")?;
                 micros(o, end.saturating_sub(start))?;
                 write!(
                     o,
-                    ",\"pid\":{},\"tid\":{},\"args\":{{\"pc\":{pc}",
-                    pid(lane.0),
-                    tid(lane.0)
+                    ",\"pid\":{},\"tid\":{},\"args\":{{",
+                    pid(lane),
+                    tid(lane)
                 )?;
-                detail_arg(o, trace.string(detail))?;
+                if let Some(pc) = pc {
+                    write!(o, "\"pc\":{pc}")?;
+                    detail_arg(o, detail)?;
+                }
                 o.write_all(b"}}")?;
             }
-            Record::Instant {
+            Event::Instant {
                 lane,
                 name,
+                cat,
                 at,
                 arg,
                 detail,
             } => {
                 let o = w.begin()?;
                 o.write_all(b"{\"name\":")?;
-                json_str(o, trace.string(name))?;
-                write!(
-                    o,
-                    ",\"cat\":\"{}\",\"ph\":\"i\",\"s\":\"t\",\"ts\":",
-                    cat(lane.0)
-                )?;
+                json_str(o, name)?;
+                write!(o, ",\"cat\":\"{cat}\",\"ph\":\"i\",\"s\":\"t\",\"ts\":")?;
                 micros(o, at)?;
                 write!(
                     o,
                     ",\"pid\":{},\"tid\":{},\"args\":{{\"arg\":{arg}",
-                    pid(lane.0),
-                    tid(lane.0)
+                    pid(lane),
+                    tid(lane)
                 )?;
-                detail_arg(o, trace.string(detail))?;
+                detail_arg(o, detail)?;
                 o.write_all(b"}}")?;
             }
-            Record::Counter {
+            Event::Counter {
                 lane,
                 name,
                 at,
                 value,
             } => {
                 let o = w.begin()?;
-                let name = trace.string(name);
                 o.write_all(b"{\"name\":")?;
-                json_str(o, name)?;
+                json_str(o, &name)?;
                 o.write_all(b",\"ph\":\"C\",\"ts\":")?;
                 micros(o, at)?;
                 write!(
                     o,
                     ",\"pid\":{},\"tid\":{},\"args\":{{",
-                    pid(lane.0),
-                    tid(lane.0)
+                    pid(lane),
+                    tid(lane)
                 )?;
-                json_str(o, name)?;
+                json_str(o, &name)?;
                 write!(o, ":{value}}}}}")?;
             }
-            Record::Flow {
-                name,
-                id,
-                from_lane,
-                from_at,
-                to_lane,
-                to_at,
-            } => {
-                let name = trace.string(name);
-                for (ph, lane, at) in [("s", from_lane, from_at), ("f", to_lane, to_at)] {
+            Event::Flow { name, id, from, to } => {
+                for (ph, (lane, at)) in [("s", from), ("f", to)] {
                     let o = w.begin()?;
                     o.write_all(b"{\"name\":")?;
                     json_str(o, name)?;
@@ -174,11 +173,12 @@ pub fn export_perfetto(trace: &TraceFile, out: &mut impl Write) -> io::Result<()
                     }
                     write!(o, "\"id\":{id},\"ts\":")?;
                     micros(o, at)?;
-                    write!(o, ",\"pid\":{},\"tid\":{}}}", pid(lane.0), tid(lane.0))?;
+                    write!(o, ",\"pid\":{},\"tid\":{}}}", pid(lane), tid(lane))?;
                 }
             }
         }
-    }
+        Ok(())
+    })?;
     w.w.write_all(b"\n]}\n")?;
     w.w.flush()
 }
@@ -186,9 +186,18 @@ pub fn export_perfetto(trace: &TraceFile, out: &mut impl Write) -> io::Result<()
 /// Exports `trace` to the file `dest` through a temporary file that is renamed into place only
 /// when complete; on error nothing is left behind and an existing `dest` is untouched.
 pub fn export_perfetto_file(trace: &TraceFile, dest: &Path) -> Result<(), TraceError> {
+    export_perfetto_file_filtered(trace, Filter::all(), dest)
+}
+
+/// [`export_perfetto_file`] of what `filter` shows.
+pub fn export_perfetto_file_filtered(
+    trace: &TraceFile,
+    filter: Filter,
+    dest: &Path,
+) -> Result<(), TraceError> {
     let (temp, file) = TempFile::create(dest)?;
     let mut out = &file;
-    export_perfetto(trace, &mut out).map_err(|source| TraceError::Io {
+    export_perfetto_filtered(trace, filter, &mut out).map_err(|source| TraceError::Io {
         path: temp.path().to_path_buf(),
         action: "write",
         source,

@@ -378,6 +378,7 @@ impl Session {
             .collect();
         let outcome = RunOutcome {
             model: self.desc.name.clone(),
+            output_names: self.desc.outputs.iter().map(|o| o.name.clone()).collect(),
             mode: if self
                 .rt
                 .as_ref()
@@ -396,13 +397,7 @@ impl Session {
             padding,
             written: Vec::new(),
         };
-        let mut json = outcome.json();
-        if let Some(o) = json.as_object_mut() {
-            o.insert(
-                "output_names".into(),
-                self.desc.outputs.iter().map(|o| o.name.clone()).collect(),
-            );
-        }
+        let json = outcome.json();
         if let Some(dir) = &self.profile_dir {
             msprof::write_dir(dir, &outcome.profile_files())
                 .map_err(|e| error(format!("{e:#}")))?;
@@ -661,6 +656,54 @@ impl Trace {
             })
             .collect::<serde_json::Value>()
             .to_string()
+    }
+
+    /// Writes the trace for a viewer: `format` `perfetto` (JSON) or `perfetto_proto`, at
+    /// `level` `task` / `kernel` / `instruction`, inside `window` (start, end in us), for
+    /// `cores` only. Returns the bytes written.
+    #[pyo3(signature = (path, format="perfetto_proto", level="instruction", window=None, cores=None))]
+    fn export(
+        &self,
+        path: PathBuf,
+        format: &str,
+        level: &str,
+        window: Option<(f64, f64)>,
+        cores: Option<Vec<u32>>,
+    ) -> PyResult<u64> {
+        let level = gearsim_traces::Level::parse(level).ok_or_else(|| {
+            error(format!(
+                "export: level must be task, kernel or instruction, got `{level}`"
+            ))
+        })?;
+        let window = match window {
+            None => None,
+            Some((a, b)) if a >= 0.0 && b >= a => {
+                Some(((a * 1e6).round() as u64, (b * 1e6).round() as u64))
+            }
+            Some((a, b)) => {
+                return Err(error(format!(
+                    "export: window ({a}, {b}) must be two non-negative times in us, start first"
+                )));
+            }
+        };
+        let filter = gearsim_traces::Filter {
+            level,
+            window,
+            cores: cores.map(|c| c.into_iter().collect()),
+        };
+        match format {
+            "perfetto" => gearsim_traces::export_perfetto_file_filtered(&self.file, filter, &path),
+            "perfetto_proto" => {
+                gearsim_traces::export_perfetto_proto_file(&self.file, filter, &path).map(|_| ())
+            }
+            other => {
+                return Err(error(format!(
+                    "export: format must be perfetto or perfetto_proto, got `{other}`"
+                )));
+            }
+        }
+        .map_err(|e| error(format!("{}: {e}", path.display())))?;
+        Ok(std::fs::metadata(&path).map_or(0, |m| m.len()))
     }
 
     /// The whole summary: records, window, lanes, phases.

@@ -179,6 +179,21 @@ def test_profiles_and_traces_as_tables(tmp_path, cnn_om):
     assert phases["branch"]["count"] == 2 and phases["H2D"]["count"] >= 2
     assert any(l["kind"] == "pipe" and l["busy_us"] > 0 for l in t.lanes())
     assert t.summary()["records"] > 0
+    # Perfetto's protobuf: a fifth of the JSON or less, valid for a schema-less decoder.
+    proto = t.export(tmp_path / "run.pftrace")
+    json_bytes = t.export(tmp_path / "run.json", format="perfetto")
+    assert 0 < 5 * proto <= json_bytes, (proto, json_bytes)
+    raw = subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "--decode_raw"],
+                         stdin=open(tmp_path / "run.pftrace", "rb"), capture_output=True,
+                         timeout=120)
+    assert raw.returncode == 0, raw.stderr
+    begins = raw.stdout.count(b"  9: 1\n")
+    spans = sum(1 for e in json.loads((tmp_path / "run.json").read_text())["traceEvents"]
+                if e["ph"] == "X")
+    assert begins >= spans > 0, (begins, spans)
+    assert t.export(tmp_path / "k.pftrace", level="kernel", cores=[0]) < proto
+    with pytest.raises(gearsim.GearsimError, match="level must be"):
+        t.export(tmp_path / "x", level="pipes")
 
 
 def big_matmul(path, n):
@@ -280,3 +295,20 @@ def test_pad_to_gear_matches_onnxruntime_between_gears_and_refuses_mixed_rows(
         m.infer([np.ones((3, 16), np.float32)], mode="dymbatch", pad_to_gear=True)
     assert m.infer([np.ones((2, 16), np.float32)], mode="dymbatch", pad_to_gear=True)[0].shape \
         == (2, 16)
+
+
+def test_a_sweep_over_a_local_dask_cluster_gives_the_serial_figures(tmp_path):
+    example = EXAMPLE.parent / "dask_sweep.py"
+    r = subprocess.run([sys.executable, str(example), str(CNN), str(tmp_path)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split() for line in r.stdout.splitlines()[1:]]
+    assert len(rows) == 8, r.stdout
+    for model, batch, gear, execute_us, h2d in rows:
+        # The same point run here, serially, gives the same figures: nothing depends on the
+        # worker that ran it.
+        s = gearsim.InferSession(tmp_path / f"{model}.om", timing_only=True)
+        s.infer([np.zeros((int(batch), 3, 32, 32), np.float32)], mode="dymbatch")
+        assert s.last_run["gear"] == int(gear)
+        assert f"{s.last_run['execute_us']:.3f}" == execute_us
+        assert s.last_run["h2d_bytes"] == int(h2d)

@@ -753,10 +753,12 @@ pub fn svg(outcomes: &[Outcome]) -> String {
         columns: 1,
         panels: vec![Panel {
             title: "one point per batch".into(),
+            y_label: None,
             series,
         }],
         shared_y: false,
         x_log_ticks: true,
+        mark: None,
     })
 }
 

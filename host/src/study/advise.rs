@@ -1167,7 +1167,8 @@ pub fn figure(adv: &Advice) -> Figure {
         points: xs.iter().copied().zip(ys).collect(),
     };
     let time = Panel {
-        title: "expected time per request (us)".into(),
+        title: "expected time per request".into(),
+        y_label: Some("time per request (us)".into()),
         series: vec![
             line(
                 "measured",
@@ -1190,7 +1191,8 @@ pub fn figure(adv: &Advice) -> Figure {
         ],
     };
     let memory = Panel {
-        title: "device memory (MiB)".into(),
+        title: "device memory".into(),
+        y_label: Some("device memory (MiB)".into()),
         series: vec![
             line(
                 "measured",
@@ -1220,12 +1222,16 @@ pub fn figure(adv: &Advice) -> Figure {
             if adv.pad.allowed { "on" } else { "off" },
             us(adv.host_ps_per_op as f64)
         ),
-        x_label: "gears in the set".into(),
-        y_label: "see the panel titles".into(),
+        x_label: "gears in the set (count)".into(),
+        y_label: String::new(),
         columns: 2,
         panels: vec![time, memory],
         shared_y: false,
         x_log_ticks: false,
+        mark: Some((
+            adv.proposal().gears.len() as f64,
+            format!("proposed ({} gears)", adv.proposal().gears.len()),
+        )),
     }
 }
 

@@ -219,6 +219,7 @@ pub fn svg(rows: &[Row]) -> String {
             };
             Panel {
                 title: net.name(),
+                y_label: None,
                 series: vec![
                     Series {
                         label: "device us per item".into(),
@@ -247,5 +248,6 @@ pub fn svg(rows: &[Row]) -> String {
         panels,
         shared_y: false,
         x_log_ticks: false,
+        mark: None,
     })
 }

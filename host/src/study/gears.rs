@@ -877,6 +877,7 @@ pub fn figure(rows: &[Row], chip: &str) -> Figure {
             }
             panels.push(Panel {
                 title: format!("MapIndex on {}, L = {dims}", engine.name()),
+                y_label: None,
                 series,
             });
         }
@@ -888,11 +889,12 @@ pub fn figure(rows: &[Row], chip: &str) -> Figure {
              selecting the {query} gear; one y scale per row"
         ),
         x_label: "gears (G)".into(),
-        y_label: "MapIndex cycles".into(),
+        y_label: "MapIndex time (AI core cycles)".into(),
         columns: lengths.len().max(1),
         panels,
         shared_y: true,
         x_log_ticks: false,
+        mark: None,
     }
 }
 

@@ -24,6 +24,8 @@ pub struct Series {
 pub struct Panel {
     /// Title above the chart.
     pub title: String,
+    /// Its own y axis label, with the unit (None: the figure's).
+    pub y_label: Option<String>,
     /// Its lines.
     pub series: Vec<Series>,
 }
@@ -49,6 +51,8 @@ pub struct Figure {
     /// X ticks at 1-2-5 steps of each decade (a continuous axis) instead of at the points'
     /// own x values (a sweep's settings).
     pub x_log_ticks: bool,
+    /// A vertical line at this x in every panel, labelled (the proposed point of a sweep).
+    pub mark: Option<(f64, String)>,
 }
 
 const PANEL_W: f64 = 300.0;
@@ -78,26 +82,47 @@ fn short(v: f64) -> String {
     };
     if (scaled - scaled.round()).abs() < 1e-9 {
         format!("{}{unit}", scaled.round() as i64)
+    } else if scaled < 1.0 {
+        format!("{scaled:.2}")
     } else {
         format!("{scaled:.1}{unit}")
     }
 }
 
-/// Log-scale ticks over `[lo, hi]`: 1-2-5 per decade, thinned to at most about six.
+/// Log-scale ticks over `[lo, hi]`: 1-2-5 per decade, thinned to the decades when there are
+/// more than seven, and finer steps when a narrow range would get fewer than three.
 fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
-    let mut ticks = Vec::new();
-    let mut decade = 10f64.powf(lo.log10().floor());
-    while decade <= hi * 1.0001 {
-        for m in [1.0, 2.0, 5.0] {
-            let t = decade * m;
-            if t >= lo * 0.9999 && t <= hi * 1.0001 {
-                ticks.push(t);
+    let pick = |mantissas: &[f64]| {
+        let mut ticks = Vec::new();
+        let mut decade = 10f64.powf(lo.log10().floor());
+        while decade <= hi * 1.0001 {
+            for m in mantissas {
+                let t = decade * m;
+                if t >= lo * 0.9999 && t <= hi * 1.0001 {
+                    ticks.push(t);
+                }
             }
+            decade *= 10.0;
         }
-        decade *= 10.0;
-    }
+        ticks
+    };
+    let mut ticks = pick(&[1.0, 2.0, 5.0]);
     if ticks.len() > 7 {
         ticks.retain(|t| (t.log10() - t.log10().round()).abs() < 1e-9);
+    }
+    for finer in [
+        &[1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0][..],
+        &[
+            1.0, 1.2, 1.4, 1.6, 1.8, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0,
+        ][..],
+    ] {
+        if ticks.len() >= 3 {
+            break;
+        }
+        ticks = pick(finer);
+    }
+    if ticks.len() > 7 {
+        ticks = ticks.into_iter().step_by(2).collect();
     }
     ticks
 }
@@ -244,8 +269,25 @@ pub fn render(fig: &Figure) -> String {
             r#"<text transform="translate({:.1},{:.1}) rotate(-90)" text-anchor="middle">{}</text>"#,
             ox - 48.0,
             oy + PANEL_H / 2.0,
-            esc(&fig.y_label)
+            esc(panel.y_label.as_deref().unwrap_or(&fig.y_label))
         );
+        if let Some((mx, label)) = &fig.mark {
+            if *mx > 0.0 {
+                let x = px(*mx);
+                let _ = writeln!(
+                    o,
+                    r##"<line x1="{x:.1}" y1="{oy:.1}" x2="{x:.1}" y2="{:.1}" stroke="#d62728" stroke-width="1.2" stroke-dasharray="3,3"/>"##,
+                    oy + PANEL_H
+                );
+                let _ = writeln!(
+                    o,
+                    r##"<text x="{:.1}" y="{:.1}" fill="#d62728">{}</text>"##,
+                    x + 3.0,
+                    oy + 12.0,
+                    esc(label)
+                );
+            }
+        }
         for s in &panel.series {
             let mut pts: Vec<(f64, f64)> = s
                 .points
@@ -321,7 +363,11 @@ mod tests {
             log_ticks(90.0, 2100.0),
             vec![100.0, 200.0, 500.0, 1000.0, 2000.0]
         );
+        // A narrow range still gets at least three ticks.
+        assert_eq!(log_ticks(130.0, 320.0), vec![150.0, 200.0, 300.0]);
+        assert_eq!(log_ticks(1.03, 2.9), vec![1.2, 1.4, 1.6, 1.8, 2.0, 2.5]);
         assert_eq!(short(2000.0), "2k");
+        assert_eq!(short(0.15), "0.15");
         assert_eq!(short(1500.0), "1.5k");
         assert_eq!(short(64.0), "64");
         assert_eq!(esc("a<b & c"), "a&lt;b &amp; c");
@@ -337,8 +383,10 @@ mod tests {
             columns: 2,
             shared_y: true,
             x_log_ticks: false,
+            mark: Some((8.0, "proposed".into())),
             panels: vec![Panel {
                 title: "p".into(),
+                y_label: None,
                 series: vec![Series {
                     label: "a".into(),
                     color: "#1f77b4".into(),
@@ -356,5 +404,7 @@ mod tests {
             "the point at x = 0 is left out"
         );
         assert_eq!(svg, render(&fig));
+        assert!(svg.contains(">proposed</text>"));
+        assert!(svg.contains(">cycles</text>"));
     }
 }

@@ -139,7 +139,7 @@ fn run_defaults_to_the_models_chip_and_refuses_another() {
     let o = gearsim(&["run", "--model", &om, "--clock_mhz", "1500"]);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(stdout.contains("output 0:"), "{stdout}");
+    assert!(stdout.contains("output 0 `c`: f32 [2,3]"), "{stdout}");
     let o = gearsim(&["run", "--model", &om, "--soc_version", "ascend310p"]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");

@@ -331,3 +331,142 @@ fn made_up_inputs_need_a_gear_of_the_model_and_not_both_sources() {
     assert_eq!(out("5"), out("5"));
     assert_ne!(out("5"), out("6"));
 }
+
+#[test]
+fn trace_summary_lists_kernels_by_op_and_hides_idle_lanes() {
+    let model = compile_cnn("cnn_trace", "1,2", "ascend910");
+    let trace = scratch("cnn_run.gtrace");
+    let o = gearsim(&[
+        "run",
+        "--model",
+        &model,
+        "--dymBatch",
+        "2",
+        "--trace",
+        &trace.display().to_string(),
+    ]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(out.contains("output 0 `logits`: f32 [2,10]"), "{out}");
+    let t = trace.display().to_string();
+    let o = gearsim(&["trace", "summary", &t]);
+    let s = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success());
+    let kernels = s
+        .split("top kernels (ops) by total duration:")
+        .nth(1)
+        .expect("a top-kernels table");
+    assert!(
+        kernels.contains("/conv1/Conv_ascend_mbatch_batch_1"),
+        "{kernels}"
+    );
+    assert!(!s.contains("top span names"), "{s}");
+    let hidden: usize = s
+        .lines()
+        .find_map(|l| l.strip_prefix('('))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("a line counting the hidden lanes");
+    assert!(hidden > 0, "{s}");
+    let all = gearsim(&["trace", "summary", &t, "--all_lanes"]);
+    let all = String::from_utf8_lossy(&all.stdout);
+    assert!(!all.contains("idle lane"), "{all}");
+    assert_eq!(all.lines().count(), s.lines().count() - 1 + hidden);
+}
+
+#[test]
+fn the_protobuf_trace_of_resnet18_is_a_fifth_of_the_json_and_filters_apply() {
+    let onnx = scratch("r18.onnx");
+    std::fs::write(&onnx, Net::ResNet18.onnx(1, DType::F16, 3)).unwrap();
+    let om = scratch("r18");
+    let o = gearsim(&[
+        "compile",
+        "--model",
+        &onnx.display().to_string(),
+        "--output",
+        &om.display().to_string(),
+        "--soc_version",
+        "ascend310p",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let trace = scratch("r18.gtrace").display().to_string();
+    let o = gearsim(&[
+        "run",
+        "--model",
+        &format!("{}.om", om.display()),
+        "--timing_only",
+        "--trace",
+        &trace,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let export = |format: &str, out: &str, extra: &[&str]| -> u64 {
+        let path = scratch(out);
+        let mut args = vec!["trace", "export", &trace, "--format", format];
+        let p = path.display().to_string();
+        args.extend_from_slice(&["-o", &p]);
+        args.extend_from_slice(extra);
+        let o = gearsim(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::metadata(&path).unwrap().len()
+    };
+    for level in ["instruction", "kernel"] {
+        let json = export(
+            "perfetto",
+            &format!("r18_{level}.json"),
+            &["--level", level],
+        );
+        let proto = export(
+            "perfetto_proto",
+            &format!("r18_{level}.pftrace"),
+            &["--level", level],
+        );
+        assert!(
+            proto * 5 <= json,
+            "{level}: protobuf {proto} bytes, JSON {json} bytes"
+        );
+    }
+    // Each filter shows less than the whole.
+    let all = export("perfetto", "r18_all.json", &[]);
+    for extra in [
+        &["--level", "task"][..],
+        &["--cores", "0-1"][..],
+        &["--window", "0:50"][..],
+    ] {
+        let part = export("perfetto", "r18_part.json", extra);
+        assert!(part < all, "{extra:?}: {part} of {all} bytes");
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(scratch("r18_kernel.json")).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["cat"] == "AiCoreKernel" && e["name"] == "/conv1/Conv"),
+        "task spans are named by their op"
+    );
+    assert!(events.iter().any(|e| e["cat"] == "kernel"));
+    assert!(
+        events
+            .iter()
+            .any(|e| e["ph"] == "C" && e["name"] == "CUBE busy %")
+    );
+    for (flag, value, says) in [
+        ("--level", "pipe", "expected task, kernel or instruction"),
+        ("--window", "5", "expected START_US:END_US"),
+        ("--window", "9:2", "before the start"),
+        ("--cores", "3-1", "--cores: expected numbers and ranges"),
+    ] {
+        let o = gearsim(&[
+            "trace",
+            "export",
+            &trace,
+            "-o",
+            &scratch("bad.json").display().to_string(),
+            flag,
+            value,
+        ]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "{err}");
+    }
+}

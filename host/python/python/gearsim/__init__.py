@@ -269,6 +269,17 @@ class Trace:
         """Every kernel task (op): name, kind, stream, start_us, duration_us."""
         return json.loads(self._native.ops())
 
+    def export(self, path, format="perfetto_proto", level="instruction", window=None,
+               cores=None):
+        """Writes the trace for ui.perfetto.dev: ``format`` ``"perfetto_proto"`` (Perfetto's
+        protobuf, several times smaller) or ``"perfetto"`` (JSON); ``level`` ``"task"``,
+        ``"kernel"`` (a span per kernel per core, per-pipe busy counters) or
+        ``"instruction"``; ``window`` ``(start_us, end_us)``; ``cores`` a list of core
+        numbers. Returns the bytes written."""
+        return self._native.export(str(path), format, level,
+                                   None if window is None else tuple(window),
+                                   None if cores is None else list(cores))
+
     def phases(self):
         """Per phase of the model runs (H2D, GetNext, GetDynamicDims, MapIndex, branch, D2H):
         count and total us."""

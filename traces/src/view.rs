@@ -1,0 +1,421 @@
+//! What an export shows of a trace: the level of detail (`task`: streams, host, PCIe, the
+//! scheduler and AI CPU, no core lanes; `kernel`: those plus one span per kernel on each core
+//! and per-pipe busy counters; `instruction`: every record), a time window and a set of cores.
+//! Both exporters read a trace through [`View`], so they show the same events.
+//!
+//! Task spans on stream lanes are named after their op (`/layer1/conv1/Conv`, read from the
+//! detail `stream S task I: KIND NAME`) with the task kind as their category.
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+use crate::analysis::{kind_name, task_name};
+use crate::{Lane, LaneKind, Record, TraceFile};
+
+/// How much of a trace an export shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Level {
+    /// Streams, host, PCIe, scheduler, AI CPU, queues and memory: no core lanes.
+    Task,
+    /// Those, plus one span per kernel on each core and each pipe's busy share as counters.
+    #[default]
+    Kernel,
+    /// Every record, instructions included.
+    Instruction,
+}
+
+impl Level {
+    /// Parses `task`, `kernel` or `instruction`.
+    pub fn parse(s: &str) -> Option<Level> {
+        match s {
+            "task" => Some(Level::Task),
+            "kernel" => Some(Level::Kernel),
+            "instruction" => Some(Level::Instruction),
+            _ => None,
+        }
+    }
+}
+
+/// What to export.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Level of detail.
+    pub level: Level,
+    /// Only records inside `[start, end]` picoseconds (spans overlapping it are kept whole).
+    pub window: Option<(u64, u64)>,
+    /// Only these cores' lanes (by the number in the core lane's process name, `core3` is 3);
+    /// other lanes are kept.
+    pub cores: Option<BTreeSet<u32>>,
+}
+
+impl Filter {
+    /// Everything, as recorded.
+    pub fn all() -> Filter {
+        Filter {
+            level: Level::Instruction,
+            window: None,
+            cores: None,
+        }
+    }
+}
+
+/// One event of a view; strings borrow the trace or are made by the view.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event<'a> {
+    /// A span on a view lane.
+    Span {
+        /// View lane.
+        lane: usize,
+        /// Name.
+        name: Cow<'a, str>,
+        /// Category.
+        cat: Cow<'a, str>,
+        /// Start, ps.
+        start: u64,
+        /// End, ps.
+        end: u64,
+        /// The recorded pc (None for a span the view made).
+        pc: Option<u32>,
+        /// Detail text (empty when none).
+        detail: &'a str,
+    },
+    /// A point event.
+    Instant {
+        /// View lane.
+        lane: usize,
+        /// Name.
+        name: &'a str,
+        /// Category.
+        cat: &'a str,
+        /// When, ps.
+        at: u64,
+        /// Its argument.
+        arg: u32,
+        /// Detail text.
+        detail: &'a str,
+    },
+    /// A counter sample.
+    Counter {
+        /// View lane.
+        lane: usize,
+        /// Counter name.
+        name: Cow<'a, str>,
+        /// When, ps.
+        at: u64,
+        /// Value.
+        value: i64,
+    },
+    /// A flow arrow.
+    Flow {
+        /// Name.
+        name: &'a str,
+        /// Id.
+        id: u32,
+        /// Source view lane and time.
+        from: (usize, u64),
+        /// Destination view lane and time.
+        to: (usize, u64),
+    },
+}
+
+/// A trace seen through a filter: its lanes (the trace's kept lanes, then at kernel level one
+/// `kernels` and one `busy` lane per core) and its events.
+pub struct View<'a> {
+    trace: &'a TraceFile,
+    filter: Filter,
+    /// Per trace lane, its view lane (None: dropped).
+    map: Vec<Option<usize>>,
+    /// The view's lanes.
+    pub lanes: Vec<Lane>,
+    /// Per trace lane that is a core's pipe lane (kernel level): its core's `kernels` and
+    /// `busy` view lanes and the pipe's index among the core's pipes.
+    core_of: Vec<Option<(usize, usize, usize)>>,
+    /// Pipe lane names per core process, in first-use order (for the busy counters' names).
+    pipes: Vec<Vec<String>>,
+}
+
+/// The number in a core lane's process name (`core3` -> 3, `aiv5.1` -> 5).
+fn core_number(process: &str) -> Option<u32> {
+    let digits: String = process
+        .chars()
+        .skip_while(|c| !c.is_ascii_digit())
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// The kernel a pipe span's detail names (`name: instruction`).
+fn kernel_of(detail: &str) -> &str {
+    detail.split_once(": ").map_or(detail, |(k, _)| k)
+}
+
+impl<'a> View<'a> {
+    /// `trace` through `filter`.
+    pub fn new(trace: &'a TraceFile, filter: Filter) -> View<'a> {
+        let mut lanes = Vec::new();
+        let mut map = Vec::new();
+        let mut core_of = Vec::new();
+        let mut pipes: Vec<Vec<String>> = Vec::new();
+        let mut core_lanes: Vec<(String, usize, usize)> = Vec::new();
+        for lane in trace.lanes() {
+            let core = (lane.kind == LaneKind::Pipe).then(|| core_number(&lane.process));
+            let wanted = match (&filter.cores, core) {
+                (Some(set), Some(Some(n))) => set.contains(&n),
+                (Some(_), Some(None)) => false,
+                _ => true,
+            };
+            let is_core = core.is_some();
+            match filter.level {
+                Level::Instruction => {
+                    map.push(wanted.then(|| {
+                        lanes.push(lane.clone());
+                        lanes.len() - 1
+                    }));
+                    core_of.push(None);
+                }
+                Level::Task => {
+                    map.push((!is_core).then(|| {
+                        lanes.push(lane.clone());
+                        lanes.len() - 1
+                    }));
+                    core_of.push(None);
+                }
+                Level::Kernel => {
+                    map.push(None);
+                    if !is_core {
+                        lanes.push(lane.clone());
+                        map.pop();
+                        map.push(Some(lanes.len() - 1));
+                        core_of.push(None);
+                    } else if wanted {
+                        let k = match core_lanes.iter().position(|(p, ..)| *p == lane.process) {
+                            Some(k) => k,
+                            None => {
+                                lanes.push(Lane {
+                                    process: lane.process.clone(),
+                                    thread: "kernels".into(),
+                                    kind: LaneKind::Pipe,
+                                });
+                                lanes.push(Lane {
+                                    process: lane.process.clone(),
+                                    thread: "busy".into(),
+                                    kind: LaneKind::Counter,
+                                });
+                                core_lanes.push((
+                                    lane.process.clone(),
+                                    lanes.len() - 2,
+                                    lanes.len() - 1,
+                                ));
+                                pipes.push(Vec::new());
+                                core_lanes.len() - 1
+                            }
+                        };
+                        let (_, kl, bl) = core_lanes[k];
+                        let pipe = match pipes[k].iter().position(|p| *p == lane.thread) {
+                            Some(i) => i,
+                            None => {
+                                pipes[k].push(lane.thread.clone());
+                                pipes[k].len() - 1
+                            }
+                        };
+                        core_of.push(Some((kl, bl, pipe + k * 64)));
+                    } else {
+                        core_of.push(None);
+                    }
+                }
+            }
+        }
+        View {
+            trace,
+            filter,
+            map,
+            lanes,
+            core_of,
+            pipes,
+        }
+    }
+
+    fn in_window(&self, start: u64, end: u64) -> bool {
+        self.filter
+            .window
+            .is_none_or(|(lo, hi)| end >= lo && start <= hi)
+    }
+
+    /// Calls `f` with every event of the view, in the trace's record order (a kernel span and
+    /// its busy counters when the core moves on to another kernel, or at the end).
+    pub fn for_each<E>(&self, mut f: impl FnMut(Event<'a>) -> Result<(), E>) -> Result<(), E> {
+        let trace = self.trace;
+        // Kernel level: per core, the kernel running and its extent and busy time per pipe.
+        struct Run<'s> {
+            kernel: &'s str,
+            start: u64,
+            end: u64,
+            busy: Vec<u64>,
+        }
+        let mut runs: Vec<Option<Run<'a>>> = (0..self.pipes.len()).map(|_| None).collect();
+        let mut lane_of_core: Vec<(usize, usize)> = vec![(0, 0); self.pipes.len()];
+        let flush = |k: usize,
+                     r: Run<'a>,
+                     lanes: (usize, usize),
+                     f: &mut dyn FnMut(Event<'a>) -> Result<(), E>|
+         -> Result<(), E> {
+            if !self.in_window(r.start, r.end) {
+                return Ok(());
+            }
+            f(Event::Span {
+                lane: lanes.0,
+                name: Cow::Borrowed(r.kernel),
+                cat: Cow::Borrowed("kernel"),
+                start: r.start,
+                end: r.end,
+                pc: None,
+                detail: "",
+            })?;
+            let len = r.end.saturating_sub(r.start).max(1);
+            for (pipe, busy) in self.pipes[k].iter().zip(&r.busy) {
+                f(Event::Counter {
+                    lane: lanes.1,
+                    name: Cow::Owned(format!("{pipe} busy %")),
+                    at: r.start,
+                    value: (busy * 100 / len) as i64,
+                })?;
+                f(Event::Counter {
+                    lane: lanes.1,
+                    name: Cow::Owned(format!("{pipe} busy %")),
+                    at: r.end,
+                    value: 0,
+                })?;
+            }
+            Ok(())
+        };
+        for record in trace.records() {
+            match record {
+                Record::Span {
+                    lane,
+                    name,
+                    start,
+                    end,
+                    pc,
+                    detail,
+                } => {
+                    let i = usize::from(lane.0);
+                    if let Some(Some((kl, bl, code))) = self.core_of.get(i).copied() {
+                        let (k, pipe) = (code / 64, code % 64);
+                        lane_of_core[k] = (kl, bl);
+                        let kernel = kernel_of(trace.string(detail));
+                        let same = runs[k].as_ref().is_some_and(|r| r.kernel == kernel);
+                        if !same {
+                            if let Some(r) = runs[k].take() {
+                                flush(k, r, lane_of_core[k], &mut f)?;
+                            }
+                            runs[k] = Some(Run {
+                                kernel,
+                                start,
+                                end,
+                                busy: vec![0; self.pipes[k].len()],
+                            });
+                        }
+                        if let Some(r) = runs[k].as_mut() {
+                            r.start = r.start.min(start);
+                            r.end = r.end.max(end);
+                            r.busy[pipe] += end.saturating_sub(start);
+                        }
+                        continue;
+                    }
+                    let Some(Some(v)) = self.map.get(i).copied() else {
+                        continue;
+                    };
+                    if !self.in_window(start, end) {
+                        continue;
+                    }
+                    let l = &trace.lanes()[i];
+                    let kind = trace.string(name);
+                    let detail = trace.string(detail);
+                    let (name, cat) = match (l.kind, task_name(kind, detail)) {
+                        (LaneKind::Stream, Some(op)) => (Cow::Borrowed(op), Cow::Borrowed(kind)),
+                        _ => (Cow::Borrowed(kind), Cow::Borrowed(kind_name(l.kind))),
+                    };
+                    f(Event::Span {
+                        lane: v,
+                        name,
+                        cat,
+                        start,
+                        end,
+                        pc: Some(pc),
+                        detail,
+                    })?;
+                }
+                Record::Instant {
+                    lane,
+                    name,
+                    at,
+                    arg,
+                    detail,
+                } => {
+                    let i = usize::from(lane.0);
+                    let Some(Some(v)) = self.map.get(i).copied() else {
+                        continue;
+                    };
+                    if !self.in_window(at, at) {
+                        continue;
+                    }
+                    f(Event::Instant {
+                        lane: v,
+                        name: trace.string(name),
+                        cat: kind_name(trace.lanes()[i].kind),
+                        at,
+                        arg,
+                        detail: trace.string(detail),
+                    })?;
+                }
+                Record::Counter {
+                    lane,
+                    name,
+                    at,
+                    value,
+                } => {
+                    let Some(Some(v)) = self.map.get(usize::from(lane.0)).copied() else {
+                        continue;
+                    };
+                    if !self.in_window(at, at) {
+                        continue;
+                    }
+                    f(Event::Counter {
+                        lane: v,
+                        name: Cow::Borrowed(trace.string(name)),
+                        at,
+                        value,
+                    })?;
+                }
+                Record::Flow {
+                    name,
+                    id,
+                    from_lane,
+                    from_at,
+                    to_lane,
+                    to_at,
+                } => {
+                    let lane = |l: u16| self.map.get(usize::from(l)).copied().flatten();
+                    let (Some(a), Some(b)) = (lane(from_lane.0), lane(to_lane.0)) else {
+                        continue;
+                    };
+                    if !self.in_window(from_at.min(to_at), from_at.max(to_at)) {
+                        continue;
+                    }
+                    f(Event::Flow {
+                        name: trace.string(name),
+                        id,
+                        from: (a, from_at),
+                        to: (b, to_at),
+                    })?;
+                }
+            }
+        }
+        for (k, r) in runs.into_iter().enumerate() {
+            if let Some(r) = r {
+                flush(k, r, lane_of_core[k], &mut f)?;
+            }
+        }
+        Ok(())
+    }
+}
