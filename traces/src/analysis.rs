@@ -669,47 +669,15 @@ pub fn summary(trace: &TraceFile) -> Summary {
         .collect();
 
     // Merge by text (distinct ids normally have distinct text), then order.
-    let mut merged: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for (id, (count, total)) in by_name {
-        let m = merged.entry(trace.string(id)).or_default();
-        m.0 += count;
-        m.1 = m.1.saturating_add(total);
-    }
-    let mut names: Vec<NameTotal> = merged
-        .into_iter()
-        .map(|(name, (count, total_ps))| NameTotal {
-            name: name.to_owned(),
-            count,
-            total_ps,
-        })
-        .collect();
-    names.sort_by(|a, b| {
-        b.total_ps
-            .cmp(&a.total_ps)
-            .then_with(|| a.name.cmp(&b.name))
-    });
-    let mut tasks: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for ((kind, detail), (count, total)) in by_task {
+    let names = ordered_totals(
+        by_name
+            .into_iter()
+            .map(|(id, total)| (trace.string(id), total)),
+    );
+    let kernels = ordered_totals(by_task.into_iter().map(|((kind, detail), total)| {
         let kind = trace.string(kind);
-        let t = tasks
-            .entry(task_name(kind, trace.string(detail)).unwrap_or(kind))
-            .or_default();
-        t.0 += count;
-        t.1 = t.1.saturating_add(total);
-    }
-    let mut kernels: Vec<NameTotal> = tasks
-        .into_iter()
-        .map(|(name, (count, total_ps))| NameTotal {
-            name: name.to_owned(),
-            count,
-            total_ps,
-        })
-        .collect();
-    kernels.sort_by(|a, b| {
-        b.total_ps
-            .cmp(&a.total_ps)
-            .then_with(|| a.name.cmp(&b.name))
-    });
+        (task_name(kind, trace.string(detail)).unwrap_or(kind), total)
+    }));
 
     Summary {
         records: trace.record_count(),
@@ -807,6 +775,31 @@ impl fmt::Display for Table {
 
 fn opt_ps(t: Option<u64>) -> String {
     t.map_or_else(|| "-".into(), format_ps)
+}
+
+/// `(name, (count, total ps))` pairs merged by name and ordered by total, largest first (ties
+/// by name).
+fn ordered_totals<'a>(items: impl Iterator<Item = (&'a str, (u64, u64))>) -> Vec<NameTotal> {
+    let mut merged: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for (name, (count, total)) in items {
+        let m = merged.entry(name).or_default();
+        m.0 += count;
+        m.1 = m.1.saturating_add(total);
+    }
+    let mut out: Vec<NameTotal> = merged
+        .into_iter()
+        .map(|(name, (count, total_ps))| NameTotal {
+            name: name.to_owned(),
+            count,
+            total_ps,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.total_ps
+            .cmp(&a.total_ps)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    out
 }
 
 /// The first [`TOP_NAMES`] of `totals` under `title`, each with its share of all of them.

@@ -127,11 +127,23 @@ pub struct View<'a> {
     map: Vec<Option<usize>>,
     /// The view's lanes.
     pub lanes: Vec<Lane>,
-    /// Per trace lane that is a core's pipe lane (kernel level): its core's `kernels` and
-    /// `busy` view lanes and the pipe's index among the core's pipes.
-    core_of: Vec<Option<(usize, usize, usize)>>,
-    /// Pipe lane names per core process, in first-use order (for the busy counters' names).
-    pipes: Vec<Vec<String>>,
+    /// Per trace lane that is a core's pipe lane (kernel level): its core (an index into
+    /// `cores`) and the pipe's index among that core's pipes.
+    core_of: Vec<Option<(usize, usize)>>,
+    /// Kernel level: each core shown.
+    cores: Vec<CoreLanes>,
+}
+
+/// A core's lanes at kernel level.
+struct CoreLanes {
+    /// Its process name (`core3`).
+    process: String,
+    /// Its view lane of kernel spans.
+    kernels: usize,
+    /// Its view lane of busy counters.
+    busy: usize,
+    /// Its pipe lanes' names, in first-use order (the busy counters' names).
+    pipes: Vec<String>,
 }
 
 /// The number in a core lane's process name (`core3` -> 3, `aiv5.1` -> 5).
@@ -155,8 +167,7 @@ impl<'a> View<'a> {
         let mut lanes = Vec::new();
         let mut map = Vec::new();
         let mut core_of = Vec::new();
-        let mut pipes: Vec<Vec<String>> = Vec::new();
-        let mut core_lanes: Vec<(String, usize, usize)> = Vec::new();
+        let mut cores: Vec<CoreLanes> = Vec::new();
         for lane in trace.lanes() {
             let core = (lane.kind == LaneKind::Pipe).then(|| core_number(&lane.process));
             let wanted = match (&filter.cores, core) {
@@ -164,66 +175,49 @@ impl<'a> View<'a> {
                 (Some(_), Some(None)) => false,
                 _ => true,
             };
-            let is_core = core.is_some();
-            match filter.level {
-                Level::Instruction => {
-                    map.push(wanted.then(|| {
-                        lanes.push(lane.clone());
-                        lanes.len() - 1
-                    }));
-                    core_of.push(None);
-                }
-                Level::Task => {
-                    map.push((!is_core).then(|| {
-                        lanes.push(lane.clone());
-                        lanes.len() - 1
-                    }));
-                    core_of.push(None);
-                }
-                Level::Kernel => {
-                    map.push(None);
-                    if !is_core {
-                        lanes.push(lane.clone());
-                        map.pop();
-                        map.push(Some(lanes.len() - 1));
-                        core_of.push(None);
-                    } else if wanted {
-                        let k = match core_lanes.iter().position(|(p, ..)| *p == lane.process) {
-                            Some(k) => k,
-                            None => {
-                                lanes.push(Lane {
-                                    process: lane.process.clone(),
-                                    thread: "kernels".into(),
-                                    kind: LaneKind::Pipe,
-                                });
-                                lanes.push(Lane {
-                                    process: lane.process.clone(),
-                                    thread: "busy".into(),
-                                    kind: LaneKind::Counter,
-                                });
-                                core_lanes.push((
-                                    lane.process.clone(),
-                                    lanes.len() - 2,
-                                    lanes.len() - 1,
-                                ));
-                                pipes.push(Vec::new());
-                                core_lanes.len() - 1
-                            }
-                        };
-                        let (_, kl, bl) = core_lanes[k];
-                        let pipe = match pipes[k].iter().position(|p| *p == lane.thread) {
-                            Some(i) => i,
-                            None => {
-                                pipes[k].push(lane.thread.clone());
-                                pipes[k].len() - 1
-                            }
-                        };
-                        core_of.push(Some((kl, bl, pipe + k * 64)));
-                    } else {
-                        core_of.push(None);
-                    }
-                }
+            // Whether the lane is shown as recorded; at kernel level a wanted core lane feeds
+            // its core's kernel spans and busy counters instead.
+            let kept = match filter.level {
+                Level::Instruction => wanted,
+                Level::Task | Level::Kernel => core.is_none(),
+            };
+            map.push(kept.then(|| {
+                lanes.push(lane.clone());
+                lanes.len() - 1
+            }));
+            if filter.level != Level::Kernel || core.is_none() || !wanted {
+                core_of.push(None);
+                continue;
             }
+            let k = match cores.iter().position(|c| c.process == lane.process) {
+                Some(k) => k,
+                None => {
+                    for (thread, kind) in [("kernels", LaneKind::Pipe), ("busy", LaneKind::Counter)]
+                    {
+                        lanes.push(Lane {
+                            process: lane.process.clone(),
+                            thread: thread.into(),
+                            kind,
+                        });
+                    }
+                    cores.push(CoreLanes {
+                        process: lane.process.clone(),
+                        kernels: lanes.len() - 2,
+                        busy: lanes.len() - 1,
+                        pipes: Vec::new(),
+                    });
+                    cores.len() - 1
+                }
+            };
+            let pipes = &mut cores[k].pipes;
+            let pipe = pipes
+                .iter()
+                .position(|p| *p == lane.thread)
+                .unwrap_or_else(|| {
+                    pipes.push(lane.thread.clone());
+                    pipes.len() - 1
+                });
+            core_of.push(Some((k, pipe)));
         }
         View {
             trace,
@@ -231,7 +225,7 @@ impl<'a> View<'a> {
             map,
             lanes,
             core_of,
-            pipes,
+            cores,
         }
     }
 
@@ -252,18 +246,17 @@ impl<'a> View<'a> {
             end: u64,
             busy: Vec<u64>,
         }
-        let mut runs: Vec<Option<Run<'a>>> = (0..self.pipes.len()).map(|_| None).collect();
-        let mut lane_of_core: Vec<(usize, usize)> = vec![(0, 0); self.pipes.len()];
+        let mut runs: Vec<Option<Run<'a>>> = (0..self.cores.len()).map(|_| None).collect();
         let flush = |k: usize,
                      r: Run<'a>,
-                     lanes: (usize, usize),
                      f: &mut dyn FnMut(Event<'a>) -> Result<(), E>|
          -> Result<(), E> {
+            let core = &self.cores[k];
             if !self.in_window(r.start, r.end) {
                 return Ok(());
             }
             f(Event::Span {
-                lane: lanes.0,
+                lane: core.kernels,
                 name: Cow::Borrowed(r.kernel),
                 cat: Cow::Borrowed("kernel"),
                 start: r.start,
@@ -272,15 +265,15 @@ impl<'a> View<'a> {
                 detail: "",
             })?;
             let len = r.end.saturating_sub(r.start).max(1);
-            for (pipe, busy) in self.pipes[k].iter().zip(&r.busy) {
+            for (pipe, busy) in core.pipes.iter().zip(&r.busy) {
                 f(Event::Counter {
-                    lane: lanes.1,
+                    lane: core.busy,
                     name: Cow::Owned(format!("{pipe} busy %")),
                     at: r.start,
                     value: (busy * 100 / len) as i64,
                 })?;
                 f(Event::Counter {
-                    lane: lanes.1,
+                    lane: core.busy,
                     name: Cow::Owned(format!("{pipe} busy %")),
                     at: r.end,
                     value: 0,
@@ -299,20 +292,18 @@ impl<'a> View<'a> {
                     detail,
                 } => {
                     let i = usize::from(lane.0);
-                    if let Some(Some((kl, bl, code))) = self.core_of.get(i).copied() {
-                        let (k, pipe) = (code / 64, code % 64);
-                        lane_of_core[k] = (kl, bl);
+                    if let Some(Some((k, pipe))) = self.core_of.get(i).copied() {
                         let kernel = kernel_of(trace.string(detail));
                         let same = runs[k].as_ref().is_some_and(|r| r.kernel == kernel);
                         if !same {
                             if let Some(r) = runs[k].take() {
-                                flush(k, r, lane_of_core[k], &mut f)?;
+                                flush(k, r, &mut f)?;
                             }
                             runs[k] = Some(Run {
                                 kernel,
                                 start,
                                 end,
-                                busy: vec![0; self.pipes[k].len()],
+                                busy: vec![0; self.cores[k].pipes.len()],
                             });
                         }
                         if let Some(r) = runs[k].as_mut() {
@@ -413,7 +404,7 @@ impl<'a> View<'a> {
         }
         for (k, r) in runs.into_iter().enumerate() {
             if let Some(r) = r {
-                flush(k, r, lane_of_core[k], &mut f)?;
+                flush(k, r, &mut f)?;
             }
         }
         Ok(())
