@@ -16,3 +16,11 @@ fi
 "$venv/bin/python" -m pip install -q maturin numpy onnx onnxruntime pytest grpcio-tools "dask[distributed]"
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps ./host/python
 "$venv/bin/python" -m pytest -q host/python/tests
+
+# The README's Slurm recipes on a one-node Slurm cluster started here (installs Debian's
+# slurm-wlm when missing, which needs root). GEARSIM_SKIP_SLURM=1 leaves it out, saying so.
+if [ "${GEARSIM_SKIP_SLURM:-0}" = 1 ]; then
+    echo "run-all: the Slurm test was skipped (GEARSIM_SKIP_SLURM=1)"
+else
+    tests/slurm/run.sh
+fi

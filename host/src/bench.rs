@@ -376,6 +376,7 @@ pub mod speed {
     use gearsim_sim::{ChipConfig, ExecMode};
     use gearsim_traces::NullSink;
 
+    use crate::calibrate::nets::{DType, Net};
     use crate::runtime::LoadedModel;
     use gearsim_compiler::options::GearOptions;
     use gearsim_compiler::pipeline::{CompileOptions, compile};
@@ -716,6 +717,161 @@ pub mod speed {
             runs,
             host,
             clock,
+        })
+    }
+
+    /// One figure of `gearsim bench speed --nets`: a whole network at one batch.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct NetFigure {
+        /// The network.
+        pub net: Net,
+        /// Its batch.
+        pub batch: i64,
+        /// Full or timing-only.
+        pub mode: ExecMode,
+        /// Wall time of a user's whole `gearsim run` of the compiled model: process start, model
+        /// load, input copy, execution, output copy, files written.
+        pub run_wall: Duration,
+        /// Host time of the device execution alone (one `ModelExecute`, after a warm-up run).
+        pub execute: Duration,
+        /// The clock that measured `execute`.
+        pub clock: HostClock,
+        /// What the execution simulated.
+        pub count: Count,
+        /// Multiply-accumulates of the batch.
+        pub macs: u64,
+    }
+
+    impl NetFigure {
+        /// `resnet18 b1 timing-only`.
+        pub fn label(&self) -> String {
+            format!(
+                "{} b{} {}",
+                self.net.name(),
+                self.batch,
+                mode_name(self.mode)
+            )
+        }
+
+        fn per_second(&self, n: u64) -> f64 {
+            n as f64 / self.execute.as_secs_f64().max(1e-9)
+        }
+
+        /// The figure as one line.
+        pub fn line(&self) -> String {
+            format!(
+                "{}: gearsim run {:.2} s (load included), execution {:.2} s: {:.1} M cycles/s, \
+                 {:.1} M instr/s, {:.2} G MACs/s",
+                self.label(),
+                self.run_wall.as_secs_f64(),
+                self.execute.as_secs_f64(),
+                self.per_second(self.count.cycles) / 1e6,
+                self.per_second(self.count.instructions) / 1e6,
+                self.per_second(self.macs) / 1e9
+            )
+        }
+
+        /// The figure as one JSON object.
+        pub fn json(&self) -> serde_json::Value {
+            serde_json::json!({
+                "model": self.net.name(),
+                "gear": format!("b{}", self.batch),
+                "mode": mode_name(self.mode),
+                "run_wall_seconds": self.run_wall.as_secs_f64(),
+                "execute_seconds": self.execute.as_secs_f64(),
+                "host_clock": self.clock.name(),
+                "cycles_per_run": self.count.cycles,
+                "instructions_per_run": self.count.instructions,
+                "macs_per_run": self.macs,
+                "cycles_per_second": self.per_second(self.count.cycles),
+                "instructions_per_second": self.per_second(self.count.instructions),
+                "macs_per_second": self.per_second(self.macs),
+            })
+        }
+    }
+
+    /// Compiles `net` at `batch` (fp16, seeded random weights, atc's defaults) for chip `cfg`:
+    /// the `.om` bytes.
+    pub fn compile_net(cfg: &ChipConfig, net: Net, batch: i64) -> Result<Vec<u8>, String> {
+        let opts = CompileOptions {
+            gear: GearOptions::default(),
+            getnext_sink: false,
+            table_layout: Default::default(),
+            mapindex_engine: Default::default(),
+            fusion: Default::default(),
+            precision: Default::default(),
+            target: crate::target::for_chip(cfg),
+        };
+        let name = format!("{}_b{batch}.onnx", net.name());
+        compile(&net.onnx(batch, DType::F16, 1), &name, &opts)
+            .map_err(|e| format!("{name}: {e}"))?
+            .om_bytes()
+    }
+
+    /// Measures `net` at `batch` in `mode`: `gearsim` (the binary at `gearsim`) runs the model
+    /// written under `work` once as a user would, then the execution alone is timed in this
+    /// process on a fresh device, after a warm-up run.
+    pub fn measure_net(
+        cfg: &ChipConfig,
+        net: Net,
+        batch: i64,
+        mode: ExecMode,
+        gearsim: &std::path::Path,
+        work: &std::path::Path,
+    ) -> Result<NetFigure, String> {
+        let om = compile_net(cfg, net, batch)?;
+        let path = work.join(format!("{}_b{batch}.om", net.name()));
+        std::fs::write(&path, &om).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut cmd = std::process::Command::new(gearsim);
+        cmd.arg("run")
+            .arg("--model")
+            .arg(&path)
+            .arg("--output_dir")
+            .arg(work.join("out"));
+        if mode == ExecMode::TimingOnly {
+            cmd.arg("--timing_only");
+        }
+        let started = Instant::now();
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", gearsim.display()))?;
+        let run_wall = started.elapsed();
+        if !out.status.success() {
+            return Err(format!(
+                "gearsim run {}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let file = OmFile::parse(&om).map_err(|e| e.to_string())?;
+        let mut dev = Device::new(cfg.clone(), NullSink);
+        dev.set_exec_mode(mode);
+        let loaded = LoadedModel::load(&mut dev, &file).map_err(|e| e.to_string())?;
+        let stream = dev.create_stream().map_err(|e| e.to_string())?;
+        for (input, ptr) in loaded.desc.inputs.iter().zip(&loaded.inputs) {
+            dev.write(*ptr, &vec![0u8; input.bytes as usize])
+                .map_err(|e| e.to_string())?;
+        }
+        let mut p = Prepared {
+            dev,
+            model: loaded,
+            stream,
+        };
+        p.run()?;
+        let clock = HostClock::best();
+        let epoch = Instant::now();
+        let t = clock.now(epoch);
+        let count = p.run()?;
+        let execute = clock.now(epoch).saturating_sub(t);
+        Ok(NetFigure {
+            net,
+            batch,
+            mode,
+            run_wall,
+            execute,
+            clock,
+            count,
+            macs: net.macs_per_image() * batch as u64,
         })
     }
 }

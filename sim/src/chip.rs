@@ -10,18 +10,19 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use gearsim_isa::branch_target;
-use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
+use gearsim_traces::{Level, StrId, TraceSink};
 use thiserror::Error;
 
 use crate::config::ChipConfig;
 use crate::core::{AiCore, BlockLaunch, CoreStats, Ctx, Tracer};
 use crate::cross::{CrossCore, Member};
 use crate::event::{Event, EventQueue, PRIO_CORE, PRIO_MEMORY, PRIO_TIMER};
-use crate::hbm::{Done, Hbm, Owner, Rates};
+use crate::hbm::{Done, Hbm, Owner};
 use crate::kernel::Kernel;
 use crate::kind::{CoreKind, CoreSlot};
 use crate::l2::L2;
 use crate::memory::{DeviceMemory, OutOfRange};
+use crate::memory_trace::MemoryLanes;
 use crate::stop::StopReason;
 use crate::time::{Clock, Cycles, Tick};
 
@@ -135,15 +136,6 @@ impl Traffic {
     }
 }
 
-struct MemoryLanes {
-    lane: LaneId,
-    read: StrId,
-    write: StrId,
-    /// Interned only on a chip with an L2, so traces of a chip without one are unchanged.
-    l2_read: Option<StrId>,
-    last: Option<Rates>,
-}
-
 /// The simulated chip.
 pub struct Chip<S: TraceSink> {
     cfg: Arc<ChipConfig>,
@@ -175,11 +167,15 @@ impl<S: TraceSink> Chip<S> {
     pub fn new(cfg: ChipConfig, mut sink: S) -> Chip<S> {
         let cfg = Arc::new(cfg);
         let clock = cfg.core_clock();
-        let on = sink.enabled();
-        let set_name = if on {
+        let enabled = sink.enabled();
+        let level = sink.level();
+        let on = enabled && level == Level::Instruction;
+        if enabled {
             sink.meta("chip", &cfg.name);
             sink.meta("core_clock_mhz", &cfg.core.clock_mhz.to_string());
             sink.meta("time_unit", "ps");
+        }
+        let set_name = if on {
             sink.intern("flag")
         } else {
             StrId::EMPTY
@@ -220,6 +216,9 @@ impl<S: TraceSink> Chip<S> {
                 next_flow: 0,
                 set_name,
                 cross_name: None,
+                kernels: enabled && level == Level::Kernel,
+                memory: enabled,
+                kernel_names: Vec::new(),
             },
             memory_lanes: None,
             stopped: None,
@@ -250,8 +249,12 @@ impl<S: TraceSink> Chip<S> {
         &mut self.tracer.sink
     }
 
-    /// Gives the trace sink back (to finish a trace file).
-    pub fn into_sink(self) -> S {
+    /// Gives the trace sink back (to finish a trace file), after recording the memory
+    /// counters' last window.
+    pub fn into_sink(mut self) -> S {
+        if let Some(m) = self.memory_lanes.as_mut() {
+            m.finish(&mut self.tracer.sink, self.now.0);
+        }
         self.tracer.sink
     }
 
@@ -319,6 +322,12 @@ impl<S: TraceSink> Chip<S> {
             None
         };
         self.tracer.strings.push(strings);
+        let name = if self.tracer.kernels {
+            self.tracer.sink.intern(&kernel.name)
+        } else {
+            StrId::EMPTY
+        };
+        self.tracer.kernel_names.push(name);
         self.kernels.push(Arc::new(kernel));
         Ok(self.kernels.len() - 1)
     }
@@ -699,44 +708,13 @@ impl<S: TraceSink> Chip<S> {
             self.events
                 .push(at, PRIO_MEMORY, Event::MemoryCheck { generation });
         }
-        if self.tracer.on {
+        if self.tracer.memory {
             let rates = self.hbm.rates();
-            let l2_on = self.l2.enabled();
+            let (l2, windowed) = (self.l2.enabled(), !self.tracer.on);
             let sink = &mut self.tracer.sink;
-            let lanes = self.memory_lanes.get_or_insert_with(|| MemoryLanes {
-                lane: sink.lane(Lane {
-                    process: "chip".into(),
-                    thread: "HBM".into(),
-                    kind: LaneKind::Counter,
-                }),
-                read: sink.intern("HBM read MB/s"),
-                write: sink.intern("HBM write MB/s"),
-                l2_read: l2_on.then(|| sink.intern("L2 read hit MB/s")),
-                last: None,
-            });
-            let at = self.now.0;
-            let last = lanes.last;
-            let counters = [
-                (Some(lanes.read), rates.hbm_read, last.map(|r| r.hbm_read)),
-                (
-                    Some(lanes.write),
-                    rates.hbm_write,
-                    last.map(|r| r.hbm_write),
-                ),
-                (lanes.l2_read, rates.l2_read, last.map(|r| r.l2_read)),
-            ];
-            for (name, value, before) in counters {
-                let Some(name) = name else { continue };
-                if before != Some(value) {
-                    sink.record(Record::Counter {
-                        lane: lanes.lane,
-                        name,
-                        at,
-                        value: (value / 1_000_000) as i64,
-                    });
-                }
-            }
-            lanes.last = Some(rates);
+            self.memory_lanes
+                .get_or_insert_with(|| MemoryLanes::new(sink, l2, windowed))
+                .update(sink, self.now.0, rates);
         }
     }
 

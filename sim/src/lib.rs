@@ -43,6 +43,7 @@ mod kernel;
 mod kind;
 mod l2;
 mod memory;
+mod memory_trace;
 mod stop;
 mod time;
 

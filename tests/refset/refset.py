@@ -148,7 +148,9 @@ def build(gearsim, work):
     os.makedirs(work)
     log = open(os.path.join(work, "commands.log"), "w")
 
-    run([gearsim, "demo", "--trace", os.path.join(work, "demo.gtrace")], log)
+    # Traces at instruction level: every record a change could disturb.
+    run([gearsim, "demo", "--trace", os.path.join(work, "demo.gtrace"),
+         "--trace_level", "instruction"], log)
 
     for case in MODEL_CASES:
         name = case["name"]
@@ -181,6 +183,7 @@ def build(gearsim, work):
                     "--input=" + ",".join(files),
                     "--output_dir=" + os.path.join(folder, "out_" + tag),
                     "--trace=" + os.path.join(folder, tag + ".gtrace"),
+                    "--trace_level=instruction",
                 ], log)
 
     kfolder = os.path.join(work, "kernels")

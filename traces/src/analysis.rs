@@ -35,6 +35,7 @@ pub fn kind_name(kind: LaneKind) -> &'static str {
         LaneKind::Host => "host",
         LaneKind::Queue => "queue",
         LaneKind::Memory => "memory",
+        LaneKind::Kernel => "kernel",
     }
 }
 
@@ -310,7 +311,8 @@ fn lane_role(lane: &Lane) -> LaneRole {
         | LaneKind::Pcie
         | LaneKind::Host
         | LaneKind::Queue
-        | LaneKind::Memory => LaneRole::Other,
+        | LaneKind::Memory
+        | LaneKind::Kernel => LaneRole::Other,
     }
 }
 

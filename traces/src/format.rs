@@ -13,8 +13,9 @@ use crate::{LaneId, Record, StrId};
 pub const MAGIC: [u8; 8] = *b"GEARTRC\0";
 /// The major format version this crate writes and reads; files with another major are rejected.
 pub const VERSION_MAJOR: u16 = 1;
-/// The minor format version this crate writes.
-pub const VERSION_MINOR: u16 = 0;
+/// The newest minor format version this crate reads. A writer puts down the lowest minor its
+/// file needs: 1 when it has a kernel lane ([`LaneKind::Kernel`](crate::LaneKind)), else 0.
+pub const VERSION_MINOR: u16 = 1;
 /// Size of the file header in bytes.
 pub const HEADER_SIZE: u32 = 96;
 /// Size of one record in bytes.
@@ -110,7 +111,7 @@ impl RawHeader {
         let mut header = RawHeader {
             magic: MAGIC,
             version_major: VERSION_MAJOR.into(),
-            version_minor: VERSION_MINOR.into(),
+            version_minor: 0.into(),
             header_size: HEADER_SIZE.into(),
             record_size: RECORD_SIZE.into(),
             flags: 0.into(),

@@ -70,6 +70,6 @@ pub use perfetto::{
 };
 pub use perfetto_proto::{ProtoStats, export_perfetto_proto, export_perfetto_proto_file};
 pub use reader::{Records, TraceFile};
-pub use record::{Lane, LaneId, LaneKind, NullSink, Record, StrId, TraceSink};
-pub use view::{Event, Filter, Level, View};
+pub use record::{Lane, LaneId, LaneKind, Level, NullSink, Record, StrId, TraceSink};
+pub use view::{BUSY_THREAD, Event, Filter, KERNELS_THREAD, View, busy_counter_name};
 pub use writer::{TraceFileWriter, TraceWriter};

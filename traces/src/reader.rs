@@ -356,12 +356,17 @@ impl TraceFile {
         for (i, l) in raw_lanes.iter().enumerate() {
             let offset = h.lanes_offset + i as u64 * u64::from(LANE_ENTRY_SIZE);
             let fail = |what: String| corrupt(format!("lane {i} (at offset {offset}): {what}"));
-            let kind = LaneKind::from_u16(l.kind.get()).ok_or_else(|| {
-                fail(format!(
-                    "unknown lane kind {} (expected 1 to 9)",
-                    l.kind.get()
-                ))
-            })?;
+            let kind = LaneKind::from_u16(l.kind.get())
+                .filter(|k| k.since_minor() <= h.version_minor)
+                .ok_or_else(|| {
+                    let known = if h.version_minor == 0 { 9 } else { 10 };
+                    fail(format!(
+                        "unknown lane kind {} (expected 1 to {known} in a version {}.{} file)",
+                        l.kind.get(),
+                        h.version_major,
+                        h.version_minor
+                    ))
+                })?;
             if l.reserved.get() != 0 {
                 return Err(fail(format!(
                     "reserved field: expected 0, found {}",

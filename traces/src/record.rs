@@ -35,11 +35,13 @@ pub enum LaneKind {
     Queue = 8,
     /// The memory system (DMA transfers as spans).
     Memory = 9,
+    /// One core's kernels, one span per block (recorded at kernel level; format 1.1).
+    Kernel = 10,
 }
 
 impl LaneKind {
     /// Every kind, in numeric order.
-    pub const ALL: [LaneKind; 9] = [
+    pub const ALL: [LaneKind; 10] = [
         LaneKind::Pipe,
         LaneKind::Counter,
         LaneKind::Scheduler,
@@ -49,11 +51,56 @@ impl LaneKind {
         LaneKind::Host,
         LaneKind::Queue,
         LaneKind::Memory,
+        LaneKind::Kernel,
     ];
 
     /// The kind with this number.
     pub fn from_u16(v: u16) -> Option<LaneKind> {
         LaneKind::ALL.iter().copied().find(|k| *k as u16 == v)
+    }
+
+    /// The format minor version that introduced the kind (a file using it says at least this).
+    pub fn since_minor(self) -> u16 {
+        match self {
+            LaneKind::Kernel => 1,
+            _ => 0,
+        }
+    }
+}
+
+/// How much a trace holds: chosen when recording (what producers write) and when exporting
+/// (what a view shows of a trace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub enum Level {
+    /// Streams, host, PCIe, scheduler, AI CPU, queues and memory: no core lanes; memory
+    /// counters averaged over fixed windows.
+    Task,
+    /// Those, plus one span per kernel block on each core and each pipe's busy share as
+    /// counters.
+    #[default]
+    Kernel,
+    /// Every record, each instruction and flag included.
+    Instruction,
+}
+
+impl Level {
+    /// Parses `task`, `kernel` or `instruction`.
+    pub fn parse(s: &str) -> Option<Level> {
+        match s {
+            "task" => Some(Level::Task),
+            "kernel" => Some(Level::Kernel),
+            "instruction" => Some(Level::Instruction),
+            _ => None,
+        }
+    }
+
+    /// `task`, `kernel` or `instruction`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Level::Task => "task",
+            Level::Kernel => "kernel",
+            Level::Instruction => "instruction",
+        }
     }
 }
 
@@ -142,6 +189,10 @@ pub trait TraceSink {
     fn enabled(&self) -> bool {
         true
     }
+    /// How much producers record (instructions and flags only at [`Level::Instruction`]).
+    fn level(&self) -> Level {
+        Level::Instruction
+    }
 }
 
 /// A sink that stores nothing (for callers that must pass one).
@@ -181,5 +232,8 @@ impl<T: TraceSink> TraceSink for Option<T> {
     }
     fn enabled(&self) -> bool {
         self.as_ref().is_some_and(|t| t.enabled())
+    }
+    fn level(&self) -> Level {
+        self.as_ref().map_or(Level::Instruction, |t| t.level())
     }
 }

@@ -3,6 +3,10 @@
 //! and per-pipe busy counters; `instruction`: every record), a time window and a set of cores.
 //! Both exporters read a trace through [`View`], so they show the same events.
 //!
+//! A trace recorded at kernel level already holds each core's kernel and busy lanes, which
+//! pass through; from a trace recorded at instruction level the view makes them, one kernel
+//! span per run of the same kernel on a core, from the pipe spans.
+//!
 //! Task spans on stream lanes are named after their op (`/layer1/conv1/Conv`, read from the
 //! detail `stream S task I: KIND NAME`) with the task kind as their category.
 
@@ -10,31 +14,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use crate::analysis::{kind_name, task_name};
-use crate::{Lane, LaneKind, Record, TraceFile};
-
-/// How much of a trace an export shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Level {
-    /// Streams, host, PCIe, scheduler, AI CPU, queues and memory: no core lanes.
-    Task,
-    /// Those, plus one span per kernel on each core and each pipe's busy share as counters.
-    #[default]
-    Kernel,
-    /// Every record, instructions included.
-    Instruction,
-}
-
-impl Level {
-    /// Parses `task`, `kernel` or `instruction`.
-    pub fn parse(s: &str) -> Option<Level> {
-        match s {
-            "task" => Some(Level::Task),
-            "kernel" => Some(Level::Kernel),
-            "instruction" => Some(Level::Instruction),
-            _ => None,
-        }
-    }
-}
+use crate::{Lane, LaneKind, Level, Record, TraceFile};
 
 /// What to export.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -156,6 +136,26 @@ fn core_number(process: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// Whether a lane belongs to a core: its pipes, its recorded kernels, its busy counters (a
+/// counter lane of a core's process, `core3` / `busy`).
+fn is_core_lane(lane: &Lane) -> bool {
+    match lane.kind {
+        LaneKind::Pipe | LaneKind::Kernel => true,
+        LaneKind::Counter => lane.thread == BUSY_THREAD,
+        _ => false,
+    }
+}
+
+/// The thread name of a core's kernel lane and of its busy counters.
+pub const KERNELS_THREAD: &str = "kernels";
+/// See [`KERNELS_THREAD`].
+pub const BUSY_THREAD: &str = "busy";
+
+/// The name of a pipe's busy-share counter (`VECTOR busy %`).
+pub fn busy_counter_name(pipe: &str) -> String {
+    format!("{pipe} busy %")
+}
+
 /// The kernel a pipe span's detail names (`name: instruction`).
 fn kernel_of(detail: &str) -> &str {
     detail.split_once(": ").map_or(detail, |(k, _)| k)
@@ -169,7 +169,7 @@ impl<'a> View<'a> {
         let mut core_of = Vec::new();
         let mut cores: Vec<CoreLanes> = Vec::new();
         for lane in trace.lanes() {
-            let core = (lane.kind == LaneKind::Pipe).then(|| core_number(&lane.process));
+            let core = is_core_lane(lane).then(|| core_number(&lane.process));
             let wanted = match (&filter.cores, core) {
                 (Some(set), Some(Some(n))) => set.contains(&n),
                 (Some(_), Some(None)) => false,
@@ -179,21 +179,24 @@ impl<'a> View<'a> {
             // its core's kernel spans and busy counters instead.
             let kept = match filter.level {
                 Level::Instruction => wanted,
-                Level::Task | Level::Kernel => core.is_none(),
+                Level::Kernel => core.is_none() || (lane.kind != LaneKind::Pipe && wanted),
+                Level::Task => core.is_none(),
             };
             map.push(kept.then(|| {
                 lanes.push(lane.clone());
                 lanes.len() - 1
             }));
-            if filter.level != Level::Kernel || core.is_none() || !wanted {
+            if filter.level != Level::Kernel || lane.kind != LaneKind::Pipe || !wanted {
                 core_of.push(None);
                 continue;
             }
             let k = match cores.iter().position(|c| c.process == lane.process) {
                 Some(k) => k,
                 None => {
-                    for (thread, kind) in [("kernels", LaneKind::Pipe), ("busy", LaneKind::Counter)]
-                    {
+                    for (thread, kind) in [
+                        (KERNELS_THREAD, LaneKind::Kernel),
+                        (BUSY_THREAD, LaneKind::Counter),
+                    ] {
                         lanes.push(Lane {
                             process: lane.process.clone(),
                             thread: thread.into(),
@@ -268,13 +271,13 @@ impl<'a> View<'a> {
             for (pipe, busy) in core.pipes.iter().zip(&r.busy) {
                 f(Event::Counter {
                     lane: core.busy,
-                    name: Cow::Owned(format!("{pipe} busy %")),
+                    name: Cow::Owned(busy_counter_name(pipe)),
                     at: r.start,
                     value: (busy * 100 / len) as i64,
                 })?;
                 f(Event::Counter {
                     lane: core.busy,
-                    name: Cow::Owned(format!("{pipe} busy %")),
+                    name: Cow::Owned(busy_counter_name(pipe)),
                     at: r.end,
                     value: 0,
                 })?;

@@ -13,7 +13,7 @@ use crate::format::{
     Checksum, FLAG_COMPLETE, HEADER_SIZE, LANE_ENTRY_SIZE, MAX_LANES, META_ENTRY_SIZE, RECORD_SIZE,
     RawHeader, RawLane, RawMeta, RawRecord,
 };
-use crate::{Lane, LaneId, LaneKind, Record, StrId, TraceError, TraceSink};
+use crate::{Lane, LaneId, LaneKind, Level, Record, StrId, TraceError, TraceSink};
 
 /// Records are collected in memory until this many bytes are pending, then written in one go.
 const FLUSH_AT: usize = 1 << 18;
@@ -50,6 +50,10 @@ pub struct TraceWriter<W: Write + Seek> {
     meta: Vec<RawMeta>,
     meta_index: HashMap<StrId, usize>,
     error: Option<TraceError>,
+    /// What producers are asked to record.
+    level: Level,
+    /// The format minor version the lanes so far need.
+    minor: u16,
 }
 
 impl<W: Write + Seek> std::fmt::Debug for TraceWriter<W> {
@@ -96,6 +100,8 @@ impl<W: Write + Seek> TraceWriter<W> {
             meta: Vec::new(),
             meta_index: HashMap::new(),
             error: None,
+            level: Level::Instruction,
+            minor: 0,
         };
         // String 0 is always the empty string.
         w.add_string("");
@@ -105,6 +111,16 @@ impl<W: Write + Seek> TraceWriter<W> {
     /// Records written so far.
     pub fn record_count(&self) -> u64 {
         self.record_count
+    }
+
+    /// Asks producers to record at `level` (the default is [`Level::Instruction`]: everything)
+    /// and notes a task or kernel level in the metadata as `trace_level` (no note means
+    /// instruction level, as in every trace written before levels existed).
+    pub fn set_level(&mut self, level: Level) {
+        self.level = level;
+        if level != Level::Instruction {
+            self.meta("trace_level", level.name());
+        }
     }
 
     /// Strings interned so far (including the empty string).
@@ -173,6 +189,7 @@ impl<W: Write + Seek> TraceWriter<W> {
         header.strings_bytes = strings_bytes.into();
         header.file_size = file_size.into();
         header.checksum = self.checksum.finish().into();
+        header.version_minor = self.minor.into();
         header.seal();
 
         let result = (|| {
@@ -285,6 +302,7 @@ impl<W: Write + Seek> TraceSink for TraceWriter<W> {
             self.limit(format!("more than {MAX_LANES} lanes"));
             return LaneId(u16::MAX);
         };
+        self.minor = self.minor.max(lane.kind.since_minor());
         self.lanes.push(RawLane {
             process: process.0.into(),
             thread: thread.0.into(),
@@ -319,6 +337,10 @@ impl<W: Write + Seek> TraceSink for TraceWriter<W> {
                 });
             }
         }
+    }
+
+    fn level(&self) -> Level {
+        self.level
     }
 }
 
@@ -357,6 +379,11 @@ impl TraceFileWriter {
         self.writer.record_count()
     }
 
+    /// Asks producers to record at `level`; see [`TraceWriter::set_level`].
+    pub fn set_level(&mut self, level: Level) {
+        self.writer.set_level(level);
+    }
+
     /// Completes the trace, syncs it to disk and renames it over the destination.
     pub fn finish(self) -> Result<(), TraceError> {
         let TraceFileWriter { writer, temp } = self;
@@ -382,5 +409,9 @@ impl TraceSink for TraceFileWriter {
 
     fn meta(&mut self, key: &str, value: &str) {
         self.writer.meta(key, value);
+    }
+
+    fn level(&self) -> Level {
+        self.writer.level
     }
 }

@@ -25,7 +25,7 @@ use gearsim_isa::om::OmFile;
 use gearsim_isa::tensor::{DataType, Tensor};
 use gearsim_sim::ExecMode;
 use gearsim_traces as analysis;
-use gearsim_traces::{TraceFile, TraceFileWriter, TraceSink};
+use gearsim_traces::{Level, TraceFile, TraceFileWriter, TraceSink};
 use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -413,7 +413,7 @@ impl Session {
     /// must be the same), computing values unless `timing_only`; `profile_dir` receives
     /// msprof-style files after every run.
     #[new]
-    #[pyo3(signature = (path, soc_version=None, timing_only=false, profile_dir=None, trace=None))]
+    #[pyo3(signature = (path, soc_version=None, timing_only=false, profile_dir=None, trace=None, trace_level="kernel"))]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -421,7 +421,13 @@ impl Session {
         timing_only: bool,
         profile_dir: Option<PathBuf>,
         trace: Option<PathBuf>,
+        trace_level: &str,
     ) -> PyResult<Session> {
+        let level = Level::parse(trace_level).ok_or_else(|| {
+            error(format!(
+                "trace_level: expected task, kernel or instruction, got `{trace_level}`"
+            ))
+        })?;
         let bytes = std::fs::read(&path)
             .map_err(|e| error(format!("cannot read the model {}: {e}", path.display())))?;
         let file = OmFile::parse(&bytes).map_err(|e| error(format!("{}: {e}", path.display())))?;
@@ -448,6 +454,7 @@ impl Session {
             Some(t) => {
                 let mut w = TraceFileWriter::create(t)
                     .map_err(|e| error(format!("trace {}: {e}", t.display())))?;
+                w.set_level(level);
                 w.meta("command", "python InferSession");
                 w.meta(
                     "exec_mode",

@@ -164,7 +164,7 @@ def test_a_corrupt_model_or_trace_raises_and_never_crashes(tmp_path, cnn_om):
 
 def test_profiles_and_traces_as_tables(tmp_path, cnn_om):
     prof, trace = tmp_path / "prof", tmp_path / "run.gtrace"
-    with gearsim.InferSession(cnn_om, profile=prof, trace=trace) as s:
+    with gearsim.InferSession(cnn_om, profile=prof, trace=trace, trace_level="instruction") as s:
         for batch in (1, 4):
             s.infer([cnn_input(batch)], mode="dymbatch")
     rows = (prof / "op_summary.csv").read_text().splitlines()
@@ -194,6 +194,17 @@ def test_profiles_and_traces_as_tables(tmp_path, cnn_om):
     assert t.export(tmp_path / "k.pftrace", level="kernel", cores=[0]) < proto
     with pytest.raises(gearsim.GearsimError, match="level must be"):
         t.export(tmp_path / "x", level="pipes")
+
+
+def test_traces_record_kernels_by_default(tmp_path, cnn_om):
+    with gearsim.InferSession(cnn_om, trace=tmp_path / "k.gtrace") as s:
+        s.infer([cnn_input(4)], mode="dymbatch")
+    lanes = gearsim.Trace(tmp_path / "k.gtrace").lanes()
+    kinds = {l["kind"] for l in lanes}
+    assert "kernel" in kinds and "pipe" not in kinds, kinds
+    assert any(l["kind"] == "kernel" and l["busy_us"] > 0 for l in lanes)
+    with pytest.raises(gearsim.GearsimError, match="trace_level"):
+        gearsim.InferSession(cnn_om, trace=tmp_path / "x.gtrace", trace_level="pipes")
 
 
 def big_matmul(path, n):

@@ -668,16 +668,18 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// The rows as CSV (one line per row, header first).
-pub fn csv(outcomes: &[Outcome]) -> String {
+/// The rows as CSV (one line per row, header first), each with its `row` (`places`, in the
+/// same order): its place among the selected targets, so that the CSVs of the shards of a
+/// sharded run concatenate, sorted by it, into the whole run's.
+pub fn csv(places: &[usize], outcomes: &[Outcome]) -> String {
     let mut o = String::from(
-        "id,net,chip,batch,precision,aipp,small_channel,measured_us,simulated_us,ratio,in_band,kernels,notes,source\n",
+        "row,id,net,chip,batch,precision,aipp,small_channel,measured_us,simulated_us,ratio,in_band,kernels,notes,source\n",
     );
-    for x in outcomes {
+    for (row, x) in places.iter().zip(outcomes) {
         let r = &x.row;
         let _ = writeln!(
             o,
-            "{},{},{},{},{},{},{},{:.3},{:.3},{:.4},{},{},{},{}",
+            "{row},{},{},{},{},{},{},{},{:.3},{:.3},{:.4},{},{},{},{}",
             r.id,
             r.net.name(),
             r.chip,

@@ -1,8 +1,8 @@
 //! The calibration workloads as ONNX models: torchvision's ResNet-18 and ResNet-50 (v1.5: the
-//! stride of a bottleneck sits on its 3×3 convolution) with seeded random weights, in the form
-//! `torch.onnx.export` gives an eval-mode model — each BatchNorm folded into the convolution
-//! before it (a bias), then `Relu`, `MaxPool`, residual `Add`, `GlobalAveragePool`, `Flatten`
-//! and `Gemm`. Timing does not depend on values, so random weights reproduce the measured
+//! stride of a bottleneck sits on its 3×3 convolution) and MobileNetV2 with seeded random
+//! weights, in the form `torch.onnx.export` gives an eval-mode model — each BatchNorm folded
+//! into the convolution before it (a bias), then `Relu` (or ReLU6 as `Clip(0, 6)`), `MaxPool`,
+//! residual `Add`, `GlobalAveragePool`, `Flatten` and `Gemm`. Timing does not depend on values, so random weights reproduce the measured
 //! setup; they are scaled (He initialisation) so that a full-mode run stays finite.
 //!
 //! Built here rather than downloaded or exported so that `gearsim calibrate` needs nothing but
@@ -21,6 +21,10 @@ pub enum Net {
     ResNet18,
     /// torchvision `resnet50` (v1.5): Bottlenecks [3, 4, 6, 3].
     ResNet50,
+    /// torchvision `mobilenet_v2` (width 1.0): a 3×3/2 stem, 17 inverted residual blocks
+    /// (1×1 expansion, 3×3 depthwise, 1×1 projection; ReLU6 after the first two) and a 1×1
+    /// 1280-channel convolution before the classifier.
+    MobileNetV2,
     /// BERT-base's encoder (`bertbase`): 12 layers of hidden size 768, 12 heads and a
     /// 3072-wide feed-forward at sequence length 128, post-LayerNorm as in the original BERT,
     /// GELU written with Erf as an opset-17 export writes it. The input is the embeddings' sum
@@ -98,13 +102,19 @@ impl CopyDirection {
 
 impl Net {
     /// The whole networks (not the single-kernel and copy workloads), by name.
-    pub const NETWORKS: [Net; 3] = [Net::ResNet18, Net::ResNet50, Net::BertBase];
+    pub const NETWORKS: [Net; 4] = [
+        Net::ResNet18,
+        Net::ResNet50,
+        Net::MobileNetV2,
+        Net::BertBase,
+    ];
 
     /// `resnet18` / `resnet50` / `gemm2048x4096x4000`, as the targets table spells them.
     pub fn name(self) -> String {
         match self {
             Net::ResNet18 => "resnet18".into(),
             Net::ResNet50 => "resnet50".into(),
+            Net::MobileNetV2 => "mobilenetv2".into(),
             Net::Gemm { m, n, k } => format!("gemm{m}x{n}x{k}"),
             Net::QuantGemm { m, n, k } => format!("qgemm{m}x{n}x{k}"),
             Net::Bf16Gemm { m, n, k } => format!("bgemm{m}x{n}x{k}"),
@@ -162,7 +172,7 @@ impl Net {
             }
             Net::Copy { .. } => return 0,
             Net::MixStartup => return 64 * 64 * 64,
-            Net::ResNet18 | Net::ResNet50 | Net::BertBase => {}
+            Net::ResNet18 | Net::ResNet50 | Net::MobileNetV2 | Net::BertBase => {}
         }
         let mut b = Builder::new(DType::F32, 0);
         b.count_only = true;
@@ -176,6 +186,11 @@ impl Net {
             Net::ResNet50 => &[3, 4, 6, 3],
             Net::BertBase => {
                 b.encoder(&BERT_BASE);
+                return;
+            }
+            Net::MobileNetV2 => {
+                let x = b.mobilenet_v2();
+                b.head(x);
                 return;
             }
             Net::Gemm { .. }
@@ -202,7 +217,7 @@ impl Net {
             // A copy runs no model (`is_model`); the smallest GEMM stands in.
             Net::Copy { .. } => return gemm_onnx(1, 1, 1, DType::F16.onnx()),
             Net::MixStartup => return mix_startup_onnx(),
-            Net::ResNet18 | Net::ResNet50 | Net::BertBase => {}
+            Net::ResNet18 | Net::ResNet50 | Net::MobileNetV2 | Net::BertBase => {}
         }
         let mut b = Builder::new(dtype, seed);
         self.build_into(&mut b);
@@ -260,6 +275,15 @@ impl DType {
             DType::F16 => 10,
         }
     }
+}
+
+/// The activation after a convolution.
+#[derive(Debug, Clone, Copy)]
+enum Act {
+    None,
+    Relu,
+    /// `min(max(x, 0), 6)`.
+    Relu6,
 }
 
 /// A value flowing through the graph: its name, channels and spatial size.
@@ -365,15 +389,28 @@ impl Builder {
     }
 
     /// A convolution with its BatchNorm folded in (a bias), optionally followed by ReLU.
-    #[allow(clippy::too_many_arguments)]
     fn conv(&mut self, x: &Value, name: &str, c: i64, k: i64, stride: i64, relu: bool) -> Value {
+        let act = if relu { Act::Relu } else { Act::None };
+        self.conv_grouped(x, name, (c, k, stride, 1), act)
+    }
+
+    /// A convolution of `(out channels, kernel size, stride, groups)` with its BatchNorm
+    /// folded in (a bias), then `act`.
+    fn conv_grouped(
+        &mut self,
+        x: &Value,
+        name: &str,
+        (c, k, stride, groups): (i64, i64, i64, i64),
+        act: Act,
+    ) -> Value {
         let pad = k / 2;
         let hw = (x.hw + 2 * pad - k) / stride + 1;
-        self.macs += (c * x.c * k * k * hw * hw) as u64;
-        let fan_in = (x.c * k * k) as f32;
+        let per_group = x.c / groups;
+        self.macs += (c * per_group * k * k * hw * hw) as u64;
+        let fan_in = (per_group * k * k) as f32;
         let w = self.weight(
             &format!("{name}.weight"),
-            &[c, x.c, k, k],
+            &[c, per_group, k, k],
             (6.0 / fan_in).sqrt(),
         );
         let b = self.weight(&format!("{name}.bias"), &[c], 0.1);
@@ -383,18 +420,78 @@ impl Builder {
             vec![x.name.clone(), w, b],
             vec![
                 ints("dilations", &[1, 1]),
-                int("group", 1),
+                int("group", groups),
                 ints("kernel_shape", &[k, k]),
                 ints("pads", &[pad, pad, pad, pad]),
                 ints("strides", &[stride, stride]),
             ],
         );
-        let y = if relu {
-            self.node("Relu", &format!("/{name}/Relu"), vec![y], vec![])
-        } else {
-            y
+        let y = match act {
+            Act::None => y,
+            Act::Relu => self.node("Relu", &format!("/{name}/Relu"), vec![y], vec![]),
+            Act::Relu6 => {
+                // torch.onnx exports ReLU6 as Clip with its bounds as inputs.
+                let (lo, hi) = (self.scalar("relu6_min", 0.0), self.scalar("relu6_max", 6.0));
+                self.node("Clip", &format!("/{name}/Clip"), vec![y, lo, hi], vec![])
+            }
         };
         Value { name: y, c, hw }
+    }
+
+    /// MobileNetV2's features (Sandler et al. 2018, table 2: expansion t, channels c,
+    /// repeats n, stride s), up to the 1280-channel convolution.
+    fn mobilenet_v2(&mut self) -> Value {
+        const BLOCKS: [(i64, i64, usize, i64); 7] = [
+            (1, 16, 1, 1),
+            (6, 24, 2, 2),
+            (6, 32, 3, 2),
+            (6, 64, 4, 2),
+            (6, 96, 3, 1),
+            (6, 160, 3, 2),
+            (6, 320, 1, 1),
+        ];
+        let x = Value {
+            name: "input".into(),
+            c: 3,
+            hw: 224,
+        };
+        let mut x = self.conv_grouped(&x, "features.0", (32, 3, 2, 1), Act::Relu6);
+        let mut i = 1;
+        for (t, c, n, s) in BLOCKS {
+            for j in 0..n {
+                let stride = if j == 0 { s } else { 1 };
+                x = self.inverted_residual(&x, &format!("features.{i}"), c, stride, t);
+                i += 1;
+            }
+        }
+        self.conv_grouped(&x, &format!("features.{i}"), (1280, 1, 1, 1), Act::Relu6)
+    }
+
+    /// One inverted residual block: expansion by `t` (none when 1), depthwise 3×3 at `stride`,
+    /// linear projection to `out`, and the shortcut when the shape is kept.
+    fn inverted_residual(&mut self, x: &Value, p: &str, out: i64, stride: i64, t: i64) -> Value {
+        let hidden = x.c * t;
+        let mut y = x.clone();
+        if t != 1 {
+            y = self.conv_grouped(&y, &format!("{p}/conv.0"), (hidden, 1, 1, 1), Act::Relu6);
+        }
+        let y = self.conv_grouped(
+            &y,
+            &format!("{p}/conv.1"),
+            (hidden, 3, stride, hidden),
+            Act::Relu6,
+        );
+        let y = self.conv_grouped(&y, &format!("{p}/conv.2"), (out, 1, 1, 1), Act::None);
+        if stride != 1 || x.c != out {
+            return y;
+        }
+        let s = self.node(
+            "Add",
+            &format!("/{p}/Add"),
+            vec![x.name.clone(), y.name.clone()],
+            vec![],
+        );
+        Value { name: s, ..y }
     }
 
     /// conv1 (7×7/2, BN, ReLU) and the 3×3/2 max pool.
@@ -853,6 +950,33 @@ mod tests {
         let r50 = Net::ResNet50.macs_per_image() as f64 / 1e9;
         assert!((r18 - 1.814).abs() < 0.01, "{r18}");
         assert!((r50 - 4.089).abs() < 0.02, "{r50}");
+    }
+
+    #[test]
+    fn mobilenet_v2_has_its_published_size() {
+        // Sandler et al. 2018, table 3: 300 M multiply-adds, 3.4 M parameters.
+        let net = Net::parse("mobilenetv2").unwrap();
+        let macs = net.macs_per_image() as f64 / 1e6;
+        assert!((macs - 300.0).abs() < 3.0, "{macs}");
+        let m = ModelProto::decode(net.onnx(4, DType::F16, 1).as_slice()).unwrap();
+        let g = m.graph.unwrap();
+        let count = |op: &str| g.node.iter().filter(|n| n.op_type == op).count();
+        assert_eq!(count("Conv"), 52);
+        assert_eq!(count("Clip"), 35);
+        assert_eq!(count("Add"), 10);
+        let depthwise = g
+            .node
+            .iter()
+            .filter(|n| n.attribute.iter().any(|a| a.name == "group" && a.i > 1))
+            .count();
+        assert_eq!(depthwise, 17);
+        let weights: i64 = g
+            .initializer
+            .iter()
+            .filter(|t| !t.dims.is_empty())
+            .map(|t| t.dims.iter().product::<i64>())
+            .sum();
+        assert!((3_400_000..3_550_000).contains(&weights), "{weights}");
     }
 
     #[test]

@@ -1,9 +1,9 @@
 //! `gearsim bench kernels | runtime | speed`: kernel efficiency on the reference workloads,
 //! runtime figures of the built-in CNN, and the simulator's own speed.
 
-use anyhow::{Result, anyhow};
+use anyhow::{Context, Result, anyhow};
 use clap::{Args, Subcommand};
-use gearsim_sim::ExecMode;
+use gearsim_sim::{ChipConfig, ExecMode};
 
 use super::Failure;
 use super::flags::ChipArgs;
@@ -62,6 +62,15 @@ pub struct BenchSpeedArgs {
     /// Print one JSON object per figure instead of text.
     #[arg(long = "json")]
     json: bool,
+    /// Whole networks instead of the toy models: resnet18, resnet50, mobilenetv2, bertbase
+    /// (comma-separated; fp16, random weights). Each figure is a user's whole `gearsim run`
+    /// (process start and load included) and the execution alone, with simulated cycles,
+    /// instructions and MACs per host second.
+    #[arg(long = "nets", value_delimiter = ',')]
+    nets: Vec<String>,
+    /// Batches of the networks (with --nets), comma-separated.
+    #[arg(long = "batches", value_delimiter = ',', default_value = "1,8,32")]
+    batches: Vec<i64>,
 }
 
 /// Runs a `gearsim bench` subcommand.
@@ -209,6 +218,9 @@ fn speed(a: &BenchSpeedArgs) -> Result<(), Failure> {
             .into());
         }
     }
+    if !a.nets.is_empty() {
+        return net_speed(a, &cfg, &modes);
+    }
     if !(a.min_seconds.is_finite() && a.min_seconds >= 0.0) {
         return Err(anyhow!(
             "--min_seconds: expected a non-negative number, got {}",
@@ -255,4 +267,53 @@ fn speed(a: &BenchSpeedArgs) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// `bench speed --nets`: whole networks at each batch and mode.
+fn net_speed(a: &BenchSpeedArgs, cfg: &ChipConfig, modes: &[ExecMode]) -> Result<(), Failure> {
+    use gearsim_host::bench::speed::measure_net;
+    use gearsim_host::calibrate::nets::Net;
+    let nets = a
+        .nets
+        .iter()
+        .map(|n| {
+            Net::parse(n)
+                .filter(|n| Net::NETWORKS.contains(n))
+                .ok_or_else(|| {
+                    let names: Vec<String> = Net::NETWORKS.iter().map(|n| n.name()).collect();
+                    anyhow!("--nets: expected some of {}, got `{n}`", names.join(", "))
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    if let Some(b) = a.batches.iter().find(|b| **b < 1) {
+        return Err(anyhow!("--batches: expected positive batches, got {b}").into());
+    }
+    let gearsim = std::env::current_exe().context("cannot find the gearsim binary")?;
+    let work = std::env::temp_dir().join(format!("gearsim-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work).with_context(|| format!("{}", work.display()))?;
+    if !a.json {
+        say!(
+            "whole networks on {} (fp16, random weights): a user's `gearsim run`, and the \
+             execution alone on one host thread:",
+            cfg.name
+        );
+    }
+    let result = (|| -> Result<(), Failure> {
+        for &net in &nets {
+            for &batch in &a.batches {
+                for &mode in modes {
+                    let f = measure_net(cfg, net, batch, mode, &gearsim, &work)
+                        .map_err(|e| anyhow!(e))?;
+                    if a.json {
+                        say!("{}", f.json());
+                    } else {
+                        say!("{}", f.line());
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&work);
+    result
 }

@@ -14,7 +14,7 @@ use gearsim_compiler::memory::BufferOptimize;
 use gearsim_host::calibrate::{
     ChipOverride, Row, TARGETS, csv, kernel_table, parse_targets, run_row_on, svg, table,
 };
-use gearsim_host::study::parallel_map;
+use gearsim_host::study::{Shard, parallel_map};
 
 #[derive(Args)]
 pub struct CalibrateArgs {
@@ -44,6 +44,11 @@ pub struct CalibrateArgs {
     /// Simulate on this many threads (default: one per host core).
     #[arg(long = "threads")]
     threads: Option<usize>,
+    /// Run only shard I of N of the selected rows (those whose place p in the table has
+    /// p % N == I), e.g. $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT; the shards' CSVs,
+    /// concatenated and sorted by their `row` column, are the whole run's.
+    #[arg(long = "shard", value_name = "I/N", default_value = "0/1")]
+    shard: String,
     /// A changed chip (a preset's TOML, e.g. sim/presets/ascend310p.toml with a different
     /// memory.l2_bytes): the rows of the preset its `name` gives run on it instead, to see how
     /// the table moves with one parameter.
@@ -111,7 +116,16 @@ fn rows(a: &CalibrateArgs) -> Result<Vec<Row>> {
 }
 
 pub fn run(a: &CalibrateArgs) -> Result<(), Failure> {
-    let rows = rows(a)?;
+    let shard = Shard::parse(&a.shard)?;
+    let rows: Vec<(usize, Row)> = rows(a)?
+        .into_iter()
+        .enumerate()
+        .filter(|(p, _)| shard.takes(*p))
+        .collect();
+    if rows.is_empty() {
+        return Err(anyhow!("--shard {shard}: no selected row falls in this shard").into());
+    }
+    let (places, rows): (Vec<usize>, Vec<Row>) = rows.into_iter().unzip();
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
@@ -139,7 +153,8 @@ pub fn run(a: &CalibrateArgs) -> Result<(), Failure> {
         }
     }
     if let Some(p) = &a.csv {
-        write_atomic(p, csv(&outcomes).as_bytes()).with_context(|| format!("{}", p.display()))?;
+        write_atomic(p, csv(&places, &outcomes).as_bytes())
+            .with_context(|| format!("{}", p.display()))?;
     }
     if let Some(p) = &a.svg {
         write_atomic(p, svg(&outcomes).as_bytes()).with_context(|| format!("{}", p.display()))?;

@@ -4,6 +4,7 @@
 use clap::Args;
 use gearsim_host::demo::{self, Row};
 use gearsim_sim::ExecMode;
+use gearsim_traces::Level;
 
 use super::Failure;
 use super::flags::{ChipArgs, TraceArgs};
@@ -26,7 +27,7 @@ pub fn run(a: &DemoArgs) -> Result<(), Failure> {
          (dynamic dims), each for non-sink (hybrid) and GetNext sink mode; runs every gear in \
          both modes and one unmatched shape through the hybrid dynamic path.\n"
     );
-    let sink = a.trace.open(&cfg, "demo", ExecMode::Full)?;
+    let sink = a.trace.open(&cfg, "demo", ExecMode::Full, Level::Kernel)?;
     say!("{}", demo::header());
     let mut show = |r: &Row| say!("{}", r.line());
     let (rows, sink) = demo::run(&cfg, sink, &mut show).map_err(Failure::Internal)?;

@@ -9,7 +9,7 @@ use clap::Args;
 use gearsim_compiler::options::GearOptions;
 use gearsim_host::options::{ChipChoice, GearFlags};
 use gearsim_sim::{ChipConfig, ExecMode};
-use gearsim_traces::TraceFileWriter;
+use gearsim_traces::{Level, TraceFileWriter};
 
 use super::output::open_trace;
 
@@ -55,21 +55,34 @@ impl ChipArgs {
 /// Where to write a trace of the command's simulation.
 #[derive(Args)]
 pub struct TraceArgs {
-    /// Write a trace of the run (every core, pipe, DMA and task) to this .gtrace file.
+    /// Write a trace of the run (tasks, host, DMA, and per core its kernels or instructions)
+    /// to this .gtrace file.
     #[arg(long = "trace", value_name = "FILE.gtrace")]
     trace: Option<PathBuf>,
+    /// What the trace records: task (streams, host, PCIe, AI CPU, memory counters), kernel
+    /// (those plus one span per kernel block on each core and its pipes' busy shares) or
+    /// instruction (every instruction, flag and DMA on every pipe) [default: kernel for models,
+    /// instruction for hand-written kernels].
+    #[arg(long = "trace_level", value_name = "LEVEL", requires = "trace", value_parser = parse_level)]
+    trace_level: Option<Level>,
 }
 
 impl TraceArgs {
-    /// Starts the trace file, if one was asked for.
+    /// Starts the trace file, if one was asked for, at `--trace_level` or else `default`.
     pub fn open(
         &self,
         cfg: &ChipConfig,
         what: &str,
         mode: ExecMode,
+        default: Level,
     ) -> Result<Option<TraceFileWriter>> {
-        open_trace(self.trace.as_deref(), cfg, what, mode)
+        let level = self.trace_level.unwrap_or(default);
+        open_trace(self.trace.as_deref(), cfg, what, mode, level)
     }
+}
+
+fn parse_level(s: &str) -> Result<Level, String> {
+    Level::parse(s).ok_or_else(|| format!("expected task, kernel or instruction, got `{s}`"))
 }
 
 /// atc's gear options: input shapes with `-1` for the axes gears set, and one gear list.

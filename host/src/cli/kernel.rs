@@ -11,7 +11,7 @@ use gearsim_host::kernel::{ArgBuffer, KernelRunReport, RunError, parse_args, run
 use gearsim_isa::Program;
 use gearsim_sim::ExecMode;
 use gearsim_traces::atomic::write_atomic;
-use gearsim_traces::{TraceFileWriter, TraceSink};
+use gearsim_traces::{Level, TraceFileWriter, TraceSink};
 
 use super::Failure;
 use super::demo::DemoArgs;
@@ -132,9 +132,12 @@ fn kernel_run(a: &KernelRunArgs) -> Result<(), Failure> {
     let program = load_program(&a.file)?;
     let args = parse_args(&a.args)?;
     let mode = exec_mode(a.timing_only);
-    let sink = a
-        .trace
-        .open(&cfg, &format!("kernel run {}", a.file.display()), mode)?;
+    let sink = a.trace.open(
+        &cfg,
+        &format!("kernel run {}", a.file.display()),
+        mode,
+        Level::Instruction,
+    )?;
     let mut dev = Device::new(cfg, sink);
     let result = run_kernel(&mut dev, program, a.block_dim, &args, mode);
     match result {
@@ -196,7 +199,9 @@ fn kernel_demo(a: &DemoArgs) -> Result<(), Failure> {
     say!(
         "-- double-buffered fp16 vector add, {n} elements over {cores} cores (full mode, checked)"
     );
-    let sink = a.trace.open(&cfg, "demo", ExecMode::Full)?;
+    let sink = a
+        .trace
+        .open(&cfg, "demo", ExecMode::Full, Level::Instruction)?;
     let mut dev = Device::new(cfg.clone(), sink);
     let args = parse_args(&format!(
         "x=rand:f16:{n}:1,y=rand:f16:{n}:2,z=zeros:{},{n}",

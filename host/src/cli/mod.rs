@@ -22,6 +22,7 @@ mod flags;
 mod info;
 mod isa;
 mod kernel;
+mod model;
 mod ops;
 mod output;
 mod run;
@@ -64,6 +65,9 @@ enum Command {
     /// Run a compiled .om on .npy inputs (non-sink, GetNext sink, or hybrid's fallback) and
     /// write its outputs at their real shapes.
     Run(Box<run::RunArgs>),
+    /// Write a built-in network (resnet18, resnet50, mobilenetv2, bertbase) as ONNX with
+    /// seeded random weights.
+    Model(model::ModelArgs),
     /// Performance figures of the simulator and its kernels.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -106,6 +110,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Verify(a) => verify::run(&a),
         Command::Ops => ops::run(),
         Command::Run(a) => run::run(&a),
+        Command::Model(a) => model::run(&a),
         Command::Bench(c) => bench::run(c),
         Command::Calibrate(a) => calibrate::run(&a),
         Command::Demo(a) => demo::run(&a),

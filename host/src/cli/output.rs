@@ -5,7 +5,7 @@ use std::path::Path;
 
 use anyhow::Result;
 use gearsim_sim::{ChipConfig, ExecMode};
-use gearsim_traces::{TraceFileWriter, TraceSink};
+use gearsim_traces::{Level, TraceFileWriter, TraceSink};
 
 static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -34,9 +34,11 @@ pub fn open_trace(
     cfg: &ChipConfig,
     what: &str,
     mode: ExecMode,
+    level: Level,
 ) -> Result<Option<TraceFileWriter>> {
     let Some(path) = path else { return Ok(None) };
     let mut w = TraceFileWriter::create(path)?;
+    w.set_level(level);
     w.meta("command", what);
     w.meta(
         "exec_mode",

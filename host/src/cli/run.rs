@@ -2,6 +2,7 @@
 //! fallback), its outputs written at their real shapes. The `.om` is read and validated here,
 //! once; its description picks the chip, and the runner loads that same parse.
 
+use gearsim_traces::Level;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -116,7 +117,7 @@ pub fn run(a: &RunArgs) -> Result<(), Failure> {
         .config_or(&model.desc.soc_version)
         .with_context(|| format!("{}: no chip to run it on", a.model.display()))?;
     // The trace is opened for the chip the model names; the runner checks the rest.
-    let sink = a.trace.open(&cfg, "run", mode)?;
+    let sink = a.trace.open(&cfg, "run", mode, Level::Kernel)?;
     let show = a.repeat > 1 && !a.json;
     let mut progress = |done: u32, total: u32| {
         if show {

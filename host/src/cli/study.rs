@@ -12,6 +12,8 @@ use gearsim_compiler::pipeline::{MapIndexEngine, TableLayout};
 use super::Failure;
 use super::flags::{ChipArgs, GearArgs};
 use super::output::say_raw;
+use gearsim_host::study::Shard;
+use gearsim_traces::atomic::write_atomic;
 
 #[derive(Subcommand)]
 pub enum StudyCommand {
@@ -103,6 +105,16 @@ pub struct StudyAdviseArgs {
     /// Simulate on this many threads (default: one per host core).
     #[arg(long = "threads")]
     threads: Option<usize>,
+    /// Measure only shard I of N of the candidates (the observed gear vectors p with
+    /// p % N == I) and write them as advise_candidates.csv, e.g.
+    /// $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT; then --candidates with every shard's
+    /// file gives the whole run's advice.
+    #[arg(long = "shard", value_name = "I/N", default_value = "0/1")]
+    shard: String,
+    /// Candidates measured by the shards of a sharded run (their advise_candidates.csv
+    /// files): the advice is computed from them instead of measuring each candidate again.
+    #[arg(long = "candidates", value_name = "FILE.csv", num_args = 1.., conflicts_with = "shard")]
+    candidates: Vec<PathBuf>,
     #[command(flatten)]
     chip: ChipArgs,
 }
@@ -348,7 +360,7 @@ fn advise(a: &StudyAdviseArgs) -> Result<(), Failure> {
         .unwrap_or_else(gearsim_host::study::host_threads)
         .max(1);
     let started = std::time::Instant::now();
-    let adv = advise::advise(&AdviseOptions {
+    let options = AdviseOptions {
         onnx,
         file: a.model.display().to_string(),
         input_shape: a.input_shape.clone(),
@@ -361,7 +373,41 @@ fn advise(a: &StudyAdviseArgs) -> Result<(), Failure> {
         host_us_per_op: a.host_us_per_op,
         chip,
         threads,
-    })?;
+    };
+    let shard = Shard::parse(&a.shard)?;
+    if shard != Shard::ALL {
+        let measured = advise::measure_shard(&options, shard)?;
+        std::fs::create_dir_all(&a.output_dir)
+            .with_context(|| format!("cannot create {}", a.output_dir.display()))?;
+        let path = a.output_dir.join("advise_candidates.csv");
+        let text = advise::candidates_csv_of(
+            mode,
+            &measured,
+            options.shapes.total(),
+            (options.host_us_per_op * 1e6).round() as u64,
+        );
+        write_atomic(&path, text.as_bytes()).with_context(|| format!("{}", path.display()))?;
+        say!(
+            "shard {shard}: {} of {} candidates measured in {:.1} s on {threads} thread(s): {} \
+             (give every shard's file to --candidates for the advice)",
+            measured.len(),
+            options.shapes.vectors.len(),
+            started.elapsed().as_secs_f64(),
+            path.display()
+        );
+        return Ok(());
+    }
+    let adv = if a.candidates.is_empty() {
+        advise::advise(&options)?
+    } else {
+        let mut measured = Vec::new();
+        for f in &a.candidates {
+            let text = std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {}", f.display()))?;
+            measured.extend(advise::parse_candidates(&text, &f.display().to_string())?);
+        }
+        advise::advise_measured(&options, measured)?
+    };
     let files = advise::write_outputs(&a.output_dir, &adv)?;
     say_raw(&advise::summary(&adv));
     let names: Vec<String> = files.iter().map(|f| f.display().to_string()).collect();

@@ -40,7 +40,7 @@ use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::NullSink;
 
 use super::svg::{Figure, Panel, Series, render};
-use super::{StudyError, parallel_map};
+use super::{Shard, StudyError, parallel_map};
 use crate::pad::{PadCheck, compare_rows};
 use crate::runtime::session::{data_inputs, io_type};
 use crate::runtime::{ModelId, RunPath, Runtime, RuntimeOptions};
@@ -851,8 +851,19 @@ fn chunks(n: usize, limit: usize) -> Vec<std::ops::Range<usize>> {
         .collect()
 }
 
-/// Runs the advisor.
+/// Runs the advisor: every candidate measured, then the curve and the proposal.
 pub fn advise(a: &AdviseOptions) -> Result<Advice, StudyError> {
+    advise_with(a, None)
+}
+
+/// Runs the advisor on candidates measured before, by the shards of a sharded run
+/// ([`measure_shard`]): `measured` holds each observed gear vector once, with its count.
+pub fn advise_measured(a: &AdviseOptions, measured: Vec<Candidate>) -> Result<Advice, StudyError> {
+    advise_with(a, Some(measured))
+}
+
+/// The checked options: the parsed input shapes and the gear option.
+fn prepare(a: &AdviseOptions) -> Result<(Vec<InputShape>, DynamicMode), StudyError> {
     let opt = |m: String| StudyError::Options(m);
     let inputs =
         parse_input_shape(&a.input_shape, true).map_err(|e| opt(format!("--input_shape: {e}")))?;
@@ -877,47 +888,109 @@ pub fn advise(a: &AdviseOptions) -> Result<Advice, StudyError> {
             a.host_us_per_op
         )));
     }
-    let limit = a.chip.kernels.map_index_max_gears as usize;
-    let parts = chunks(vectors.len(), limit);
-    let builds: Vec<Result<Build, StudyError>> = parallel_map(
-        &parts,
+    Ok((inputs, mode))
+}
+
+/// The observed vectors split into the gear models that measure them (a model holds at most
+/// the chip's MapIndex gear limit).
+fn parts(a: &AdviseOptions) -> Vec<std::ops::Range<usize>> {
+    chunks(
+        a.shapes.vectors.len(),
+        a.chip.kernels.map_index_max_gears as usize,
+    )
+}
+
+/// Measures the candidates of `shard` (the observed vectors `p` with `p % N == I`), each on the
+/// gear model the whole run measures it on, so that the shards' candidates together are the
+/// whole run's. Also returns the builds made, by part.
+fn measure(
+    a: &AdviseOptions,
+    inputs: &[InputShape],
+    mode: DynamicMode,
+    shard: Shard,
+) -> Result<(Vec<Option<Build>>, Vec<Candidate>), StudyError> {
+    let vectors = &a.shapes.vectors;
+    let parts = parts(a);
+    let needed: Vec<usize> = (0..parts.len())
+        .filter(|&c| parts[c].clone().any(|p| shard.takes(p)))
+        .collect();
+    let built: Vec<Result<Build, StudyError>> = parallel_map(
+        &needed,
         a.threads,
-        |r| {
+        |&c| {
+            let r = &parts[c];
             let gears: Vec<Vec<i64>> = vectors[r.clone()].iter().map(|(v, _)| v.clone()).collect();
             compile_gears(a, mode, &gears, r.start)
         },
         |_, _| {},
     );
-    let builds: Vec<Build> = builds.into_iter().collect::<Result<_, _>>()?;
+    let mut builds: Vec<Option<Build>> = (0..parts.len()).map(|_| None).collect();
+    for (c, b) in needed.iter().zip(built) {
+        builds[*c] = Some(b?);
+    }
     let jobs: Vec<(usize, usize)> = parts
         .iter()
         .enumerate()
         .flat_map(|(c, r)| r.clone().map(move |i| (c, i)))
+        .filter(|&(_, i)| shard.takes(i))
         .collect();
     let measured = parallel_map(
         &jobs,
         a.threads,
         |&(c, i)| {
             let (v, count) = &vectors[i];
-            measure_candidate(
-                a,
-                &inputs,
-                mode,
-                &builds[c],
-                i - parts[c].start,
-                (v, *count),
-            )
-            .map_err(|message| StudyError::Run {
+            let build = builds[c].as_ref().ok_or_else(|| StudyError::Run {
                 point: i,
                 what: format!("candidate {v:?}"),
-                message,
-            })
+                message: "internal error: its gear model was not built".into(),
+            })?;
+            measure_candidate(a, inputs, mode, build, i - parts[c].start, (v, *count)).map_err(
+                |message| StudyError::Run {
+                    point: i,
+                    what: format!("candidate {v:?}"),
+                    message,
+                },
+            )
         },
         |_, _| {},
     );
-    let candidates: Vec<Candidate> = measured.into_iter().collect::<Result<_, _>>()?;
+    let candidates = measured.into_iter().collect::<Result<_, _>>()?;
+    Ok((builds, candidates))
+}
+
+/// One shard's part of a sharded advisor run: its candidates measured (write them with
+/// [`candidates_csv_of`]; [`advise_measured`] takes every shard's).
+pub fn measure_shard(a: &AdviseOptions, shard: Shard) -> Result<Vec<Candidate>, StudyError> {
+    let (inputs, mode) = prepare(a)?;
+    Ok(measure(a, &inputs, mode, shard)?.1)
+}
+
+fn advise_with(a: &AdviseOptions, measured: Option<Vec<Candidate>>) -> Result<Advice, StudyError> {
+    let opt = |m: String| StudyError::Options(m);
+    let (inputs, mode) = prepare(a)?;
+    let inputs = &inputs;
+    let vectors = &a.shapes.vectors;
+    let parts = parts(a);
+    let (first, candidates) = match measured {
+        None => {
+            let (mut builds, candidates) = measure(a, inputs, mode, Shard::ALL)?;
+            let first = builds[0]
+                .take()
+                .ok_or_else(|| opt("no gear model was built".into()))?;
+            (first, candidates)
+        }
+        Some(mut given) => {
+            given.sort_by(|x, y| x.vector.cmp(&y.vector));
+            check_coverage(&given, vectors)?;
+            let gears: Vec<Vec<i64>> = vectors[parts[0].clone()]
+                .iter()
+                .map(|(v, _)| v.clone())
+                .collect();
+            (compile_gears(a, mode, &gears, 0)?, given)
+        }
+    };
     let pad = match (mode, a.pad) {
-        (DynamicMode::Batch, PadPolicy::Auto) => pad_check(a, &inputs, &builds[0], vectors[0].0[0])
+        (DynamicMode::Batch, PadPolicy::Auto) => pad_check(a, inputs, &first, vectors[0].0[0])
             .map_err(|message| StudyError::Run {
                 point: 0,
                 what: "padding check".into(),
@@ -937,7 +1010,7 @@ pub fn advise(a: &AdviseOptions) -> Result<Advice, StudyError> {
     };
     let host_ps_per_op = (a.host_us_per_op * 1e6).round() as u64;
     let total = a.shapes.total() as f64;
-    let d0 = builds[0]
+    let d0 = first
         .desc
         .dynamic
         .as_ref()
@@ -959,7 +1032,7 @@ pub fn advise(a: &AdviseOptions) -> Result<Advice, StudyError> {
         feature_map: candidates.iter().map(|c| c.feature_map_bytes).collect(),
         io: candidates.iter().map(|c| c.io_bytes).collect(),
         pad: pad.allowed,
-        base_bytes: builds[0]
+        base_bytes: first
             .desc
             .memory
             .weight_bytes
@@ -984,7 +1057,7 @@ pub fn advise(a: &AdviseOptions) -> Result<Advice, StudyError> {
     let verified = parallel_map(
         &found,
         a.threads,
-        |s| verify(a, &inputs, mode, &problem, s, host_ps_per_op),
+        |s| verify(a, inputs, mode, &problem, s, host_ps_per_op),
         |_, _| {},
     );
     let curve: Vec<CurvePoint> = verified.into_iter().collect::<Result<_, _>>()?;
@@ -1131,30 +1204,189 @@ pub fn curve_csv(adv: &Advice) -> String {
     out
 }
 
-/// The candidates as CSV.
+/// The candidates as CSV: one row per observed gear vector with its share of the requests,
+/// its times (µs, and exactly in ps) and memory.
 pub fn candidates_csv(adv: &Advice) -> String {
     let total: u64 = adv.candidates.iter().map(|c| c.count).sum();
+    candidates_csv_of(adv.mode, &adv.candidates, total, adv.host_ps_per_op)
+}
+
+/// [`candidates_csv`] of some candidates (a shard's), shares taken of `total` requests; the
+/// same rows as the whole run's for these vectors, so the shards' files read back with
+/// [`parse_candidates`] give the whole run's candidates.
+pub fn candidates_csv_of(
+    mode: DynamicMode,
+    candidates: &[Candidate],
+    total: u64,
+    host_ps_per_op: u64,
+) -> String {
     let mut out = String::from(
         "gear,count,share,gear_us,hybrid_device_us,hybrid_ops,hybrid_us,feature_map_bytes,\
-         io_bytes\n",
+         io_bytes,gear_ps,hybrid_device_ps\n",
     );
-    for c in &adv.candidates {
-        let hybrid = c.hybrid_device_ps + c.hybrid_ops * adv.host_ps_per_op;
+    for c in candidates {
+        let hybrid = c.hybrid_device_ps + c.hybrid_ops * host_ps_per_op;
         let _ = writeln!(
             out,
-            "{},{},{:.6},{},{},{},{},{},{}",
-            quoted(&gear_list(adv.mode, std::slice::from_ref(&c.vector))),
+            "{},{},{:.6},{},{},{},{},{},{},{},{}",
+            quoted(&gear_list(mode, std::slice::from_ref(&c.vector))),
             c.count,
-            c.count as f64 / total as f64,
+            c.count as f64 / total.max(1) as f64,
             us(c.gear_ps as f64),
             us(c.hybrid_device_ps as f64),
             c.hybrid_ops,
             us(hybrid as f64),
             c.feature_map_bytes,
-            c.io_bytes
+            c.io_bytes,
+            c.gear_ps,
+            c.hybrid_device_ps
         );
     }
     out
+}
+
+/// Splits a CSV line into fields (`"..."` quoting, `""` an escaped quote).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = vec![String::new()];
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match (c, quoted) {
+            ('"', true) if chars.peek() == Some(&'"') => {
+                chars.next();
+                if let Some(f) = fields.last_mut() {
+                    f.push('"');
+                }
+            }
+            ('"', _) => quoted = !quoted,
+            (',', false) => fields.push(String::new()),
+            (c, _) => {
+                if let Some(f) = fields.last_mut() {
+                    f.push(c);
+                }
+            }
+        }
+    }
+    fields
+}
+
+/// Reads candidates back from an `advise_candidates.csv` (`file` names it in errors).
+pub fn parse_candidates(text: &str, file: &str) -> Result<Vec<Candidate>, StudyError> {
+    let bad = |line: usize, what: String| StudyError::Options(format!("{file}:{line}: {what}"));
+    let mut lines = text.lines().enumerate();
+    let header = match lines.next() {
+        Some((_, h)) => csv_fields(h),
+        None => {
+            return Err(bad(
+                1,
+                "empty file; expected the header of advise_candidates.csv".into(),
+            ));
+        }
+    };
+    let column = |name: &str| {
+        header.iter().position(|h| h == name).ok_or_else(|| {
+            bad(
+                1,
+                format!(
+                    "no `{name}` column (an advise_candidates.csv of this version has gear, \
+                     count, hybrid_ops, feature_map_bytes, io_bytes, gear_ps and \
+                     hybrid_device_ps)"
+                ),
+            )
+        })
+    };
+    let cols = [
+        column("gear")?,
+        column("count")?,
+        column("gear_ps")?,
+        column("hybrid_device_ps")?,
+        column("hybrid_ops")?,
+        column("feature_map_bytes")?,
+        column("io_bytes")?,
+    ];
+    let mut out = Vec::new();
+    for (i, line) in lines {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f = csv_fields(line);
+        if f.len() != header.len() {
+            return Err(bad(
+                i + 1,
+                format!("expected {} fields, got {}", header.len(), f.len()),
+            ));
+        }
+        let number = |k: usize| -> Result<u64, StudyError> {
+            let (col, text) = (&header[cols[k]], &f[cols[k]]);
+            text.trim().parse().map_err(|_| {
+                bad(
+                    i + 1,
+                    format!("{col}: expected a whole number, got `{text}`"),
+                )
+            })
+        };
+        let vector = f[cols[0]]
+            .split(',')
+            .map(|v| v.trim().parse::<i64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| {
+                bad(
+                    i + 1,
+                    format!("gear: expected comma-separated dims, got `{}`", f[cols[0]]),
+                )
+            })?;
+        out.push(Candidate {
+            vector,
+            count: number(1)?,
+            gear_ps: number(2)?,
+            hybrid_device_ps: number(3)?,
+            hybrid_ops: number(4)?,
+            feature_map_bytes: number(5)?,
+            io_bytes: number(6)?,
+        });
+    }
+    Ok(out)
+}
+
+/// Whether `given` (sorted) holds each observed vector exactly once, with its count.
+fn check_coverage(given: &[Candidate], vectors: &[(Vec<i64>, u64)]) -> Result<(), StudyError> {
+    let opt = |m: String| StudyError::Options(m);
+    for w in given.windows(2) {
+        if w[0].vector == w[1].vector {
+            return Err(opt(format!(
+                "--candidates: gear {:?} is measured twice (are two shards' files from the \
+                 same shard?)",
+                w[0].vector
+            )));
+        }
+    }
+    for (v, count) in vectors {
+        match given.iter().find(|c| &c.vector == v) {
+            None => {
+                return Err(opt(format!(
+                    "--candidates: no measurement of gear {v:?} (is a shard's file missing?)"
+                )));
+            }
+            Some(c) if c.count != *count => {
+                return Err(opt(format!(
+                    "--candidates: gear {v:?} was measured with {} requests, the shapes file \
+                     has {count} (the shards ran on another shapes file)",
+                    c.count
+                )));
+            }
+            Some(_) => {}
+        }
+    }
+    if let Some(extra) = given
+        .iter()
+        .find(|c| !vectors.iter().any(|(v, _)| *v == c.vector))
+    {
+        return Err(opt(format!(
+            "--candidates: gear {:?} is not in the shapes file",
+            extra.vector
+        )));
+    }
+    Ok(())
 }
 
 /// The trade-off figure: expected time and device memory against the gear count.

@@ -275,6 +275,66 @@ fn the_cnn_proposal_is_the_best_measured_point_and_its_prediction_holds() {
     );
 }
 
+#[test]
+fn shards_measure_the_whole_runs_candidates_and_their_files_merge_into_its_advice() {
+    use gearsim_host::study::Shard;
+    let onnx = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/models/cnn.onnx"
+    ))
+    .unwrap();
+    let a = options(onnx, "cnn.onnx", "input:-1,3,32,32", CNN_SHAPES, 3);
+    let whole = advise::advise(&a).unwrap();
+    let total = a.shapes.total();
+    let files: Vec<String> = (0..3)
+        .map(|i| {
+            let shard = Shard { index: i, count: 3 };
+            let measured = advise::measure_shard(&a, shard).unwrap();
+            advise::candidates_csv_of(whole.mode, &measured, total, whole.host_ps_per_op)
+        })
+        .collect();
+    // Shard 0 has candidates 0 and 3, shard 1 candidate 1, shard 2 candidate 2.
+    assert_eq!(files[0].lines().count(), 3);
+    let read = |which: &[usize]| {
+        let mut all = Vec::new();
+        for &i in which {
+            all.extend(advise::parse_candidates(&files[i], &format!("s{i}.csv")).unwrap());
+        }
+        all
+    };
+    let merged = advise::advise_measured(&a, read(&[2, 0, 1])).unwrap();
+    assert_eq!(
+        advise::candidates_csv(&merged),
+        advise::candidates_csv(&whole)
+    );
+    assert_eq!(advise::curve_csv(&merged), advise::curve_csv(&whole));
+    assert_eq!(merged, whole);
+    // A missing shard, a shard given twice, a damaged file: each named.
+    let e = advise::advise_measured(&a, read(&[0, 1]))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("no measurement of gear [3] (is a shard's file missing?)"),
+        "{e}"
+    );
+    let e = advise::advise_measured(&a, read(&[0, 1, 2, 1]))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("gear [2] is measured twice"), "{e}");
+    let damaged = files[1].replace(",20,", ",2x,");
+    let e = advise::parse_candidates(&damaged, "s1.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("s1.csv:2: count: expected a whole number, got `2x`"),
+        "{e}"
+    );
+    let e = advise::parse_candidates("gear,count\n", "old.csv")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("old.csv:1: no `gear_ps` column"), "{e}");
+}
+
 /// `y = x - mean(x over the batch)`: every row depends on every other.
 pub(crate) fn batch_mixing_model() -> Vec<u8> {
     let mut mean = node("ReduceMean", "mean", &["x"], &["m"]);

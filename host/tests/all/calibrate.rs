@@ -120,3 +120,46 @@ fn resnet50s_residual_pointwise_layers_fall_off_the_l2_between_batch_4_and_8() {
         );
     }
 }
+
+#[test]
+fn shards_of_the_table_concatenate_by_row_into_the_whole_run() {
+    use super::cli::gearsim;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("calibrate_shards");
+    std::fs::create_dir_all(&dir).unwrap();
+    // The K10 rows: five quantised GEMMs, quick to simulate.
+    let run = |shard: &str, out: &str| -> Vec<String> {
+        let path = dir.join(out);
+        let o = gearsim(&[
+            "calibrate",
+            "--only",
+            "K10",
+            "--threads",
+            "2",
+            "--shard",
+            shard,
+            "--csv",
+            &path.display().to_string(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(String::from)
+            .collect()
+    };
+    let whole = run("0/1", "whole.csv");
+    assert!(whole[0].starts_with("row,id,net,"));
+    assert_eq!(whole.len(), 6);
+    let mut merged: Vec<String> = Vec::new();
+    for i in 0..3 {
+        let part = run(&format!("{i}/3"), &format!("s{i}.csv"));
+        assert_eq!(part[0], whole[0]);
+        merged.extend(part.into_iter().skip(1));
+    }
+    merged.sort_by_key(|l| l.split(',').next().unwrap().parse::<usize>().unwrap());
+    assert_eq!(merged, whole[1..]);
+    // More shards than rows: the empty ones say so.
+    let o = gearsim(&["calibrate", "--only", "K10", "--shard", "7/8"]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--shard 7/8: no selected row"));
+}

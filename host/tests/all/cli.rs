@@ -460,6 +460,55 @@ fn bench_speed_prints_one_line_per_figure_with_counts_identical_on_every_run() {
 }
 
 #[test]
+fn bench_speed_on_whole_networks_times_a_users_run_and_the_execution() {
+    let o = gearsim(&[
+        "bench",
+        "speed",
+        "--nets",
+        "resnet18",
+        "--batches",
+        "1",
+        "--modes",
+        "timing-only",
+        "--json",
+    ]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["model"], "resnet18");
+    assert_eq!(v["gear"], "b1");
+    // torchvision's ResNet-18: 1.814 G MACs an image.
+    assert_eq!(v["macs_per_run"].as_u64().unwrap() / 1_000_000, 1814);
+    for field in [
+        "run_wall_seconds",
+        "execute_seconds",
+        "cycles_per_second",
+        "instructions_per_second",
+        "macs_per_second",
+    ] {
+        assert!(v[field].as_f64().unwrap() > 0.0, "{field}: {v}");
+    }
+    // A user's run includes the execution and the load around it.
+    assert!(
+        v["run_wall_seconds"].as_f64() > v["execute_seconds"].as_f64(),
+        "{v}"
+    );
+    let o = gearsim(&["bench", "speed", "--nets", "alexnet"]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).1.contains("--nets: expected some of resnet18"),
+        "{}",
+        text(&o).1
+    );
+    let o = gearsim(&["bench", "speed", "--nets", "resnet18", "--batches", "0"]);
+    assert!(
+        text(&o)
+            .1
+            .contains("--batches: expected positive batches, got 0")
+    );
+}
+
+#[test]
 fn compile_rejects_a_bad_precision_mode_or_fusion_switch_file_and_writes_nothing() {
     let model = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/models/cnn.onnx")
@@ -627,4 +676,49 @@ fn a_kernel_reading_past_its_arguments_is_named_and_a_runaway_kernel_stops() {
     );
     let o = gearsim(&["kernel", "run", &vadd, "--max_cycles", "0"]);
     assert_eq!(o.status.code(), Some(1));
+}
+
+#[test]
+fn model_writes_a_built_in_network_and_names_bad_choices() {
+    let out = scratch("mnv2_b2.onnx");
+    let o = gearsim(&[
+        "model",
+        "--net",
+        "mobilenetv2",
+        "--batch",
+        "2",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("mobilenetv2, batch 2, f16, 300.8 M MACs per item"),
+        "{stdout}"
+    );
+    let m = <gearsim_compiler::onnx::proto::ModelProto as prost::Message>::decode(
+        std::fs::read(&out).unwrap().as_slice(),
+    )
+    .unwrap();
+    assert_eq!(m.graph.unwrap().node.len(), 52 + 35 + 10 + 3);
+    for (args, expected) in [
+        (
+            vec!["--net", "vgg16"],
+            "--net: expected one of resnet18, resnet50, mobilenetv2, bertbase, got `vgg16`",
+        ),
+        (
+            vec!["--net", "resnet18", "--batch", "0"],
+            "--batch: expected a positive batch or -1, got 0",
+        ),
+        (
+            vec!["--net", "resnet18", "--dtype", "bf16"],
+            "--dtype: expected f16 or f32, got `bf16`",
+        ),
+    ] {
+        let mut all = vec!["model", "--output", "/tmp/never-written.onnx"];
+        all.extend(args);
+        let o = gearsim(&all);
+        assert!(!o.status.success());
+        assert!(text(&o).1.contains(expected), "{}", text(&o).1);
+    }
 }

@@ -37,6 +37,7 @@ mod readme;
 mod runtime;
 mod separated;
 mod study;
+mod trace_level;
 mod verify;
 
 /// Damage shared by the fuzz targets of every crate (written once, in `isa`).

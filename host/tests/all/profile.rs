@@ -23,7 +23,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// The demo CNN compiled with batch gears `gears` for `soc` into the scratch folder: its path.
-fn compile_cnn(name: &str, gears: &str, soc: &str) -> String {
+pub(crate) fn compile_cnn(name: &str, gears: &str, soc: &str) -> String {
     let om = scratch(name);
     let onnx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/models/cnn.onnx");
     let o = gearsim(&[
@@ -344,6 +344,8 @@ fn trace_summary_lists_kernels_by_op_and_hides_idle_lanes() {
         "2",
         "--trace",
         &trace.display().to_string(),
+        "--trace_level",
+        "instruction",
     ]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -397,6 +399,8 @@ fn the_protobuf_trace_of_resnet18_is_a_fifth_of_the_json_and_filters_apply() {
         "--timing_only",
         "--trace",
         &trace,
+        "--trace_level",
+        "instruction",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let export = |format: &str, out: &str, extra: &[&str]| -> u64 {

@@ -4,11 +4,12 @@
 //! The blocks run with bash (`-euo pipefail`) in a scratch directory that looks like a fresh
 //! checkout (`tests/`, `host/` and `sim/` linked, `docs/` copied, so commands that write there
 //! leave the repository alone), with this build's `gearsim` first on the PATH. Lines starting
-//! with `cargo` or running `tests/run-all.sh` are skipped: the test suite is what runs them. The Slurm example runs as array
-//! task 0. Output blocks are compared line by line after masking what depends on the host
-//! (simulator speed, host seconds, thread counts); `GEARSIM_BLESS=1` rewrites them and copies
-//! the figures the commands wrote under `docs/` back, which is how the README's figures are
-//! regenerated.
+//! with `cargo` or running `tests/run-all.sh` are skipped: the test suite is what runs them.
+//! The Slurm recipes run as a one-task array (the whole sweep; `tests/slurm/run.sh` runs them
+//! as real arrays). Output blocks are compared line by line after masking what depends on the
+//! host (simulator speed, host seconds, thread counts); `GEARSIM_BLESS=1` rewrites them and
+//! copies the figures the commands wrote under `docs/` back, which is how the README's figures
+//! are regenerated.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -125,6 +126,7 @@ fn bash(dir: &Path, script: &str) -> std::process::Output {
         .current_dir(dir)
         .env("PATH", path)
         .env("SLURM_ARRAY_TASK_ID", "0")
+        .env("SLURM_ARRAY_TASK_COUNT", "1")
         .output()
         .unwrap()
 }

@@ -16,7 +16,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use gearsim_isa::{DType, FMatrix, Flag, Instruction, Pipe, SReg, SType, Space};
-use gearsim_traces::{Lane, LaneId, LaneKind, Record, StrId, TraceSink};
+use gearsim_traces::{
+    BUSY_THREAD, KERNELS_THREAD, Lane, LaneId, LaneKind, Record, StrId, TraceSink,
+    busy_counter_name,
+};
 
 use crate::config::ChipConfig;
 use crate::cross::{Arrival, CrossCore, CrossError, CrossGroup, Member};
@@ -181,6 +184,12 @@ pub(crate) struct Tracer<S: TraceSink> {
     /// The name of cross-core flag flows, interned at the first one (so traces without any
     /// are unchanged).
     pub cross_name: Option<StrId>,
+    /// Kernel level: one span per block on each core's kernel lane, and its pipes' busy shares.
+    pub kernels: bool,
+    /// Whether the memory counters are recorded (at every level of an enabled sink).
+    pub memory: bool,
+    /// Per kernel id, its name (interned at kernel level only).
+    pub kernel_names: Vec<StrId>,
 }
 
 impl<S: TraceSink> Tracer<S> {
@@ -313,6 +322,9 @@ pub(crate) struct Block {
     deadline: u64,
     /// Units (bit 0 the scalar unit, bit 1 + q pipe queue q) that may be able to proceed.
     wake: u8,
+    /// The cycle it started and its core's statistics then (for its kernel-level span).
+    started: u64,
+    stats_before: CoreStats,
 }
 
 pub(crate) struct AiCore {
@@ -325,7 +337,17 @@ pub(crate) struct AiCore {
     /// flag table); every field is reset by `start`.
     spare: Option<Box<Block>>,
     lanes: Option<[LaneId; LANES]>,
+    /// Kernel level: its kernel lane, busy-counter lane and the counters' names.
+    kernel_lanes: Option<KernelLanes>,
     pub stats: CoreStats,
+}
+
+/// A core's lanes in a kernel-level trace.
+struct KernelLanes {
+    kernels: LaneId,
+    busy: LaneId,
+    /// The pipes the core has (lane indices) and their busy counters' names.
+    pipes: Vec<(usize, StrId)>,
 }
 
 /// A block launch request.
@@ -373,6 +395,7 @@ impl AiCore {
             block: None,
             spare: None,
             lanes: None,
+            kernel_lanes: None,
             stats: CoreStats::default(),
         }
     }
@@ -408,6 +431,35 @@ impl AiCore {
                 _ => scalar,
             }));
         }
+        if ctx.trace.kernels && self.kernel_lanes.is_none() {
+            let process = self.slot.to_string();
+            let kind = self.slot.kind;
+            let sink = &mut ctx.trace.sink;
+            let mut lane = |thread: &str, kind| {
+                sink.lane(Lane {
+                    process: process.clone(),
+                    thread: thread.into(),
+                    kind,
+                })
+            };
+            let kernels = lane(KERNELS_THREAD, LaneKind::Kernel);
+            let busy = lane(BUSY_THREAD, LaneKind::Counter);
+            let pipes = Pipe::EXECUTING
+                .iter()
+                .filter(|&&p| p == Pipe::S || kind.has_pipe(p))
+                .map(|&p| {
+                    (
+                        lane_index(p),
+                        sink.intern(&busy_counter_name(p.lane_name())),
+                    )
+                })
+                .collect();
+            self.kernel_lanes = Some(KernelLanes {
+                kernels,
+                busy,
+                pipes,
+            });
+        }
         let depth = ctx.cfg.core.pipe_queue_depth as usize;
         let fmatrix = FMatrix::RESET;
         let deadline = start_cycle.saturating_add(ctx.cfg.core.kernel_timeout_cycles);
@@ -431,6 +483,8 @@ impl AiCore {
                 flags: FlagTable::default(),
                 deadline,
                 wake: u8::MAX >> 1,
+                started: start_cycle,
+                stats_before: self.stats,
             }));
             return;
         };
@@ -455,6 +509,8 @@ impl AiCore {
         b.flags.clear();
         b.deadline = deadline;
         b.wake = u8::MAX >> 1;
+        b.started = start_cycle;
+        b.stats_before = self.stats;
         self.block = Some(b);
     }
 
@@ -482,10 +538,49 @@ impl AiCore {
             Some(b) if b.s_state == ScalarState::Done => Some(b.s_time),
             _ => None,
         };
-        if done.is_some() {
+        if let Some(end) = done {
+            self.record_kernel(ctx, end);
             self.spare = self.block.take();
         }
         Ok(done)
+    }
+
+    /// Kernel level: the finished block's span on the core's kernel lane (named after its
+    /// kernel, its block index as the pc) and each pipe's busy share of it, as counters set at
+    /// its start and cleared at its end.
+    fn record_kernel<S: TraceSink>(&self, ctx: &mut Ctx<'_, S>, end: u64) {
+        let (Some(lanes), Some(b)) = (&self.kernel_lanes, &self.block) else {
+            return;
+        };
+        let name = ctx.trace.kernel_names[b.kernel_id];
+        ctx.trace.span(
+            lanes.kernels,
+            (name, StrId::EMPTY),
+            b.started,
+            end,
+            b.block_idx,
+        );
+        let (start_ps, end_ps) = (
+            ctx.clock.tick(crate::time::Cycles(b.started)).0,
+            ctx.clock.tick(crate::time::Cycles(end)).0,
+        );
+        let len = end.saturating_sub(b.started).max(1);
+        for (at, cleared) in [(start_ps, false), (end_ps, true)] {
+            for &(pipe, name) in &lanes.pipes {
+                let busy =
+                    self.stats.pipes[pipe].busy_cycles - b.stats_before.pipes[pipe].busy_cycles;
+                ctx.trace.sink.record(Record::Counter {
+                    lane: lanes.busy,
+                    name,
+                    at,
+                    value: if cleared {
+                        0
+                    } else {
+                        (busy * 100 / len) as i64
+                    },
+                });
+            }
+        }
     }
 
     /// Every unit that waits and why (for deadlock reports); `cross_peers` says, for a core

@@ -456,3 +456,44 @@ fn io_errors_inside_the_sink_are_returned_by_finish() {
     .unwrap_err();
     assert!(err.to_string().contains("disk full"), "{err}");
 }
+
+#[test]
+fn a_kernel_lane_makes_a_version_1_1_file_and_nothing_else_does() {
+    let write = |kind: LaneKind| {
+        let mut w = TraceWriter::new(Cursor::new(Vec::new())).unwrap();
+        let l = w.lane(Lane {
+            process: "core0".into(),
+            thread: "kernels".into(),
+            kind,
+        });
+        let name = w.intern("conv");
+        w.record(Record::Span {
+            lane: l,
+            name,
+            start: 0,
+            end: 10,
+            pc: 3,
+            detail: StrId::EMPTY,
+        });
+        w.finish().unwrap().into_inner()
+    };
+    let minor = |b: &[u8]| u16::from_le_bytes([b[10], b[11]]);
+    let plain = write(LaneKind::Pipe);
+    assert_eq!(minor(&plain), 0);
+    let kernels = write(LaneKind::Kernel);
+    assert_eq!(minor(&kernels), 1);
+    let t = TraceFile::from_bytes(kernels.clone()).unwrap();
+    assert_eq!(t.header().version_minor, 1);
+    assert_eq!(t.lanes()[0].kind, LaneKind::Kernel);
+    assert_eq!(t.records().count(), 1);
+    // A kind newer than 1.1 is still unknown in a 1.1 file.
+    let mut bad = kernels;
+    let lanes_at = t.header().lanes_offset as usize;
+    bad[lanes_at + 8..lanes_at + 10].copy_from_slice(&11u16.to_le_bytes());
+    crate::fix_checksum(&mut bad);
+    let e = TraceFile::from_bytes(bad).unwrap_err().to_string();
+    assert!(
+        e.contains("unknown lane kind 11 (expected 1 to 10 in a version 1.1 file)"),
+        "{e}"
+    );
+}

@@ -111,14 +111,16 @@ class InferSession:
     ``timing_only`` simulates time without computing values (outputs are then zeros);
     ``profile`` names a directory that receives msprof-style ``op_summary.csv``,
     ``task_time.csv`` and ``summary.json`` after every run; ``trace`` a ``.gtrace`` file
-    written when the session is closed."""
+    written when the session is closed, recorded at ``trace_level`` ``"task"``, ``"kernel"``
+    (one span per kernel block on each core, pipe busy shares) or ``"instruction"``."""
 
     def __init__(self, model_path, soc_version=None, timing_only=False, profile=None,
-                 trace=None):
+                 trace=None, trace_level="kernel"):
         self._native = _native.Session(
             str(model_path), soc_version, bool(timing_only),
             None if profile is None else str(profile),
             None if trace is None else str(trace),
+            str(trace_level),
         )
         self._desc = json.loads(self._native.describe())
         n = self._desc["data_inputs"]
