@@ -790,8 +790,8 @@ pub mod speed {
         }
     }
 
-    /// Compiles `net` at `batch` (fp16, seeded random weights, atc's defaults) for chip `cfg`:
-    /// the `.om` bytes.
+    /// Compiles `net` at `batch` (fp32 as exported, seeded random weights, atc's defaults:
+    /// computed in fp16) for chip `cfg`: the `.om` bytes.
     pub fn compile_net(cfg: &ChipConfig, net: Net, batch: i64) -> Result<Vec<u8>, String> {
         let opts = CompileOptions {
             gear: GearOptions::default(),
@@ -803,7 +803,7 @@ pub mod speed {
             target: crate::target::for_chip(cfg),
         };
         let name = format!("{}_b{batch}.onnx", net.name());
-        compile(&net.onnx(batch, DType::F16, 1), &name, &opts)
+        compile(&net.onnx(batch, DType::F32, 1), &name, &opts)
             .map_err(|e| format!("{name}: {e}"))?
             .om_bytes()
     }

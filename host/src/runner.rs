@@ -62,9 +62,9 @@ pub struct OmModel<'a> {
 }
 
 impl<'a> OmModel<'a> {
-    /// Reads the bytes of the `.om` at `path`.
-    pub fn read(path: &Path) -> Result<Vec<u8>> {
-        std::fs::read(path).with_context(|| format!("cannot read the model {}", path.display()))
+    /// Maps the `.om` at `path` (not read until [`OmModel::parse`] validates it).
+    pub fn read(path: &Path) -> Result<crate::files::OmMap> {
+        crate::files::OmMap::map(path)
     }
 
     /// Validates `bytes` (read from `path`) and decodes the description, once.

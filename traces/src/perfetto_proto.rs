@@ -92,6 +92,10 @@ mod pb {
         pub track_uuid: Option<u64>,
         #[prost(int64, optional, tag = "30")]
         pub counter_value: Option<i64>,
+        #[prost(int64, repeated, packed = "false", tag = "12")]
+        pub extra_counter_values: Vec<i64>,
+        #[prost(uint64, repeated, packed = "false", tag = "31")]
+        pub extra_counter_track_uuids: Vec<u64>,
         #[prost(fixed64, repeated, packed = "false", tag = "47")]
         pub flow_ids: Vec<u64>,
         #[prost(fixed64, repeated, packed = "false", tag = "48")]
@@ -244,6 +248,8 @@ struct EventFields<'e> {
     annotations: Vec<(&'e str, Annotation<'e>)>,
     flows: (Vec<u64>, Vec<u64>),
     counter: Option<i64>,
+    /// Values of counter tracks taken at the event's time: (track uuid, value).
+    extra_counters: Vec<(u64, i64)>,
 }
 
 impl<'e> EventFields<'e> {
@@ -255,8 +261,25 @@ impl<'e> EventFields<'e> {
             annotations: Vec::new(),
             flows: (Vec::new(), Vec::new()),
             counter: None,
+            extra_counters: Vec::new(),
         }
     }
+}
+
+/// Counter values carried by an event: (counter track uuid, value).
+type CounterValues = Vec<(u64, i64)>;
+
+/// A kernel span held back until the busy counters that follow it (set at its start, cleared
+/// at its end, on a counter lane of the same core) are known: they ride on its begin and end
+/// packets as extra counter values instead of a packet each.
+struct HeldKernel<'a> {
+    span: Event<'a>,
+    /// Its lane, start and end.
+    lane: usize,
+    start: u64,
+    end: u64,
+    at_start: CounterValues,
+    at_end: CounterValues,
 }
 
 impl<W: Write> Writer<W> {
@@ -309,7 +332,14 @@ impl<W: Write> Writer<W> {
         Ok((uuid, seq))
     }
 
-    fn counter_track(&mut self, lane: usize, name: &str) -> io::Result<(u64, usize)> {
+    /// The counter track of `name` on view lane `lane` and its sequence (a new incremental
+    /// one when `own_sequence`, else the global one: for values carried by other events).
+    fn counter_track(
+        &mut self,
+        lane: usize,
+        name: &str,
+        own_sequence: bool,
+    ) -> io::Result<(u64, usize)> {
         if let Some(t) = self.counters.get(&(lane, name.to_string())) {
             return Ok(*t);
         }
@@ -322,9 +352,63 @@ impl<W: Write> Writer<W> {
             sibling_order_rank: Some((lane * 16 + 15) as i32),
             ..Default::default()
         })?;
-        let seq = self.incremental_sequence(uuid)?;
+        let seq = if own_sequence {
+            self.incremental_sequence(uuid)?
+        } else {
+            GLOBAL
+        };
         self.counters.insert((lane, name.to_string()), (uuid, seq));
         Ok((uuid, seq))
+    }
+
+    /// Writes a span event: begin and end on a free slice track of its lane, with counter
+    /// values at each end.
+    fn span(
+        &mut self,
+        e: Event<'_>,
+        (at_start, at_end): (CounterValues, CounterValues),
+    ) -> io::Result<()> {
+        let Event::Span {
+            lane,
+            name,
+            cat,
+            start,
+            end,
+            pc,
+            detail,
+        } = e
+        else {
+            return Ok(());
+        };
+        let (track, seq) = self.slice_track(lane, start, end)?;
+        let mut begin = EventFields::new(TYPE_SLICE_BEGIN);
+        begin.name = Some(&name);
+        // An instruction keeps its pc, not its text (the operands, interned per pc and per
+        // core, would double the file), and no category (its track is a pipe); other spans
+        // keep their category and detail.
+        let instruction = self.kinds[lane] == LaneKind::Pipe && pc.is_some();
+        if !instruction {
+            begin.cat = Some(&cat);
+        }
+        if let Some(pc) = pc.filter(|_| instruction || detail.is_empty()) {
+            begin
+                .annotations
+                .push(("pc", Annotation::Uint(u64::from(pc))));
+        }
+        if !instruction && !detail.is_empty() {
+            begin.annotations.push(("detail", Annotation::Text(detail)));
+        }
+        begin.extra_counters = at_start;
+        self.event(seq, start, track, begin)?;
+        let mut finish = EventFields::new(TYPE_SLICE_END);
+        finish.extra_counters = at_end;
+        self.event(seq, end, track, finish)
+    }
+
+    /// Writes the held kernel span, if any.
+    fn release(&mut self, held: &mut Option<HeldKernel<'_>>) -> io::Result<()> {
+        let Some(k) = held.take() else { return Ok(()) };
+        self.span(k.span, (k.at_start, k.at_end))
     }
 
     /// A new sequence for the events of track `uuid`: cleared state, an incremental clock
@@ -444,6 +528,8 @@ impl<W: Write> Writer<W> {
                 name_iid,
                 track_uuid,
                 counter_value: e.counter,
+                extra_counter_values: e.extra_counters.iter().map(|c| c.1).collect(),
+                extra_counter_track_uuids: e.extra_counters.iter().map(|c| c.0).collect(),
                 flow_ids: e.flows.0,
                 terminating_flow_ids: e.flows.1,
             }),
@@ -528,38 +614,54 @@ pub fn export_perfetto_proto(
         w.process_of.push(uuid);
     }
     let mut slices = 0u64;
+    let process: Vec<String> = view.lanes.iter().map(|l| l.process.clone()).collect();
+    let mut held: Option<HeldKernel<'_>> = None;
     view.for_each(|e| -> io::Result<()> {
-        match e {
-            Event::Span {
+        // A busy counter of the held kernel's core at its start or end joins the kernel's
+        // packets; anything else first writes the held kernel out.
+        if let (
+            Event::Counter {
                 lane,
                 name,
-                cat,
-                start,
-                end,
-                pc,
-                detail,
+                at,
+                value,
+            },
+            Some(k),
+        ) = (&e, held.as_ref())
+        {
+            if process[*lane] == process[k.lane] && (*at == k.start || *at == k.end) {
+                let (track, _) = w.counter_track(*lane, name, false)?;
+                if let Some(k) = held.as_mut() {
+                    // A zero-length block's first value of a track is its start's.
+                    let at_start = *at == k.start
+                        && (k.start != k.end || k.at_start.iter().all(|c| c.0 != track));
+                    if at_start {
+                        k.at_start.push((track, *value));
+                    } else {
+                        k.at_end.push((track, *value));
+                    }
+                }
+                return Ok(());
+            }
+        }
+        w.release(&mut held)?;
+        match e {
+            Event::Span {
+                lane, start, end, ..
             } => {
-                let (track, seq) = w.slice_track(lane, start, end)?;
-                let mut begin = EventFields::new(TYPE_SLICE_BEGIN);
-                begin.name = Some(&name);
-                // An instruction keeps its pc, not its text (the operands, interned per pc and
-                // per core, would double the file), and no category (its track is a pipe);
-                // other spans keep their category and detail.
-                let instruction = w.kinds[lane] == LaneKind::Pipe && pc.is_some();
-                if !instruction {
-                    begin.cat = Some(&cat);
-                }
-                if let Some(pc) = pc.filter(|_| instruction || detail.is_empty()) {
-                    begin
-                        .annotations
-                        .push(("pc", Annotation::Uint(u64::from(pc))));
-                }
-                if !instruction && !detail.is_empty() {
-                    begin.annotations.push(("detail", Annotation::Text(detail)));
-                }
-                w.event(seq, start, track, begin)?;
-                w.event(seq, end, track, EventFields::new(TYPE_SLICE_END))?;
                 slices += 1;
+                if w.kinds[lane] == LaneKind::Kernel {
+                    held = Some(HeldKernel {
+                        span: e,
+                        lane,
+                        start,
+                        end,
+                        at_start: Vec::new(),
+                        at_end: Vec::new(),
+                    });
+                    return Ok(());
+                }
+                w.span(e, (Vec::new(), Vec::new()))?;
             }
             Event::Instant {
                 lane,
@@ -591,7 +693,7 @@ pub fn export_perfetto_proto(
                 at,
                 value,
             } => {
-                let (track, seq) = w.counter_track(lane, &name)?;
+                let (track, seq) = w.counter_track(lane, &name, true)?;
                 let mut f = EventFields::new(TYPE_COUNTER);
                 f.counter = Some(value);
                 let seq = w.in_order(seq, at);
@@ -616,6 +718,7 @@ pub fn export_perfetto_proto(
         }
         Ok(())
     })?;
+    w.release(&mut held)?;
     w.out.flush()?;
     Ok(ProtoStats {
         packets: w.packets,
@@ -818,6 +921,91 @@ mod tests {
         assert!(
             got.iter().any(|(_, n, ..)| n == "/layer1/conv1/Conv"),
             "task spans carry their op's name"
+        );
+    }
+
+    /// A recorded kernel span's busy counters ride on its begin and end packets: no packet of
+    /// their own, each value on its counter track, set at the start and cleared at the end.
+    #[test]
+    fn busy_counters_ride_on_their_kernel_span() {
+        let mut w = TraceWriter::new(Cursor::new(Vec::new())).unwrap();
+        let mut lane = |t: &str, kind| {
+            w.lane(Lane {
+                process: "core0".into(),
+                thread: t.into(),
+                kind,
+            })
+        };
+        let (kernels, busy) = (
+            lane("kernels", LaneKind::Kernel),
+            lane("busy", LaneKind::Counter),
+        );
+        let conv = w.intern("conv");
+        let names = [w.intern("CUBE busy %"), w.intern("MTE2 busy %")];
+        for (i, (start, end)) in [(1_000u64, 9_000u64), (9_000, 9_000)]
+            .into_iter()
+            .enumerate()
+        {
+            w.record(Record::Span {
+                lane: kernels,
+                name: conv,
+                start,
+                end,
+                pc: i as u32,
+                detail: StrId::EMPTY,
+            });
+            for (at, values) in [(start, [60, 30 + i as i64]), (end, [0, 0])] {
+                for (name, value) in names.iter().zip(values) {
+                    w.record(Record::Counter {
+                        lane: busy,
+                        name: *name,
+                        at,
+                        value,
+                    });
+                }
+            }
+        }
+        let trace = TraceFile::from_bytes(w.finish().unwrap().into_inner()).unwrap();
+        let mut proto = Vec::new();
+        export_perfetto_proto(&trace, Filter::all(), &mut proto).unwrap();
+        let mut rest = proto.as_slice();
+        let mut tracks = BTreeMap::new();
+        let mut carried = Vec::new();
+        while !rest.is_empty() {
+            rest = &rest[1..];
+            let p = pb::TracePacket::decode_length_delimited(&mut rest).unwrap();
+            if let Some(d) = p.track_descriptor {
+                tracks.insert(d.uuid.unwrap(), d.name.unwrap_or_default());
+            }
+            let Some(e) = p.track_event else { continue };
+            assert_ne!(e.r#type, Some(TYPE_COUNTER), "no counter packet of its own");
+            assert_eq!(
+                e.extra_counter_values.len(),
+                e.extra_counter_track_uuids.len()
+            );
+            let values: Vec<(String, i64)> = e
+                .extra_counter_track_uuids
+                .iter()
+                .zip(&e.extra_counter_values)
+                .map(|(t, v)| (tracks[t].clone(), *v))
+                .collect();
+            carried.push((e.r#type.unwrap(), values));
+        }
+        let pair = |a: i64, b: i64| {
+            vec![
+                ("busy CUBE busy %".to_string(), a),
+                ("busy MTE2 busy %".to_string(), b),
+            ]
+        };
+        assert_eq!(
+            carried,
+            vec![
+                (TYPE_SLICE_BEGIN, pair(60, 30)),
+                (TYPE_SLICE_END, pair(0, 0)),
+                // A zero-length block: its start values, then its end values.
+                (TYPE_SLICE_BEGIN, pair(60, 31)),
+                (TYPE_SLICE_END, pair(0, 0)),
+            ]
         );
     }
 }

@@ -63,7 +63,7 @@ pub struct BenchSpeedArgs {
     #[arg(long = "json")]
     json: bool,
     /// Whole networks instead of the toy models: resnet18, resnet50, mobilenetv2, bertbase
-    /// (comma-separated; fp16, random weights). Each figure is a user's whole `gearsim run`
+    /// (comma-separated; fp32 as exported with random weights, computed in fp16). Each figure is a user's whole `gearsim run`
     /// (process start and load included) and the execution alone, with simulated cycles,
     /// instructions and MACs per host second.
     #[arg(long = "nets", value_delimiter = ',')]
@@ -293,8 +293,8 @@ fn net_speed(a: &BenchSpeedArgs, cfg: &ChipConfig, modes: &[ExecMode]) -> Result
     std::fs::create_dir_all(&work).with_context(|| format!("{}", work.display()))?;
     if !a.json {
         say!(
-            "whole networks on {} (fp16, random weights): a user's `gearsim run`, and the \
-             execution alone on one host thread:",
+            "whole networks on {} (fp32 models computed in fp16, random weights): a user's \
+             `gearsim run`, and the execution alone on one host thread:",
             cfg.name
         );
     }

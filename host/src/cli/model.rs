@@ -19,8 +19,9 @@ pub struct ModelArgs {
     /// Images (sequences) per batch; -1 leaves the batch axis dynamic for gears.
     #[arg(long = "batch", default_value_t = 1, allow_negative_numbers = true)]
     batch: i64,
-    /// Element type of inputs, weights and activations: f16 or f32.
-    #[arg(long = "dtype", default_value = "f16")]
+    /// Element type of inputs, weights and activations: f32 (as torch.onnx.export writes it;
+    /// atc's default precision mode computes it in fp16) or f16 (converted beforehand).
+    #[arg(long = "dtype", default_value = "f32")]
     dtype: String,
     /// Seed of the random weights.
     #[arg(long = "seed", default_value_t = 1)]

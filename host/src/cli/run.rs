@@ -110,8 +110,8 @@ pub fn run(a: &RunArgs) -> Result<(), Failure> {
         pad_to_gear: a.pad_to_gear,
     };
     let mode = exec_mode(a.timing_only);
-    let bytes = OmModel::read(&a.model)?;
-    let model = OmModel::parse(&a.model, &bytes)?;
+    let map = OmModel::read(&a.model)?;
+    let model = OmModel::parse(&a.model, map.bytes())?;
     let cfg = a
         .chip
         .config_or(&model.desc.soc_version)

@@ -693,7 +693,7 @@ fn model_writes_a_built_in_network_and_names_bad_choices() {
     let (stdout, stderr) = text(&o);
     assert!(o.status.success(), "{stderr}");
     assert!(
-        stdout.contains("mobilenetv2, batch 2, f16, 300.8 M MACs per item"),
+        stdout.contains("mobilenetv2, batch 2, f32, 300.8 M MACs per item"),
         "{stdout}"
     );
     let m = <gearsim_compiler::onnx::proto::ModelProto as prost::Message>::decode(

@@ -391,21 +391,27 @@ fn the_protobuf_trace_of_resnet18_is_a_fifth_of_the_json_and_filters_apply() {
         "ascend310p",
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let trace = scratch("r18.gtrace").display().to_string();
-    let o = gearsim(&[
-        "run",
-        "--model",
-        &format!("{}.om", om.display()),
-        "--timing_only",
-        "--trace",
-        &trace,
-        "--trace_level",
-        "instruction",
-    ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let export = |format: &str, out: &str, extra: &[&str]| -> u64 {
+    let model = format!("{}.om", om.display());
+    // A timing-only run traced into `name` at `level`: the trace's path.
+    let traced = |name: &str, level: &str| -> String {
+        let trace = scratch(name).display().to_string();
+        let o = gearsim(&[
+            "run",
+            "--model",
+            &model,
+            "--timing_only",
+            "--trace",
+            &trace,
+            "--trace_level",
+            level,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        trace
+    };
+    let trace = traced("r18.gtrace", "instruction");
+    let export_of = |trace: &str, format: &str, out: &str, extra: &[&str]| -> u64 {
         let path = scratch(out);
-        let mut args = vec!["trace", "export", &trace, "--format", format];
+        let mut args = vec!["trace", "export", trace, "--format", format];
         let p = path.display().to_string();
         args.extend_from_slice(&["-o", &p]);
         args.extend_from_slice(extra);
@@ -413,6 +419,7 @@ fn the_protobuf_trace_of_resnet18_is_a_fifth_of_the_json_and_filters_apply() {
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         std::fs::metadata(&path).unwrap().len()
     };
+    let export = |format: &str, out: &str, extra: &[&str]| export_of(&trace, format, out, extra);
     for level in ["instruction", "kernel"] {
         let json = export(
             "perfetto",
@@ -429,6 +436,17 @@ fn the_protobuf_trace_of_resnet18_is_a_fifth_of_the_json_and_filters_apply() {
             "{level}: protobuf {proto} bytes, JSON {json} bytes"
         );
     }
+    // Recorded at kernel level (the default) too: there the busy counters ride on their
+    // kernel's packets.
+    let kernel_trace = traced("r18_default.gtrace", "kernel");
+    let (json, proto) = (
+        export_of(&kernel_trace, "perfetto", "r18_default.json", &[]),
+        export_of(&kernel_trace, "perfetto_proto", "r18_default.pftrace", &[]),
+    );
+    assert!(
+        proto * 5 <= json,
+        "kernel-level recording: protobuf {proto} bytes, JSON {json} bytes"
+    );
     // Each filter shows less than the whole.
     let all = export("perfetto", "r18_all.json", &[]);
     for extra in [

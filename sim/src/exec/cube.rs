@@ -217,13 +217,17 @@ fn f16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
     use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
     let start = base as usize;
     let bytes = &buf[start..start + (count * FRACTAL) as usize];
-    let bits: Vec<u16> = bytes
-        .chunks_exact(2)
-        .map(|c| u16::from_le_bytes([c[0], c[1]]))
-        .collect();
-    let halves: &[f16] = bits.reinterpret_cast();
-    let mut out = vec![0f32; halves.len()];
-    halves.convert_to_f32_slice(&mut out);
+    let mut out = vec![0f32; bytes.len() / 2];
+    // One fractal at a time through a buffer on the stack (no second allocation).
+    let mut bits = [0u16; 256];
+    for (chunk, dst) in bytes.chunks(512).zip(out.chunks_mut(256)) {
+        let n = chunk.len() / 2;
+        for (b, c) in bits[..n].iter_mut().zip(chunk.chunks_exact(2)) {
+            *b = u16::from_le_bytes([c[0], c[1]]);
+        }
+        let halves: &[f16] = bits[..n].reinterpret_cast();
+        halves.convert_to_f32_slice(&mut dst[..n]);
+    }
     out
 }
 
@@ -234,6 +238,58 @@ fn bf16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
         .chunks_exact(2)
         .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
         .collect()
+}
+
+/// `acc += Σ_k a_k · b_k` over the K fractals of one output fractal (`a`, `b`: K fractals of
+/// 256 values each, row-major 16×16): for each element, products added one at a time in
+/// ascending k, each a multiplication then an addition (never fused), so every vector width
+/// gives the same bits.
+#[inline(always)]
+fn accumulate_portable(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+    for (af, bf) in a.chunks_exact(256).zip(b.chunks_exact(256)) {
+        for i in 0..16 {
+            let row = &mut acc[i * 16..i * 16 + 16];
+            for kk in 0..16 {
+                let x = af[i * 16 + kk];
+                let brow = &bf[kk * 16..kk * 16 + 16];
+                for j in 0..16 {
+                    row[j] += x * brow[j];
+                }
+            }
+        }
+    }
+}
+
+/// [`accumulate_portable`] compiled for AVX-512: one fractal row is one vector.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn accumulate_avx512(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+    accumulate_portable(acc, a, b);
+}
+
+/// [`accumulate_portable`] compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn accumulate_avx2(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+    accumulate_portable(acc, a, b);
+}
+
+/// [`accumulate_portable`] in the widest vectors the host has (the same bits in each).
+#[allow(unsafe_code)]
+fn accumulate(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the host has AVX-512F (checked just above), the only requirement of the
+            // target-feature function.
+            return unsafe { accumulate_avx512(acc, a, b) };
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the host has AVX2 (checked just above).
+            return unsafe { accumulate_avx2(acc, a, b) };
+        }
+    }
+    accumulate_portable(acc, a, b);
 }
 
 pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), Fault> {
@@ -264,20 +320,9 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
                     *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
             }
-            for k_i in 0..kb {
-                let af = &av[((m_i * kb + k_i) * 256) as usize..][..256];
-                let bf = &bv[((n_i * kb + k_i) * 256) as usize..][..256];
-                for i in 0..16 {
-                    let row = &mut acc[i * 16..i * 16 + 16];
-                    for kk in 0..16 {
-                        let x = af[i * 16 + kk];
-                        let brow = &bf[kk * 16..kk * 16 + 16];
-                        for j in 0..16 {
-                            row[j] += x * brow[j];
-                        }
-                    }
-                }
-            }
+            let a_row = &av[(m_i * kb * 256) as usize..][..(kb * 256) as usize];
+            let b_col = &bv[(n_i * kb * 256) as usize..][..(kb * 256) as usize];
+            accumulate(&mut acc, a_row, b_col);
             for (v, b) in acc
                 .iter()
                 .zip(l0c[cbase..cbase + FRACTAL_C as usize].chunks_exact_mut(4))
@@ -766,5 +811,54 @@ mod tests {
             l0c[2048 + 6 * 1024..].iter().all(|&b| b == 0),
             "nothing after"
         );
+    }
+
+    /// Every vector width gives the bits of the portable loop (products added one at a time
+    /// in ascending k, never fused), on values that round differently in every order.
+    #[test]
+    #[allow(unsafe_code)]
+    fn every_accumulate_path_gives_the_same_bits() {
+        let mut seed = 0x1234_5678_u64;
+        let mut draw = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e3
+        };
+        let a: Vec<f32> = (0..256 * 5).map(|_| draw()).collect();
+        let b: Vec<f32> = (0..256 * 5).map(|_| draw()).collect();
+        let start: [f32; 256] = std::array::from_fn(|_| draw());
+        let mut portable = start;
+        accumulate_portable(&mut portable, &a, &b);
+        let mut dispatched = start;
+        accumulate(&mut dispatched, &a, &b);
+        assert_eq!(portable.map(f32::to_bits), dispatched.map(f32::to_bits));
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                let mut v = start;
+                // SAFETY: the host has AVX2 (checked just above).
+                unsafe { accumulate_avx2(&mut v, &a, &b) };
+                assert_eq!(portable.map(f32::to_bits), v.map(f32::to_bits));
+            }
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                let mut v = start;
+                // SAFETY: the host has AVX-512F (checked just above).
+                unsafe { accumulate_avx512(&mut v, &a, &b) };
+                assert_eq!(portable.map(f32::to_bits), v.map(f32::to_bits));
+            }
+        }
+        // And the products are the textbook ones, summed in ascending k.
+        let mut by_hand = start;
+        for (af, bf) in a.chunks_exact(256).zip(b.chunks_exact(256)) {
+            for i in 0..16 {
+                for j in 0..16 {
+                    for k in 0..16 {
+                        by_hand[i * 16 + j] += af[i * 16 + k] * bf[k * 16 + j];
+                    }
+                }
+            }
+        }
+        assert_eq!(portable.map(f32::to_bits), by_hand.map(f32::to_bits));
     }
 }
