@@ -458,18 +458,12 @@ pub mod speed {
 
         /// Compiles the model for non-sink mode on chip `cfg`: the `.om` bytes.
         pub fn compile(self, cfg: &ChipConfig) -> Result<Vec<u8>, String> {
-            let opts = CompileOptions {
-                gear: self.gear_options(),
-                getnext_sink: false,
-                table_layout: Default::default(),
-                mapindex_engine: Default::default(),
-                fusion: Default::default(),
-                precision: Default::default(),
-                target: crate::target::for_chip(cfg),
-            };
-            compile(self.onnx(), &format!("{}.onnx", self.name()), &opts)
-                .map_err(|e| format!("{}: {e}", self.name()))?
-                .om_bytes()
+            compile_default(
+                cfg,
+                self.onnx(),
+                &format!("{}.onnx", self.name()),
+                self.gear_options(),
+            )
         }
     }
 
@@ -793,8 +787,25 @@ pub mod speed {
     /// Compiles `net` at `batch` (fp32 as exported, seeded random weights, atc's defaults:
     /// computed in fp16) for chip `cfg`: the `.om` bytes.
     pub fn compile_net(cfg: &ChipConfig, net: Net, batch: i64) -> Result<Vec<u8>, String> {
+        let name = format!("{}_b{batch}.onnx", net.name());
+        compile_default(
+            cfg,
+            &net.onnx(batch, DType::F32, 1),
+            &name,
+            GearOptions::default(),
+        )
+    }
+
+    /// Compiles `onnx` (named `name` in messages) with `gear` and atc's other defaults for
+    /// non-sink mode on chip `cfg`: the `.om` bytes.
+    fn compile_default(
+        cfg: &ChipConfig,
+        onnx: &[u8],
+        name: &str,
+        gear: GearOptions,
+    ) -> Result<Vec<u8>, String> {
         let opts = CompileOptions {
-            gear: GearOptions::default(),
+            gear,
             getnext_sink: false,
             table_layout: Default::default(),
             mapindex_engine: Default::default(),
@@ -802,8 +813,7 @@ pub mod speed {
             precision: Default::default(),
             target: crate::target::for_chip(cfg),
         };
-        let name = format!("{}_b{batch}.onnx", net.name());
-        compile(&net.onnx(batch, DType::F32, 1), &name, &opts)
+        compile(onnx, name, &opts)
             .map_err(|e| format!("{name}: {e}"))?
             .om_bytes()
     }

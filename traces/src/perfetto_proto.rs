@@ -274,12 +274,20 @@ type CounterValues = Vec<(u64, i64)>;
 /// packets as extra counter values instead of a packet each.
 struct HeldKernel<'a> {
     span: Event<'a>,
-    /// Its lane, start and end.
-    lane: usize,
-    start: u64,
-    end: u64,
     at_start: CounterValues,
     at_end: CounterValues,
+}
+
+impl HeldKernel<'_> {
+    /// The span's lane, start and end.
+    fn bounds(&self) -> (usize, u64, u64) {
+        match self.span {
+            Event::Span {
+                lane, start, end, ..
+            } => (lane, start, end),
+            _ => (usize::MAX, 0, 0),
+        }
+    }
 }
 
 impl<W: Write> Writer<W> {
@@ -629,12 +637,13 @@ pub fn export_perfetto_proto(
             Some(k),
         ) = (&e, held.as_ref())
         {
-            if process[*lane] == process[k.lane] && (*at == k.start || *at == k.end) {
+            let (k_lane, start, end) = k.bounds();
+            if process[*lane] == process[k_lane] && (*at == start || *at == end) {
                 let (track, _) = w.counter_track(*lane, name, false)?;
                 if let Some(k) = held.as_mut() {
                     // A zero-length block's first value of a track is its start's.
-                    let at_start = *at == k.start
-                        && (k.start != k.end || k.at_start.iter().all(|c| c.0 != track));
+                    let at_start =
+                        *at == start && (start != end || k.at_start.iter().all(|c| c.0 != track));
                     if at_start {
                         k.at_start.push((track, *value));
                     } else {
@@ -646,16 +655,11 @@ pub fn export_perfetto_proto(
         }
         w.release(&mut held)?;
         match e {
-            Event::Span {
-                lane, start, end, ..
-            } => {
+            Event::Span { lane, .. } => {
                 slices += 1;
                 if w.kinds[lane] == LaneKind::Kernel {
                     held = Some(HeldKernel {
                         span: e,
-                        lane,
-                        start,
-                        end,
                         at_start: Vec::new(),
                         at_end: Vec::new(),
                     });

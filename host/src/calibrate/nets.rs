@@ -158,6 +158,17 @@ impl Net {
             .find(|n| n.name() == s)
     }
 
+    /// The whole network named `s` (one of [`Net::NETWORKS`]).
+    pub fn network(s: &str) -> Option<Net> {
+        Net::parse(s).filter(|n| Net::NETWORKS.contains(n))
+    }
+
+    /// The names of [`Net::NETWORKS`], comma-separated (for messages).
+    pub fn network_names() -> String {
+        let names: Vec<String> = Net::NETWORKS.iter().map(|n| n.name()).collect();
+        names.join(", ")
+    }
+
     /// Whether the workload is a model (a copy row runs none).
     pub fn is_model(self) -> bool {
         !matches!(self, Net::Copy { .. })

@@ -277,12 +277,12 @@ fn net_speed(a: &BenchSpeedArgs, cfg: &ChipConfig, modes: &[ExecMode]) -> Result
         .nets
         .iter()
         .map(|n| {
-            Net::parse(n)
-                .filter(|n| Net::NETWORKS.contains(n))
-                .ok_or_else(|| {
-                    let names: Vec<String> = Net::NETWORKS.iter().map(|n| n.name()).collect();
-                    anyhow!("--nets: expected some of {}, got `{n}`", names.join(", "))
-                })
+            Net::network(n).ok_or_else(|| {
+                anyhow!(
+                    "--nets: expected some of {}, got `{n}`",
+                    Net::network_names()
+                )
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     if let Some(b) = a.batches.iter().find(|b| **b < 1) {

@@ -33,16 +33,13 @@ pub struct ModelArgs {
 
 /// Runs `gearsim model`.
 pub fn run(a: &ModelArgs) -> Result<(), Failure> {
-    let net = Net::parse(&a.net)
-        .filter(|n| Net::NETWORKS.contains(n))
-        .ok_or_else(|| {
-            let names: Vec<String> = Net::NETWORKS.iter().map(|n| n.name()).collect();
-            anyhow!(
-                "--net: expected one of {}, got `{}`",
-                names.join(", "),
-                a.net
-            )
-        })?;
+    let net = Net::network(&a.net).ok_or_else(|| {
+        anyhow!(
+            "--net: expected one of {}, got `{}`",
+            Net::network_names(),
+            a.net
+        )
+    })?;
     let dtype = match a.dtype.as_str() {
         "f16" => DType::F16,
         "f32" => DType::F32,

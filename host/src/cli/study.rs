@@ -192,12 +192,12 @@ fn batch(a: &StudyBatchArgs) -> Result<(), Failure> {
         .nets
         .iter()
         .map(|n| {
-            Net::parse(n)
-                .filter(|n| Net::NETWORKS.contains(n))
-                .ok_or_else(|| {
-                    let names: Vec<String> = Net::NETWORKS.iter().map(|n| n.name()).collect();
-                    anyhow!("--nets: expected some of {}, got `{n}`", names.join(", "))
-                })
+            Net::network(n).ok_or_else(|| {
+                anyhow!(
+                    "--nets: expected some of {}, got `{n}`",
+                    Net::network_names()
+                )
+            })
         })
         .collect::<Result<Vec<_>>>()?;
     let precision = PrecisionMode::parse(&a.precision_mode)?;
