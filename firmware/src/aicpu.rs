@@ -146,19 +146,20 @@ impl AiCpu {
                         self.limits.map_index_max_dims,
                     )
                     .map_err(param)?;
-                let read = |field: &str, addr: u64, count: u64| -> Result<Vec<i32>, DeviceError> {
-                    let mut b = vec![0u8; (count * 4) as usize];
-                    cx.chip.read_mem(addr, &mut b).map_err(|e| {
+                let mut read =
+                    |field: &str, addr: u64, count: u64| -> Result<Vec<i32>, DeviceError> {
+                        let mut b = vec![0u8; (count * 4) as usize];
+                        cx.chip.read_mem(addr, &mut b).map_err(|e| {
                         param(format!(
                             "`{field}` range [{addr:#x}, +{}) is outside device memory ({} bytes)",
                             count * 4,
                             e.capacity
                         ))
                     })?;
-                    Ok(b.chunks_exact(4)
-                        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                        .collect())
-                };
+                        Ok(b.chunks_exact(4)
+                            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                            .collect())
+                    };
                 let x = read("x", a.x, u64::from(a.shape.n))?;
                 let table = read(
                     "table",

@@ -75,7 +75,7 @@ impl<S: TraceSink> Ctx<'_, S> {
 
     /// Reads a task's `u32` operand from device memory.
     pub(crate) fn read_u32(
-        &self,
+        &mut self,
         at: TaskRef,
         kind: &'static str,
         field: &'static str,

@@ -154,6 +154,12 @@ impl<S: TraceSink> Device<S> {
         self.fw.sched.dispatch.mode = mode;
     }
 
+    /// Host threads that compute values in full mode (see [`Chip::set_host_threads`]); the
+    /// results are the same for every count.
+    pub fn set_host_threads(&mut self, threads: usize) {
+        self.chip.set_host_threads(threads);
+    }
+
     /// A flag another thread may set to stop the simulation: the running call then returns
     /// [`DeviceError::Interrupted`] within one chip event and the device stays stopped.
     pub fn set_interrupt(&mut self, flag: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>) {
@@ -212,7 +218,7 @@ impl<S: TraceSink> Device<S> {
     }
 
     /// Reads device memory directly (zero time).
-    pub fn read(&self, ptr: DevicePtr, buf: &mut [u8]) -> Result<(), DeviceError> {
+    pub fn read(&mut self, ptr: DevicePtr, buf: &mut [u8]) -> Result<(), DeviceError> {
         Ok(self.chip.read_mem(ptr.0, buf)?)
     }
 

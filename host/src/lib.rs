@@ -23,6 +23,7 @@ pub mod conformance;
 pub mod demo;
 pub mod examples;
 pub mod files;
+pub mod host_memory;
 pub mod inputs;
 pub mod kernel;
 pub mod msprof;

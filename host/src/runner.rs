@@ -14,6 +14,7 @@ use gearsim_sim::{ChipConfig, ExecMode};
 use gearsim_traces::{TraceSink, atomic};
 use serde_json::json;
 
+use crate::host_memory;
 use crate::inputs::{self, Fill, GearChoice};
 use crate::msprof::{self, ComputeTime};
 use crate::npy;
@@ -100,6 +101,10 @@ pub struct RunRequest {
     pub fill: Fill,
     /// Pad a batch between two gears up to the next larger gear (see [`crate::pad`]).
     pub pad_to_gear: bool,
+    /// Host threads that compute values (the outputs do not depend on it).
+    pub host_threads: usize,
+    /// The host memory the run may use (None: what the host has free).
+    pub host_memory_limit: Option<u64>,
 }
 
 /// What `gearsim run` did.
@@ -207,6 +212,15 @@ pub fn run<S: TraceSink>(
     } else {
         ExecMode::Full
     };
+    let estimate = host_memory::estimate(desc, &cfg, exec_mode);
+    let limit = match req.host_memory_limit {
+        Some(b) => Some((b, "--host_memory_limit".to_string())),
+        None => host_memory::available(),
+    };
+    if let Some(limit) = &limit {
+        host_memory::check(&estimate, exec_mode, limit, Some("--host_memory_limit"))
+            .map_err(|e| anyhow!("{path}: {e}"))?;
+    }
     let mut rt = Runtime::new(
         cfg,
         sink,
@@ -214,6 +228,7 @@ pub fn run<S: TraceSink>(
             input_fusion_size: req.input_fusion_size,
             exec_mode,
             profile: req.profile,
+            host_threads: req.host_threads,
         },
     )?;
     let m = rt

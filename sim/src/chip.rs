@@ -14,6 +14,7 @@ use gearsim_traces::{Level, StrId, TraceSink};
 use thiserror::Error;
 
 use crate::config::ChipConfig;
+use crate::core::buffers::Buffers;
 use crate::core::{AiCore, BlockLaunch, CoreStats, Ctx, Tracer};
 use crate::cross::{CrossCore, Member};
 use crate::event::{Event, EventQueue, PRIO_CORE, PRIO_MEMORY, PRIO_TIMER};
@@ -25,6 +26,7 @@ use crate::memory::{DeviceMemory, OutOfRange};
 use crate::memory_trace::MemoryLanes;
 use crate::stop::StopReason;
 use crate::time::{Clock, Cycles, Tick};
+use crate::values::Values;
 
 /// Misuse of the chip's API by its caller (the firmware or a test), as opposed to a fault of
 /// the simulated hardware.
@@ -143,6 +145,8 @@ pub struct Chip<S: TraceSink> {
     now: Tick,
     events: EventQueue,
     mem: DeviceMemory,
+    /// The cores' buffer values and the effects on values not yet applied.
+    values: Values,
     hbm: Hbm,
     l2: L2,
     /// Bytes of dirty lines written back to HBM so far.
@@ -187,6 +191,12 @@ impl<S: TraceSink> Chip<S> {
             now: Tick::ZERO,
             events: EventQueue::default(),
             mem: DeviceMemory::new(cfg.memory.hbm_bytes),
+            values: Values::new(
+                slots
+                    .iter()
+                    .map(|slot| Buffers::new(&cfg, slot.kind))
+                    .collect(),
+            ),
             hbm: Hbm::new(
                 cfg.memory.hbm_bytes_per_second,
                 cfg.memory.l2_bytes_per_second,
@@ -460,6 +470,7 @@ impl<S: TraceSink> Chip<S> {
                 clock: self.clock,
                 now: self.now,
                 mem: &mut self.mem,
+                values: &mut self.values,
                 events: &mut self.events,
                 trace: &mut self.tracer,
                 cross: &mut self.cross,
@@ -776,18 +787,38 @@ impl<S: TraceSink> Chip<S> {
         self.hbm.active()
     }
 
+    /// Host threads that compute a full run's values (default 1). Outputs, traces and timing
+    /// are the same for every count; more threads only finish sooner.
+    pub fn set_host_threads(&mut self, threads: usize) {
+        self.values.set_threads(threads);
+    }
+
+    /// Applies the deferred effects on values that touch `[addr, addr + len)` before the
+    /// caller reads (or, `store`, writes) it. A fault found there stops the chip, and the next
+    /// [`Chip::run_until_event`] reports it.
+    fn settle_values(&mut self, addr: u64, len: u64, store: bool) {
+        if let Err(reason) = self.values.settle_range(addr, len, store, &mut self.mem) {
+            if self.stopped.is_none() {
+                self.stop(reason);
+            }
+        }
+    }
+
     /// Reads device memory (zero time).
-    pub fn read_mem(&self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
+    pub fn read_mem(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
+        self.settle_values(addr, buf.len() as u64, false);
         self.mem.read(addr, buf)
     }
 
     /// Writes device memory (zero time).
     pub fn write_mem(&mut self, addr: u64, data: &[u8]) -> Result<(), OutOfRange> {
+        self.settle_values(addr, data.len() as u64, true);
         self.mem.write(addr, data)
     }
 
     /// Fills device memory (zero time).
     pub fn fill_mem(&mut self, addr: u64, len: u64, byte: u8) -> Result<(), OutOfRange> {
+        self.settle_values(addr, len, true);
         self.mem.fill(addr, len, byte)
     }
 
@@ -796,7 +827,8 @@ impl<S: TraceSink> Chip<S> {
         self.mem.is_unknown(addr, len)
     }
 
-    /// Device memory itself.
+    /// Device memory itself, for its capacity, bounds and red zones (its values may lag work
+    /// still to be applied: read them with [`Chip::read_mem`]).
     pub fn memory(&self) -> &DeviceMemory {
         &self.mem
     }

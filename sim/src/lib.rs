@@ -46,6 +46,7 @@ mod memory;
 mod memory_trace;
 mod stop;
 mod time;
+mod values;
 
 pub use chip::{Chip, ChipError, RunEvent, Traffic};
 pub use config::{

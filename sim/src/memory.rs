@@ -2,6 +2,7 @@
 //! first write, plus the record of ranges whose contents a timing-only run did not compute.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 const PAGE_BITS: u32 = 16;
 const PAGE: usize = 1 << PAGE_BITS;
@@ -33,7 +34,9 @@ pub struct Guard {
 #[derive(Debug)]
 pub struct DeviceMemory {
     capacity: u64,
-    pages: BTreeMap<u64, Box<[u8; PAGE]>>,
+    /// Shared with the host threads computing a batch of values, which read it while the
+    /// event loop goes on (see `crate::values`); written only when no batch is in flight.
+    pages: Arc<Pages>,
     unknown: RangeSet,
     /// Red zones (few: one per directly launched kernel's argument block).
     guards: Vec<Guard>,
@@ -44,7 +47,7 @@ impl DeviceMemory {
     pub fn new(capacity: u64) -> DeviceMemory {
         DeviceMemory {
             capacity,
-            pages: BTreeMap::new(),
+            pages: Arc::default(),
             unknown: RangeSet::default(),
             guards: Vec::new(),
         }
@@ -76,7 +79,7 @@ impl DeviceMemory {
 
     /// Bytes of host memory the allocated pages use.
     pub fn resident_bytes(&self) -> u64 {
-        self.pages.len() as u64 * PAGE as u64
+        self.pages.0.len() as u64 * PAGE as u64
     }
 
     /// Checks that `[addr, addr + len)` is inside device memory.
@@ -94,18 +97,22 @@ impl DeviceMemory {
     /// Reads `buf.len()` bytes at `addr`; never-written bytes read as zero.
     pub fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
         self.check(addr, buf.len() as u64)?;
-        let mut done = 0usize;
-        while done < buf.len() {
-            let a = addr + done as u64;
-            let off = (a as usize) & (PAGE - 1);
-            let n = (PAGE - off).min(buf.len() - done);
-            match self.pages.get(&(a >> PAGE_BITS)) {
-                Some(p) => buf[done..done + n].copy_from_slice(&p[off..off + n]),
-                None => buf[done..done + n].fill(0),
-            }
-            done += n;
-        }
+        self.pages.read(addr, buf);
         Ok(())
+    }
+
+    /// The values as they are now, for reading on another thread.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            pages: Arc::clone(&self.pages),
+            capacity: self.capacity,
+        }
+    }
+
+    /// The pages, to change. A snapshot still held would make this copy every page, so the
+    /// values module drops its snapshots before anything writes.
+    fn pages_mut(&mut self) -> &mut Pages {
+        Arc::make_mut(&mut self.pages)
     }
 
     /// Writes `data` at `addr`; the range's contents become known.
@@ -116,7 +123,11 @@ impl DeviceMemory {
             let a = addr + done as u64;
             let off = (a as usize) & (PAGE - 1);
             let n = (PAGE - off).min(data.len() - done);
-            let page = self.pages.entry(a >> PAGE_BITS).or_insert_with(zero_page);
+            let page = self
+                .pages_mut()
+                .0
+                .entry(a >> PAGE_BITS)
+                .or_insert_with(zero_page);
             page[off..off + n].copy_from_slice(&data[done..done + n]);
             done += n;
         }
@@ -132,11 +143,15 @@ impl DeviceMemory {
             let a = addr + done;
             let off = (a as usize) & (PAGE - 1);
             let n = ((PAGE - off) as u64).min(len - done) as usize;
-            if byte == 0 && !self.pages.contains_key(&(a >> PAGE_BITS)) {
+            if byte == 0 && !self.pages.0.contains_key(&(a >> PAGE_BITS)) {
                 done += n as u64;
                 continue;
             }
-            let page = self.pages.entry(a >> PAGE_BITS).or_insert_with(zero_page);
+            let page = self
+                .pages_mut()
+                .0
+                .entry(a >> PAGE_BITS)
+                .or_insert_with(zero_page);
             page[off..off + n].fill(byte);
             done += n as u64;
         }
@@ -162,6 +177,85 @@ impl DeviceMemory {
     /// Whether any byte of `[addr, addr + len)` was written by a timing-only run.
     pub fn is_unknown(&self, addr: u64, len: u64) -> bool {
         self.unknown.intersects(addr, addr.saturating_add(len))
+    }
+}
+
+/// The allocated pages of device memory.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Pages(BTreeMap<u64, Box<[u8; PAGE]>>);
+
+impl Pages {
+    /// Reads `buf.len()` bytes at `addr` (in range); never-written bytes read as zero.
+    fn read(&self, addr: u64, buf: &mut [u8]) {
+        let mut done = 0usize;
+        while done < buf.len() {
+            let a = addr + done as u64;
+            let off = (a as usize) & (PAGE - 1);
+            let n = (PAGE - off).min(buf.len() - done);
+            match self.0.get(&(a >> PAGE_BITS)) {
+                Some(p) => buf[done..done + n].copy_from_slice(&p[off..off + n]),
+                None => buf[done..done + n].fill(0),
+            }
+            done += n;
+        }
+    }
+}
+
+/// Device memory's values at one moment, readable on any thread.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    pages: Arc<Pages>,
+    capacity: u64,
+}
+
+impl Snapshot {
+    /// Reads `buf.len()` bytes at `addr`.
+    pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
+        match addr.checked_add(buf.len() as u64) {
+            Some(end) if end <= self.capacity => {
+                self.pages.read(addr, buf);
+                Ok(())
+            }
+            _ => Err(OutOfRange {
+                addr,
+                len: buf.len() as u64,
+                capacity: self.capacity,
+            }),
+        }
+    }
+
+    /// Capacity in bytes.
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+}
+
+/// Device memory as the pipes' functional code sees it: the memory itself, or one core's
+/// staged view while cores compute on host threads (reads from the memory as it was when the
+/// batch began, writes kept until the batch ends; see `crate::values`).
+pub(crate) trait GmValues {
+    /// Reads `buf.len()` bytes at `addr`.
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange>;
+    /// Writes `data` at `addr`.
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), OutOfRange>;
+    /// Capacity in bytes.
+    fn capacity(&self) -> u64;
+}
+
+impl GmValues for DeviceMemory {
+    #[inline]
+    fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
+        DeviceMemory::read(self, addr, buf)
+    }
+
+    #[inline]
+    fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), OutOfRange> {
+        DeviceMemory::write(self, addr, data)
+    }
+
+    #[inline]
+    fn capacity(&self) -> u64 {
+        self.capacity
     }
 }
 

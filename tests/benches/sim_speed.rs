@@ -31,7 +31,7 @@ struct Workload {
     name: &'static str,
     prepare: fn() -> Prepared,
     /// Checks the result of a full-mode run.
-    check: fn(&Prepared),
+    check: fn(&mut Prepared),
 }
 
 const VADD_N: usize = 1 << 24;
@@ -51,8 +51,8 @@ fn vadd() -> Prepared {
     }
 }
 
-fn check_vadd(p: &Prepared) {
-    let read = |ptr: u64| {
+fn check_vadd(p: &mut Prepared) {
+    let mut read = |ptr: u64| {
         let mut b = vec![0u8; 2 * VADD_N];
         p.dev
             .read(gearsim_firmware::DevicePtr(ptr), &mut b)
@@ -83,7 +83,7 @@ fn mmad() -> Prepared {
     }
 }
 
-fn check_mmad(p: &Prepared) {
+fn check_mmad(p: &mut Prepared) {
     let mut out = vec![0u8; 32768];
     p.dev
         .read(gearsim_firmware::DevicePtr(p.args[2]), &mut out)
@@ -107,7 +107,7 @@ fn dma() -> Prepared {
     }
 }
 
-fn check_nothing(_: &Prepared) {}
+fn check_nothing(_: &mut Prepared) {}
 
 const WORKLOADS: &[Workload] = &[
     Workload {
@@ -143,7 +143,7 @@ fn sim_speed(c: &mut Criterion) {
             let mut p = (w.prepare)();
             let (instrs, cycles) = run(&mut p, mode);
             if mode == ExecMode::Full {
-                (w.check)(&p);
+                (w.check)(&mut p);
             }
             println!(
                 "{} {label}: {instrs} instructions, {cycles} chip cycles per run",

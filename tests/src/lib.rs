@@ -100,7 +100,7 @@ pub fn upload<S: TraceSink>(dev: &mut Device<S>, data: &[u8]) -> DevicePtr {
 }
 
 /// Reads a device buffer.
-pub fn download<S: TraceSink>(dev: &Device<S>, p: DevicePtr, len: usize) -> Vec<u8> {
+pub fn download<S: TraceSink>(dev: &mut Device<S>, p: DevicePtr, len: usize) -> Vec<u8> {
     let mut buf = vec![0u8; len];
     dev.read(p, &mut buf).unwrap_or_else(|e| panic!("{e}"));
     buf

@@ -132,7 +132,7 @@ fn run_case<S: TraceSink>(dev: &mut Device<S>, case: &Case, query: &[i32]) {
     dev.synchronize(s).unwrap();
 }
 
-fn marker<S: TraceSink>(dev: &Device<S>, p: DevicePtr) -> u8 {
+fn marker<S: TraceSink>(dev: &mut Device<S>, p: DevicePtr) -> u8 {
     let mut b = [0u8; 64];
     dev.read(p, &mut b).unwrap();
     assert!(b.iter().all(|v| *v == b[0]));
@@ -147,9 +147,12 @@ fn every_gear_selects_its_branch_on_every_engine_and_layout() {
             let case = build(&mut dev, engine, layout);
             for k in 0..G as usize {
                 run_case(&mut dev, &case, &TABLE[2 * k..2 * k + 2]);
-                assert_eq!(read_i32(&dev, case.y), k as i32);
+                assert_eq!(read_i32(&mut dev, case.y), k as i32);
                 for i in 0..G as usize {
-                    let (m, a) = (marker(&dev, case.markers[i]), marker(&dev, case.aux[i]));
+                    let (m, a) = (
+                        marker(&mut dev, case.markers[i]),
+                        marker(&mut dev, case.aux[i]),
+                    );
                     if i == k {
                         assert_eq!(
                             (m, a),
@@ -168,8 +171,8 @@ fn every_gear_selects_its_branch_on_every_engine_and_layout() {
             // No gear matches: MapIndex writes -1, LabelSwitchByIndex reads 0xffffffff and runs the
             // last branch, as the device does.
             run_case(&mut dev, &case, &[3, 224]);
-            assert_eq!(read_i32(&dev, case.y), -1);
-            let ran: Vec<u8> = case.markers.iter().map(|p| marker(&dev, *p)).collect();
+            assert_eq!(read_i32(&mut dev, case.y), -1);
+            let ran: Vec<u8> = case.markers.iter().map(|p| marker(&mut dev, *p)).collect();
             assert_eq!(ran, [0, 0, 0, 0, G as u8], "{engine:?} {layout:?}");
         }
     }

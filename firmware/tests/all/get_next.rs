@@ -70,19 +70,19 @@ fn get_next_delivers_items_in_order_with_their_shapes() {
         waited >= 3_000_000,
         "GetNext must wait for the PCIe copy (3 us latency), waited {waited} ps"
     );
-    let read = |dev: &gearsim_firmware::Device<NullSink>, n: usize| {
+    let read = |dev: &mut gearsim_firmware::Device<NullSink>, n: usize| {
         let mut b = vec![0u8; n];
         dev.read(data, &mut b).unwrap();
         let mut sb = vec![0u8; SHAPE_TENSOR_BYTES as usize];
         dev.read(shape, &mut sb).unwrap();
         (b, decode_shape(&sb).unwrap())
     };
-    let (b, dims) = read(&dev, 1024);
+    let (b, dims) = read(&mut dev, 1024);
     assert_eq!((b, dims), (vec![5u8; 1024], vec![2, 512]));
     let task = get_next_task(&mut dev, q, &out, 0);
     dev.submit(s, task, None).unwrap();
     dev.synchronize(s).unwrap();
-    let (b, dims) = read(&dev, 2048);
+    let (b, dims) = read(&mut dev, 2048);
     assert_eq!((b, dims), (vec![6u8; 2048], vec![4, 8, 64]));
     assert_eq!(dev.queue_len(q), Some(0));
 }

@@ -28,7 +28,7 @@ pub fn i32s(v: &[i32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-pub fn read_i32<S: TraceSink>(dev: &Device<S>, p: DevicePtr) -> i32 {
+pub fn read_i32<S: TraceSink>(dev: &mut Device<S>, p: DevicePtr) -> i32 {
     let mut b = [0u8; 4];
     dev.read(p, &mut b).unwrap();
     i32::from_le_bytes(b)

@@ -448,6 +448,16 @@ impl Session {
                 cfg.name
             )));
         }
+        let mode = if timing_only {
+            ExecMode::TimingOnly
+        } else {
+            ExecMode::Full
+        };
+        if let Some(limit) = gearsim_host::host_memory::available() {
+            let estimate = gearsim_host::host_memory::estimate(&desc, &cfg, mode);
+            gearsim_host::host_memory::check(&estimate, mode, &limit, None)
+                .map_err(|e| error(format!("{}: {e}", path.display())))?;
+        }
         let stop = Arc::new(AtomicBool::new(false));
         let sink = match &trace {
             None => None,
@@ -469,12 +479,9 @@ impl Session {
             cfg,
             sink,
             RuntimeOptions {
-                exec_mode: if timing_only {
-                    ExecMode::TimingOnly
-                } else {
-                    ExecMode::Full
-                },
+                exec_mode: mode,
                 profile: true,
+                host_threads: gearsim_host::study::host_threads(),
                 ..RuntimeOptions::default()
             },
         )

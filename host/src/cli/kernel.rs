@@ -143,7 +143,7 @@ fn kernel_run(a: &KernelRunArgs) -> Result<(), Failure> {
     match result {
         Ok(report) => {
             say!("{report}");
-            save_buffers(&dev, &report, a.output_dir.as_deref())?;
+            save_buffers(&mut dev, &report, a.output_dir.as_deref())?;
             finish_trace(dev.into_sink())?;
             Ok(())
         }
@@ -169,7 +169,7 @@ fn kernel_run(a: &KernelRunArgs) -> Result<(), Failure> {
 }
 
 fn save_buffers<S: TraceSink>(
-    dev: &Device<S>,
+    dev: &mut Device<S>,
     report: &KernelRunReport,
     dir: Option<&Path>,
 ) -> Result<()> {
@@ -215,7 +215,7 @@ fn kernel_demo(a: &DemoArgs) -> Result<(), Failure> {
         ExecMode::Full,
     )?;
     say!("{report}");
-    let read = |b: &ArgBuffer| -> Result<Vec<half::f16>> {
+    let mut read = |b: &ArgBuffer| -> Result<Vec<half::f16>> {
         let mut bytes = vec![0u8; b.len as usize];
         dev.read(b.ptr, &mut bytes)?;
         Ok(bytes

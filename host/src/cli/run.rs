@@ -82,6 +82,14 @@ pub struct RunArgs {
     /// Print the report as one JSON object.
     #[arg(long = "json")]
     json: bool,
+    /// Compute values on this many host threads (default: one per host core). Outputs,
+    /// traces and simulated times are the same for every count.
+    #[arg(long = "threads", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    threads: Option<u32>,
+    /// Refuse to start a run whose host memory estimate exceeds this size (e.g. 8G, 512M;
+    /// default: the memory the host has available).
+    #[arg(long = "host_memory_limit", value_name = "SIZE", value_parser = gearsim_host::host_memory::parse_size)]
+    host_memory_limit: Option<u64>,
 }
 
 /// The gear the made-up inputs are at (at most one of the three flags).
@@ -108,6 +116,10 @@ pub fn run(a: &RunArgs) -> Result<(), Failure> {
         gear: gear_choice(a)?,
         fill: Fill::parse(&a.input_gen, a.seed)?,
         pad_to_gear: a.pad_to_gear,
+        host_threads: a
+            .threads
+            .map_or_else(gearsim_host::study::host_threads, |t| t as usize),
+        host_memory_limit: a.host_memory_limit,
     };
     let mode = exec_mode(a.timing_only);
     let map = OmModel::read(&a.model)?;

@@ -588,7 +588,10 @@ impl LoadedModel {
     }
 
     /// The branch MapIndex selected in the last run (-1 when no gear matched).
-    pub fn selected_branch<S: TraceSink>(&self, dev: &Device<S>) -> Result<Option<i32>, LoadError> {
+    pub fn selected_branch<S: TraceSink>(
+        &self,
+        dev: &mut Device<S>,
+    ) -> Result<Option<i32>, LoadError> {
         let Some(p) = self.branch_index else {
             return Ok(None);
         };

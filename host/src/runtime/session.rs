@@ -55,6 +55,9 @@ pub struct RuntimeOptions {
     pub exec_mode: ExecMode,
     /// Keep a profile of every AI core kernel a run launches ([`RunReport::kernels`]).
     pub profile: bool,
+    /// Host threads that compute a full run's values (1 by default, for callers that run
+    /// several simulations side by side); outputs, traces and times are the same for any count.
+    pub host_threads: usize,
 }
 
 impl Default for RuntimeOptions {
@@ -63,6 +66,7 @@ impl Default for RuntimeOptions {
             input_fusion_size: DEFAULT_INPUT_FUSION_SIZE,
             exec_mode: ExecMode::Full,
             profile: false,
+            host_threads: 1,
         }
     }
 }
@@ -238,6 +242,7 @@ impl<S: TraceSink> Runtime<S> {
         let mut dev = Device::new(cfg, sink);
         dev.set_exec_mode(opts.exec_mode);
         dev.set_profiling(opts.profile);
+        dev.set_host_threads(opts.host_threads);
         let stream = dev.create_stream()?;
         let fusion = opts.input_fusion_size.clamp(0, MAX_INPUT_FUSION_SIZE) as u64;
         let host_lane = if dev.chip_mut().sink_mut().enabled() {

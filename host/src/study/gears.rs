@@ -719,7 +719,7 @@ pub fn run_point(study: &GearStudy, p: &Point) -> Result<Vec<Row>, StudyError> {
         let from = rt.device().now().0;
         let report = rt.run(m, &inputs).map_err(|e| fail(e.to_string()))?;
         let mut y = [0u8; 4];
-        rt.device()
+        rt.device_mut()
             .read(branch_index, &mut y)
             .map_err(|e| fail(e.to_string()))?;
         let selected = i32::from_le_bytes(y);

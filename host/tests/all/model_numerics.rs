@@ -44,7 +44,7 @@ fn compiled(model: &str, gear: GearOptions) -> Compiled {
     compile(&bytes, model, &opts).unwrap_or_else(|e| panic!("{model}: {e}"))
 }
 
-fn read(dev: &Device<NullSink>, p: DevicePtr, bytes: usize) -> Vec<u8> {
+fn read(dev: &mut Device<NullSink>, p: DevicePtr, bytes: usize) -> Vec<u8> {
     let mut b = vec![0u8; bytes];
     dev.read(p, &mut b).unwrap();
     b
@@ -95,7 +95,7 @@ fn every_gear_matches_typed(
         dev.write(m.inputs[shape_index], &v).unwrap();
         m.execute(&mut dev, stream).unwrap();
         assert_eq!(
-            m.selected_branch(&dev).unwrap(),
+            m.selected_branch(&mut dev).unwrap(),
             Some(gear as i32),
             "gear {vector:?}"
         );
@@ -108,7 +108,7 @@ fn every_gear_matches_typed(
                 w.dims, d.output_dims[gear][o],
                 "output {o} dims at gear {vector:?}"
             );
-            let bytes = read(&dev, m.outputs[o], w.data.len());
+            let bytes = read(&mut dev, m.outputs[o], w.data.len());
             let got = Tensor::new(dtype, w.dims.clone(), bytes).unwrap();
             let want = w.to_f64s();
             let scale = want.iter().fold(0f64, |a, v| a.max(v.abs()));

@@ -83,7 +83,7 @@ fn reference(x: &Tensor) -> Vec<f64> {
         .collect()
 }
 
-fn read(dev: &Device<NullSink>, p: DevicePtr, bytes: usize) -> Vec<u8> {
+fn read(dev: &mut Device<NullSink>, p: DevicePtr, bytes: usize) -> Vec<u8> {
     let mut b = vec![0u8; bytes];
     dev.read(p, &mut b).unwrap();
     b
@@ -190,11 +190,11 @@ fn every_gear_runs_its_branch_in_non_sink_mode() {
         dev.write(m.inputs[0], &x.data).unwrap();
         dev.write(m.inputs[1], &(*n as i32).to_le_bytes()).unwrap();
         m.execute(&mut dev, stream).unwrap();
-        assert_eq!(m.selected_branch(&dev).unwrap(), Some(gear as i32));
+        assert_eq!(m.selected_branch(&mut dev).unwrap(), Some(gear as i32));
         let d = c.desc.dynamic.as_ref().unwrap();
         let out_dims = &d.output_dims[gear][0];
         assert_eq!(out_dims, &vec![n * 5]);
-        let bytes = read(&dev, m.outputs[0], (n * 5 * 4) as usize);
+        let bytes = read(&mut dev, m.outputs[0], (n * 5 * 4) as usize);
         let y = Tensor::new(gearsim_compiler::ir::DataType::F32, vec![n * 5], bytes).unwrap();
         assert_close(
             &f32s(&y),
@@ -204,13 +204,13 @@ fn every_gear_runs_its_branch_in_non_sink_mode() {
             &format!("gear {gear}"),
         );
         // The direct output is the input, copied (at its max-gear size).
-        let back = read(&dev, m.outputs[1], x.data.len());
+        let back = read(&mut dev, m.outputs[1], x.data.len());
         assert_eq!(back, x.data.to_vec());
     }
     // A vector that is no gear: MapIndex gives -1 and the device runs the last branch.
     dev.write(m.inputs[1], &5i32.to_le_bytes()).unwrap();
     m.execute(&mut dev, stream).unwrap();
-    assert_eq!(m.selected_branch(&dev).unwrap(), Some(-1));
+    assert_eq!(m.selected_branch(&mut dev).unwrap(), Some(-1));
 }
 
 #[test]
@@ -237,13 +237,13 @@ fn sink_mode_reads_dims_back_from_the_device() {
     for gear in 0..3 {
         let (x, n) = &xs[&gear];
         m.execute(&mut dev, stream).unwrap();
-        let dims = read(&dev, m.dims_out.unwrap(), 4);
+        let dims = read(&mut dev, m.dims_out.unwrap(), 4);
         assert_eq!(
             i32::from_le_bytes(dims.try_into().unwrap()),
             *n as i32,
             "cur_dynamic_dims"
         );
-        let bytes = read(&dev, m.outputs[0], (n * 5 * 4) as usize);
+        let bytes = read(&mut dev, m.outputs[0], (n * 5 * 4) as usize);
         let y = Tensor::new(gearsim_compiler::ir::DataType::F32, vec![n * 5], bytes).unwrap();
         assert_close(
             &f32s(&y),

@@ -17,17 +17,16 @@ fn scratch(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// The demo CNN with batch gears 1 and 4 for `soc`, run at batch 4 with a trace at `level`
-/// (none: the default); the trace and the run's standard output.
-fn traced_run(soc: &str, level: Option<&str>) -> (TraceFile, String) {
-    let model = compile_cnn(&format!("cnn_trace_level_{soc}"), "1,4", soc);
-    let trace = scratch(&format!("{soc}_{}.gtrace", level.unwrap_or("default")));
-    let out = scratch(&format!("out_{soc}_{}", level.unwrap_or("default")));
+/// Runs `model` at batch 4 with a trace and outputs named after `tag` and the `extra` flags;
+/// the trace file, the output directory and the run's standard output.
+fn run_cnn(model: &str, tag: &str, extra: &[&str]) -> (PathBuf, PathBuf, String) {
+    let trace = scratch(&format!("{tag}.gtrace"));
+    let out = scratch(&format!("out_{tag}"));
     let (trace_arg, out_arg) = (trace.display().to_string(), out.display().to_string());
     let mut args = vec![
         "run",
         "--model",
-        &model,
+        model,
         "--dymBatch",
         "4",
         "--trace",
@@ -35,12 +34,19 @@ fn traced_run(soc: &str, level: Option<&str>) -> (TraceFile, String) {
         "--output_dir",
         &out_arg,
     ];
-    if let Some(l) = level {
-        args.extend(["--trace_level", l]);
-    }
+    args.extend(extra);
     let o = gearsim(&args);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    (trace, out, String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// The demo CNN with batch gears 1 and 4 for `soc`, run at batch 4 with a trace at `level`
+/// (none: the default); the trace and the run's standard output.
+fn traced_run(soc: &str, level: Option<&str>) -> (TraceFile, String) {
+    let model = compile_cnn(&format!("cnn_trace_level_{soc}"), "1,4", soc);
+    let tag = format!("{soc}_{}", level.unwrap_or("default"));
+    let extra = level.map_or(vec![], |l| vec!["--trace_level", l]);
+    let (trace, _, stdout) = run_cnn(&model, &tag, &extra);
     (TraceFile::open(&trace).unwrap(), stdout)
 }
 
@@ -214,4 +220,74 @@ fn a_bad_trace_level_is_named() {
     let o = gearsim(&["run", "--model", "m.om", "--trace_level", "task"]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--trace"));
+}
+
+/// `gearsim run --threads N` only changes how fast the values are computed: the outputs, the
+/// instruction-level trace and the report are the same bytes for one thread and for three.
+#[test]
+fn the_host_thread_count_changes_no_output_trace_or_time() {
+    let model = compile_cnn("cnn_threads_ascend910", "1,4", "ascend910");
+    let run = |threads: &str| {
+        let tag = format!("threads_{threads}");
+        let extra = ["--trace_level", "instruction", "--threads", threads];
+        let (trace, out, stdout) = run_cnn(&model, &tag, &extra);
+        let output = std::fs::read(out.join("output_0.npy")).unwrap();
+        // The report names the files, which differ by the thread count in their names.
+        let report = stdout.replace(&tag, "threads_N");
+        (report, std::fs::read(&trace).unwrap(), output)
+    };
+    let one = run("1");
+    let three = run("3");
+    assert!(one.1.len() > 100_000, "a trace of every instruction");
+    assert_eq!(one.0, three.0, "reports differ");
+    assert!(one.1 == three.1, "traces differ");
+    assert!(one.2 == three.2, "outputs differ");
+}
+
+/// A run whose host memory estimate exceeds the limit is refused before it starts: the message
+/// names the estimate and the limit, the exit status is non-zero, and nothing is written.
+#[test]
+fn a_run_over_the_host_memory_limit_is_refused_before_it_starts() {
+    let model = compile_cnn("cnn_memory_ascend910", "1,4", "ascend910");
+    let out = scratch("out_memory_limit");
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::write(out.join("keep.txt"), "kept").unwrap();
+    let out_arg = out.display().to_string();
+    let o = gearsim(&[
+        "run",
+        "--model",
+        &model,
+        "--dymBatch",
+        "4",
+        "--output_dir",
+        &out_arg,
+        "--host_memory_limit",
+        "1M",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    for part in [
+        "needs about",
+        "GiB of host memory",
+        "0.00 GiB it may use (--host_memory_limit)",
+        "timing-only",
+    ] {
+        assert!(err.contains(part), "`{part}` missing from: {err}");
+    }
+    let files: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(files, ["keep.txt"], "a refused run wrote files");
+    // Within the limit it runs.
+    let o = gearsim(&[
+        "run",
+        "--model",
+        &model,
+        "--dymBatch",
+        "4",
+        "--host_memory_limit",
+        "8G",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

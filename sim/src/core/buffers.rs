@@ -1,5 +1,6 @@
-//! An AI core's local buffers (UB, L1, L0A, L0B, L0C, BT, FB) and, for timing-only runs, which of their
-//! 32-byte blocks hold values that were not computed.
+//! An AI core's local buffers (UB, L1, L0A, L0B, L0C, BT, FB): their values ([`Buffers`], kept
+//! with the chip's deferred functional work) and, for timing-only runs, which of their 32-byte
+//! blocks hold values that were not computed ([`Unknown`], kept by the core's timeline).
 
 use crate::config::ChipConfig;
 use crate::kind::CoreKind;
@@ -8,11 +9,33 @@ use crate::stop::Buffer;
 /// Unknown values are tracked per block.
 const GRAIN: u64 = gearsim_isa::units::BLOCK_BYTES;
 
-/// The local memories of one core.
+/// The values in the local memories of one core.
 #[derive(Debug)]
 pub(crate) struct Buffers {
     mem: [Vec<u8>; 7],
-    unknown: [Vec<u64>; 7],
+}
+
+/// Which blocks of one core's local memories hold uncomputed values, and the memories' sizes.
+#[derive(Debug)]
+pub(crate) struct Unknown {
+    sizes: [u64; 7],
+    bits: [Vec<u64>; 7],
+}
+
+/// The sizes of the local memories of a core of `kind` (a missing memory has size 0): a
+/// separated chip's cube core has no UB and its vector cores have only a UB.
+fn sizes(cfg: &ChipConfig, kind: CoreKind) -> [u64; 7] {
+    let c = &cfg.core;
+    let size = |b: Buffer, bytes: u64| if kind.has_buffer(b) { bytes } else { 0 };
+    [
+        size(Buffer::Ub, c.ub_bytes),
+        size(Buffer::L1, c.l1_bytes),
+        size(Buffer::L0a, c.l0a_bytes),
+        size(Buffer::L0b, c.l0b_bytes),
+        size(Buffer::L0c, c.l0c_bytes),
+        size(Buffer::Bt, c.bt_bytes),
+        size(Buffer::Fb, c.fb_bytes),
+    ]
 }
 
 fn slot(b: Buffer) -> usize {
@@ -30,28 +53,11 @@ fn slot(b: Buffer) -> usize {
 }
 
 impl Buffers {
-    /// The buffers of a core of `kind`: a separated chip's cube core has no UB and its vector
-    /// cores have only a UB (a missing buffer has size 0).
+    /// The zeroed buffers of a core of `kind`.
     pub(crate) fn new(cfg: &ChipConfig, kind: CoreKind) -> Buffers {
-        let c = &cfg.core;
-        let size = |b: Buffer, bytes: u64| if kind.has_buffer(b) { bytes } else { 0 };
-        let sizes = [
-            size(Buffer::Ub, c.ub_bytes),
-            size(Buffer::L1, c.l1_bytes),
-            size(Buffer::L0a, c.l0a_bytes),
-            size(Buffer::L0b, c.l0b_bytes),
-            size(Buffer::L0c, c.l0c_bytes),
-            size(Buffer::Bt, c.bt_bytes),
-            size(Buffer::Fb, c.fb_bytes),
-        ];
         Buffers {
-            mem: sizes.map(|s| vec![0u8; s as usize]),
-            unknown: sizes.map(|s| vec![0u64; (s / GRAIN).div_ceil(64) as usize]),
+            mem: sizes(cfg, kind).map(|s| vec![0u8; s as usize]),
         }
-    }
-
-    pub(crate) fn size(&self, b: Buffer) -> u64 {
-        self.mem[slot(b)].len() as u64
     }
 
     pub(crate) fn get(&self, b: Buffer) -> &[u8] {
@@ -78,12 +84,28 @@ impl Buffers {
             (&hi[0], &mut lo[ib])
         }
     }
+}
+
+impl Unknown {
+    /// A core of `kind` whose buffers hold only computed values.
+    pub(crate) fn new(cfg: &ChipConfig, kind: CoreKind) -> Unknown {
+        let sizes = sizes(cfg, kind);
+        Unknown {
+            sizes,
+            bits: sizes.map(|s| vec![0u64; (s / GRAIN).div_ceil(64) as usize]),
+        }
+    }
+
+    /// The size of buffer `b` in bytes.
+    pub(crate) fn size(&self, b: Buffer) -> u64 {
+        self.sizes[slot(b)]
+    }
 
     /// Marks `[start, end)` of `b` as holding uncomputed (`true`) or real (`false`) values.
     /// Marking unknown is conservative (whole 32-byte grains); marking known only clears grains
     /// that the range covers completely.
     pub(crate) fn mark(&mut self, b: Buffer, start: u64, end: u64, unknown: bool) {
-        let bits = &mut self.unknown[slot(b)];
+        let bits = &mut self.bits[slot(b)];
         let (first, last) = if unknown {
             (start / GRAIN, end.div_ceil(GRAIN))
         } else {
@@ -110,14 +132,14 @@ impl Buffers {
 
     /// Whether any byte of `[start, end)` of `b` holds an uncomputed value.
     pub(crate) fn is_unknown(&self, b: Buffer, start: u64, end: u64) -> bool {
-        let bits = &self.unknown[slot(b)];
+        let bits = &self.bits[slot(b)];
         (start / GRAIN..end.div_ceil(GRAIN)).any(|g| bits[(g / 64) as usize] >> (g % 64) & 1 == 1)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Buffers, GRAIN};
+    use super::{GRAIN, Unknown};
     use crate::config::ChipConfig;
     use crate::stop::Buffer;
 
@@ -125,7 +147,7 @@ mod tests {
     #[test]
     fn marking_sets_and_clears_exactly_the_covered_grains() {
         let cfg = ChipConfig::preset("ascend910").unwrap();
-        let mut b = Buffers::new(&cfg, crate::CoreKind::Coupled);
+        let mut b = Unknown::new(&cfg, crate::CoreKind::Coupled);
         let grains = b.size(Buffer::Ub) / GRAIN;
         let mut want = vec![false; grains as usize];
         let mut x = 12345u64;

@@ -31,7 +31,8 @@ use crate::kind::{CoreKind, CoreSlot};
 use crate::memory::DeviceMemory;
 use crate::stop::{Blocked, Buffer, FlagId, StopReason};
 use crate::time::{Clock, Tick};
-use buffers::Buffers;
+use crate::values::Values;
+use buffers::Unknown;
 
 /// Number of pipes with a trace lane (S plus the six queued pipes).
 pub const LANES: usize = 7;
@@ -215,6 +216,7 @@ pub(crate) struct Ctx<'a, S: TraceSink> {
     pub clock: Clock,
     pub now: Tick,
     pub mem: &'a mut DeviceMemory,
+    pub values: &'a mut Values,
     pub events: &'a mut EventQueue,
     pub trace: &'a mut Tracer<S>,
     pub cross: &'a mut CrossCore,
@@ -331,7 +333,8 @@ pub(crate) struct AiCore {
     pub id: u32,
     /// Its kind and place on the chip.
     pub slot: CoreSlot,
-    pub bufs: Buffers,
+    /// Which bytes of its buffers hold uncomputed values (their values are in `Ctx::values`).
+    pub unknown: Unknown,
     block: Option<Box<Block>>,
     /// The last finished block, kept so the next one reuses its allocations (its queues and
     /// flag table); every field is reset by `start`.
@@ -391,7 +394,7 @@ impl AiCore {
         AiCore {
             id,
             slot,
-            bufs: Buffers::new(cfg, slot.kind),
+            unknown: Unknown::new(cfg, slot.kind),
             block: None,
             spare: None,
             lanes: None,
@@ -722,40 +725,7 @@ impl AiCore {
     }
 
     fn fault(&self, pipe: Pipe, pc: u32, f: Fault) -> StopReason {
-        match f {
-            Fault::Range {
-                buffer,
-                addr,
-                len,
-                size,
-            } => StopReason::MemoryFault {
-                core: self.id,
-                pipe,
-                pc,
-                buffer,
-                addr,
-                len,
-                size,
-            },
-            Fault::Align {
-                buffer,
-                addr,
-                align,
-            } => StopReason::Misaligned {
-                core: self.id,
-                pipe,
-                pc,
-                buffer,
-                addr,
-                align,
-            },
-            Fault::Illegal(reason) => StopReason::IllegalInstruction {
-                core: self.id,
-                pipe,
-                pc,
-                reason,
-            },
-        }
+        f.stop_reason(self.id, pipe, pc)
     }
 
     /// Checks a plan's accesses against buffer sizes and device memory.
@@ -779,7 +749,7 @@ impl AiCore {
             }
             let size = match a.buffer {
                 Buffer::Gm => mem.capacity(),
-                b => self.bufs.size(b),
+                b => self.unknown.size(b),
             };
             if a.end() > size || a.end() < a.start {
                 return Err(Fault::Range {
@@ -825,7 +795,7 @@ impl AiCore {
                         }
                     }
                 }
-                b => self.bufs.mark(b, a.start, a.end(), unknown),
+                b => self.unknown.mark(b, a.start, a.end(), unknown),
             }
         }
     }
@@ -1327,7 +1297,7 @@ impl AiCore {
         }
         let limit = match buffer {
             Buffer::Gm => ctx.mem.capacity(),
-            other => self.bufs.size(other),
+            other => self.unknown.size(other),
         };
         if addr.checked_add(size).is_none_or(|e| e > limit) {
             return Err(StopReason::MemoryFault {
@@ -1357,7 +1327,7 @@ impl AiCore {
             let unknown = b.mode == ExecMode::TimingOnly
                 && match buffer {
                     Buffer::Gm => ctx.mem.is_unknown(addr, size),
-                    other => self.bufs.is_unknown(other, addr, addr + size),
+                    other => self.unknown.is_unknown(other, addr, addr + size),
                 };
             if unknown {
                 return Err(StopReason::ValueNeeded {
@@ -1369,6 +1339,7 @@ impl AiCore {
             }
             match buffer {
                 Buffer::Gm => {
+                    ctx.values.settle_range(addr, size, false, ctx.mem)?;
                     ctx.mem
                         .read(addr, &mut bytes[..n])
                         .map_err(|_| StopReason::MemoryFault {
@@ -1381,8 +1352,10 @@ impl AiCore {
                             size: limit,
                         })?
                 }
-                other => bytes[..n]
-                    .copy_from_slice(&self.bufs.get(other)[addr as usize..addr as usize + n]),
+                other => bytes[..n].copy_from_slice(
+                    &ctx.values.buffers(core, ctx.mem)?.get(other)
+                        [addr as usize..addr as usize + n],
+                ),
             }
             let raw = u64::from_le_bytes(bytes);
             let v = match f.width {
@@ -1396,6 +1369,7 @@ impl AiCore {
             bytes = b.regs[f.reg.index()].to_le_bytes();
             match buffer {
                 Buffer::Gm => {
+                    ctx.values.settle_range(addr, size, true, ctx.mem)?;
                     ctx.mem
                         .write(addr, &bytes[..n])
                         .map_err(|_| StopReason::MemoryFault {
@@ -1408,7 +1382,8 @@ impl AiCore {
                             size: limit,
                         })?
                 }
-                other => self.bufs.get_mut(other)[addr as usize..addr as usize + n]
+                other => ctx.values.buffers(core, ctx.mem)?.get_mut(other)
+                    [addr as usize..addr as usize + n]
                     .copy_from_slice(&bytes[..n]),
             }
         }
@@ -1579,8 +1554,8 @@ impl AiCore {
                     let (issue, latency) = exec::local_cost(&instr, &plan, ctx.cfg);
                     let full = b.mode == ExecMode::Full;
                     if full {
-                        op.execute(&head.ops, &mut self.bufs, ctx.mem)
-                            .map_err(|f| self.fault(pipe, head.pc, f))?;
+                        ctx.values
+                            .apply(self.id, instr, &head.ops, &plan, pipe, head.pc, ctx.mem)?;
                     }
                     self.mark_writes(&plan, ctx.mem, !full);
                     if let Instruction::Mmad(m) = instr {
@@ -1663,10 +1638,9 @@ impl AiCore {
         let full = b.mode == ExecMode::Full;
         let plan = p.dma;
         if full {
-            PipeOp::of(&head.instr)
-                .unwrap_or(PipeOp::Sync)
-                .execute(&head.ops, &mut self.bufs, ctx.mem)
-                .map_err(|f| self.fault(pipe, head.pc, f))?;
+            ctx.values.apply(
+                self.id, head.instr, &head.ops, &plan, pipe, head.pc, ctx.mem,
+            )?;
         }
         self.mark_writes(&plan, ctx.mem, !full);
         let Some(b) = self.block.as_mut() else {

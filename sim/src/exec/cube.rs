@@ -23,7 +23,7 @@ use half::{bf16, f16};
 
 use super::{Access, Fault, Operands, Plan};
 use crate::core::buffers::Buffers;
-use crate::memory::DeviceMemory;
+use crate::memory::GmValues;
 use crate::stop::Buffer;
 
 fn blocks(x: u16) -> u64 {
@@ -512,7 +512,7 @@ pub(super) fn plan_l0c_to_gm_nz(f: &L0cToUb, ops: &Operands) -> Plan {
 
 pub(super) fn l0c_to_gm_nz(
     bufs: &mut Buffers,
-    mem: &mut DeviceMemory,
+    mem: &mut impl GmValues,
     f: &L0cToUb,
     ops: &Operands,
 ) -> Result<(), Fault> {
@@ -647,7 +647,7 @@ fn dequantised(l0c: &[u8], at: usize, quant: Quant, scale: f32) -> f32 {
 
 pub(super) fn l0c_to_gm(
     bufs: &mut Buffers,
-    mem: &mut DeviceMemory,
+    mem: &mut impl GmValues,
     f: &L0cToGm,
     ops: &Operands,
 ) -> Result<(), Fault> {

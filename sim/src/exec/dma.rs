@@ -7,13 +7,13 @@ use gearsim_isa::{Dma, DmaPad, LoadImage, Nd2Nz};
 
 use super::{Access, Fault, Operands, Plan};
 use crate::core::buffers::Buffers;
-use crate::memory::DeviceMemory;
+use crate::memory::GmValues;
 use crate::stop::Buffer;
 
 /// DMA lengths and gaps count 32-byte blocks.
 const BLOCK: u64 = gearsim_isa::units::BLOCK_BYTES;
 
-fn gm_fault(mem: &DeviceMemory, addr: u64, len: u64) -> Fault {
+fn gm_fault(mem: &impl GmValues, addr: u64, len: u64) -> Fault {
     Fault::Range {
         buffer: Buffer::Gm,
         addr,
@@ -61,7 +61,7 @@ pub(super) fn plan_burst(f: &Dma, ops: &Operands, from: Buffer, to: Buffer) -> R
 
 pub(super) fn burst(
     bufs: &mut Buffers,
-    mem: &mut DeviceMemory,
+    mem: &mut impl GmValues,
     f: &Dma,
     ops: &Operands,
     from: Buffer,
@@ -81,7 +81,7 @@ pub(super) fn burst(
 /// local buffers).
 fn copy_bursts(
     bufs: &mut Buffers,
-    mem: &mut DeviceMemory,
+    mem: &mut impl GmValues,
     src: &Access,
     dst: &Access,
     len: u64,
@@ -167,7 +167,7 @@ pub(super) fn plan_pad(
 
 pub(super) fn pad(
     bufs: &mut Buffers,
-    mem: &mut DeviceMemory,
+    mem: &mut impl GmValues,
     f: &DmaPad,
     ops: &Operands,
     from: Buffer,
@@ -225,7 +225,7 @@ pub(super) fn plan_nd2nz(f: &Nd2Nz, ops: &Operands) -> Result<Plan, Fault> {
 
 pub(super) fn nd2nz(
     bufs: &mut Buffers,
-    mem: &mut DeviceMemory,
+    mem: &mut impl GmValues,
     f: &Nd2Nz,
     ops: &Operands,
 ) -> Result<(), Fault> {
@@ -285,7 +285,7 @@ pub(super) fn plan_image(f: &LoadImage, ops: &Operands) -> Result<Plan, Fault> {
 
 pub(super) fn image(
     bufs: &mut Buffers,
-    mem: &mut DeviceMemory,
+    mem: &mut impl GmValues,
     f: &LoadImage,
     ops: &Operands,
 ) -> Result<(), Fault> {

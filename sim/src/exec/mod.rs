@@ -19,8 +19,8 @@ use gearsim_isa::{
 
 use crate::config::ChipConfig;
 use crate::core::buffers::Buffers;
-use crate::memory::DeviceMemory;
-use crate::stop::Buffer;
+use crate::memory::GmValues;
+use crate::stop::{Buffer, StopReason};
 
 /// A fault found while planning an instruction; the core adds core, pipe and pc.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +40,46 @@ pub(crate) enum Fault {
     },
     /// Operands that make no sense together.
     Illegal(String),
+}
+
+impl Fault {
+    /// The stop this fault is on `core`'s `pipe` at `pc`.
+    pub(crate) fn stop_reason(self, core: u32, pipe: gearsim_isa::Pipe, pc: u32) -> StopReason {
+        match self {
+            Fault::Range {
+                buffer,
+                addr,
+                len,
+                size,
+            } => StopReason::MemoryFault {
+                core,
+                pipe,
+                pc,
+                buffer,
+                addr,
+                len,
+                size,
+            },
+            Fault::Align {
+                buffer,
+                addr,
+                align,
+            } => StopReason::Misaligned {
+                core,
+                pipe,
+                pc,
+                buffer,
+                addr,
+                align,
+            },
+            Fault::Illegal(reason) => StopReason::IllegalInstruction {
+                core,
+                pipe,
+                pc,
+                reason,
+            },
+        }
+    }
 }
 
 /// The vector mask register, captured when an instruction is dispatched.
@@ -399,12 +439,19 @@ impl<'a> PipeOp<'a> {
         Ok(plan)
     }
 
+    /// Whether executing the instruction reads a configuration block from device memory whose
+    /// contents can make it fault (`load_image_l1`): its effect is applied when it issues, so
+    /// that the fault stops the core at the right time.
+    pub(crate) fn reads_own_configuration(self) -> bool {
+        matches!(self, PipeOp::Image(_))
+    }
+
     /// Applies the effect on real values (full mode only).
     pub(crate) fn execute(
         self,
         ops: &Operands,
         bufs: &mut Buffers,
-        mem: &mut DeviceMemory,
+        mem: &mut impl GmValues,
     ) -> Result<(), Fault> {
         match self {
             PipeOp::Bin(f, op) => vector::bin(bufs, f, ops, op),

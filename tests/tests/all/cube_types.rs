@@ -129,12 +129,12 @@ fn an_i8_product_accumulates_in_i32_and_the_fixpipe_dequantises_it() {
         .unwrap();
     // 2 x 3 x 2 fractal products of 16 x 32 x 16.
     assert_eq!(r.cube_macs(), 12 * 8192);
-    let got: Vec<i32> = download(&dev, o32, M * N * 4)
+    let got: Vec<i32> = download(&mut dev, o32, M * N * 4)
         .chunks_exact(4)
         .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
         .collect();
     assert_eq!(got, want, "i32 accumulators");
-    let deq = f16_from_bytes(&download(&dev, o16, M * N * 2));
+    let deq = f16_from_bytes(&download(&mut dev, o16, M * N * 2));
     for (e, (&g, &w)) in deq.iter().zip(&want).enumerate() {
         let expect = f16::from_f32((w as f32 * scale).max(0.0));
         assert_eq!(
@@ -143,7 +143,7 @@ fn an_i8_product_accumulates_in_i32_and_the_fixpipe_dequantises_it() {
             "deq element {e}: {g} vs {expect}"
         );
     }
-    let vdeq: Vec<bf16> = download(&dev, obf, M * N * 2)
+    let vdeq: Vec<bf16> = download(&mut dev, obf, M * N * 2)
         .chunks_exact(2)
         .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])))
         .collect();
@@ -220,7 +220,7 @@ fn a_bf16_product_accumulates_in_f32() {
         .unwrap();
     dev.launch(k, 1, &[pa.0, pb.0, out.0], ExecMode::Full)
         .unwrap();
-    let got = f32_from_bytes(&download(&dev, out, 1024));
+    let got = f32_from_bytes(&download(&mut dev, out, 1024));
     for i in 0..16 {
         for j in 0..16 {
             let mut acc = 0f32;

@@ -43,7 +43,7 @@ fn matmul_256_tiling_matches_reference() {
         .launch(k, 4, &[pa.0, pb.0, pc.0], ExecMode::Full)
         .unwrap();
     assert_eq!(report.cube_macs(), (n * n * n) as u64);
-    let c = f32_from_bytes(&download(&dev, pc, n * n * 4));
+    let c = f32_from_bytes(&download(&mut dev, pc, n * n * 4));
     for i in 0..n {
         for j in 0..n {
             let mut acc = 0f32;

@@ -45,11 +45,11 @@ impl Sim {
         upload(&mut self.dev, data).0
     }
 
-    fn get(&self, addr: u64, len: usize) -> Vec<u8> {
-        download(&self.dev, DevicePtr(addr), len)
+    fn get(&mut self, addr: u64, len: usize) -> Vec<u8> {
+        download(&mut self.dev, DevicePtr(addr), len)
     }
 
-    fn get_u64s(&self, addr: u64, n: usize) -> Vec<u64> {
+    fn get_u64s(&mut self, addr: u64, n: usize) -> Vec<u64> {
         self.get(addr, n * 8)
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))

@@ -68,7 +68,7 @@ fn a_vector_kernel_runs_on_the_vector_cores_and_meets_at_a_barrier() {
         .filter(|&c| r.core_stats[c].pipes[0].instructions > 0)
         .collect();
     assert_eq!(busy, (24..72).collect::<Vec<_>>());
-    let got: Vec<u64> = download(&dev, sums, 48 * 8)
+    let got: Vec<u64> = download(&mut dev, sums, 48 * 8)
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
         .collect();
@@ -87,7 +87,7 @@ fn without_the_barrier_blocks_read_before_the_others_wrote() {
     // left over only because one set per block makes one arrival each.
     dev.launch(k, 48, &[slots.0, sums.0], ExecMode::Full)
         .unwrap();
-    let got: Vec<u64> = download(&dev, sums, 48 * 8)
+    let got: Vec<u64> = download(&mut dev, sums, 48 * 8)
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
         .collect();
