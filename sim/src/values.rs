@@ -109,6 +109,8 @@ struct Part {
     mem: Option<Snapshot>,
     /// The first fault, with its place in issue order.
     fault: Option<(u64, StopReason)>,
+    /// The instruction being applied (place, pipe, pc), for the report of a worker's panic.
+    current: (u64, Pipe, u32),
 }
 
 impl Part {
@@ -122,6 +124,7 @@ impl Part {
         };
         for d in self.work.drain(..) {
             view.staged.seq = d.seq;
+            self.current = (d.seq, d.pipe, d.pc);
             let op = PipeOp::of(&d.instr).unwrap_or(PipeOp::Sync);
             if let Err(f) = op.execute(&d.ops, &mut self.bufs, &mut view) {
                 self.fault = Some((d.seq, f.stop_reason(self.core, d.pipe, d.pc)));
@@ -162,7 +165,26 @@ impl Pool {
                             Err(_) => return,
                         };
                         let Ok(mut part) = next else { return };
-                        part.run();
+                        // A panic is a simulator bug: it becomes the part's fault, so the
+                        // event loop reports it instead of waiting for a part that never
+                        // comes back.
+                        let run = std::panic::AssertUnwindSafe(|| part.run());
+                        if std::panic::catch_unwind(run).is_err() {
+                            let (seq, pipe, pc) = part.current;
+                            part.work.clear();
+                            part.fault = Some((
+                                seq,
+                                StopReason::IllegalInstruction {
+                                    core: part.core,
+                                    pipe,
+                                    pc,
+                                    reason: "the simulator failed while computing this \
+                                             instruction's values (an internal error; please \
+                                             report it)"
+                                        .into(),
+                                },
+                            ));
+                        }
                         if outbox.send(part).is_err() {
                             return;
                         }
@@ -420,6 +442,7 @@ impl Values {
                 staged: self.spare_staged.pop().unwrap_or_default(),
                 mem: Some(snapshot.clone()),
                 fault: None,
+                current: (0, Pipe::S, 0),
             };
             if sender.send(part).is_err() {
                 unreachable!("workers end only when the pool is dropped")
