@@ -41,15 +41,12 @@ impl Estimate {
 pub fn estimate(desc: &ModelDesc, cfg: &ChipConfig, mode: ExecMode) -> Estimate {
     let m = &desc.memory;
     let full = mode == ExecMode::Full;
-    let c = &cfg.core;
-    let per_core =
-        c.ub_bytes + c.l1_bytes + c.l0a_bytes + c.l0b_bytes + c.l0c_bytes + c.bt_bytes + c.fb_bytes;
     Estimate {
         weights: m.weight_bytes,
         feature_maps: if full { m.feature_map_bytes } else { 0 },
         inputs_outputs: 2 * (m.input_bytes + m.output_bytes),
         core_buffers: if full {
-            per_core * cfg.core_slots().len() as u64
+            gearsim_sim::local_buffer_bytes(cfg)
         } else {
             0
         },
@@ -91,34 +88,16 @@ fn cgroup_room() -> Option<u64> {
     Some(max.saturating_sub(current))
 }
 
-/// Parses a size: bytes, or a number with K, M, G or T (powers of 1024; `MiB`-style and
-/// lower-case suffixes accepted).
+/// Parses a size of at least one byte ([`crate::study::advise::parse_bytes`]: a whole number
+/// with an optional K, M or G suffix), for a command-line flag.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => {
-            return Err(format!(
-                "expected a size such as 8G, 512M or 1073741824, got `{s}` (unknown unit `{other}`)"
-            ));
-        }
-    };
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("expected a size such as 8G, 512M or 1073741824, got `{s}`"))?;
-    let bytes = v * (1u64 << shift) as f64;
-    if !(bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64) {
-        return Err(format!("expected a size of at least one byte, got `{s}`"));
+    match crate::study::advise::parse_bytes(s) {
+        Some(b) if b > 0 => Ok(b),
+        _ => Err(format!(
+            "expected a size of at least one byte such as 8G, 512M or 1073741824 (K, M, G: \
+             powers of 1024), got `{s}`"
+        )),
     }
-    Ok(bytes as u64)
 }
 
 fn gib(b: u64) -> String {
@@ -174,8 +153,8 @@ mod tests {
         assert_eq!(parse_size("1073741824"), Ok(1 << 30));
         assert_eq!(parse_size("8G"), Ok(8 << 30));
         assert_eq!(parse_size("512MiB"), Ok(512 << 20));
-        assert_eq!(parse_size("1.5k"), Ok(1536));
-        for bad in ["", "G", "12X", "-3M", "0"] {
+        assert_eq!(parse_size("3 K"), Ok(3072));
+        for bad in ["", "G", "12X", "-3M", "0", "1.5k"] {
             let e = parse_size(bad).unwrap_err();
             assert!(e.contains(&format!("`{bad}`")), "{bad}: {e}");
         }

@@ -53,6 +53,7 @@ pub use config::{
     AiCpuConfig, ChipConfig, ConfigError, CoreConfig, CubeConfig, HostConfig, KernelLimits,
     MemoryConfig, MteConfig, PRESETS, PcieConfig, ScalarConfig, SchedulerConfig, VectorConfig,
 };
+pub use core::buffers::local_buffer_bytes;
 pub use core::{BlockLaunch, CoreStats, LANES, PipeStats};
 pub use cross::CrossGroup;
 pub use exec::{MaskState, Touch, scalar, touches};

@@ -84,14 +84,7 @@ impl DeviceMemory {
 
     /// Checks that `[addr, addr + len)` is inside device memory.
     pub fn check(&self, addr: u64, len: u64) -> Result<(), OutOfRange> {
-        match addr.checked_add(len) {
-            Some(end) if end <= self.capacity => Ok(()),
-            _ => Err(OutOfRange {
-                addr,
-                len,
-                capacity: self.capacity,
-            }),
-        }
+        check_range(self.capacity, addr, len)
     }
 
     /// Reads `buf.len()` bytes at `addr`; never-written bytes read as zero.
@@ -180,6 +173,18 @@ impl DeviceMemory {
     }
 }
 
+/// Checks that `[addr, addr + len)` is inside a memory of `capacity` bytes.
+fn check_range(capacity: u64, addr: u64, len: u64) -> Result<(), OutOfRange> {
+    match addr.checked_add(len) {
+        Some(end) if end <= capacity => Ok(()),
+        _ => Err(OutOfRange {
+            addr,
+            len,
+            capacity,
+        }),
+    }
+}
+
 /// The allocated pages of device memory.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Pages(BTreeMap<u64, Box<[u8; PAGE]>>);
@@ -209,19 +214,16 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    /// Checks that `[addr, addr + len)` is inside device memory.
+    pub(crate) fn check(&self, addr: u64, len: u64) -> Result<(), OutOfRange> {
+        check_range(self.capacity, addr, len)
+    }
+
     /// Reads `buf.len()` bytes at `addr`.
     pub(crate) fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
-        match addr.checked_add(buf.len() as u64) {
-            Some(end) if end <= self.capacity => {
-                self.pages.read(addr, buf);
-                Ok(())
-            }
-            _ => Err(OutOfRange {
-                addr,
-                len: buf.len() as u64,
-                capacity: self.capacity,
-            }),
-        }
+        self.check(addr, buf.len() as u64)?;
+        self.pages.read(addr, buf);
+        Ok(())
     }
 
     /// Capacity in bytes.

@@ -74,17 +74,7 @@ impl GmValues for StagedMemory<'_> {
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), OutOfRange> {
-        let capacity = self.mem.capacity();
-        if addr
-            .checked_add(data.len() as u64)
-            .is_none_or(|e| e > capacity)
-        {
-            return Err(OutOfRange {
-                addr,
-                len: data.len() as u64,
-                capacity,
-            });
-        }
+        self.mem.check(addr, data.len() as u64)?;
         let off = self.staged.bytes.len();
         self.staged.bytes.extend_from_slice(data);
         self.staged
@@ -331,9 +321,7 @@ impl Values {
         if self.threads == 1 || op.reads_own_configuration() {
             // It may read any core's results: everything deferred goes first.
             self.settle(mem)?;
-            let Some(bufs) = self.bufs[core as usize].as_mut() else {
-                unreachable!("a settled batch gives every core its buffers back")
-            };
+            let bufs = self.buffers(core, mem)?;
             return op
                 .execute(ops, bufs, mem)
                 .map_err(|f| f.stop_reason(core, pipe, pc));

@@ -9,6 +9,15 @@ use crate::stop::Buffer;
 /// Unknown values are tracked per block.
 const GRAIN: u64 = gearsim_isa::units::BLOCK_BYTES;
 
+/// Bytes of local memory of all the AI cores of a chip (every core's UB, L1, L0A/B/C, BT and
+/// FB that its kind has).
+pub fn local_buffer_bytes(cfg: &ChipConfig) -> u64 {
+    cfg.core_slots()
+        .iter()
+        .map(|slot| sizes(cfg, slot.kind).iter().sum::<u64>())
+        .sum()
+}
+
 /// The values in the local memories of one core.
 #[derive(Debug)]
 pub(crate) struct Buffers {
