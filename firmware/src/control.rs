@@ -160,16 +160,16 @@ impl Control {
                 event: e,
                 since,
             } = streams.stream(sid).state
+                && e == event
+                && self.events[event as usize]
             {
-                if e == event && self.events[event as usize] {
-                    self.events[event as usize] = false;
-                    streams.stream_mut(sid).state = StreamState::Running {
-                        index,
-                        kind: TaskKind::StreamWaitEvent,
-                        start: since,
-                    };
-                    self.done_later(cx, TaskRef { stream: sid, index });
-                }
+                self.events[event as usize] = false;
+                streams.stream_mut(sid).state = StreamState::Running {
+                    index,
+                    kind: TaskKind::StreamWaitEvent,
+                    start: since,
+                };
+                self.done_later(cx, TaskRef { stream: sid, index });
             }
         }
         self.done_later(cx, at);

@@ -604,50 +604,48 @@ impl Dispatch {
             }
             None => false,
         };
-        if finished {
-            if let Some(run) = self.runs.remove(&id) {
-                cx.chip
-                    .release_group(run.group.id)
-                    .map_err(DeviceError::Fault)?;
-                for &(start, len) in &run.l2_drops {
-                    cx.chip.l2_drop(start, len);
-                    let sink = cx.chip.sink_mut();
-                    cx.lanes
-                        .l2_control(sink, run.task, "l2_drop", start, len, run.end);
-                }
-                self.last_run = Some(RunSummary {
-                    first_start: run.first_start,
-                    end: run.end,
-                    cores_used: run.cores.iter().filter(|c| **c).count() as u32,
-                });
-                if let Some(profile) = self.profile.as_mut() {
-                    profile.push(KernelProfile {
-                        task: run.task,
-                        name: self.names.get(&run.image).cloned().unwrap_or_default(),
-                        block_dim: run.block_dim,
-                        cores_used: run.cores.iter().filter(|c| **c).count() as u32,
-                        kind: match run.placement {
-                            Placement::Single(_, CoreKind::Coupled) => KernelKind::AiCore,
-                            Placement::Single(_, CoreKind::Cube) => KernelKind::Cube,
-                            Placement::Single(_, CoreKind::Vector) => KernelKind::Vector,
-                            Placement::Mix { .. } => KernelKind::Mix,
-                        },
-                        launched: run.launched,
-                        first_start: run.first_start.unwrap_or(run.end),
-                        end: run.end,
-                        work: run.work,
-                        pipe_ps: run.pipe_ps,
-                        traffic: cx.chip.traffic().since(&run.traffic_at_launch),
-                    });
-                }
-                cx.timer(
-                    run.end,
-                    Fw::Done {
-                        stream: run.task.stream,
-                        index: run.task.index,
-                    },
-                );
+        if finished && let Some(run) = self.runs.remove(&id) {
+            cx.chip
+                .release_group(run.group.id)
+                .map_err(DeviceError::Fault)?;
+            for &(start, len) in &run.l2_drops {
+                cx.chip.l2_drop(start, len);
+                let sink = cx.chip.sink_mut();
+                cx.lanes
+                    .l2_control(sink, run.task, "l2_drop", start, len, run.end);
             }
+            self.last_run = Some(RunSummary {
+                first_start: run.first_start,
+                end: run.end,
+                cores_used: run.cores.iter().filter(|c| **c).count() as u32,
+            });
+            if let Some(profile) = self.profile.as_mut() {
+                profile.push(KernelProfile {
+                    task: run.task,
+                    name: self.names.get(&run.image).cloned().unwrap_or_default(),
+                    block_dim: run.block_dim,
+                    cores_used: run.cores.iter().filter(|c| **c).count() as u32,
+                    kind: match run.placement {
+                        Placement::Single(_, CoreKind::Coupled) => KernelKind::AiCore,
+                        Placement::Single(_, CoreKind::Cube) => KernelKind::Cube,
+                        Placement::Single(_, CoreKind::Vector) => KernelKind::Vector,
+                        Placement::Mix { .. } => KernelKind::Mix,
+                    },
+                    launched: run.launched,
+                    first_start: run.first_start.unwrap_or(run.end),
+                    end: run.end,
+                    work: run.work,
+                    pipe_ps: run.pipe_ps,
+                    traffic: cx.chip.traffic().since(&run.traffic_at_launch),
+                });
+            }
+            cx.timer(
+                run.end,
+                Fw::Done {
+                    stream: run.task.stream,
+                    index: run.task.index,
+                },
+            );
         }
         self.dispatch_blocks(cx.chip)
     }

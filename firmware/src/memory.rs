@@ -70,12 +70,12 @@ impl Allocator {
             .remove(&addr)
             .ok_or(DeviceError::BadFree { addr })?;
         let (mut start, mut len) = (addr, size);
-        if let Some((&p, &ps)) = self.free.range(..addr).next_back() {
-            if p + ps == addr {
-                self.free.remove(&p);
-                start = p;
-                len += ps;
-            }
+        if let Some((&p, &ps)) = self.free.range(..addr).next_back()
+            && p + ps == addr
+        {
+            self.free.remove(&p);
+            start = p;
+            len += ps;
         }
         if let Some(&ns) = self.free.get(&(addr + size)) {
             self.free.remove(&(addr + size));

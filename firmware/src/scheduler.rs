@@ -65,10 +65,10 @@ impl Scheduler {
     ) -> Result<(), DeviceError> {
         match fw {
             Fw::Step { stream } => {
-                if !self.streams.fetch(cx, stream)? {
-                    if let Some(m) = self.streams.stream(stream).model() {
-                        self.control.stream_finished(cx, &self.streams, m);
-                    }
+                if !self.streams.fetch(cx, stream)?
+                    && let Some(m) = self.streams.stream(stream).model()
+                {
+                    self.control.stream_finished(cx, &self.streams, m);
                 }
                 Ok(())
             }

@@ -373,19 +373,18 @@ impl Streams {
                 since,
                 ..
             } = s.state
+                && q == queue
             {
-                if q == queue {
-                    s.state = StreamState::Running {
-                        index,
-                        kind: TaskKind::AiCpuKernel,
-                        start: since,
-                    };
-                    let at = TaskRef {
-                        stream: sid as u32,
-                        index,
-                    };
-                    return Some((at, args, args_size));
-                }
+                s.state = StreamState::Running {
+                    index,
+                    kind: TaskKind::AiCpuKernel,
+                    start: since,
+                };
+                let at = TaskRef {
+                    stream: sid as u32,
+                    index,
+                };
+                return Some((at, args, args_size));
             }
         }
         None

@@ -153,10 +153,9 @@ fn dump_kernels(c: &Compiled, dir: &Path) -> Result<Vec<PathBuf>> {
             if let OmTask::AiCore {
                 kernel, block_dim, ..
             } = &t.task
+                && let Some(l) = launches.get_mut(*kernel as usize)
             {
-                if let Some(l) = launches.get_mut(*kernel as usize) {
-                    l.push(format!("{} (block_dim {block_dim})", t.name));
-                }
+                l.push(format!("{} (block_dim {block_dim})", t.name));
             }
         }
     }

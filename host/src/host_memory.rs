@@ -62,13 +62,13 @@ pub fn available() -> Option<(u64, String)> {
         .as_deref()
         .and_then(mem_available)
         .map(|b| (b, "MemAvailable in /proc/meminfo".to_string()));
-    if let Some(room) = cgroup_room() {
-        if best.as_ref().is_none_or(|(b, _)| room < *b) {
-            best = Some((
-                room,
-                "the control group's memory.max less memory.current".into(),
-            ));
-        }
+    if let Some(room) = cgroup_room()
+        && best.as_ref().is_none_or(|(b, _)| room < *b)
+    {
+        best = Some((
+            room,
+            "the control group's memory.max less memory.current".into(),
+        ));
     }
     best
 }

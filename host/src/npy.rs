@@ -407,14 +407,14 @@ pub fn parse(bytes: &[u8], path_for_errors: &Path) -> Result<Tensor, NpyError> {
             got: data.len() as u64,
         });
     }
-    if dtype == DataType::Bool {
-        if let Some((index, &value)) = data.iter().enumerate().find(|(_, b)| **b > 1) {
-            return Err(NpyError::BadBool {
-                path: path(),
-                index: index as u64,
-                value,
-            });
-        }
+    if dtype == DataType::Bool
+        && let Some((index, &value)) = data.iter().enumerate().find(|(_, b)| **b > 1)
+    {
+        return Err(NpyError::BadBool {
+            path: path(),
+            index: index as u64,
+            value,
+        });
     }
     Ok(Tensor {
         dtype,

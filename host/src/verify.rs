@@ -236,13 +236,13 @@ fn check_streams(m: &ModelView<'_>, regions: &RegionSizes, r: &mut Report) {
     let mut label_set: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
     for (s, tasks) in m.tasks.streams.iter().enumerate() {
         for (i, t) in tasks.iter().enumerate() {
-            if let OmTask::LabelSet { label } = t.task {
-                if let Some((s0, i0)) = label_set.insert(label, (s, i)) {
-                    r.violations.push(Violation {
-                        at: format!("stream {s} task {i} (`{}`)", t.name),
-                        message: format!("label {label} is already set at stream {s0} task {i0}"),
-                    });
-                }
+            if let OmTask::LabelSet { label } = t.task
+                && let Some((s0, i0)) = label_set.insert(label, (s, i))
+            {
+                r.violations.push(Violation {
+                    at: format!("stream {s} task {i} (`{}`)", t.name),
+                    message: format!("label {label} is already set at stream {s0} task {i0}"),
+                });
             }
         }
     }
@@ -674,7 +674,7 @@ impl Run<'_> {
                     }
                     let addr = self.regs[f.base.index()].wrapping_add(i64::from(f.off) as u64);
                     let size = f.width.size() as u64;
-                    if addr % size != 0 {
+                    if !addr.is_multiple_of(size) {
                         self.report(
                             pc,
                             format!("scalar access at {addr:#x} is not {size}-byte aligned"),
@@ -688,7 +688,7 @@ impl Run<'_> {
                                     self.report(pc, "a store into the argument array".into());
                                 }
                                 let i = ((addr - ARGS_BASE) / 8) as usize;
-                                if size != 8 || addr % 8 != 0 {
+                                if size != 8 || !addr.is_multiple_of(8) {
                                     self.report(
                                         pc,
                                         "an argument is read other than as one u64".into(),

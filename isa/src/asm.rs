@@ -380,10 +380,10 @@ impl Assembler {
             ));
         }
         for (i, field) in spec.fields.iter().enumerate() {
-            if !set[i] {
-                if let Some(d) = field.default_raw() {
-                    raw[i] = d;
-                }
+            if !set[i]
+                && let Some(d) = field.default_raw()
+            {
+                raw[i] = d;
             }
         }
         let instr = Instruction::from_raw_fields(op, &raw[..spec.fields.len()])

@@ -104,30 +104,31 @@ impl Instruction {
     /// Checks the table's type list and the instruction's own operand rules.
     pub fn validate(&self) -> Result<(), String> {
         let spec = self.spec();
-        if !spec.types.is_empty() {
-            if let Some(i) = spec.field_index("ty") {
-                let mut raw = [0u64; MAX_FIELDS];
-                self.raw_fields(&mut raw);
-                let ty = usize::try_from(raw[i])
-                    .ok()
-                    .and_then(|i| DType::ALL.get(i).copied());
-                if !ty.is_some_and(|t| spec.types.contains(&t)) {
-                    let allowed: Vec<&str> = spec.types.iter().map(|t| t.name()).collect();
-                    return Err(format!(
-                        "element type {} is not supported (expected one of {})",
-                        ty.map_or("?", DType::name),
-                        allowed.join(", ")
-                    ));
-                }
-            }
-        }
-        if let Instruction::CopyL0cToGm(f) = self {
-            if f.quant != crate::Quant::None && f.ty == DType::I32 {
+        if !spec.types.is_empty()
+            && let Some(i) = spec.field_index("ty")
+        {
+            let mut raw = [0u64; MAX_FIELDS];
+            self.raw_fields(&mut raw);
+            let ty = usize::try_from(raw[i])
+                .ok()
+                .and_then(|i| DType::ALL.get(i).copied());
+            if !ty.is_some_and(|t| spec.types.contains(&t)) {
+                let allowed: Vec<&str> = spec.types.iter().map(|t| t.name()).collect();
                 return Err(format!(
-                    "quant={} dequantises to a float type, not i32",
-                    f.quant
+                    "element type {} is not supported (expected one of {})",
+                    ty.map_or("?", DType::name),
+                    allowed.join(", ")
                 ));
             }
+        }
+        if let Instruction::CopyL0cToGm(f) = self
+            && f.quant != crate::Quant::None
+            && f.ty == DType::I32
+        {
+            return Err(format!(
+                "quant={} dequantises to a float type, not i32",
+                f.quant
+            ));
         }
         // An instruction with a destination and a source type converts between them.
         if let (Some(d), Some(s)) = (spec.field_index("dst_ty"), spec.field_index("src_ty")) {
@@ -138,17 +139,17 @@ impl Instruction {
                     .ok()
                     .and_then(|i| DType::ALL.get(i).copied())
             };
-            if let (Some(dst), Some(src)) = (ty(d), ty(s)) {
-                if !conversion_supported(dst, src) {
-                    let known: Vec<String> = CONVERSIONS
-                        .iter()
-                        .map(|(d, s)| format!("{s}->{d}"))
-                        .collect();
-                    return Err(format!(
-                        "conversion {src} -> {dst} is not supported (supported: {})",
-                        known.join(", ")
-                    ));
-                }
+            if let (Some(dst), Some(src)) = (ty(d), ty(s))
+                && !conversion_supported(dst, src)
+            {
+                let known: Vec<String> = CONVERSIONS
+                    .iter()
+                    .map(|(d, s)| format!("{s}->{d}"))
+                    .collect();
+                return Err(format!(
+                    "conversion {src} -> {dst} is not supported (supported: {})",
+                    known.join(", ")
+                ));
             }
         }
         Ok(())

@@ -301,7 +301,7 @@ impl<'a> OmFile<'a> {
                     "section {i} [{off}, +{size}) runs past the end of the file ({len} bytes)"
                 )));
             };
-            if (off as usize) < table_end || off as usize % SECTION_ALIGN != 0 {
+            if (off as usize) < table_end || !(off as usize).is_multiple_of(SECTION_ALIGN) {
                 return Err(OmError::Corrupt(format!(
                     "section {i} starts at {off}, inside the header or unaligned"
                 )));

@@ -297,15 +297,15 @@ impl<S: TraceSink> Chip<S> {
             });
         }
         for (pc, instr) in kernel.program.instrs.iter().enumerate() {
-            if let Some(t) = branch_target(instr) {
-                if t as usize >= len {
-                    return Err(ChipError::BadKernel {
-                        name: kernel.name,
-                        reason: format!(
-                            "pc {pc}: branch target {t} is past the end ({len} instructions)"
-                        ),
-                    });
-                }
+            if let Some(t) = branch_target(instr)
+                && t as usize >= len
+            {
+                return Err(ChipError::BadKernel {
+                    name: kernel.name,
+                    reason: format!(
+                        "pc {pc}: branch target {t} is past the end ({len} instructions)"
+                    ),
+                });
             }
             if let Err(reason) = instr.validate() {
                 return Err(ChipError::BadKernel {
@@ -797,10 +797,10 @@ impl<S: TraceSink> Chip<S> {
     /// caller reads (or, `store`, writes) it. A fault found there stops the chip, and the next
     /// [`Chip::run_until_event`] reports it.
     fn settle_values(&mut self, addr: u64, len: u64, store: bool) {
-        if let Err(reason) = self.values.settle_range(addr, len, store, &mut self.mem) {
-            if self.stopped.is_none() {
-                self.stop(reason);
-            }
+        if let Err(reason) = self.values.settle_range(addr, len, store, &mut self.mem)
+            && self.stopped.is_none()
+        {
+            self.stop(reason);
         }
     }
 

@@ -595,7 +595,10 @@ impl ChipConfig {
             }
         }
         let m = &self.memory;
-        if m.hbm_bytes < (1 << 20) || m.hbm_bytes > (1 << 44) || m.hbm_bytes % (1 << 16) != 0 {
+        if m.hbm_bytes < (1 << 20)
+            || m.hbm_bytes > (1 << 44)
+            || !m.hbm_bytes.is_multiple_of(1 << 16)
+        {
             return bad(
                 "memory.hbm_bytes",
                 m.hbm_bytes.to_string(),
@@ -616,7 +619,7 @@ impl ChipConfig {
             // The model keeps one tag per block of 16 lines (see `l2.rs`).
             let set_bytes = m.l2_line_bytes * crate::l2::LINES_PER_BLOCK * m.l2_ways;
             if m.l2_bytes > (1 << 36)
-                || m.l2_bytes % set_bytes != 0
+                || !m.l2_bytes.is_multiple_of(set_bytes)
                 || !(m.l2_bytes / set_bytes).is_power_of_two()
             {
                 return bad(

@@ -295,17 +295,16 @@ impl CrossCore {
         let inbox = self.inbox.entry((group, target, id)).or_default();
         let k = inbox.arrivals.len();
         // Arrival k overflows if arrival k - max was still unconsumed when it came.
-        if k >= max {
-            if let Some(&c) = inbox.consumed.get(k - max) {
-                if c > arrival.at {
-                    return Err(CrossError::Overflow(Overflow {
-                        setter: arrival.setter,
-                        pc: arrival.pc,
-                        target,
-                        max: self.max_pending,
-                    }));
-                }
-            }
+        if k >= max
+            && let Some(&c) = inbox.consumed.get(k - max)
+            && c > arrival.at
+        {
+            return Err(CrossError::Overflow(Overflow {
+                setter: arrival.setter,
+                pc: arrival.pc,
+                target,
+                max: self.max_pending,
+            }));
         }
         inbox.arrivals.push(arrival);
         self.woken.push((group, target));
@@ -331,15 +330,15 @@ impl CrossCore {
         };
         let at = since.max(arrival.at);
         // An arrival already recorded max places later came before this consumption.
-        if let Some(late) = inbox.arrivals.get(c + max) {
-            if late.at < at {
-                return Err(CrossError::Overflow(Overflow {
-                    setter: late.setter,
-                    pc: late.pc,
-                    target: me,
-                    max: self.max_pending,
-                }));
-            }
+        if let Some(late) = inbox.arrivals.get(c + max)
+            && late.at < at
+        {
+            return Err(CrossError::Overflow(Overflow {
+                setter: late.setter,
+                pc: late.pc,
+                target: me,
+                max: self.max_pending,
+            }));
         }
         inbox.consumed.push(at);
         Ok(Some((at, arrival)))

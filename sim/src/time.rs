@@ -76,7 +76,8 @@ impl Clock {
     /// A clock of `mhz` megahertz.
     pub fn from_mhz(mhz: u64) -> Clock {
         let khz = mhz.max(1) * 1000;
-        let period_ps = (PS_PER_KHZ_CYCLE % u128::from(khz) == 0)
+        let period_ps = PS_PER_KHZ_CYCLE
+            .is_multiple_of(u128::from(khz))
             .then(|| u64::try_from(PS_PER_KHZ_CYCLE / u128::from(khz)).unwrap_or(u64::MAX));
         Clock { khz, period_ps }
     }
@@ -88,10 +89,10 @@ impl Clock {
 
     /// The tick at which cycle `c` starts. Rounds up, so the tick never precedes the edge.
     pub fn tick(self, c: Cycles) -> Tick {
-        if let Some(p) = self.period_ps {
-            if let Some(ps) = c.0.checked_mul(p) {
-                return Tick(ps);
-            }
+        if let Some(p) = self.period_ps
+            && let Some(ps) = c.0.checked_mul(p)
+        {
+            return Tick(ps);
         }
         let ps = (u128::from(c.0) * PS_PER_KHZ_CYCLE).div_ceil(u128::from(self.khz));
         Tick(u64::try_from(ps).unwrap_or(u64::MAX))

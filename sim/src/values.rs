@@ -491,10 +491,10 @@ impl Values {
         for mut part in back {
             part.staged.runs.clear();
             part.staged.bytes.clear();
-            if let Some((seq, reason)) = part.fault.take() {
-                if fault.as_ref().is_none_or(|(s, _)| seq < *s) {
-                    fault = Some((seq, reason));
-                }
+            if let Some((seq, reason)) = part.fault.take()
+                && fault.as_ref().is_none_or(|(s, _)| seq < *s)
+            {
+                fault = Some((seq, reason));
             }
             self.bufs[part.core as usize] = Some(part.bufs);
             self.spare_staged.push(part.staged);

@@ -639,10 +639,9 @@ pub fn summary(trace: &TraceFile) -> Summary {
             if let Record::Span {
                 lane, start, end, ..
             } = record
+                && let Some(Some(list)) = intervals.get_mut(usize::from(lane.0))
             {
-                if let Some(Some(list)) = intervals.get_mut(usize::from(lane.0)) {
-                    list.push((start, end));
-                }
+                list.push((start, end));
             }
         }
         for (a, list) in acc.iter_mut().zip(intervals) {

@@ -172,12 +172,12 @@ impl TraceFile {
         };
 
         // The fixed part of the header.
-        if let Some(magic) = bytes.get(..8) {
-            if magic != MAGIC {
-                let mut found = [0u8; 8];
-                found.copy_from_slice(magic);
-                return Err(TraceError::BadMagic { path, found });
-            }
+        if let Some(magic) = bytes.get(..8)
+            && magic != MAGIC
+        {
+            let mut found = [0u8; 8];
+            found.copy_from_slice(magic);
+            return Err(TraceError::BadMagic { path, found });
         }
         let Ok((raw, _)) = RawHeader::read_from_prefix(bytes) else {
             return Err(TraceError::Truncated {

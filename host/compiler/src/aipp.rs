@@ -403,14 +403,14 @@ fn op_of(
         }
     }
     for key in UNSUPPORTED {
-        if let Some((v, at)) = fields.get(*key) {
-            if !matches!(v.as_str(), "false" | "0") {
-                return Err(bad(
-                    path,
-                    *at,
-                    format!("{key}: resizing, padding and rotation are not supported by gearsim"),
-                ));
-            }
+        if let Some((v, at)) = fields.get(*key)
+            && !matches!(v.as_str(), "false" | "0")
+        {
+            return Err(bad(
+                path,
+                *at,
+                format!("{key}: resizing, padding and rotation are not supported by gearsim"),
+            ));
         }
     }
     for key in ["ax_swap_switch", "single_line_mode"] {

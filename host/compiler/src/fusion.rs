@@ -406,32 +406,32 @@ fn fuse_gelus(g: &mut Graph) -> usize {
             // A) Mul(Mul(x, term), 0.5)
             if near(scalar_of(g, other), 0.5) {
                 for (x, t) in [(a, b), (b, a)] {
-                    if let Some((tx, nodes)) = erf_term(t) {
-                        if tx == x && only_reader(t, inner.node) {
-                            found = Some((x, [&nodes[..], &[inner.node]].concat()));
-                        }
+                    if let Some((tx, nodes)) = erf_term(t)
+                        && tx == x
+                        && only_reader(t, inner.node)
+                    {
+                        found = Some((x, [&nodes[..], &[inner.node]].concat()));
                     }
                 }
             }
             // B) Mul(Mul(x, 0.5), term)
-            if found.is_none() {
-                if let (Some(x), Some((tx, nodes))) =
+            if found.is_none()
+                && let (Some(x), Some((tx, nodes))) =
                     (with_const(inner.node, "Mul", 0.5), erf_term(other))
-                {
-                    if tx == x && only_reader(other, last) {
-                        found = Some((x, [&nodes[..], &[inner.node]].concat()));
-                    }
-                }
+                && tx == x
+                && only_reader(other, last)
+            {
+                found = Some((x, [&nodes[..], &[inner.node]].concat()));
             }
             if found.is_some() {
                 break;
             }
         }
-        if let Some((x, nodes)) = found {
-            if g.desc(x).dtype == super::ir::DataType::F16 && g.desc(x).shape == n.outputs[0].shape
-            {
-                fused.push((last, x, nodes));
-            }
+        if let Some((x, nodes)) = found
+            && g.desc(x).dtype == super::ir::DataType::F16
+            && g.desc(x).shape == n.outputs[0].shape
+        {
+            fused.push((last, x, nodes));
         }
     }
     let mut rewire: BTreeMap<Value, Value> = BTreeMap::new();

@@ -558,11 +558,11 @@ pub fn prune_unused_constants(model: &mut Model) -> usize {
             if n.op != "Data" {
                 continue;
             }
-            if let Some(p) = n.int("_parent_node_index") {
-                if let Some(Some(q)) = new_index.get(p as usize) {
-                    n.attrs.insert("_parent_node_index".into(), Attr::Int(*q));
-                    n.attrs.insert("index".into(), Attr::Int(*q - 1));
-                }
+            if let Some(p) = n.int("_parent_node_index")
+                && let Some(Some(q)) = new_index.get(p as usize)
+            {
+                n.attrs.insert("_parent_node_index".into(), Attr::Int(*q));
+                n.attrs.insert("index".into(), Attr::Int(*q - 1));
             }
         }
     }

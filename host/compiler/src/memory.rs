@@ -222,12 +222,12 @@ pub fn l2_keeps(blocks: &[Interval], budget: u64) -> Vec<bool> {
 
 fn release(free: &mut BTreeMap<u64, u64>, off: u64, size: u64) {
     let (mut start, mut len) = (off, size);
-    if let Some((&p, &ps)) = free.range(..off).next_back() {
-        if p + ps == off {
-            free.remove(&p);
-            start = p;
-            len += ps;
-        }
+    if let Some((&p, &ps)) = free.range(..off).next_back()
+        && p + ps == off
+    {
+        free.remove(&p);
+        start = p;
+        len += ps;
     }
     if let Some(ns) = free.remove(&(off + size)) {
         len += ns;

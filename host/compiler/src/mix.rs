@@ -387,10 +387,10 @@ pub fn split(
     // Each MTE3 <-> MTE2 flag gets a cross-core flag id of its own, after READY and FREE.
     let mut duals: Vec<(Pipe, Pipe, u8)> = Vec::new();
     for r in &roles {
-        if let Role::DualFlag(f, _) = r {
-            if !duals.contains(&(f.src, f.dst, f.id)) {
-                duals.push((f.src, f.dst, f.id));
-            }
+        if let Role::DualFlag(f, _) = r
+            && !duals.contains(&(f.src, f.dst, f.id))
+        {
+            duals.push((f.src, f.dst, f.id));
         }
     }
     let dual_id = |f: &Flag| -> Result<CrossFlagId, String> {

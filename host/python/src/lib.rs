@@ -103,11 +103,11 @@ fn interruptible<T: Send>(
                     Ok(v) => break Some(v),
                     Err(mpsc::RecvTimeoutError::Disconnected) => break None,
                     Err(mpsc::RecvTimeoutError::Timeout) => {
-                        if signalled.is_none() {
-                            if let Err(e) = Python::attach(|py| py.check_signals()) {
-                                stop.store(true, Ordering::Relaxed);
-                                signalled = Some(e);
-                            }
+                        if signalled.is_none()
+                            && let Err(e) = Python::attach(|py| py.check_signals())
+                        {
+                            stop.store(true, Ordering::Relaxed);
+                            signalled = Some(e);
                         }
                     }
                 }
@@ -589,10 +589,10 @@ impl Session {
 
     /// Finishes the trace file (if any) and frees the device; later calls fail.
     fn close(&mut self) -> PyResult<()> {
-        if let Some(rt) = self.rt.take() {
-            if let Some(w) = rt.into_sink() {
-                w.finish().map_err(|e| error(format!("trace: {e}")))?;
-            }
+        if let Some(rt) = self.rt.take()
+            && let Some(w) = rt.into_sink()
+        {
+            w.finish().map_err(|e| error(format!("trace: {e}")))?;
         }
         Ok(())
     }

@@ -531,10 +531,10 @@ impl DynamicModel {
         name: &str,
         value: &Tensor,
     ) -> Result<DevicePtr, RuntimeError> {
-        if let Some((data, b)) = self.constants.get(name) {
-            if **data == *value.data {
-                return Ok(b.ptr);
-            }
+        if let Some((data, b)) = self.constants.get(name)
+            && **data == *value.data
+        {
+            return Ok(b.ptr);
         }
         let bytes = value.data.len() as u64;
         let b = match self.constants.get(name) {

@@ -793,14 +793,14 @@ fn check_control_flow(tasks: &ModelTasks) -> Result<(), LoadError> {
     let mut set_at: BTreeMap<u32, (usize, usize)> = BTreeMap::new();
     for (s, stream) in tasks.streams.iter().enumerate() {
         for (i, t) in stream.iter().enumerate() {
-            if let OmTask::LabelSet { label } = t.task {
-                if let Some((s0, i0)) = set_at.insert(label, (s, i)) {
-                    return Err(LoadError::Model(format!(
-                        "label {label} is set twice: by task {i0} of stream {s0} and by task {} \
+            if let OmTask::LabelSet { label } = t.task
+                && let Some((s0, i0)) = set_at.insert(label, (s, i))
+            {
+                return Err(LoadError::Model(format!(
+                    "label {label} is set twice: by task {i0} of stream {s0} and by task {} \
                          (stream {s} task {i})",
-                        t.name
-                    )));
-                }
+                    t.name
+                )));
             }
         }
     }

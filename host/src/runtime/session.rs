@@ -1322,11 +1322,12 @@ fn trim_direct_outputs(desc: &ModelDesc, inputs: &[Tensor], outputs: &mut [Tenso
             continue;
         };
         let x = &inputs[i];
-        if x.dtype == out.dtype && x.data.len() <= out.data.len() && x.dims != out.dims {
-            if let Ok(t) = Tensor::new(out.dtype, x.dims.clone(), out.data[..x.data.len()].to_vec())
-            {
-                *out = t;
-            }
+        if x.dtype == out.dtype
+            && x.data.len() <= out.data.len()
+            && x.dims != out.dims
+            && let Ok(t) = Tensor::new(out.dtype, x.dims.clone(), out.data[..x.data.len()].to_vec())
+        {
+            *out = t;
         }
     }
 }

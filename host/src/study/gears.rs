@@ -1062,30 +1062,30 @@ pub fn summary(rows: &[Row]) -> String {
             }
         }
     }
-    if let (Some(&lo), Some(&hi)) = (counts.first(), counts.last()) {
-        if hi > lo {
-            let mean = |g: u32, dims: u32| {
-                let v: Vec<f64> = rows
-                    .iter()
-                    .filter(|r| r.gears == g && r.dims == dims && r.home == homes[0])
-                    .map(|r| r.compile_ms)
-                    .collect();
-                v.iter().sum::<f64>() / v.len().max(1) as f64
-            };
+    if let (Some(&lo), Some(&hi)) = (counts.first(), counts.last())
+        && hi > lo
+    {
+        let mean = |g: u32, dims: u32| {
+            let v: Vec<f64> = rows
+                .iter()
+                .filter(|r| r.gears == g && r.dims == dims && r.home == homes[0])
+                .map(|r| r.compile_ms)
+                .collect();
+            v.iter().sum::<f64>() / v.len().max(1) as f64
+        };
+        let _ = writeln!(
+            o,
+            "compile time (host wall clock, mean of {} layout(s) x {} engine(s)):",
+            layouts.len(),
+            engines.len()
+        );
+        for &dims in &lengths {
+            let (a, b) = (mean(lo, dims), mean(hi, dims));
             let _ = writeln!(
                 o,
-                "compile time (host wall clock, mean of {} layout(s) x {} engine(s)):",
-                layouts.len(),
-                engines.len()
+                "  L={dims:<4} {a:.1} ms at G={lo} -> {b:.1} ms at G={hi} ({:.2} ms per added gear)",
+                (b - a) / f64::from(hi - lo)
             );
-            for &dims in &lengths {
-                let (a, b) = (mean(lo, dims), mean(hi, dims));
-                let _ = writeln!(
-                    o,
-                    "  L={dims:<4} {a:.1} ms at G={lo} -> {b:.1} ms at G={hi} ({:.2} ms per added gear)",
-                    (b - a) / f64::from(hi - lo)
-                );
-            }
         }
     }
     o

@@ -271,22 +271,22 @@ pub fn render(fig: &Figure) -> String {
             oy + PANEL_H / 2.0,
             esc(panel.y_label.as_deref().unwrap_or(&fig.y_label))
         );
-        if let Some((mx, label)) = &fig.mark {
-            if *mx > 0.0 {
-                let x = px(*mx);
-                let _ = writeln!(
-                    o,
-                    r##"<line x1="{x:.1}" y1="{oy:.1}" x2="{x:.1}" y2="{:.1}" stroke="#d62728" stroke-width="1.2" stroke-dasharray="3,3"/>"##,
-                    oy + PANEL_H
-                );
-                let _ = writeln!(
-                    o,
-                    r##"<text x="{:.1}" y="{:.1}" fill="#d62728">{}</text>"##,
-                    x + 3.0,
-                    oy + 12.0,
-                    esc(label)
-                );
-            }
+        if let Some((mx, label)) = &fig.mark
+            && *mx > 0.0
+        {
+            let x = px(*mx);
+            let _ = writeln!(
+                o,
+                r##"<line x1="{x:.1}" y1="{oy:.1}" x2="{x:.1}" y2="{:.1}" stroke="#d62728" stroke-width="1.2" stroke-dasharray="3,3"/>"##,
+                oy + PANEL_H
+            );
+            let _ = writeln!(
+                o,
+                r##"<text x="{:.1}" y="{:.1}" fill="#d62728">{}</text>"##,
+                x + 3.0,
+                oy + 12.0,
+                esc(label)
+            );
         }
         for s in &panel.series {
             let mut pts: Vec<(f64, f64)> = s

@@ -299,13 +299,13 @@ fn demo_runs_and_checks_its_results() {
         .expect("an L2 control lane");
     let (mut keeps, mut drops) = (0, 0);
     for r in t.records() {
-        if let gearsim_traces::Record::Instant { lane, name, .. } = r {
-            if lane.0 as usize == l2 {
-                match t.string(name) {
-                    "l2_keep" => keeps += 1,
-                    "l2_drop" => drops += 1,
-                    other => panic!("unexpected {other} on the L2 control lane"),
-                }
+        if let gearsim_traces::Record::Instant { lane, name, .. } = r
+            && lane.0 as usize == l2
+        {
+            match t.string(name) {
+                "l2_keep" => keeps += 1,
+                "l2_drop" => drops += 1,
+                other => panic!("unexpected {other} on the L2 control lane"),
             }
         }
     }

@@ -400,10 +400,10 @@ fn visit_fields(
         if f(fields, i) {
             return true;
         }
-        if let Some(Field::Message(_, inner)) = fields.get_mut(i) {
-            if visit_fields(inner, f) {
-                return true;
-            }
+        if let Some(Field::Message(_, inner)) = fields.get_mut(i)
+            && visit_fields(inner, f)
+        {
+            return true;
         }
         i += 1;
     }

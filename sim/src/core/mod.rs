@@ -530,10 +530,10 @@ impl AiCore {
             } else {
                 let before = b.pipes[unit - 1].queue.len();
                 self.run_pipe(unit - 1, ctx)?;
-                if let Some(b) = self.block.as_mut() {
-                    if b.pipes[unit - 1].queue.len() != before {
-                        b.wake |= 1;
-                    }
+                if let Some(b) = self.block.as_mut()
+                    && b.pipes[unit - 1].queue.len() != before
+                {
+                    b.wake |= 1;
                 }
             }
         }

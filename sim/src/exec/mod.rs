@@ -218,7 +218,7 @@ fn align(buffer: Buffer, addr: u64, cfg: &ChipConfig) -> Result<(), Fault> {
         Buffer::Bt => cfg.core.bt_align,
         Buffer::Fb => cfg.core.fb_align,
     };
-    if addr % a != 0 {
+    if !addr.is_multiple_of(a) {
         Err(Fault::Align {
             buffer,
             addr,

@@ -1360,7 +1360,7 @@ impl Lab {
         for r in 0..reps {
             for i in 0..e {
                 let (ia, ib) = (st[0].at(r, i, pb), st[1].at(r, i, pb));
-                if self.rng.next_u64() % 4 == 0 {
+                if self.rng.next_u64().is_multiple_of(4) {
                     match scalar {
                         Some(k) => a[ia] = k & ty.bits_mask(),
                         None => b[ib] = a[ia],
@@ -2692,7 +2692,7 @@ fn cube_mmad_init_accumulate_and_l0c_to_ub() {
             assert_eq!(g3[at], w2.max(0.0), "f32 relu: C[{i}][{j}]");
             // f16 copy of fractals 0 and 2 (src_gap 1) to UB fractal slots 0 and 2 (dst_gap 1).
             let f = at / 256;
-            if f % 2 == 0 {
+            if f.is_multiple_of(2) {
                 let slot = f * 256 + at % 256;
                 assert_eq!(
                     u64::from(g4[slot].to_bits()),

@@ -85,7 +85,9 @@ impl Geo {
                 && r <= kit::MAX_BURSTS
                 && r * self.wc * self.es <= kit::MAX_PAD_LEN
         };
-        (1..=self.hc).rev().find(|r| self.hc % r == 0 && fits(*r))
+        (1..=self.hc)
+            .rev()
+            .find(|r| self.hc.is_multiple_of(*r) && fits(*r))
     }
 
     /// The pattern picking source byte `byte` of every cropped pixel of `r` rows.

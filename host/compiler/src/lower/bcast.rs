@@ -530,10 +530,8 @@ impl Job<'_> {
                 .max()
                 .unwrap_or(4);
             let rows_pay = rows_total >= 2 * cores || self.dims[m - 1] * emax <= 8192;
-            if rows_pay {
-                if let Some(p) = self.plan_rows(core) {
-                    return Ok(p);
-                }
+            if rows_pay && let Some(p) = self.plan_rows(core) {
+                return Ok(p);
             }
         }
         self.plan_chunk(core)

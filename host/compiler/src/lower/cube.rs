@@ -876,10 +876,10 @@ fn gemm_addend(
     let cols = c_dims.last().copied().unwrap_or(1);
     let elems = rows * cols;
     let constant = const_values(ctx, 2);
-    if elems == 1 {
-        if let Some(v) = &constant {
-            return Ok(Addend::Scalar { value: v[0] * beta });
-        }
+    if elems == 1
+        && let Some(v) = &constant
+    {
+        return Ok(Addend::Scalar { value: v[0] * beta });
     }
     let (mode, len) = if elems == 1 {
         (Expand::Fill, n)
@@ -1105,16 +1105,15 @@ fn subsample(
         super::lowering("Slice").ok_or_else(|| ctx.error("internal error: no Slice lowering"))?;
     let lowered = lower(&sub).map_err(|e| ctx.error(e.message))?;
     // The Slice's bounds are compile-time constants: its kernels read only the data.
-    if let Lowered::Kernels { kernels, .. } = &lowered {
-        if kernels
+    if let Lowered::Kernels { kernels, .. } = &lowered
+        && kernels
             .iter()
             .flat_map(|k| &k.args)
             .any(|a| matches!(a, Operand::Input(i) if *i > 0))
-        {
-            return Err(
-                ctx.error("internal error: the subsampling Slice reads its bounds on the device")
-            );
-        }
+    {
+        return Err(
+            ctx.error("internal error: the subsampling Slice reads its bounds on the device")
+        );
     }
     b.inline(lowered, &|_| src, dst, |name| name)
         .map_err(|e| ctx.error(e))

@@ -2899,7 +2899,7 @@ impl<'a> Gen<'a> {
         let taps = self.step_taps(j);
         let kbj = taps.len() as u64;
         let band_units = plan.band_units();
-        if j == 0 && stage % plan.sg == 0 {
+        if j == 0 && stage.is_multiple_of(plan.sg) {
             self.wait(Pipe::Mte2, Pipe::Mte1, ev::STAGE[sb]);
         }
         self.wait(Pipe::M, Pipe::Mte1, ev::L0[b]);

@@ -696,7 +696,7 @@ fn seg(s: &ConvShape, n: u64, p0: u64, pixels: u64) -> Seg {
     // The band's first output row: the tile's, or an earlier one that puts the tile's start a
     // whole number of fractals after the band's.
     let mut oh_b = p0 / s.wo;
-    while (p0 - oh_b * s.wo) % 16 != 0 {
+    while !(p0 - oh_b * s.wo).is_multiple_of(16) {
         oh_b -= 1;
     }
     let oh_last = (p0 + pixels - 1) / s.wo;
@@ -838,7 +838,7 @@ fn tiling_grid(s: &ConvShape, source: Source) -> ConvShape {
         && s.pt + s.pb + s.pl + s.pr == 0
         && (s.ho, s.wo) == (s.h, s.w);
     let plane = s.h * s.w;
-    if !pointwise || source.image() || s.w % 16 == 0 || plane % 16 != 0 {
+    if !pointwise || source.image() || s.w.is_multiple_of(16) || !plane.is_multiple_of(16) {
         return *s;
     }
     ConvShape {
@@ -865,14 +865,14 @@ pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> R
         } else {
             16
         };
-        if s.c > most || s.m % 16 != 0 {
+        if s.c > most || !s.m.is_multiple_of(16) {
             return Err(format!(
                 "{} input channels (at most {most} through AIPP) / {} output channels (a \
                  multiple of 16)",
                 s.c, s.m
             ));
         }
-    } else if s.c % 16 != 0 || s.m % 16 != 0 {
+    } else if !s.c.is_multiple_of(16) || !s.m.is_multiple_of(16) {
         return Err(format!(
             "{} input / {} output channels are not multiples of 16",
             s.c, s.m

@@ -1122,7 +1122,7 @@ pub fn emit(g: &Gemm, plan: &Plan, core: &CoreSpec, a: &mut Asm) {
         m_shapes: shapes(mt_count, g.m, plan.mb * 16),
         n_shapes: shapes(nt_count, g.n, plan.nb * 16),
         lead: plan.stages - 1,
-        parities: if sch.kinds().iter().all(|k| sch.steps(*k) % 2 == 0) {
+        parities: if sch.kinds().iter().all(|k| sch.steps(*k).is_multiple_of(2)) {
             1
         } else {
             2

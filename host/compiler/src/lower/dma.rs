@@ -26,8 +26,8 @@ pub fn rows(a: &mut Asm, dir: Dir, ub: Reg, gm: Reg, n: u64, len: u64, gm_gap: u
         Dir::GmToUb => (ub, gm, gm_gap, ub_gap),
         Dir::UbToGm => (gm, ub, ub_gap, gm_gap),
     };
-    let blocks = len % BLOCK_BYTES == 0
-        && gm_gap % BLOCK_BYTES == 0
+    let blocks = len.is_multiple_of(BLOCK_BYTES)
+        && gm_gap.is_multiple_of(BLOCK_BYTES)
         && len / BLOCK_BYTES <= BURST_LEN_MAX
         && gm_gap / BLOCK_BYTES <= BURST_GAP_MAX
         && ub_gap / BLOCK_BYTES <= BURST_GAP_MAX;

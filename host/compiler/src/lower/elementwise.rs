@@ -736,16 +736,16 @@ pub fn pow(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         .flatten()
         .filter(|t| t.len() == 1)
         .map(|t| t.to_f64s()[0]);
-    if let Some(c) = constant.filter(|c| activation::pow_special(*c)) {
-        if dims(ctx, a)? == out_dims {
-            let body = |a: &mut Asm, t: &Body| {
-                let mut vx = Vx { a, tmp: t.tmp };
-                let (s, bits) = (t.scratch[0], t.scratch[1].reg);
-                activation::pow_special_emit(&mut vx, ty, c, t.outs[0], t.ins[0], s, bits);
-            };
-            let ins = [(Operand::Input(0), ea)];
-            return stream_lowering(ctx, kernel_name(ctx, ""), n, &ins, ea, vec![ea, 1], &body);
-        }
+    if let Some(c) = constant.filter(|c| activation::pow_special(*c))
+        && dims(ctx, a)? == out_dims
+    {
+        let body = |a: &mut Asm, t: &Body| {
+            let mut vx = Vx { a, tmp: t.tmp };
+            let (s, bits) = (t.scratch[0], t.scratch[1].reg);
+            activation::pow_special_emit(&mut vx, ty, c, t.outs[0], t.ins[0], s, bits);
+        };
+        let ins = [(Operand::Input(0), ea)];
+        return stream_lowering(ctx, kernel_name(ctx, ""), n, &ins, ea, vec![ea, 1], &body);
     }
     let f16 = a.dtype == DataType::F16;
     let b_f16 = b.dtype == DataType::F16;

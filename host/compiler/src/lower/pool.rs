@@ -902,7 +902,7 @@ impl Pool {
             // (Rows too long for a copy per tap fall back to one copy and vbreduce.)
             return Ok(pool);
         }
-        let ct = if ty == Ty::F16 && what == What::Max && w.s % 2 == 0 {
+        let ct = if ty == Ty::F16 && what == What::Max && w.s.is_multiple_of(2) {
             Ty::F16
         } else {
             Ty::F32

@@ -61,7 +61,7 @@ struct Plan {
 
 impl Plan {
     fn new(xd: &[u64], h: Axis, w: Axis, core: &CoreSpec) -> Result<Plan, String> {
-        if xd.len() != 4 || xd[1] % LANES != 0 {
+        if xd.len() != 4 || !xd[1].is_multiple_of(LANES) {
             return Err(format!(
                 "a 4-D input whose channels are a multiple of 16; got {xd:?}"
             ));

@@ -2089,7 +2089,7 @@ pub(super) fn reduce_lowered(
             let want = cores / items.max(1);
             if let Some(sg) = (2..=want.min(l))
                 .rev()
-                .find(|s| l % s == 0 && l / s >= min_seg)
+                .find(|s| l.is_multiple_of(*s) && l / s >= min_seg)
             {
                 shapes.push((o * sg, l / sg, i));
                 shapes.push((o, sg, i));

@@ -93,7 +93,7 @@ pub(super) fn spread(
 ) -> Result<(), LowerError> {
     let input = dims[axis] as usize;
     let output = (input - 1) * stride + 1;
-    let hit = |y: usize| y % stride == 0;
+    let hit = |y: usize| y.is_multiple_of(stride);
     let p = AxisPass {
         axis,
         input,

@@ -245,15 +245,15 @@ impl ConvTransposeGeometry {
 fn infer_conv_transpose(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
     let g = ConvTransposeGeometry::parse(ctx)?;
     let x = ctx.input(0)?;
-    if let Some(b) = ctx.inputs.get(2).copied().flatten() {
-        if b.shape != [Dim::Fixed(g.out_channels)] || b.dtype != x.dtype {
-            return Err(OpError::input(
-                2,
-                format!("a bias {}[{}]", x.dtype.name(), g.out_channels),
-                format!("{}{}", b.dtype.name(), shape_str(&b.shape)),
-                "give one bias per output channel",
-            ));
-        }
+    if let Some(b) = ctx.inputs.get(2).copied().flatten()
+        && (b.shape != [Dim::Fixed(g.out_channels)] || b.dtype != x.dtype)
+    {
+        return Err(OpError::input(
+            2,
+            format!("a bias {}[{}]", x.dtype.name(), g.out_channels),
+            format!("{}{}", b.dtype.name(), shape_str(&b.shape)),
+            "give one bias per output channel",
+        ));
     }
     let mut shape = vec![x.shape[0].clone(), Dim::Fixed(g.out_channels)];
     shape.extend(g.output.iter().map(|o| Dim::Fixed(*o)));

@@ -415,7 +415,7 @@ impl ResizeSpec {
             let p = xp.floor();
             let frac = xp - p;
             let half = (n / 2) as f64;
-            let offset = if n % 2 == 0 {
+            let offset = if n.is_multiple_of(2) {
                 if frac == 0.0 { -half } else { -half + 1.0 }
             } else {
                 let base = -(((n - 1) / 2) as f64);
@@ -562,15 +562,15 @@ fn infer_resize(ctx: &OpCtx<'_>) -> Result<Vec<TensorDesc>, OpError> {
             "cast the input to float32 first",
         ));
     }
-    if let Some(d) = opt_input(ctx, 3).filter(|_| spec.sizes.is_some()) {
-        if d.dtype != DataType::I64 {
-            return Err(OpError::input(
-                3,
-                "int64 sizes",
-                d.dtype.name(),
-                "give sizes as int64",
-            ));
-        }
+    if let Some(d) = opt_input(ctx, 3).filter(|_| spec.sizes.is_some())
+        && d.dtype != DataType::I64
+    {
+        return Err(OpError::input(
+            3,
+            "int64 sizes",
+            d.dtype.name(),
+            "give sizes as int64",
+        ));
     }
     Ok(vec![TensorDesc::new(x.dtype, spec.output_shape(&x.shape)?)])
 }

@@ -107,7 +107,7 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     if rows_mode {
         let nj = j.min(tile / pitch).clamp(1, MAX_BURSTS);
         let first = (j / nj) * nj;
-        for (n, count) in [(j / nj, nj), (u64::from(j % nj > 0), j % nj)] {
+        for (n, count) in [(j / nj, nj), (u64::from(!j.is_multiple_of(nj)), j % nj)] {
             if n == 0 || count == 0 {
                 continue;
             }

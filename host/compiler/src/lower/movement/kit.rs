@@ -216,7 +216,7 @@ impl Xfer {
 pub fn fits(x: &Xfer) -> bool {
     x.n <= MAX_BURSTS
         && (x.len <= MAX_PAD_LEN
-            || (x.len % BLOCK == 0 && x.len / BLOCK <= MAX_BURST_LEN && x.n == 1))
+            || (x.len.is_multiple_of(BLOCK) && x.len / BLOCK <= MAX_BURST_LEN && x.n == 1))
         && (x.n <= 1
             || (x.gm_stride >= x.len
                 && x.gm_stride - x.len <= MAX_PAD_GAP
@@ -232,7 +232,7 @@ pub fn dma(a: &mut Asm, to_ub: bool, ub: Reg, gm: Reg, x: &Xfer) {
     }
     let mut x = *x;
     // Bursts that abut on both sides are one burst.
-    if x.n > 1 && x.gm_stride == x.len && x.ub_pitch == x.len && x.len % BLOCK == 0 {
+    if x.n > 1 && x.gm_stride == x.len && x.ub_pitch == x.len && x.len.is_multiple_of(BLOCK) {
         let total = x.n * x.len;
         if total / BLOCK <= MAX_BURST_LEN {
             x = Xfer::contiguous(total);

@@ -336,7 +336,7 @@ fn emit(ctx: &LowerCtx<'_>, plan: &Plan, args: &[Operand]) -> Result<Kernel, Low
     } else {
         vec![
             (plan.rows / rt, rt, 1),
-            (u64::from(plan.rows % rt > 0), plan.rows % rt, 1),
+            (u64::from(!plan.rows.is_multiple_of(rt)), plan.rows % rt, 1),
         ]
     };
     let (cfull, crem) = (plan.cols / ct, plan.cols % ct);
