@@ -111,21 +111,36 @@ impl DeviceMemory {
     /// Writes `data` at `addr`; the range's contents become known.
     pub fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), OutOfRange> {
         self.check(addr, data.len() as u64)?;
-        let mut done = 0usize;
-        while done < data.len() {
-            let a = addr + done as u64;
-            let off = (a as usize) & (PAGE - 1);
-            let n = (PAGE - off).min(data.len() - done);
-            let page = self
-                .pages_mut()
-                .0
-                .entry(a >> PAGE_BITS)
-                .or_insert_with(zero_page);
-            page[off..off + n].copy_from_slice(&data[done..done + n]);
-            done += n;
-        }
+        self.pages_mut().write(addr, data);
         self.unknown.remove(addr, addr + data.len() as u64);
         Ok(())
+    }
+
+    /// Writes each `(addr, data)` in order, as [`DeviceMemory::write`] would one by one (each
+    /// range already checked); consecutive writes inside one page find it once.
+    pub(crate) fn write_runs(&mut self, runs: &[(u64, &[u8])]) {
+        let pages = Arc::make_mut(&mut self.pages);
+        let in_one_page = |(a, d): (u64, &[u8])| (a as usize & (PAGE - 1)) + d.len() <= PAGE;
+        let mut i = 0;
+        while i < runs.len() {
+            let (addr, data) = runs[i];
+            if !in_one_page(runs[i]) {
+                pages.write(addr, data);
+                i += 1;
+                continue;
+            }
+            let key = addr >> PAGE_BITS;
+            let page = pages.0.entry(key).or_insert_with(zero_page);
+            while i < runs.len() && runs[i].0 >> PAGE_BITS == key && in_one_page(runs[i]) {
+                let (a, d) = runs[i];
+                let off = a as usize & (PAGE - 1);
+                page[off..off + d.len()].copy_from_slice(d);
+                i += 1;
+            }
+        }
+        for &(addr, data) in runs {
+            self.unknown.remove(addr, addr + data.len() as u64);
+        }
     }
 
     /// Fills `len` bytes at `addr` with `byte`.
@@ -190,6 +205,19 @@ fn check_range(capacity: u64, addr: u64, len: u64) -> Result<(), OutOfRange> {
 pub(crate) struct Pages(BTreeMap<u64, Box<[u8; PAGE]>>);
 
 impl Pages {
+    /// Writes `data` at `addr` (in range).
+    fn write(&mut self, addr: u64, data: &[u8]) {
+        let mut done = 0usize;
+        while done < data.len() {
+            let a = addr + done as u64;
+            let off = (a as usize) & (PAGE - 1);
+            let n = (PAGE - off).min(data.len() - done);
+            let page = self.0.entry(a >> PAGE_BITS).or_insert_with(zero_page);
+            page[off..off + n].copy_from_slice(&data[done..done + n]);
+            done += n;
+        }
+    }
+
     /// Reads `buf.len()` bytes at `addr` (in range); never-written bytes read as zero.
     fn read(&self, addr: u64, buf: &mut [u8]) {
         let mut done = 0usize;

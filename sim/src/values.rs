@@ -6,7 +6,7 @@
 //! instruction (what it touches, what it costs) when it issues, and only the effect on real
 //! values is left to do. With more than one host thread those effects are collected, in issue
 //! order, into a batch. A batch is handed to the workers when the next instruction would read
-//! device memory the batch writes, or when it is [`BATCH_SIZE`] long, and the event loop goes
+//! device memory another core writes in the batch, or when it is [`BATCH_SIZE`] long, and the event loop goes
 //! on collecting the next one; one batch is in flight at a time, so batches apply in order, and
 //! the event loop's thread runs parts of it too while it waits. Everything that needs values —
 //! a scalar load or store, an instruction that reads its own configuration from memory, the
@@ -14,11 +14,13 @@
 //!
 //! Within a batch each core's instructions run in order on one thread, and the result is the
 //! sequential one: each core's local buffers are its own; every device-memory read sees the
-//! memory as the batch began, which is what it would have seen because no byte it reads is
-//! written earlier in the batch; and the writes, staged per core, are applied in issue order
-//! when the batch is collected, so a later write of the same byte wins as it would have. So
-//! outputs and traces do not depend on the number of host threads.
+//! memory as the batch began with the core's own earlier writes of the batch laid over it,
+//! which is what it would have seen because no other core writes a byte it reads earlier in
+//! the batch; and the writes, staged per core, are applied in issue order when the batch is
+//! collected, so a later write of the same byte wins as it would have. So outputs and traces
+//! do not depend on the number of host threads.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -56,6 +58,8 @@ struct Staged {
     bytes: Vec<u8>,
     /// Issue-order place of the writing instruction, address, offset in `bytes`, length.
     runs: Vec<(u64, u64, usize, usize)>,
+    /// The extent `[lo, hi)` of the runs (so that a read the core's own writes miss skips them).
+    extent: (u64, u64),
     /// The place of the instruction executing now.
     seq: u64,
 }
@@ -68,9 +72,22 @@ struct StagedMemory<'a> {
 
 impl GmValues for StagedMemory<'_> {
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), OutOfRange> {
-        // No byte a batch reads is written in the same batch (such a read closes the batch
-        // first), so the memory as the batch began holds the value.
-        self.mem.read(addr, buf)
+        // No other core writes a byte this core reads earlier in the batch (such a read closes
+        // the batch first), so the memory as the batch began holds the value, unless this core
+        // wrote it itself: its own runs go over it, in the order it wrote them.
+        self.mem.read(addr, buf)?;
+        let end = addr + buf.len() as u64;
+        if addr < self.staged.extent.1 && end > self.staged.extent.0 {
+            for &(_, at, off, len) in &self.staged.runs {
+                let (s, e) = (at.max(addr), (at + len as u64).min(end));
+                if s < e {
+                    let from = off + (s - at) as usize;
+                    buf[(s - addr) as usize..(e - addr) as usize]
+                        .copy_from_slice(&self.staged.bytes[from..from + (e - s) as usize]);
+                }
+            }
+        }
+        Ok(())
     }
 
     fn write(&mut self, addr: u64, data: &[u8]) -> Result<(), OutOfRange> {
@@ -80,6 +97,12 @@ impl GmValues for StagedMemory<'_> {
         self.staged
             .runs
             .push((self.staged.seq, addr, off, data.len()));
+        let (lo, hi) = &mut self.staged.extent;
+        if *lo >= *hi {
+            (*lo, *hi) = (addr, addr + data.len() as u64);
+        } else {
+            (*lo, *hi) = ((*lo).min(addr), (*hi).max(addr + data.len() as u64));
+        }
         Ok(())
     }
 
@@ -208,11 +231,11 @@ impl std::fmt::Debug for Pool {
 }
 
 /// The device memory a batch reads (each access's extent: consulted only before a direct
-/// store) and writes (each burst: consulted before every read).
+/// store) and writes (each burst, with the core that writes it: consulted before every read).
 #[derive(Debug, Default)]
 struct Footprint {
     reads: RangeSet,
-    writes: RangeSet,
+    writes: Writers,
 }
 
 impl Footprint {
@@ -220,16 +243,17 @@ impl Footprint {
         *self = Footprint::default();
     }
 
-    /// Whether reading `a` in this batch would miss a value the batch writes first.
-    fn misses_a_write(&self, a: &Access) -> bool {
-        self.writes.intersects(a.start, a.end())
-            && bursts(a).any(|(s, e)| self.writes.intersects(s, e))
+    /// Whether `core` reading `a` in this batch would miss a value another core writes
+    /// earlier in the batch (its own writes it sees: [`StagedMemory`]).
+    fn misses_a_write(&self, core: u32, a: &Access) -> bool {
+        self.writes.other_than(core, a.start, a.end())
+            && bursts(a).any(|(s, e)| self.writes.other_than(core, s, e))
     }
 
-    fn add(&mut self, a: &Access) {
+    fn add(&mut self, core: u32, a: &Access) {
         if a.write {
             for (s, e) in bursts(a) {
-                self.writes.insert(s, e);
+                self.writes.insert(s, e, core);
             }
         } else {
             self.reads.insert(a.start, a.end());
@@ -238,7 +262,74 @@ impl Footprint {
 
     /// Whether the batch writes anything of `[s, e)`, or (`store`) reads or writes it.
     fn touches(&self, s: u64, e: u64, store: bool) -> bool {
-        self.writes.intersects(s, e) || (store && self.reads.intersects(s, e))
+        self.writes.any(s, e) || (store && self.reads.intersects(s, e))
+    }
+}
+
+/// Disjoint byte ranges, each with the core that writes it ([`Writers::SEVERAL`] when more
+/// than one does). Ranges of one core that touch are merged; ranges of different cores are
+/// merged (as several) only where they overlap, so that cores writing side by side stay apart.
+#[derive(Debug, Default)]
+struct Writers {
+    /// Start: end, writer.
+    ranges: BTreeMap<u64, (u64, u32)>,
+    /// Whether two cores write a byte in common.
+    several: bool,
+}
+
+impl Writers {
+    const SEVERAL: u32 = u32::MAX;
+
+    fn insert(&mut self, mut start: u64, mut end: u64, core: u32) {
+        if start >= end {
+            return;
+        }
+        let mut writer = core;
+        // Every range that overlaps [start, end), or touches it and has the same writer, is
+        // absorbed; a range of another core that only touches it is stepped over.
+        let mut below = end;
+        while let Some((&s, &(e, w))) = self.ranges.range(..=below).next_back() {
+            if e < start || (e == start && w != core) {
+                break;
+            }
+            if s == end && w != core {
+                // Touches on the right with another writer: keep it, look below it.
+                if s == 0 {
+                    break;
+                }
+                below = s - 1;
+                continue;
+            }
+            self.ranges.remove(&s);
+            if w != core && s < end && e > start {
+                writer = Writers::SEVERAL;
+                self.several = true;
+            }
+            start = start.min(s);
+            end = end.max(e);
+            below = end;
+        }
+        self.ranges.insert(start, (end, writer));
+    }
+
+    /// Whether a core other than `core` writes a byte of `[start, end)`.
+    fn other_than(&self, core: u32, start: u64, end: u64) -> bool {
+        self.overlapping(start, end).any(|w| w != core)
+    }
+
+    /// Whether any core writes a byte of `[start, end)`.
+    fn any(&self, start: u64, end: u64) -> bool {
+        self.overlapping(start, end).next().is_some()
+    }
+
+    /// The writers of the ranges that overlap `[start, end)`.
+    fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = u32> + '_ {
+        let end = end.max(start);
+        self.ranges
+            .range(..end)
+            .rev()
+            .take_while(move |(_, (e, _))| *e > start)
+            .map(|(_, (_, w))| *w)
     }
 }
 
@@ -332,11 +423,11 @@ impl Values {
                 .iter()
                 .filter(|a| a.buffer == Buffer::Gm && a.count > 0 && a.burst > 0)
         };
-        if gm().any(|a| !a.write && self.collecting.misses_a_write(a)) {
+        if gm().any(|a| !a.write && self.collecting.misses_a_write(core, a)) {
             self.hand_over(mem)?;
         }
         for a in gm() {
-            self.collecting.add(a);
+            self.collecting.add(core, a);
         }
         self.pending[c].push(Deferred {
             instr,
@@ -470,27 +561,30 @@ impl Values {
             back.push(part);
         }
         // Every part has dropped its snapshot, so these writes change the pages in place.
-        // They go in issue order: two cores may write the same byte in one batch.
+        // They go in issue order when two cores wrote the same byte in the batch; otherwise
+        // the order between cores cannot matter, and each core's runs are in order already.
         back.sort_by_key(|p| p.core);
-        let mut runs: Vec<(u64, usize, u64, usize, usize)> = back
+        let mut runs: Vec<(u64, u64, &[u8])> = back
             .iter()
-            .enumerate()
-            .flat_map(|(i, p)| {
+            .flat_map(|p| {
                 p.staged
                     .runs
                     .iter()
-                    .map(move |&(seq, addr, off, len)| (seq, i, addr, off, len))
+                    .map(|&(seq, addr, off, len)| (seq, addr, &p.staged.bytes[off..off + len]))
             })
             .collect();
-        runs.sort_unstable_by_key(|r| r.0);
-        for (_, i, addr, off, len) in runs {
-            // In range: checked when staged.
-            let _ = mem.write(addr, &back[i].staged.bytes[off..off + len]);
+        if self.flying.writes.several {
+            runs.sort_by_key(|r| r.0);
         }
+        // In range: checked when staged.
+        let runs: Vec<(u64, &[u8])> = runs.into_iter().map(|(_, a, d)| (a, d)).collect();
+        mem.write_runs(&runs);
+        drop(runs);
         let mut fault: Option<(u64, StopReason)> = None;
         for mut part in back {
             part.staged.runs.clear();
             part.staged.bytes.clear();
+            part.staged.extent = (0, 0);
             if let Some((seq, reason)) = part.fault.take()
                 && fault.as_ref().is_none_or(|(s, _)| seq < *s)
             {
@@ -505,5 +599,31 @@ impl Values {
             Some((_, reason)) => Err(reason),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Writers;
+
+    /// Cores writing side by side stay apart (each reads its own range freely), a byte two
+    /// cores write is several cores', and one core's touching ranges merge.
+    #[test]
+    fn writers_keep_each_cores_ranges_apart() {
+        let mut w = Writers::default();
+        w.insert(0, 10, 1);
+        w.insert(10, 20, 2);
+        assert!(!w.other_than(1, 0, 10) && !w.other_than(2, 10, 20));
+        assert!(w.other_than(1, 9, 11) && w.other_than(2, 9, 11));
+        assert!(w.other_than(1, 12, 13) && w.other_than(2, 0, 1));
+        assert!(!w.any(20, 30) && w.any(19, 30) && !w.several);
+        w.insert(30, 40, 1);
+        w.insert(40, 50, 1);
+        assert_eq!(w.ranges.get(&30), Some(&(50, 1)));
+        w.insert(5, 15, 3);
+        assert!(w.several);
+        // The overlapped ranges became one written by several cores: conservative for all.
+        assert!(w.other_than(1, 0, 1) && w.other_than(2, 19, 20) && w.other_than(3, 7, 8));
+        assert!(!w.other_than(1, 30, 50));
     }
 }

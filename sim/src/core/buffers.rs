@@ -19,7 +19,7 @@ pub fn local_buffer_bytes(cfg: &ChipConfig) -> u64 {
 }
 
 /// The values in the local memories of one core.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Buffers {
     mem: [Vec<u8>; 7],
 }

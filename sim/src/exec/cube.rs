@@ -64,21 +64,32 @@ pub(super) fn load2d(
     to: Buffer,
 ) -> Result<(), Fault> {
     let [dst, src, _, _] = ops.regs;
-    let mut frac = [0u8; FRACTAL as usize];
-    for i in 0..u64::from(f.nfrac) {
-        let s = (src + i * u64::from(f.src_stride) * FRACTAL) as usize;
-        frac.copy_from_slice(&bufs.get(Buffer::L1)[s..s + FRACTAL as usize]);
+    let (l1, out) = bufs.pair_mut(Buffer::L1, to);
+    let (n, size) = (u64::from(f.nfrac), FRACTAL as usize);
+    let (src_step, dst_step) = (
+        u64::from(f.src_stride) * FRACTAL,
+        u64::from(f.dst_stride) * FRACTAL,
+    );
+    if !f.transpose && src_step == FRACTAL && dst_step == FRACTAL {
+        // Consecutive fractals to consecutive fractals: one copy.
+        let (s, d, len) = (src as usize, dst as usize, (n * FRACTAL) as usize);
+        out[d..d + len].copy_from_slice(&l1[s..s + len]);
+        return Ok(());
+    }
+    for i in 0..n {
+        let (s, d) = ((src + i * src_step) as usize, (dst + i * dst_step) as usize);
+        let (from, into) = (&l1[s..s + size], &mut out[d..d + size]);
         if f.transpose {
-            let orig = frac;
+            // Element (r, c) of the source fractal is element (c, r) of the destination.
             for r in 0..16 {
                 for c in 0..16 {
-                    let (from, into) = ((r * 16 + c) * 2, (c * 16 + r) * 2);
-                    frac[into..into + 2].copy_from_slice(&orig[from..from + 2]);
+                    let (a, b) = ((r * 16 + c) * 2, (c * 16 + r) * 2);
+                    into[b..b + 2].copy_from_slice(&from[a..a + 2]);
                 }
             }
+        } else {
+            into.copy_from_slice(from);
         }
-        let d = (dst + i * u64::from(f.dst_stride) * FRACTAL) as usize;
-        bufs.get_mut(to)[d..d + FRACTAL as usize].copy_from_slice(&frac);
     }
     Ok(())
 }
@@ -152,35 +163,47 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
     let unit = aipp::pixel_bytes(f.c04);
     let pixels = g.ho * g.wo;
     let (l1, l0a) = bufs.pair_mut(Buffer::L1, Buffer::L0a);
+    let (kfrac, m_start, k_start) = (
+        u64::from(f.kfrac),
+        u64::from(f.m_start),
+        u64::from(f.k_start),
+    );
+    // Each K column's tap as (c1, row offset, column offset) in the padded map, `None` past
+    // the last tap: worked out once instead of once per row.
+    let columns: Vec<Option<(u64, i64, i64)>> = (0..kfrac * taps_per_frac)
+        .map(|col| {
+            let tap = k_start * taps_per_frac + col;
+            (tap < taps).then(|| {
+                let (c1, rest) = (tap / (kh * kw), tap % (kh * kw));
+                let (i, j) = (rest / kw, rest % kw);
+                (
+                    c1,
+                    (i * u64::from(f.dil_h)) as i64 - i64::from(fm.pad_top),
+                    (j * u64::from(f.dil_w)) as i64 - i64::from(fm.pad_left),
+                )
+            })
+        })
+        .collect();
+    let n = (chans * 2) as usize;
     for mi in 0..u64::from(f.mfrac) {
-        for ki in 0..u64::from(f.kfrac) {
-            let frac = (dst + (mi * u64::from(f.kfrac) + ki) * FRACTAL) as usize;
-            let kb = u64::from(f.k_start) + ki;
-            for r in 0..16u64 {
-                let p = (u64::from(f.m_start) + mi) * 16 + r;
-                for part in 0..taps_per_frac {
-                    let row = frac + (r * 32 + part * unit) as usize;
-                    let tap = kb * taps_per_frac + part;
-                    let mut value_at = None;
-                    if p < pixels && tap < taps {
-                        let (c1, rest) = (tap / (kh * kw), tap % (kh * kw));
-                        let (i, j) = (rest / kw, rest % kw);
-                        let (oh, ow) = (p / g.wo, p % g.wo);
-                        let ih = (oh * u64::from(f.stride_h) + i * u64::from(f.dil_h)) as i64
-                            - i64::from(fm.pad_top);
-                        let iw = (ow * u64::from(f.stride_w) + j * u64::from(f.dil_w)) as i64
-                            - i64::from(fm.pad_left);
-                        if ih >= 0 && iw >= 0 && (ih as u64) < g.h && (iw as u64) < g.w {
-                            value_at = Some(
-                                (src + ((c1 * g.h + ih as u64) * g.w + iw as u64) * unit) as usize,
-                            );
-                        }
-                    }
-                    let n = (chans * 2) as usize;
-                    match value_at {
-                        Some(s) => l0a[row..row + n].copy_from_slice(&l1[s..s + n]),
-                        None => l0a[row..row + n].fill(0),
-                    }
+        for r in 0..16u64 {
+            let p = (m_start + mi) * 16 + r;
+            let (oh, ow) = (p / g.wo, p % g.wo);
+            let (top, left) = (
+                (oh * u64::from(f.stride_h)) as i64,
+                (ow * u64::from(f.stride_w)) as i64,
+            );
+            for (col, tap) in columns.iter().enumerate() {
+                let (ki, part) = (col as u64 / taps_per_frac, col as u64 % taps_per_frac);
+                let row = (dst + (mi * kfrac + ki) * FRACTAL + r * 32 + part * unit) as usize;
+                let value_at = tap.filter(|_| p < pixels).and_then(|(c1, di, dj)| {
+                    let (ih, iw) = (top + di, left + dj);
+                    (ih >= 0 && iw >= 0 && (ih as u64) < g.h && (iw as u64) < g.w)
+                        .then(|| (src + ((c1 * g.h + ih as u64) * g.w + iw as u64) * unit) as usize)
+                });
+                match value_at {
+                    Some(s) => l0a[row..row + n].copy_from_slice(&l1[s..s + n]),
+                    None => l0a[row..row + n].fill(0),
                 }
             }
         }
@@ -210,14 +233,30 @@ pub(super) fn plan_mmad(f: &Mmad, ops: &Operands) -> Plan {
     )
 }
 
-/// `count` fractals of f16 at `base`, widened to f32 (a slice conversion, which `half` does
-/// with the host's SIMD conversion instructions where it has them, with the bits of
-/// `f16::to_f32`).
-fn f16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
-    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+/// `count` fractals of f16 at `base`, widened to f32 into `out` (exactly: the host's
+/// conversion instruction where it has one, else `half`'s slice conversion, both with the
+/// bits of `f16::to_f32`).
+fn f16_fractals(buf: &[u8], base: u64, count: u64, out: &mut [f32]) {
     let start = base as usize;
-    let bytes = &buf[start..start + (count * FRACTAL) as usize];
-    let mut out = vec![0f32; bytes.len() / 2];
+    widen_f16(&buf[start..start + (count * FRACTAL) as usize], out);
+}
+
+/// Widens the little-endian f16 values of `bytes` into `out` (as many as it holds).
+#[allow(unsafe_code)]
+fn widen_f16(bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the host has AVX-512F (checked just above).
+            return unsafe { widen_f16_avx512(bytes, out) };
+        }
+    }
+    widen_f16_portable(bytes, out);
+}
+
+/// [`widen_f16`] through `half`'s slice conversion (the host's F16C where it has it).
+fn widen_f16_portable(bytes: &[u8], out: &mut [f32]) {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
     // One fractal at a time through a buffer on the stack (no second allocation).
     let mut bits = [0u16; 256];
     for (chunk, dst) in bytes.chunks(512).zip(out.chunks_mut(256)) {
@@ -228,16 +267,40 @@ fn f16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
         let halves: &[f16] = bits[..n].reinterpret_cast();
         halves.convert_to_f32_slice(&mut dst[..n]);
     }
-    out
+}
+
+/// [`widen_f16`] 16 values at a time with AVX-512's `vcvtph2ps`, the instruction `half` uses
+/// 8 at a time (the tail, under 16 values, through [`widen_f16_portable`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(unsafe_code)]
+fn widen_f16_avx512(bytes: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps, _mm512_storeu_ps};
+    let whole = (bytes.len() / 32).min(out.len() / 16);
+    for (src, dst) in bytes
+        .chunks_exact(32)
+        .zip(out.chunks_exact_mut(16))
+        .take(whole)
+    {
+        // SAFETY: `src` is 32 bytes and `dst` 16 floats (`chunks_exact`), the sizes the
+        // unaligned load and store touch; x86 is little-endian, so the bytes are the halves.
+        unsafe {
+            let h = _mm256_loadu_si256(src.as_ptr().cast::<__m256i>());
+            _mm512_storeu_ps(dst.as_mut_ptr(), _mm512_cvtph_ps(h));
+        }
+    }
+    widen_f16_portable(&bytes[whole * 32..], &mut out[whole * 16..]);
 }
 
 /// `count` fractals of bf16 at `base`, widened to f32 (exact: a bf16 is an f32's top half).
-fn bf16_fractals(buf: &[u8], base: u64, count: u64) -> Vec<f32> {
+fn bf16_fractals(buf: &[u8], base: u64, count: u64, out: &mut [f32]) {
     let start = base as usize;
-    buf[start..start + (count * FRACTAL) as usize]
-        .chunks_exact(2)
-        .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
-        .collect()
+    for (v, c) in out
+        .iter_mut()
+        .zip(buf[start..start + (count * FRACTAL) as usize].chunks_exact(2))
+    {
+        *v = bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
+    }
 }
 
 /// `acc += Σ_k a_k · b_k` over the K fractals of one output fractal (`a`, `b`: K fractals of
@@ -260,18 +323,95 @@ fn accumulate_portable(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
     }
 }
 
-/// [`accumulate_portable`] compiled for AVX-512: one fractal row is one vector.
+/// [`accumulate_portable`] in AVX-512: the 16 rows of the output fractal are 16 vector
+/// accumulators held in registers for all K fractals, and `k` is the outer loop, so each row
+/// gets its products one at a time in ascending k (the portable order, the same bits) while
+/// the 16 rows' additions are independent and overlap in the pipeline instead of waiting on
+/// one another's latency.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
+#[allow(unsafe_code)]
 fn accumulate_avx512(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
-    accumulate_portable(acc, a, b);
+    use std::arch::x86_64::{__m512, _mm512_add_ps, _mm512_loadu_ps, _mm512_mul_ps};
+    use std::arch::x86_64::{_mm512_set1_ps, _mm512_storeu_ps};
+    // SAFETY (every load and store below): each pointer is the start of a 16-float row
+    // inside a `[f32; 256]` (the accumulator, or one fractal of `a` / `b` taken with
+    // `chunks_exact(256)`), so the 16 floats read or written are in bounds; the unaligned
+    // forms need no alignment.
+    let mut rows: [__m512; 16] =
+        std::array::from_fn(|i| unsafe { _mm512_loadu_ps(acc[i * 16..].as_ptr()) });
+    for (af, bf) in a.chunks_exact(256).zip(b.chunks_exact(256)) {
+        for kk in 0..16 {
+            let brow = unsafe { _mm512_loadu_ps(bf[kk * 16..kk * 16 + 16].as_ptr()) };
+            for (i, row) in rows.iter_mut().enumerate() {
+                let x = _mm512_set1_ps(af[i * 16 + kk]);
+                *row = _mm512_add_ps(*row, _mm512_mul_ps(x, brow));
+            }
+        }
+    }
+    for (i, row) in rows.iter().enumerate() {
+        unsafe { _mm512_storeu_ps(acc[i * 16..i * 16 + 16].as_mut_ptr(), *row) };
+    }
 }
 
-/// [`accumulate_portable`] compiled for AVX2.
+/// [`accumulate_avx512`]'s order in AVX2: a pass per group of rows (six, six, then four),
+/// each row two 8-float accumulators (twelve registers, with room for the B row and the
+/// broadcast in the sixteen).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
 fn accumulate_avx2(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
-    accumulate_portable(acc, a, b);
+    accumulate_avx2_rows::<6>(acc, a, b, 0);
+    accumulate_avx2_rows::<6>(acc, a, b, 6);
+    accumulate_avx2_rows::<4>(acc, a, b, 12);
+}
+
+/// Rows `first..first + ROWS` of [`accumulate_avx2`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(unsafe_code)]
+fn accumulate_avx2_rows<const ROWS: usize>(
+    acc: &mut [f32; 256],
+    a: &[f32],
+    b: &[f32],
+    first: usize,
+) {
+    use std::arch::x86_64::{__m256, _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps};
+    use std::arch::x86_64::{_mm256_set1_ps, _mm256_storeu_ps};
+    // SAFETY (every load and store below): each pointer starts 8 floats inside a 16-float
+    // row of a `[f32; 256]` (the accumulator, or a fractal of `a` / `b` from
+    // `chunks_exact(256)`), offset 0 or 8, so the 8 floats are in bounds; unaligned forms.
+    let mut rows: [[__m256; 2]; ROWS] = std::array::from_fn(|r| {
+        let at = (first + r) * 16;
+        unsafe {
+            [
+                _mm256_loadu_ps(acc[at..at + 8].as_ptr()),
+                _mm256_loadu_ps(acc[at + 8..at + 16].as_ptr()),
+            ]
+        }
+    });
+    for (af, bf) in a.chunks_exact(256).zip(b.chunks_exact(256)) {
+        for kk in 0..16 {
+            let (lo, hi) = unsafe {
+                (
+                    _mm256_loadu_ps(bf[kk * 16..kk * 16 + 8].as_ptr()),
+                    _mm256_loadu_ps(bf[kk * 16 + 8..kk * 16 + 16].as_ptr()),
+                )
+            };
+            for (r, row) in rows.iter_mut().enumerate() {
+                let x = _mm256_set1_ps(af[(first + r) * 16 + kk]);
+                row[0] = _mm256_add_ps(row[0], _mm256_mul_ps(x, lo));
+                row[1] = _mm256_add_ps(row[1], _mm256_mul_ps(x, hi));
+            }
+        }
+    }
+    for (r, row) in rows.iter().enumerate() {
+        let at = (first + r) * 16;
+        unsafe {
+            _mm256_storeu_ps(acc[at..at + 8].as_mut_ptr(), row[0]);
+            _mm256_storeu_ps(acc[at + 8..at + 16].as_mut_ptr(), row[1]);
+        }
+    }
 }
 
 /// [`accumulate_portable`] in the widest vectors the host has (the same bits in each).
@@ -303,14 +443,35 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
         DType::Bf16 => bf16_fractals,
         _ => f16_fractals,
     };
-    let av = widen(bufs.get(Buffer::L0a), a, mb * kb);
-    let bv = widen(bufs.get(Buffer::L0b), b, kb * nb);
-    let l0c = bufs.get_mut(Buffer::L0c);
+    // The widened operands go into this thread's scratch vectors, which only ever grow (so a
+    // product allocates and zeroes nothing once the largest has been seen).
+    thread_local! {
+        static WIDENED: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const {
+            std::cell::RefCell::new((Vec::new(), Vec::new()))
+        };
+    }
+    WIDENED.with_borrow_mut(|(av, bv)| {
+        let (na, nb_) = ((mb * kb * 256) as usize, (kb * nb * 256) as usize);
+        for (v, n) in [(&mut *av, na), (&mut *bv, nb_)] {
+            if v.len() < n {
+                v.resize(n, 0.0);
+            }
+        }
+        widen(bufs.get(Buffer::L0a), a, mb * kb, &mut av[..na]);
+        widen(bufs.get(Buffer::L0b), b, kb * nb, &mut bv[..nb_]);
+        products(bufs.get_mut(Buffer::L0c), c, [mb, kb, nb], f.init, av, bv);
+    });
+    Ok(())
+}
+
+/// The f32 products of an `mmad` whose widened operands are `av` (`mb` × `kb` fractals)
+/// and `bv` (`nb` × `kb`), into (or, `init`, over) the accumulators at byte `c` of L0C.
+fn products(l0c: &mut [u8], c: u64, [mb, kb, nb]: [u64; 3], init: bool, av: &[f32], bv: &[f32]) {
     let mut acc = [0f32; 256];
     for n_i in 0..nb {
         for m_i in 0..mb {
             let cbase = (c + (n_i * mb + m_i) * FRACTAL_C) as usize;
-            if f.init {
+            if init {
                 acc = [0.0; 256];
             } else {
                 for (v, b) in acc
@@ -331,7 +492,6 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
             }
         }
     }
-    Ok(())
 }
 
 /// The i8 product: i32 accumulators, products summed in ascending k order (wrapping, though
@@ -811,6 +971,27 @@ mod tests {
             l0c[2048 + 6 * 1024..].iter().all(|&b| b == 0),
             "nothing after"
         );
+    }
+
+    /// Every widening path gives `f16_to_f32`'s bits for all 65536 halves (NaNs included).
+    #[test]
+    fn f16_widening_paths_give_the_bits_of_the_scalar_conversion() {
+        let bytes: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        // 65536 values and a 9-value tail, so the vector path's remainder is exercised.
+        let mut with_tail = bytes.clone();
+        with_tail.extend_from_slice(&bytes[..18]);
+        for widen in [widen_f16, widen_f16_portable] {
+            let mut out = vec![0f32; with_tail.len() / 2];
+            widen(&with_tail, &mut out);
+            for (i, v) in out.iter().enumerate() {
+                let bits = (i % 65536) as u16;
+                assert_eq!(
+                    v.to_bits(),
+                    crate::exec::f16_to_f32(bits).to_bits(),
+                    "f16 bits {bits:#06x}"
+                );
+            }
+        }
     }
 
     /// Every vector width gives the bits of the portable loop (products added one at a time

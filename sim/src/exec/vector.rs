@@ -95,11 +95,25 @@ macro_rules! with_type {
     };
 }
 
+/// Bit k: whether element `blk * per_block + k` of repeat `rep` is enabled ([`enabled`] a
+/// block at a time; at most 16 elements to a block, e being 64 or 128, so the bits fit a u32).
+#[inline(always)]
+fn block_live(mask: Mask, rep: u64, e: u64, blk: u64) -> u32 {
+    let per_block = e / 8;
+    let first = blk * per_block;
+    let low = |n: u64| ((1u64 << n) - 1) as u32;
+    match mask {
+        Mask::Normal(bits) => (bits >> first) as u32 & low(per_block),
+        Mask::Counter(n) => low(n.saturating_sub(rep * e + first).min(per_block)),
+    }
+}
+
 /// Calls `f(repeat, element, addresses)` for every enabled element of `r` repeats of `e`
 /// elements, in the order repeat by repeat, element by element, with each operand's address
 /// of that element: `base + (repeat * rep + block * blk) * block bytes + index in block * size`,
-/// computed a block at a time instead of with two divisions per element and operand. `f` does each element's reads and write before the next
-/// element, so overlapping operands see exactly the element-by-element semantics.
+/// computed a block at a time instead of with two divisions per element and operand. `f` does
+/// each element's reads and write before the next element, so overlapping operands see
+/// exactly the element-by-element semantics.
 #[inline(always)]
 fn each<const N: usize>(
     mask: Mask,
@@ -108,29 +122,98 @@ fn each<const N: usize>(
     ops: [&Opnd; N],
     mut f: impl FnMut(u64, u64, [usize; N]),
 ) {
-    // At most 16 elements to a block (e is 64 or 128), so a block's enable bits fit a u32.
+    each_or_block(
+        mask,
+        r,
+        e,
+        ops,
+        &mut (),
+        |_, _| false,
+        |_, rep, i, at| f(rep, i, at),
+    );
+}
+
+/// [`each`], offering every block whose elements are all enabled to `whole(ctx, block
+/// addresses)` first: when it returns true it has done the block itself (it must give the
+/// element-by-element result), otherwise the block goes element by element through `f`.
+#[inline(always)]
+fn each_or_block<const N: usize, C>(
+    mask: Mask,
+    r: u64,
+    e: u64,
+    ops: [&Opnd; N],
+    ctx: &mut C,
+    mut whole: impl FnMut(&mut C, [usize; N]) -> bool,
+    mut f: impl FnMut(&mut C, u64, u64, [usize; N]),
+) {
     let per_block = e / 8;
-    let low = |n: u64| ((1u64 << n) - 1) as u32;
+    let all = ((1u64 << per_block) - 1) as u32;
     let sizes = ops.map(|o| o.ty.size());
     for rep in 0..r {
         for blk in 0..8 {
-            let first = blk * per_block;
-            // Bit k: whether element first + k is enabled (`enabled`, a block at a time).
-            let live = match mask {
-                Mask::Normal(bits) => (bits >> first) as u32 & low(per_block),
-                Mask::Counter(n) => low(n.saturating_sub(rep * e + first).min(per_block)),
-            };
+            let live = block_live(mask, rep, e, blk);
             if live == 0 {
                 continue;
             }
             let bases = ops.map(|o| o.block_addr(rep, blk));
+            if live == all && whole(ctx, bases) {
+                continue;
+            }
             for k in 0..per_block {
                 if live >> k & 1 == 0 {
                     continue;
                 }
                 let at = std::array::from_fn(|n| bases[n] + k as usize * sizes[n]);
-                f(rep, first + k, at);
+                f(ctx, rep, blk * per_block + k, at);
             }
+        }
+    }
+}
+
+/// Whether a block-at-a-time operation gives the element-by-element result: the source block
+/// at `src` is the destination block at `dst` itself or does not overlap it (with a partial
+/// overlap an element would read what an earlier element of the block has just written).
+#[inline(always)]
+fn same_or_apart(dst: usize, src: usize, bytes: usize) -> bool {
+    src == dst || src + bytes <= dst || dst + bytes <= src
+}
+
+/// The floats of one block at `at` (as many as `out` holds), with the bits of [`ld_f`]
+/// element by element; f16 through `half`'s slice conversion (the host's SIMD conversion).
+#[inline(always)]
+fn load_floats(ub: &[u8], at: usize, ty: DType, out: &mut [f32]) {
+    if ty == DType::F16 {
+        use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+        let n = out.len();
+        let mut bits = [0u16; 16];
+        for (b, c) in bits[..n].iter_mut().zip(ub[at..at + 2 * n].chunks_exact(2)) {
+            *b = u16::from_le_bytes([c[0], c[1]]);
+        }
+        let halves: &[f16] = bits[..n].reinterpret_cast();
+        halves.convert_to_f32_slice(out);
+    } else {
+        let size = ty.size();
+        for (i, x) in out.iter_mut().enumerate() {
+            *x = ld_f(ub, at + i * size, ty);
+        }
+    }
+}
+
+/// Stores one block's floats at `at` with the bits of [`st_f`] element by element.
+#[inline(always)]
+fn store_floats(ub: &mut [u8], at: usize, ty: DType, v: &[f32]) {
+    if ty == DType::F16 {
+        use half::slice::HalfFloatSliceExt;
+        let n = v.len();
+        let mut h = [f16::ZERO; 16];
+        h[..n].convert_from_f32_slice(v);
+        for (x, b) in h[..n].iter().zip(ub[at..at + 2 * n].chunks_exact_mut(2)) {
+            b.copy_from_slice(&x.to_bits().to_le_bytes());
+        }
+    } else {
+        let size = ty.size();
+        for (i, x) in v.iter().enumerate() {
+            st_f(ub, at + i * size, ty, *x);
         }
     }
 }
@@ -455,8 +538,27 @@ pub(super) fn bin(bufs: &mut Buffers, f: &VBin, ops: &Operands, op: Bin) -> Resu
         Opnd::new(a, f.src0_blk, f.src0_rep, f.ty, e),
         Opnd::new(b, f.src1_blk, f.src1_rep, f.ty, e),
     );
-    let ub = bufs.ub_mut();
-    with_type!(f.ty, T => each(ops.mask, r, e, [&oa, &ob, &od], |_, _, [pa, pb, pd]| {
+    let n = (e / 8) as usize;
+    let bytes = n * f.ty.size();
+    // A float block at a time when the sources are apart from the destination or are it.
+    let block = |ub: &mut &mut [u8], [pa, pb, pd]: [usize; 3]| {
+        if !is_float(f.ty) || !same_or_apart(pd, pa, bytes) || !same_or_apart(pd, pb, bytes) {
+            return false;
+        }
+        let (mut x, mut y, mut z) = ([0f32; 16], [0f32; 16], [0f32; 16]);
+        load_floats(ub, pa, f.ty, &mut x[..n]);
+        load_floats(ub, pb, f.ty, &mut y[..n]);
+        if matches!(op, Bin::Mla) {
+            load_floats(ub, pd, f.ty, &mut z[..n]);
+        }
+        for ((z, x), y) in z[..n].iter_mut().zip(&x[..n]).zip(&y[..n]) {
+            *z = bin_f(op, *x, *y, *z);
+        }
+        store_floats(ub, pd, f.ty, &z[..n]);
+        true
+    };
+    let mut ub = bufs.ub_mut();
+    with_type!(f.ty, T => each_or_block(ops.mask, r, e, [&oa, &ob, &od], &mut ub, block, |ub, _, _, [pa, pb, pd]| {
         if is_float(T) {
             let acc = if matches!(op, Bin::Mla) {
                 ld_f(ub, pd, T)
@@ -530,9 +632,32 @@ pub(super) fn un(bufs: &mut Buffers, f: &VUn, ops: &Operands, op: Un) -> Result<
         Opnd::new(d, f.dst_blk, f.dst_rep, f.ty, e),
         Opnd::new(s, f.src_blk, f.src_rep, f.ty, e),
     );
-    let ub = bufs.ub_mut();
     let size = f.ty.size();
-    with_type!(f.ty, T => each(ops.mask, r, e, [&os, &od], |_, _, [ps, pd]| {
+    let n = (e / 8) as usize;
+    let bytes = n * size;
+    // A block at a time when the source is apart from the destination or is it: a move is
+    // one copy, a float op goes through f32 vectors.
+    let block = |ub: &mut &mut [u8], [ps, pd]: [usize; 2]| {
+        if !same_or_apart(pd, ps, bytes) {
+            return false;
+        }
+        if matches!(op, Un::Mov) {
+            ub.copy_within(ps..ps + bytes, pd);
+            return true;
+        }
+        if !is_float(f.ty) {
+            return false;
+        }
+        let mut x = [0f32; 16];
+        load_floats(ub, ps, f.ty, &mut x[..n]);
+        for v in &mut x[..n] {
+            *v = un_f(op, *v);
+        }
+        store_floats(ub, pd, f.ty, &x[..n]);
+        true
+    };
+    let mut ub = bufs.ub_mut();
+    with_type!(f.ty, T => each_or_block(ops.mask, r, e, [&os, &od], &mut ub, block, |ub, _, _, [ps, pd]| {
         if matches!(op, Un::Mov) {
             ub.copy_within(ps..ps + size, pd);
         } else if is_float(T) {
@@ -820,47 +945,51 @@ pub(super) fn reduce(
     let os = Opnd::new(s, f.src_blk, f.src_rep, f.ty, e);
     let size = f.ty.size() as u64;
     let groups: u64 = if per_block { 8 } else { 1 };
-    // A group is one block (per-block reductions) or all eight; elements in ascending order.
-    let pb = e / 8;
-    let group_blocks = |g: u64| if per_block { g..g + 1 } else { 0..8 };
-    let elems = |rep: u64, g: u64| {
-        group_blocks(g).flat_map(move |blk| {
-            let base = os.block_addr(rep, blk);
-            (0..pb).map(move |k| (blk * pb + k, base + (k * size) as usize))
-        })
-    };
+    let pb = (e / 8) as usize;
+    let all = ((1u64 << pb) - 1) as u32;
     let ub = bufs.ub_mut();
+    // A group is one block (per-block reductions) or all eight; its enabled elements are
+    // folded one at a time in ascending order (a float block widened at once when whole).
     for rep in 0..r {
         for g in 0..groups {
             let out = (d + (rep * groups + g) * u64::from(f.dst_rep) * size) as usize;
+            let blocks = if per_block { g..g + 1 } else { 0..8 };
             if is_float(f.ty) {
                 let mut acc: Option<f32> = None;
-                for (i, at) in elems(rep, g) {
-                    if !enabled(ops.mask, rep, i, e) {
-                        continue;
-                    }
-                    let x = ld_f(ub, at, f.ty);
+                let mut fold = |x: f32| {
                     acc = Some(match (acc, f.op) {
                         (None, _) => x,
                         (Some(a), ReduceOp::Sum) => a + x,
                         (Some(a), ReduceOp::Max) => a.max(x),
                         (Some(a), ReduceOp::Min) => a.min(x),
-                    });
+                    })
+                };
+                for blk in blocks {
+                    let (live, base) = (block_live(ops.mask, rep, e, blk), os.block_addr(rep, blk));
+                    if live == all {
+                        let mut x = [0f32; 16];
+                        load_floats(ub, base, f.ty, &mut x[..pb]);
+                        x[..pb].iter().for_each(|&v| fold(v));
+                        continue;
+                    }
+                    for k in (0..pb).filter(|k| live >> k & 1 == 1) {
+                        fold(ld_f(ub, base + k * size as usize, f.ty));
+                    }
                 }
                 st_f(ub, out, f.ty, acc.unwrap_or(0.0));
             } else {
                 let mut acc: Option<i64> = None;
-                for (i, at) in elems(rep, g) {
-                    if !enabled(ops.mask, rep, i, e) {
-                        continue;
+                for blk in blocks {
+                    let (live, base) = (block_live(ops.mask, rep, e, blk), os.block_addr(rep, blk));
+                    for k in (0..pb).filter(|k| live >> k & 1 == 1) {
+                        let x = ld_i(ub, base + k * size as usize, f.ty);
+                        acc = Some(match (acc, f.op) {
+                            (None, _) => x,
+                            (Some(a), ReduceOp::Sum) => a.wrapping_add(x),
+                            (Some(a), ReduceOp::Max) => a.max(x),
+                            (Some(a), ReduceOp::Min) => a.min(x),
+                        });
                     }
-                    let x = ld_i(ub, at, f.ty);
-                    acc = Some(match (acc, f.op) {
-                        (None, _) => x,
-                        (Some(a), ReduceOp::Sum) => a.wrapping_add(x),
-                        (Some(a), ReduceOp::Max) => a.max(x),
-                        (Some(a), ReduceOp::Min) => a.min(x),
-                    });
                 }
                 st_i(ub, out, f.ty, acc.unwrap_or(0));
             }
@@ -872,6 +1001,123 @@ pub(super) fn reduce(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::ChipConfig;
+    use gearsim_isa::{FMatrix, Reg};
+
+    /// `bin` and `un` (which take a whole block at a time when they can) give the bits of the
+    /// element-by-element definition for every operand layout: the destination the source
+    /// itself, overlapping it by one element either way, apart, spread over blocks, and with
+    /// full, partial and counter masks.
+    #[test]
+    fn block_at_a_time_gives_the_element_by_element_bits() {
+        let mut x = 12345u32;
+        let mut next = move || {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            x
+        };
+        let cfg = ChipConfig::preset("ascend910").unwrap();
+        let reg = |i| Reg::new(i).unwrap();
+        for ty in [DType::F16, DType::F32, DType::I32] {
+            let size = ty.size() as u64;
+            let value = |bits: u32| -> Vec<u8> {
+                match ty {
+                    // Finite halves (exponent below 31) and floats in ±1e4.
+                    DType::F16 => ((bits & 0xfbff) as u16).to_le_bytes().to_vec(),
+                    DType::F32 => ((bits as i32 % 20000) as f32 * 0.37).to_le_bytes().to_vec(),
+                    _ => bits.to_le_bytes().to_vec(),
+                }
+            };
+            for (dst, src0, blk) in [
+                (4096, 4096, 1),
+                (4096 + size, 4096, 1),
+                (4096, 4096 + size, 1),
+                (8192, 4096, 1),
+                (8192, 4096, 2),
+            ] {
+                for mask in [
+                    Mask::FULL,
+                    Mask::Normal(0x0f0f_00ff_ffff_0000_ffff_ffff_ff00_f00f),
+                    Mask::Counter(200),
+                ] {
+                    let mut bufs = Buffers::new(&cfg, crate::CoreKind::Coupled);
+                    for b in bufs.ub_mut()[..16384].chunks_exact_mut(size as usize) {
+                        b.copy_from_slice(&value(next())[..size as usize]);
+                    }
+                    let ops = Operands {
+                        regs: [dst, src0, 12288, 0],
+                        mask,
+                        fmatrix: FMatrix::RESET,
+                    };
+                    let f = VBin {
+                        ty,
+                        dst: reg(1),
+                        src0: reg(2),
+                        src1: reg(3),
+                        repeat: 2,
+                        dst_blk: blk,
+                        src0_blk: blk,
+                        src1_blk: 1,
+                        dst_rep: 8 * blk,
+                        src0_rep: 8 * blk,
+                        src1_rep: 8,
+                    };
+                    let u = VUn {
+                        ty,
+                        dst: reg(1),
+                        src: reg(2),
+                        repeat: 2,
+                        dst_blk: blk,
+                        src_blk: blk,
+                        dst_rep: 8 * blk,
+                        src_rep: 8 * blk,
+                    };
+                    let e = elems_per_repeat(ty);
+                    let r = repeats(mask, 2, e);
+                    let od = Opnd::new(dst, blk, 8 * blk, ty, e);
+                    let oa = Opnd::new(src0, blk, 8 * blk, ty, e);
+                    let ob = Opnd::new(12288, 1, 8u8, ty, e);
+                    for op in [Bin::Add, Bin::Mla, Bin::Max] {
+                        let mut got = bufs.clone();
+                        bin(&mut got, &f, &ops, op).unwrap();
+                        let mut want = bufs.clone();
+                        let ub = want.ub_mut();
+                        each(mask, r, e, [&oa, &ob, &od], |_, _, [pa, pb, pd]| {
+                            if is_float(ty) {
+                                let acc = ld_f(ub, pd, ty);
+                                let v = bin_f(op, ld_f(ub, pa, ty), ld_f(ub, pb, ty), acc);
+                                st_f(ub, pd, ty, v);
+                            } else {
+                                let acc = ld_i(ub, pd, ty);
+                                let v = bin_i(op, ld_i(ub, pa, ty), ld_i(ub, pb, ty), acc);
+                                st_i(ub, pd, ty, v);
+                            }
+                        });
+                        assert!(
+                            got.ub_mut()[..16384] == want.ub_mut()[..16384],
+                            "{op:?} {ty:?} dst {dst} src {src0} blk {blk} {mask:?}"
+                        );
+                    }
+                    for op in [Un::Relu, Un::Mov, Un::Abs] {
+                        let mut got = bufs.clone();
+                        un(&mut got, &u, &ops, op).unwrap();
+                        let mut want = bufs.clone();
+                        let ub = want.ub_mut();
+                        each(mask, r, e, [&oa, &od], |_, _, [ps, pd]| {
+                            if is_float(ty) {
+                                st_f(ub, pd, ty, un_f(op, ld_f(ub, ps, ty)));
+                            } else {
+                                st_i(ub, pd, ty, un_i(op, ld_i(ub, ps, ty)));
+                            }
+                        });
+                        assert!(
+                            got.ub_mut()[..16384] == want.ub_mut()[..16384],
+                            "{op:?} {ty:?} dst {dst} src {src0} blk {blk} {mask:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn directed_rounding_to_f16() {
