@@ -505,10 +505,13 @@ impl Values {
             unreachable!("the pool's channel is open until it is dropped")
         };
         let snapshot = mem.snapshot();
-        for c in 0..self.pending.len() {
-            if self.pending[c].is_empty() {
-                continue;
-            }
+        // The longest parts go first, so that the last ones taken, by a worker or by the event
+        // loop's thread while it waits, are short and the threads finish close together.
+        let mut order: Vec<usize> = (0..self.pending.len())
+            .filter(|&c| !self.pending[c].is_empty())
+            .collect();
+        order.sort_by_key(|&c| std::cmp::Reverse(self.pending[c].len()));
+        for c in order {
             let spare = self.spare_work.pop().unwrap_or_default();
             let work = std::mem::replace(&mut self.pending[c], spare);
             let Some(bufs) = self.bufs[c].take() else {

@@ -815,29 +815,52 @@ pub(super) fn conv(bufs: &mut Buffers, f: &VConv, ops: &Operands) -> Result<(), 
         Opnd::new(d, f.dst_blk, f.dst_rep, f.dst_ty, e),
         Opnd::new(s, f.src_blk, f.src_rep, f.src_ty, e),
     );
-    let ub = bufs.ub_mut();
-    each(ops.mask, r, e, [&os, &od], |_, _, [ps, pd]| {
-        let x: f64 = if is_float(f.src_ty) {
-            f64::from(ld_f(ub, ps, f.src_ty))
-        } else {
-            ld_i(ub, ps, f.src_ty) as f64
-        };
-        match f.dst_ty {
-            DType::F32 => st_f(ub, pd, DType::F32, x as f32),
-            DType::F16 => {
-                // Both sources (f32, i32) narrow in the requested rounding mode. An i32 goes
-                // through f32 first: exact up to 2^24, and beyond that both values lie far
-                // outside the f16 range, where every mode gives the same result.
-                let h = f32_to_f16(x as f32, f.round);
-                ub[pd..pd + 2].copy_from_slice(&h.to_bits().to_le_bytes());
-            }
-            DType::I32 => st_i(ub, pd, DType::I32, i64::from(to_i32(x, f.round))),
-            DType::Bf16 => st_f(ub, pd, DType::Bf16, x as f32),
-            DType::I16 | DType::U8 | DType::I8 => {
-                st_i(ub, pd, f.dst_ty, i64::from(to_i32(x, f.round)))
-            }
+    let n = (e / 8) as usize;
+    let (src_bytes, dst_bytes) = (n * f.src_ty.size(), n * f.dst_ty.size());
+    // f16 -> f32 (exact) and f32 -> f16 to nearest even a block at a time, when the blocks are
+    // apart (the sizes differ, so a block written over its own source would show the order).
+    let widen = f.src_ty == DType::F16 && f.dst_ty == DType::F32;
+    let narrow = f.src_ty == DType::F32 && f.dst_ty == DType::F16 && f.round == Round::Rint;
+    let block = |ub: &mut &mut [u8], [ps, pd]: [usize; 2]| {
+        if !(widen || narrow) || (ps < pd + dst_bytes && pd < ps + src_bytes) {
+            return false;
         }
-    });
+        let mut x = [0f32; 16];
+        load_floats(ub, ps, f.src_ty, &mut x[..n]);
+        store_floats(ub, pd, f.dst_ty, &x[..n]);
+        true
+    };
+    let mut ub = bufs.ub_mut();
+    each_or_block(
+        ops.mask,
+        r,
+        e,
+        [&os, &od],
+        &mut ub,
+        block,
+        |ub, _, _, [ps, pd]| {
+            let x: f64 = if is_float(f.src_ty) {
+                f64::from(ld_f(ub, ps, f.src_ty))
+            } else {
+                ld_i(ub, ps, f.src_ty) as f64
+            };
+            match f.dst_ty {
+                DType::F32 => st_f(ub, pd, DType::F32, x as f32),
+                DType::F16 => {
+                    // Both sources (f32, i32) narrow in the requested rounding mode. An i32 goes
+                    // through f32 first: exact up to 2^24, and beyond that both values lie far
+                    // outside the f16 range, where every mode gives the same result.
+                    let h = f32_to_f16(x as f32, f.round);
+                    ub[pd..pd + 2].copy_from_slice(&h.to_bits().to_le_bytes());
+                }
+                DType::I32 => st_i(ub, pd, DType::I32, i64::from(to_i32(x, f.round))),
+                DType::Bf16 => st_f(ub, pd, DType::Bf16, x as f32),
+                DType::I16 | DType::U8 | DType::I8 => {
+                    st_i(ub, pd, f.dst_ty, i64::from(to_i32(x, f.round)))
+                }
+            }
+        },
+    );
     Ok(())
 }
 
@@ -1114,6 +1137,81 @@ mod tests {
                             "{op:?} {ty:?} dst {dst} src {src0} blk {blk} {mask:?}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// `conv` between f16 and f32 (a block at a time where it can) gives the bits of the
+    /// element-by-element definition, with the destination apart from the source or over it.
+    #[test]
+    fn block_conversions_give_the_element_by_element_bits() {
+        let cfg = ChipConfig::preset("ascend910").unwrap();
+        let reg = |i| Reg::new(i).unwrap();
+        let mut x = 99u32;
+        for (src_ty, dst_ty, round) in [
+            (DType::F16, DType::F32, Round::Rint),
+            (DType::F32, DType::F16, Round::Rint),
+            (DType::F32, DType::F16, Round::Floor),
+        ] {
+            for (dst, src) in [(8192, 4096), (4096, 4096), (4100, 4096), (4096, 4112)] {
+                for mask in [Mask::FULL, Mask::Counter(100)] {
+                    let mut bufs = Buffers::new(&cfg, crate::CoreKind::Coupled);
+                    for b in bufs.ub_mut()[..16384].chunks_exact_mut(4) {
+                        x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                        // Finite halves in both halves of the word, or a float in ±7e4.
+                        let v = match src_ty {
+                            DType::F16 => x & 0xfbff_fbff,
+                            _ => ((x as i32 % 70000) as f32 * 1.37).to_bits(),
+                        };
+                        b.copy_from_slice(&v.to_le_bytes());
+                    }
+                    let f = VConv {
+                        dst_ty,
+                        src_ty,
+                        dst: reg(1),
+                        src: reg(2),
+                        repeat: 2,
+                        dst_blk: 1,
+                        src_blk: 1,
+                        dst_rep: 8,
+                        src_rep: 8,
+                        round,
+                    };
+                    let ops = Operands {
+                        regs: [dst, src, 0, 0],
+                        mask,
+                        fmatrix: FMatrix::RESET,
+                    };
+                    let mut got = bufs.clone();
+                    conv(&mut got, &f, &ops).unwrap();
+                    let mut want = bufs.clone();
+                    let ub = want.ub_mut();
+                    let e = elems_per_repeat(widest(dst_ty, src_ty));
+                    let (od, os) = (
+                        Opnd::new(dst, 1, 8u8, dst_ty, e),
+                        Opnd::new(src, 1, 8u8, src_ty, e),
+                    );
+                    each(
+                        mask,
+                        repeats(mask, 2, e),
+                        e,
+                        [&os, &od],
+                        |_, _, [ps, pd]| {
+                            let v = ld_f(ub, ps, src_ty);
+                            match dst_ty {
+                                DType::F16 => {
+                                    let h = f32_to_f16(v, round);
+                                    ub[pd..pd + 2].copy_from_slice(&h.to_bits().to_le_bytes());
+                                }
+                                _ => st_f(ub, pd, dst_ty, v),
+                            }
+                        },
+                    );
+                    assert!(
+                        got.ub_mut()[..16384] == want.ub_mut()[..16384],
+                        "{src_ty:?} -> {dst_ty:?} {round:?} dst {dst} src {src} {mask:?}"
+                    );
                 }
             }
         }
