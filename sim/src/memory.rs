@@ -118,28 +118,23 @@ impl DeviceMemory {
 
     /// Writes each `(addr, data)` in order, as [`DeviceMemory::write`] would one by one (each
     /// range already checked); consecutive writes inside one page find it once.
-    pub(crate) fn write_runs(&mut self, runs: &[(u64, &[u8])]) {
+    pub(crate) fn write_runs<'a>(&mut self, runs: impl IntoIterator<Item = (u64, &'a [u8])>) {
         let pages = Arc::make_mut(&mut self.pages);
-        let in_one_page = |(a, d): (u64, &[u8])| (a as usize & (PAGE - 1)) + d.len() <= PAGE;
-        let mut i = 0;
-        while i < runs.len() {
-            let (addr, data) = runs[i];
-            if !in_one_page(runs[i]) {
+        let mut last: Option<(u64, &mut Box<[u8; PAGE]>)> = None;
+        for (addr, data) in runs {
+            self.unknown.remove(addr, addr + data.len() as u64);
+            let (key, off) = (addr >> PAGE_BITS, addr as usize & (PAGE - 1));
+            if off + data.len() > PAGE {
+                last = None;
                 pages.write(addr, data);
-                i += 1;
                 continue;
             }
-            let key = addr >> PAGE_BITS;
-            let page = pages.0.entry(key).or_insert_with(zero_page);
-            while i < runs.len() && runs[i].0 >> PAGE_BITS == key && in_one_page(runs[i]) {
-                let (a, d) = runs[i];
-                let off = a as usize & (PAGE - 1);
-                page[off..off + d.len()].copy_from_slice(d);
-                i += 1;
-            }
-        }
-        for &(addr, data) in runs {
-            self.unknown.remove(addr, addr + data.len() as u64);
+            let page = match last {
+                Some((k, page)) if k == key => page,
+                _ => pages.0.entry(key).or_insert_with(zero_page),
+            };
+            page[off..off + data.len()].copy_from_slice(data);
+            last = Some((key, page));
         }
     }
 

@@ -273,8 +273,6 @@ impl Footprint {
 struct Writers {
     /// Start: end, writer.
     ranges: BTreeMap<u64, (u64, u32)>,
-    /// Whether two cores write a byte in common.
-    several: bool,
 }
 
 impl Writers {
@@ -303,13 +301,17 @@ impl Writers {
             self.ranges.remove(&s);
             if w != core && s < end && e > start {
                 writer = Writers::SEVERAL;
-                self.several = true;
             }
             start = start.min(s);
             end = end.max(e);
             below = end;
         }
         self.ranges.insert(start, (end, writer));
+    }
+
+    /// Whether two cores write a byte in common.
+    fn several(&self) -> bool {
+        self.ranges.values().any(|&(_, w)| w == Writers::SEVERAL)
     }
 
     /// Whether a core other than `core` writes a byte of `[start, end)`.
@@ -576,13 +578,11 @@ impl Values {
                     .map(|&(seq, addr, off, len)| (seq, addr, &p.staged.bytes[off..off + len]))
             })
             .collect();
-        if self.flying.writes.several {
+        if self.flying.writes.several() {
             runs.sort_by_key(|r| r.0);
         }
         // In range: checked when staged.
-        let runs: Vec<(u64, &[u8])> = runs.into_iter().map(|(_, a, d)| (a, d)).collect();
-        mem.write_runs(&runs);
-        drop(runs);
+        mem.write_runs(runs.iter().map(|&(_, addr, data)| (addr, data)));
         let mut fault: Option<(u64, StopReason)> = None;
         for mut part in back {
             part.staged.runs.clear();
@@ -619,12 +619,12 @@ mod tests {
         assert!(!w.other_than(1, 0, 10) && !w.other_than(2, 10, 20));
         assert!(w.other_than(1, 9, 11) && w.other_than(2, 9, 11));
         assert!(w.other_than(1, 12, 13) && w.other_than(2, 0, 1));
-        assert!(!w.any(20, 30) && w.any(19, 30) && !w.several);
+        assert!(!w.any(20, 30) && w.any(19, 30) && !w.several());
         w.insert(30, 40, 1);
         w.insert(40, 50, 1);
         assert_eq!(w.ranges.get(&30), Some(&(50, 1)));
         w.insert(5, 15, 3);
-        assert!(w.several);
+        assert!(w.several());
         // The overlapped ranges became one written by several cores: conservative for all.
         assert!(w.other_than(1, 0, 1) && w.other_than(2, 19, 20) && w.other_than(3, 7, 8));
         assert!(!w.other_than(1, 30, 50));

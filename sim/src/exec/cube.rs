@@ -21,7 +21,7 @@ use gearsim_isa::units::{FRACTAL_BYTES as FRACTAL, FRACTAL_BYTES_F32 as FRACTAL_
 use gearsim_isa::{DType, Img2col, L0cFill, L0cToGm, L0cToUb, Load2d, Mmad, Quant, units};
 use half::{bf16, f16};
 
-use super::{Access, Fault, Operands, Plan};
+use super::{Access, Fault, Operands, Plan, narrow_f16, widen_f16};
 use crate::core::buffers::Buffers;
 use crate::memory::GmValues;
 use crate::stop::Buffer;
@@ -233,63 +233,10 @@ pub(super) fn plan_mmad(f: &Mmad, ops: &Operands) -> Plan {
     )
 }
 
-/// `count` fractals of f16 at `base`, widened to f32 into `out` (exactly: the host's
-/// conversion instruction where it has one, else `half`'s slice conversion, both with the
-/// bits of `f16::to_f32`).
+/// `count` fractals of f16 at `base`, widened to f32 into `out` (exactly, [`widen_f16`]).
 fn f16_fractals(buf: &[u8], base: u64, count: u64, out: &mut [f32]) {
     let start = base as usize;
     widen_f16(&buf[start..start + (count * FRACTAL) as usize], out);
-}
-
-/// Widens the little-endian f16 values of `bytes` into `out` (as many as it holds).
-#[allow(unsafe_code)]
-fn widen_f16(bytes: &[u8], out: &mut [f32]) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the host has AVX-512F (checked just above).
-            return unsafe { widen_f16_avx512(bytes, out) };
-        }
-    }
-    widen_f16_portable(bytes, out);
-}
-
-/// [`widen_f16`] through `half`'s slice conversion (the host's F16C where it has it).
-fn widen_f16_portable(bytes: &[u8], out: &mut [f32]) {
-    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
-    // One fractal at a time through a buffer on the stack (no second allocation).
-    let mut bits = [0u16; 256];
-    for (chunk, dst) in bytes.chunks(512).zip(out.chunks_mut(256)) {
-        let n = chunk.len() / 2;
-        for (b, c) in bits[..n].iter_mut().zip(chunk.chunks_exact(2)) {
-            *b = u16::from_le_bytes([c[0], c[1]]);
-        }
-        let halves: &[f16] = bits[..n].reinterpret_cast();
-        halves.convert_to_f32_slice(&mut dst[..n]);
-    }
-}
-
-/// [`widen_f16`] 16 values at a time with AVX-512's `vcvtph2ps`, the instruction `half` uses
-/// 8 at a time (the tail, under 16 values, through [`widen_f16_portable`]).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-#[allow(unsafe_code)]
-fn widen_f16_avx512(bytes: &[u8], out: &mut [f32]) {
-    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps, _mm512_storeu_ps};
-    let whole = (bytes.len() / 32).min(out.len() / 16);
-    for (src, dst) in bytes
-        .chunks_exact(32)
-        .zip(out.chunks_exact_mut(16))
-        .take(whole)
-    {
-        // SAFETY: `src` is 32 bytes and `dst` 16 floats (`chunks_exact`), the sizes the
-        // unaligned load and store touch; x86 is little-endian, so the bytes are the halves.
-        unsafe {
-            let h = _mm256_loadu_si256(src.as_ptr().cast::<__m256i>());
-            _mm512_storeu_ps(dst.as_mut_ptr(), _mm512_cvtph_ps(h));
-        }
-    }
-    widen_f16_portable(&bytes[whole * 32..], &mut out[whole * 16..]);
 }
 
 /// `count` fractals of bf16 at `base`, widened to f32 (exact: a bf16 is an f32's top half).
@@ -359,7 +306,6 @@ fn accumulate_avx512(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
 /// broadcast in the sixteen).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-#[allow(unsafe_code)]
 fn accumulate_avx2(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
     accumulate_avx2_rows::<6>(acc, a, b, 0);
     accumulate_avx2_rows::<6>(acc, a, b, 6);
@@ -451,14 +397,14 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
         };
     }
     WIDENED.with_borrow_mut(|(av, bv)| {
-        let (na, nb_) = ((mb * kb * 256) as usize, (kb * nb * 256) as usize);
-        for (v, n) in [(&mut *av, na), (&mut *bv, nb_)] {
+        let (a_len, b_len) = ((mb * kb * 256) as usize, (kb * nb * 256) as usize);
+        for (v, n) in [(&mut *av, a_len), (&mut *bv, b_len)] {
             if v.len() < n {
                 v.resize(n, 0.0);
             }
         }
-        widen(bufs.get(Buffer::L0a), a, mb * kb, &mut av[..na]);
-        widen(bufs.get(Buffer::L0b), b, kb * nb, &mut bv[..nb_]);
+        widen(bufs.get(Buffer::L0a), a, mb * kb, &mut av[..a_len]);
+        widen(bufs.get(Buffer::L0b), b, kb * nb, &mut bv[..b_len]);
         products(bufs.get_mut(Buffer::L0c), c, [mb, kb, nb], f.init, av, bv);
     });
     Ok(())
@@ -736,9 +682,8 @@ fn convert_fractal(l0c: &[u8], out: &mut [u8], f: &L0cToUb, s: u64, d: u64) {
     let size = out_size(f.ty) as usize;
     let (s, d) = (s as usize, d as usize);
     if f.ty == DType::F16 {
-        // A fractal at a time: the relu, then half's slice conversion (the host's SIMD
-        // conversion where it has one; the bits of `f16::from_f32`, as `store_out` gives).
-        use half::slice::HalfFloatSliceExt;
+        // A fractal at a time: the relu, then the slice conversion (the bits of
+        // `f16::from_f32`, as `store_out` gives).
         let mut v = [0f32; 256];
         for (x, b) in v
             .iter_mut()
@@ -749,11 +694,7 @@ fn convert_fractal(l0c: &[u8], out: &mut [u8], f: &L0cToUb, s: u64, d: u64) {
                 *x = 0.0;
             }
         }
-        let mut h = [f16::ZERO; 256];
-        h.convert_from_f32_slice(&v);
-        for (x, b) in h.iter().zip(out[d..d + 512].chunks_exact_mut(2)) {
-            b.copy_from_slice(&x.to_bits().to_le_bytes());
-        }
+        narrow_f16(&v, &mut out[d..d + 512]);
         return;
     }
     for e in 0..256 {
@@ -971,27 +912,6 @@ mod tests {
             l0c[2048 + 6 * 1024..].iter().all(|&b| b == 0),
             "nothing after"
         );
-    }
-
-    /// Every widening path gives `f16_to_f32`'s bits for all 65536 halves (NaNs included).
-    #[test]
-    fn f16_widening_paths_give_the_bits_of_the_scalar_conversion() {
-        let bytes: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
-        // 65536 values and a 9-value tail, so the vector path's remainder is exercised.
-        let mut with_tail = bytes.clone();
-        with_tail.extend_from_slice(&bytes[..18]);
-        for widen in [widen_f16, widen_f16_portable] {
-            let mut out = vec![0f32; with_tail.len() / 2];
-            widen(&with_tail, &mut out);
-            for (i, v) in out.iter().enumerate() {
-                let bits = (i % 65536) as u16;
-                assert_eq!(
-                    v.to_bits(),
-                    crate::exec::f16_to_f32(bits).to_bits(),
-                    "f16 bits {bits:#06x}"
-                );
-            }
-        }
     }
 
     /// Every vector width gives the bits of the portable loop (products added one at a time

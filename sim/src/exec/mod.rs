@@ -202,6 +202,72 @@ pub(crate) fn f16_to_f32(bits: u16) -> f32 {
     }
 }
 
+/// Widens the little-endian f16 values of `bytes` into `out` (as many as it holds).
+#[allow(unsafe_code)]
+pub(crate) fn widen_f16(bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // SAFETY: the host has AVX-512F (checked just above).
+            return unsafe { widen_f16_avx512(bytes, out) };
+        }
+    }
+    widen_f16_portable(bytes, out);
+}
+
+/// [`widen_f16`] through `half`'s slice conversion (the host's F16C where it has it).
+fn widen_f16_portable(bytes: &[u8], out: &mut [f32]) {
+    use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    // One fractal at a time through a buffer on the stack (no second allocation).
+    let mut bits = [0u16; 256];
+    for (chunk, dst) in bytes.chunks(512).zip(out.chunks_mut(256)) {
+        let n = chunk.len() / 2;
+        for (b, c) in bits[..n].iter_mut().zip(chunk.chunks_exact(2)) {
+            *b = u16::from_le_bytes([c[0], c[1]]);
+        }
+        let halves: &[half::f16] = bits[..n].reinterpret_cast();
+        halves.convert_to_f32_slice(&mut dst[..n]);
+    }
+}
+
+/// [`widen_f16`] 16 values at a time with AVX-512's `vcvtph2ps`, the instruction `half` uses
+/// 8 at a time (the tail, under 16 values, through [`widen_f16_portable`]).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+#[allow(unsafe_code)]
+fn widen_f16_avx512(bytes: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::{__m256i, _mm256_loadu_si256, _mm512_cvtph_ps, _mm512_storeu_ps};
+    let whole = (bytes.len() / 32).min(out.len() / 16);
+    for (src, dst) in bytes
+        .chunks_exact(32)
+        .zip(out.chunks_exact_mut(16))
+        .take(whole)
+    {
+        // SAFETY: `src` is 32 bytes and `dst` 16 floats (`chunks_exact`), the sizes the
+        // unaligned load and store touch; x86 is little-endian, so the bytes are the halves.
+        unsafe {
+            let h = _mm256_loadu_si256(src.as_ptr().cast::<__m256i>());
+            _mm512_storeu_ps(dst.as_mut_ptr(), _mm512_cvtph_ps(h));
+        }
+    }
+    widen_f16_portable(&bytes[whole * 32..], &mut out[whole * 16..]);
+}
+
+/// Narrows `values` to f16 to nearest even into `out` as little-endian halves (as many as it
+/// holds), with the bits of `f16::from_f32` (`half`'s slice conversion: the host's F16C
+/// where it has it).
+pub(crate) fn narrow_f16(values: &[f32], out: &mut [u8]) {
+    use half::slice::HalfFloatSliceExt;
+    let mut halves = [half::f16::ZERO; 256];
+    for (v, o) in values.chunks(256).zip(out.chunks_mut(512)) {
+        let n = v.len().min(o.len() / 2);
+        halves[..n].convert_from_f32_slice(&v[..n]);
+        for (h, b) in halves[..n].iter().zip(o.chunks_exact_mut(2)) {
+            b.copy_from_slice(&h.to_bits().to_le_bytes());
+        }
+    }
+}
+
 /// Elements per vector repeat for an element size.
 pub(crate) fn elems_per_repeat(widest: DType) -> u64 {
     gearsim_isa::units::REPEAT_BYTES / widest.size() as u64
@@ -629,6 +695,27 @@ pub fn touches(
 
 #[cfg(test)]
 mod tests {
+    /// Every widening path gives `f16_to_f32`'s bits for all 65536 halves (NaNs included).
+    #[test]
+    fn f16_widening_paths_give_the_bits_of_the_scalar_conversion() {
+        let bytes: Vec<u8> = (0..=u16::MAX).flat_map(u16::to_le_bytes).collect();
+        // 65536 values and a 9-value tail, so the vector path's remainder is exercised.
+        let mut with_tail = bytes.clone();
+        with_tail.extend_from_slice(&bytes[..18]);
+        for widen in [super::widen_f16, super::widen_f16_portable] {
+            let mut out = vec![0f32; with_tail.len() / 2];
+            widen(&with_tail, &mut out);
+            for (i, v) in out.iter().enumerate() {
+                let bits = (i % 65536) as u16;
+                assert_eq!(
+                    v.to_bits(),
+                    super::f16_to_f32(bits).to_bits(),
+                    "f16 bits {bits:#06x}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn f16_widening_gives_the_bits_of_half_for_every_input() {
         for bits in 0..=u16::MAX {

@@ -13,7 +13,9 @@ use gearsim_isa::{
 };
 use half::{bf16, f16};
 
-use super::{Access, Fault, Mask, Operands, Plan, elems_per_repeat, f16_to_f32};
+use super::{
+    Access, Fault, Mask, Operands, Plan, elems_per_repeat, f16_to_f32, narrow_f16, widen_f16,
+};
 use crate::core::buffers::Buffers;
 use crate::stop::Buffer;
 
@@ -179,18 +181,11 @@ fn same_or_apart(dst: usize, src: usize, bytes: usize) -> bool {
 }
 
 /// The floats of one block at `at` (as many as `out` holds), with the bits of [`ld_f`]
-/// element by element; f16 through `half`'s slice conversion (the host's SIMD conversion).
+/// element by element (f16 through the slice conversion [`widen_f16`]).
 #[inline(always)]
 fn load_floats(ub: &[u8], at: usize, ty: DType, out: &mut [f32]) {
     if ty == DType::F16 {
-        use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
-        let n = out.len();
-        let mut bits = [0u16; 16];
-        for (b, c) in bits[..n].iter_mut().zip(ub[at..at + 2 * n].chunks_exact(2)) {
-            *b = u16::from_le_bytes([c[0], c[1]]);
-        }
-        let halves: &[f16] = bits[..n].reinterpret_cast();
-        halves.convert_to_f32_slice(out);
+        widen_f16(&ub[at..at + 2 * out.len()], out);
     } else {
         let size = ty.size();
         for (i, x) in out.iter_mut().enumerate() {
@@ -203,13 +198,7 @@ fn load_floats(ub: &[u8], at: usize, ty: DType, out: &mut [f32]) {
 #[inline(always)]
 fn store_floats(ub: &mut [u8], at: usize, ty: DType, v: &[f32]) {
     if ty == DType::F16 {
-        use half::slice::HalfFloatSliceExt;
-        let n = v.len();
-        let mut h = [f16::ZERO; 16];
-        h[..n].convert_from_f32_slice(v);
-        for (x, b) in h[..n].iter().zip(ub[at..at + 2 * n].chunks_exact_mut(2)) {
-            b.copy_from_slice(&x.to_bits().to_le_bytes());
-        }
+        narrow_f16(v, &mut ub[at..at + 2 * v.len()]);
     } else {
         let size = ty.size();
         for (i, x) in v.iter().enumerate() {
