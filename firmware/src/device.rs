@@ -154,6 +154,11 @@ impl<S: TraceSink> Device<S> {
         self.fw.sched.dispatch.mode = mode;
     }
 
+    /// Whether AI core kernels compute values or only times.
+    pub fn exec_mode(&self) -> ExecMode {
+        self.fw.sched.dispatch.mode
+    }
+
     /// Host threads that compute values in full mode (see [`Chip::set_host_threads`]); the
     /// results are the same for every count.
     pub fn set_host_threads(&mut self, threads: usize) {
@@ -225,6 +230,12 @@ impl<S: TraceSink> Device<S> {
     /// Fills device memory with a byte value (zero time).
     pub fn fill(&mut self, ptr: DevicePtr, len: u64, byte: u8) -> Result<(), DeviceError> {
         Ok(self.chip.fill_mem(ptr.0, len, byte)?)
+    }
+
+    /// Marks device memory as holding values that were not computed (see
+    /// [`Chip::mark_mem_not_computed`]): what a timing-only load leaves of the weights.
+    pub fn mark_not_computed(&mut self, ptr: DevicePtr, len: u64) -> Result<(), DeviceError> {
+        Ok(self.chip.mark_mem_not_computed(ptr.0, len)?)
     }
 
     /// Allocates a host buffer (the source or destination of host<->device copies).

@@ -207,9 +207,7 @@ pub fn verify_file(path: &Path, chip: impl FnOnce(&str) -> Result<ChipConfig>) -
                 .map_err(|e| anyhow::anyhow!("{}: kernel {}: {e}", path.display(), k.name))
         })
         .collect::<Result<Vec<_>>>()?;
-    let weight_bytes = file
-        .section(SectionKind::Weights)
-        .map_or(0, |w| w.len() as u64);
+    let weight_bytes = file.section_size(SectionKind::Weights).unwrap_or(0) as u64;
     let flags = match file.section(SectionKind::KernelFlags) {
         Some(bytes) => gearsim_isa::omtask::decode_kernel_flags(bytes, images.len())
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?,

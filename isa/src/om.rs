@@ -10,7 +10,12 @@
 //! ```
 //!
 //! Everything is little-endian. The body checksum ([`crate::checksum`]) covers bytes 64..end;
-//! the header checksum covers the header with its own field taken as zero. A reader rejects a
+//! the header checksum covers the header with its own field taken as zero. Since minor version
+//! 4 a `Checksums` section also holds each other section's checksum (and one over the section
+//! table and itself): a reader that finds it checks every section but the weights when it
+//! parses and the weights only when something asks for them ([`OmFile::weights`]), so a
+//! timing-only run of a large model never reads its weights; padding must be zero. An older
+//! reader ignores the section and checks the body, which still covers everything. A reader rejects a
 //! different major version, unknown flags, overlapping or out-of-range sections, a section
 //! kind it does not know (for the same minor version) and a section given twice. Variable-size
 //! data inside a section is read through [`Decoder`], which checks every length against the
@@ -25,7 +30,7 @@ pub const MAGIC: [u8; 8] = *b"GEAROM\0\0";
 /// Major version: a reader refuses any other.
 pub const VERSION_MAJOR: u16 = 1;
 /// Minor version: a reader accepts a higher one and ignores section kinds it does not know.
-pub const VERSION_MINOR: u16 = 3;
+pub const VERSION_MINOR: u16 = 4;
 /// Header size in bytes.
 pub const HEADER_BYTES: usize = 64;
 /// Section table entry size in bytes.
@@ -55,11 +60,15 @@ pub enum SectionKind {
     /// and output tensors ([`crate::omtask::OpInfo`]; since minor version 3; an older reader
     /// ignores it).
     OpInfo = 8,
+    /// Every other section's checksum, in table order (kind u32, zero u32, checksum u64 each),
+    /// then a checksum over the section table and those entries (since minor version 4; an
+    /// older reader ignores it).
+    Checksums = 9,
 }
 
 impl SectionKind {
     /// Every kind.
-    pub const ALL: [SectionKind; 8] = [
+    pub const ALL: [SectionKind; 9] = [
         SectionKind::Desc,
         SectionKind::Weights,
         SectionKind::Kernels,
@@ -68,11 +77,27 @@ impl SectionKind {
         SectionKind::Graph,
         SectionKind::KernelFlags,
         SectionKind::OpInfo,
+        SectionKind::Checksums,
     ];
 
     /// The kind with this number.
     pub fn from_u32(v: u32) -> Option<SectionKind> {
         SectionKind::ALL.iter().copied().find(|k| *k as u32 == v)
+    }
+
+    /// How messages name the section.
+    pub fn name(self) -> &'static str {
+        match self {
+            SectionKind::Desc => "Desc section",
+            SectionKind::Weights => "Weights section",
+            SectionKind::Kernels => "Kernels section",
+            SectionKind::Tasks => "Tasks section",
+            SectionKind::Labels => "Labels section",
+            SectionKind::Graph => "Graph section",
+            SectionKind::KernelFlags => "KernelFlags section",
+            SectionKind::OpInfo => "OpInfo section",
+            SectionKind::Checksums => "Checksums section",
+        }
     }
 }
 
@@ -108,7 +133,7 @@ pub enum OmError {
         ".om {which} checksum mismatch: stored {stored:#x}, computed {computed:#x} (the file is damaged)"
     )]
     Checksum {
-        /// `header` or `body`.
+        /// `header`, `body`, `section table` or the section's kind (e.g. `Weights section`).
         which: &'static str,
         /// Stored value.
         stored: u64,
@@ -142,19 +167,15 @@ fn header_checksum(header: &[u8]) -> u32 {
     (c ^ (c >> 32)) as u32
 }
 
-/// Rewrites the file size and both checksums of a `.om` after its bytes were edited, so that
-/// the structural checks behind the checksums see the edit (tests and tools that build damaged
-/// files on purpose). A file shorter than its header is left as it is.
+/// Rewrites the file size and the checksums (the sections', the body's and the header's) of a
+/// `.om` after its bytes were edited, so that the structural checks behind the checksums see
+/// the edit (tests and tools that build damaged files on purpose). A file shorter than its
+/// header is left as it is.
 pub fn reseal(bytes: &mut [u8]) {
     if bytes.len() < HEADER_BYTES {
         return;
     }
-    let len = bytes.len() as u64;
-    bytes[24..32].copy_from_slice(&len.to_le_bytes());
-    let body = checksum(&bytes[HEADER_BYTES..]);
-    bytes[32..40].copy_from_slice(&body.to_le_bytes());
-    let h = header_checksum(bytes);
-    bytes[40..44].copy_from_slice(&h.to_le_bytes());
+    seal(bytes);
 }
 
 /// Builds a `.om` file from sections.
@@ -177,36 +198,140 @@ impl OmWriter {
         self
     }
 
-    /// The file's bytes.
+    /// The file's bytes, with a `Checksums` section after the others.
     pub fn finish(&self) -> Vec<u8> {
-        let table_end = HEADER_BYTES + SECTION_ENTRY_BYTES * self.sections.len();
-        let mut offsets = Vec::new();
+        let others = self
+            .sections
+            .iter()
+            .filter(|(k, _)| *k != SectionKind::Checksums);
+        let count = others.clone().count();
+        let weight_len = others
+            .clone()
+            .find(|(k, _)| *k == SectionKind::Weights)
+            .map_or(0, |(_, b)| b.len());
+        let sums_bytes = checksums_bytes(count, weight_len);
+        let table_end = HEADER_BYTES + SECTION_ENTRY_BYTES * (count + 1);
+        let mut layout = Vec::new();
         let mut at = table_end.div_ceil(SECTION_ALIGN) * SECTION_ALIGN;
-        for (_, b) in &self.sections {
-            offsets.push(at);
+        for (kind, b) in others.clone() {
+            layout.push((*kind, at, b.len()));
             at = (at + b.len()).div_ceil(SECTION_ALIGN) * SECTION_ALIGN;
         }
-        let file_size = at.max(table_end);
+        layout.push((SectionKind::Checksums, at, sums_bytes));
+        at = (at + sums_bytes).div_ceil(SECTION_ALIGN) * SECTION_ALIGN;
+        let file_size = at;
         let mut out = vec![0u8; file_size];
         out[..8].copy_from_slice(&MAGIC);
         out[8..10].copy_from_slice(&VERSION_MAJOR.to_le_bytes());
         out[10..12].copy_from_slice(&VERSION_MINOR.to_le_bytes());
         out[12..16].copy_from_slice(&(HEADER_BYTES as u32).to_le_bytes());
-        out[16..20].copy_from_slice(&(self.sections.len() as u32).to_le_bytes());
+        out[16..20].copy_from_slice(&((count + 1) as u32).to_le_bytes());
         out[24..32].copy_from_slice(&(file_size as u64).to_le_bytes());
-        for (i, ((kind, bytes), off)) in self.sections.iter().zip(&offsets).enumerate() {
+        for (i, (kind, off, len)) in layout.iter().enumerate() {
             let e = HEADER_BYTES + SECTION_ENTRY_BYTES * i;
             out[e..e + 4].copy_from_slice(&(*kind as u32).to_le_bytes());
             out[e + 8..e + 16].copy_from_slice(&(*off as u64).to_le_bytes());
-            out[e + 16..e + 24].copy_from_slice(&(bytes.len() as u64).to_le_bytes());
-            out[*off..*off + bytes.len()].copy_from_slice(bytes);
+            out[e + 16..e + 24].copy_from_slice(&(*len as u64).to_le_bytes());
         }
-        let body = checksum(&out[HEADER_BYTES..]);
-        out[32..40].copy_from_slice(&body.to_le_bytes());
-        let h = header_checksum(&out);
-        out[40..44].copy_from_slice(&h.to_le_bytes());
+        for ((_, b), (_, off, _)) in others.zip(&layout) {
+            out[*off..*off + b.len()].copy_from_slice(b);
+        }
+        seal(&mut out);
         out
     }
+}
+
+/// Bytes of one entry of the `Checksums` section.
+const CHECKSUM_ENTRY_BYTES: usize = 16;
+
+/// The weights are also checksummed in chunks of this many bytes, so that a run reading a
+/// few of them (a gear table) checks only the chunks it reads ([`OmFile::weights_part`]).
+pub const WEIGHT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Size of the `Checksums` section of a file of `others` other sections whose weights have
+/// `weight_len` bytes: the entries, the chunk count and chunk checksums, the table checksum.
+fn checksums_bytes(others: usize, weight_len: usize) -> usize {
+    CHECKSUM_ENTRY_BYTES * others + 8 + 8 * weight_len.div_ceil(WEIGHT_CHUNK_BYTES) + 8
+}
+
+/// The section table's entries (kind, offset, size) where they lie inside `bytes`; None when
+/// the table itself does not fit.
+fn table_entries(bytes: &[u8]) -> Option<Vec<(u32, usize, usize)>> {
+    let count = le_u32(bytes, 16) as usize;
+    let end = count
+        .checked_mul(SECTION_ENTRY_BYTES)?
+        .checked_add(HEADER_BYTES)?;
+    if end > bytes.len() {
+        return None;
+    }
+    Some(
+        (0..count)
+            .map(|i| {
+                let e = HEADER_BYTES + SECTION_ENTRY_BYTES * i;
+                (
+                    le_u32(bytes, e),
+                    le_u64(bytes, e + 8) as usize,
+                    le_u64(bytes, e + 16) as usize,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The checksum over the section table and the `Checksums` entries before it.
+fn table_checksum(bytes: &[u8], table_end: usize, entries: &[u8]) -> u64 {
+    let mut c = crate::checksum::Checksum::new();
+    c.update(&bytes[HEADER_BYTES..table_end]);
+    c.update(entries);
+    c.finish()
+}
+
+/// Writes the `Checksums` section (when the table has a well-placed one), the file size and
+/// the body and header checksums from the bytes as they are.
+fn seal(bytes: &mut [u8]) {
+    let len = bytes.len() as u64;
+    bytes[24..32].copy_from_slice(&len.to_le_bytes());
+    if let Some(entries) = table_entries(bytes) {
+        let table_end = HEADER_BYTES + SECTION_ENTRY_BYTES * entries.len();
+        let fits =
+            |off: usize, size: usize| off.checked_add(size).is_some_and(|e| e <= bytes.len());
+        let sums = entries
+            .iter()
+            .find(|(k, off, size)| *k == SectionKind::Checksums as u32 && fits(*off, *size));
+        let others: Vec<_> = entries
+            .iter()
+            .filter(|(k, _, _)| *k != SectionKind::Checksums as u32)
+            .collect();
+        let weights = others
+            .iter()
+            .find(|(k, _, _)| *k == SectionKind::Weights as u32)
+            .map(|(_, off, size)| (*off, *size));
+        if let Some(&(_, at, size)) = sums
+            && size == checksums_bytes(others.len(), weights.map_or(0, |w| w.1))
+            && others.iter().all(|(_, off, size)| fits(*off, *size))
+            && at >= table_end
+        {
+            let mut list = Vec::with_capacity(size);
+            for (kind, off, size) in others {
+                list.extend_from_slice(&kind.to_le_bytes());
+                list.extend_from_slice(&0u32.to_le_bytes());
+                list.extend_from_slice(&checksum(&bytes[*off..*off + *size]).to_le_bytes());
+            }
+            let (w_off, w_len) = weights.unwrap_or((0, 0));
+            let chunks = w_len.div_ceil(WEIGHT_CHUNK_BYTES);
+            list.extend_from_slice(&(chunks as u64).to_le_bytes());
+            for c in bytes[w_off..w_off + w_len].chunks(WEIGHT_CHUNK_BYTES) {
+                list.extend_from_slice(&checksum(c).to_le_bytes());
+            }
+            let t = table_checksum(bytes, table_end, &list);
+            list.extend_from_slice(&t.to_le_bytes());
+            bytes[at..at + size].copy_from_slice(&list);
+        }
+    }
+    let body = checksum(&bytes[HEADER_BYTES..]);
+    bytes[32..40].copy_from_slice(&body.to_le_bytes());
+    let h = header_checksum(bytes);
+    bytes[40..44].copy_from_slice(&h.to_le_bytes());
 }
 
 /// A validated `.om` file borrowed from its bytes.
@@ -216,6 +341,18 @@ pub struct OmFile<'a> {
     sections: Vec<(SectionKind, std::ops::Range<usize>)>,
     /// Minor version of the file.
     pub minor: u16,
+    /// The weights' stored checksums (whole and by chunk) when they are checked on use, not
+    /// at parse time.
+    weights_sum: Option<WeightSums>,
+}
+
+/// The stored checksums of weights checked on use.
+#[derive(Debug, Clone)]
+struct WeightSums {
+    whole: u64,
+    /// Offset in the file of the chunk checksums (u64 each).
+    chunks_at: usize,
+    chunks: usize,
 }
 
 impl<'a> OmFile<'a> {
@@ -266,15 +403,6 @@ impl<'a> OmFile<'a> {
                 found: len,
             });
         }
-        let stored = le_u64(bytes, 32);
-        let computed = checksum(&bytes[HEADER_BYTES..]);
-        if stored != computed {
-            return Err(OmError::Checksum {
-                which: "body",
-                stored,
-                computed,
-            });
-        }
         let count = le_u32(bytes, 16) as usize;
         let table_end = count
             .checked_mul(SECTION_ENTRY_BYTES)
@@ -282,6 +410,7 @@ impl<'a> OmFile<'a> {
             .filter(|e| *e <= bytes.len())
             .ok_or_else(|| OmError::Corrupt(format!("{count} sections do not fit in the file")))?;
         let mut sections: Vec<(SectionKind, std::ops::Range<usize>)> = Vec::with_capacity(count);
+        let mut ranges: Vec<(u32, std::ops::Range<usize>)> = Vec::with_capacity(count);
         for i in 0..count {
             let e = HEADER_BYTES + SECTION_ENTRY_BYTES * i;
             let (kind, flags, off, size) = (
@@ -307,7 +436,8 @@ impl<'a> OmFile<'a> {
                 )));
             }
             let range = off as usize..end as usize;
-            if let Some((_, r)) = sections
+            ranges.push((kind, range.clone()));
+            if let Some((_, r)) = ranges[..i]
                 .iter()
                 .find(|(_, r)| r.start < range.end && range.start < r.end)
             {
@@ -333,19 +463,105 @@ impl<'a> OmFile<'a> {
                 }
             }
         }
+        let sums = sections
+            .iter()
+            .find(|(k, _)| *k == SectionKind::Checksums)
+            .map(|(_, r)| r.clone());
+        let weights_sum = match sums {
+            Some(sums) => check_sections(bytes, table_end, &ranges, sums)?,
+            None => {
+                let stored = le_u64(bytes, 32);
+                let computed = checksum(&bytes[HEADER_BYTES..]);
+                if stored != computed {
+                    return Err(OmError::Checksum {
+                        which: "body",
+                        stored,
+                        computed,
+                    });
+                }
+                None
+            }
+        };
         Ok(OmFile {
             bytes,
             sections,
             minor,
+            weights_sum,
         })
     }
 
-    /// The bytes of a section, if present.
+    /// The bytes of a section, if present. The weights of a file with per-section checksums
+    /// are checked here, on each call, and a damaged weights section reads as absent: use
+    /// [`OmFile::weights`], which says why.
     pub fn section(&self, kind: SectionKind) -> Option<&'a [u8]> {
+        if kind == SectionKind::Weights {
+            return self.weights().ok().and(self.raw_section(kind));
+        }
+        self.raw_section(kind)
+    }
+
+    fn raw_section(&self, kind: SectionKind) -> Option<&'a [u8]> {
         self.sections
             .iter()
             .find(|(k, _)| *k == kind)
             .map(|(_, r)| &self.bytes[r.clone()])
+    }
+
+    /// The size of a section, if present, without reading it.
+    pub fn section_size(&self, kind: SectionKind) -> Option<usize> {
+        self.sections
+            .iter()
+            .find(|(k, _)| *k == kind)
+            .map(|(_, r)| r.len())
+    }
+
+    /// The weights (empty when the file has none), checked against their stored checksum
+    /// first when the parse left them unread.
+    pub fn weights(&self) -> Result<&'a [u8], OmError> {
+        let w = self.raw_section(SectionKind::Weights).unwrap_or(&[]);
+        if let Some(sums) = &self.weights_sum {
+            let computed = checksum(w);
+            if computed != sums.whole {
+                return Err(OmError::Checksum {
+                    which: "Weights section",
+                    stored: sums.whole,
+                    computed,
+                });
+            }
+        }
+        Ok(w)
+    }
+
+    /// Bytes `range` of the weights, checked first (the chunks of
+    /// [`WEIGHT_CHUNK_BYTES`] it touches) when the parse left them unread.
+    pub fn weights_part(&self, range: std::ops::Range<usize>) -> Result<&'a [u8], OmError> {
+        let w = self.raw_section(SectionKind::Weights).unwrap_or(&[]);
+        if range.start > range.end || range.end > w.len() {
+            return Err(OmError::Corrupt(format!(
+                "weight bytes [{}, {}) are outside the {}-byte weights section",
+                range.start,
+                range.end,
+                w.len()
+            )));
+        }
+        if let Some(sums) = &self.weights_sum
+            && range.start < range.end
+        {
+            for c in range.start / WEIGHT_CHUNK_BYTES..range.end.div_ceil(WEIGHT_CHUNK_BYTES) {
+                let stored = le_u64(self.bytes, sums.chunks_at + 8 * c);
+                let part = &w[c * WEIGHT_CHUNK_BYTES..((c + 1) * WEIGHT_CHUNK_BYTES).min(w.len())];
+                let computed = checksum(part);
+                if computed != stored {
+                    return Err(OmError::Checksum {
+                        which: "Weights section",
+                        stored,
+                        computed,
+                    });
+                }
+            }
+            debug_assert!(range.end.div_ceil(WEIGHT_CHUNK_BYTES) <= sums.chunks);
+        }
+        Ok(&w[range])
     }
 
     /// The model description.
@@ -355,6 +571,101 @@ impl<'a> OmFile<'a> {
             .ok_or_else(|| OmError::Corrupt("no model description section".into()))?;
         ModelDesc::decode(b)
     }
+}
+
+/// Checks a file with a `Checksums` section (at `sums`): zero padding around every section,
+/// the checksum over the table and the entries, and each section's own checksum but the
+/// weights', which it returns to be checked on use.
+fn check_sections(
+    bytes: &[u8],
+    table_end: usize,
+    ranges: &[(u32, std::ops::Range<usize>)],
+    sums: std::ops::Range<usize>,
+) -> Result<Option<WeightSums>, OmError> {
+    let mut placed: Vec<&std::ops::Range<usize>> = ranges.iter().map(|(_, r)| r).collect();
+    placed.sort_by_key(|r| r.start);
+    let mut at = table_end;
+    for r in placed
+        .iter()
+        .copied()
+        .chain(std::iter::once(&(bytes.len()..bytes.len())))
+    {
+        if let Some(i) = bytes[at..r.start].iter().position(|b| *b != 0) {
+            return Err(OmError::Corrupt(format!(
+                "padding byte at {} is {:#04x}, not zero",
+                at + i,
+                bytes[at + i]
+            )));
+        }
+        at = r.end;
+    }
+    let others: Vec<&(u32, std::ops::Range<usize>)> = ranges
+        .iter()
+        .filter(|(k, _)| *k != SectionKind::Checksums as u32)
+        .collect();
+    let list = &bytes[sums.clone()];
+    let weight_len = others
+        .iter()
+        .find(|(k, _)| *k == SectionKind::Weights as u32)
+        .map_or(0, |(_, r)| r.len());
+    let expected = checksums_bytes(others.len(), weight_len);
+    if list.len() != expected {
+        return Err(OmError::Corrupt(format!(
+            "the checksums section has {} bytes (expected {expected} for {} sections and {weight_len} bytes of weights)",
+            list.len(),
+            others.len()
+        )));
+    }
+    let (before, tail) = list.split_at(list.len() - 8);
+    let stored = le_u64(tail, 0);
+    let computed = table_checksum(bytes, table_end, before);
+    if stored != computed {
+        return Err(OmError::Checksum {
+            which: "section table",
+            stored,
+            computed,
+        });
+    }
+    let entries = &before[..CHECKSUM_ENTRY_BYTES * others.len()];
+    let chunks_field = CHECKSUM_ENTRY_BYTES * others.len();
+    let chunks = le_u64(before, chunks_field);
+    if chunks != weight_len.div_ceil(WEIGHT_CHUNK_BYTES) as u64 {
+        return Err(OmError::Corrupt(format!(
+            "the checksums section lists {chunks} weight chunks for {weight_len} bytes of weights"
+        )));
+    }
+    let chunks_at = sums.start + chunks_field + 8;
+    let mut weights = None;
+    for (i, (kind, range)) in others.into_iter().enumerate() {
+        let e = CHECKSUM_ENTRY_BYTES * i;
+        let (listed, zero, stored) = (
+            le_u32(entries, e),
+            le_u32(entries, e + 4),
+            le_u64(entries, e + 8),
+        );
+        if listed != *kind || zero != 0 {
+            return Err(OmError::Corrupt(format!(
+                "checksum entry {i} is for kind {listed} (flags {zero:#x}), the table has kind {kind} there"
+            )));
+        }
+        if *kind == SectionKind::Weights as u32 {
+            weights = Some(WeightSums {
+                whole: stored,
+                chunks_at,
+                chunks: chunks as usize,
+            });
+            continue;
+        }
+        let computed = checksum(&bytes[range.clone()]);
+        if stored != computed {
+            return Err(OmError::Checksum {
+                which: SectionKind::from_u32(*kind).map_or("unknown section", SectionKind::name),
+                stored,
+                computed,
+            });
+        }
+    }
+    Ok(weights)
 }
 
 /// Writes the variable-size values of a section.
@@ -827,19 +1138,64 @@ mod tests {
         assert_eq!(om.section(SectionKind::Tasks), None);
     }
 
+    /// The file without its `Checksums` section, as a minor-3 writer made it.
+    fn older(bytes: &[u8]) -> Vec<u8> {
+        let entries = table_entries(bytes).unwrap();
+        let (kind, at, _) = *entries.last().unwrap();
+        assert_eq!(kind, SectionKind::Checksums as u32);
+        let mut b = bytes[..at].to_vec();
+        b[10..12].copy_from_slice(&3u16.to_le_bytes());
+        b[16..20].copy_from_slice(&((entries.len() - 1) as u32).to_le_bytes());
+        let last = HEADER_BYTES + SECTION_ENTRY_BYTES * (entries.len() - 1);
+        b[last..last + SECTION_ENTRY_BYTES].fill(0);
+        reseal(&mut b);
+        b
+    }
+
+    /// Parses and reads the weights: every byte of the file is checked by one or the other.
+    fn parse_all(bytes: &[u8]) -> Result<(), OmError> {
+        OmFile::parse(bytes).and_then(|f| f.weights().map(|_| ()))
+    }
+
     #[test]
     fn every_truncation_and_bit_flip_is_an_error() {
-        let bytes = sample();
-        for n in 0..bytes.len() {
-            assert!(OmFile::parse(&bytes[..n]).is_err(), "truncated to {n}");
-        }
-        for i in 0..bytes.len() {
-            for bit in 0..8 {
-                let mut b = bytes.clone();
-                b[i] ^= 1 << bit;
-                assert!(OmFile::parse(&b).is_err(), "byte {i} bit {bit}");
+        for bytes in [sample(), older(&sample())] {
+            parse_all(&bytes).unwrap();
+            for n in 0..bytes.len() {
+                assert!(OmFile::parse(&bytes[..n]).is_err(), "truncated to {n}");
+            }
+            for i in 0..bytes.len() {
+                for bit in 0..8 {
+                    let mut b = bytes.clone();
+                    b[i] ^= 1 << bit;
+                    assert!(parse_all(&b).is_err(), "byte {i} bit {bit}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn weights_are_checked_when_read_not_when_parsed() {
+        let mut bytes = sample();
+        let (_, at, _) = table_entries(&bytes).unwrap()[1];
+        bytes[at + 5] ^= 4;
+        let om = OmFile::parse(&bytes).unwrap();
+        assert_eq!(om.section_size(SectionKind::Weights), Some(100));
+        assert!(matches!(
+            om.weights(),
+            Err(OmError::Checksum {
+                which: "Weights section",
+                ..
+            })
+        ));
+        assert_eq!(om.section(SectionKind::Weights), None);
+        // Without per-section checksums the parse checks the weights with the body.
+        let mut old = older(&sample());
+        old[at + 5] ^= 4;
+        assert!(matches!(
+            OmFile::parse(&old),
+            Err(OmError::Checksum { which: "body", .. })
+        ));
     }
 
     /// Regression (fuzzing): `getnext_sink` was read as `!= 0`, so 255 decoded to `true` and
@@ -862,19 +1218,62 @@ mod tests {
     }
 
     #[test]
-    fn reseal_makes_an_edited_file_pass_the_checksums() {
-        let mut bytes = sample();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 1; // in the weights' padding
+    fn a_part_of_the_weights_is_checked_by_its_chunks() {
+        let mut w = OmWriter::new();
+        w.section(
+            SectionKind::Weights,
+            (0..3 * WEIGHT_CHUNK_BYTES + 5).map(|i| i as u8).collect(),
+        );
+        let mut bytes = w.finish();
+        let (_, at, _) = table_entries(&bytes).unwrap()[0];
+        bytes[at + 2 * WEIGHT_CHUNK_BYTES + 7] ^= 1;
+        let om = OmFile::parse(&bytes).unwrap();
+        let c = WEIGHT_CHUNK_BYTES;
+        assert_eq!(
+            om.weights_part(10..20).unwrap(),
+            &(10..20).map(|i| i as u8).collect::<Vec<_>>()[..]
+        );
+        om.weights_part(c - 4..2 * c).unwrap();
+        om.weights_part(3 * c..3 * c + 5).unwrap();
+        for bad in [2 * c..2 * c + 1, c..2 * c + 8, 0..3 * c + 5] {
+            assert!(
+                matches!(
+                    om.weights_part(bad.clone()),
+                    Err(OmError::Checksum {
+                        which: "Weights section",
+                        ..
+                    })
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(om.weights().is_err());
         assert!(matches!(
-            OmFile::parse(&bytes),
-            Err(OmError::Checksum { which: "body", .. })
+            om.weights_part(0..3 * c + 6),
+            Err(OmError::Corrupt(_))
         ));
-        reseal(&mut bytes);
-        OmFile::parse(&bytes).unwrap();
-        let mut short = bytes[..10].to_vec();
-        reseal(&mut short);
-        assert_eq!(short, bytes[..10]);
+    }
+
+    #[test]
+    fn reseal_makes_an_edited_file_pass_the_checksums() {
+        for mut bytes in [sample(), older(&sample())] {
+            let (_, desc, _) = table_entries(&bytes).unwrap()[0];
+            bytes[desc] ^= 1; // the description's first length byte
+            assert!(matches!(
+                OmFile::parse(&bytes),
+                Err(OmError::Checksum {
+                    which: "Desc section" | "body",
+                    ..
+                })
+            ));
+            reseal(&mut bytes);
+            // Past the checksums, the description's decoder sees the edit.
+            let om = OmFile::parse(&bytes).unwrap();
+            assert!(om.desc().is_err());
+            let mut short = bytes[..10].to_vec();
+            reseal(&mut short);
+            assert_eq!(short, bytes[..10]);
+        }
     }
 
     #[test]

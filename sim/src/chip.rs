@@ -822,6 +822,15 @@ impl<S: TraceSink> Chip<S> {
         self.mem.fill(addr, len, byte)
     }
 
+    /// Marks a range whose contents were never written, because no value is computed from
+    /// them (a timing-only run's weights), as not computed: a kernel that reads it for its
+    /// control flow stops with `ValueNeeded` instead of reading zeros.
+    pub fn mark_mem_not_computed(&mut self, addr: u64, len: u64) -> Result<(), OutOfRange> {
+        self.mem.check(addr, len)?;
+        self.mem.mark_unknown(addr, len);
+        Ok(())
+    }
+
     /// Whether any byte of the range was written by a timing-only computation.
     pub fn mem_is_unknown(&self, addr: u64, len: u64) -> bool {
         self.mem.is_unknown(addr, len)

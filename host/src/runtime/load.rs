@@ -13,7 +13,7 @@ use gearsim_firmware::{
 use gearsim_isa::Program;
 use gearsim_isa::gear::MapIndexEngine;
 use gearsim_isa::gear::{MAX_RANK, TableLayout};
-use gearsim_isa::om::{ModelDesc, OmError, OmFile, SectionKind};
+use gearsim_isa::om::{ModelDesc, OmError, OmFile, SectionKind, WEIGHT_CHUNK_BYTES};
 use gearsim_isa::omtask::{
     Addr, KernelArg, ModelTasks, OmTask, OpInfo, Region, decode_kernel_flags, decode_kernels,
     decode_op_info,
@@ -22,6 +22,7 @@ use gearsim_isa::task::{
     AiCoreKernel, KernelKind, L2_SECTION_BYTES, L2Section, LabelGoto, LabelSet, LabelSwitchByIndex,
     Memcpy, MemcpyKind, ModelEndGraph, NO_STREAM, StreamActive, Task,
 };
+use gearsim_sim::ExecMode;
 use gearsim_traces::TraceSink;
 
 use gearsim_isa::gear::SHAPE_DATA;
@@ -255,7 +256,25 @@ impl LoadedModel {
             .collect();
         let sink = desc.dynamic.as_ref().is_some_and(|d| d.getnext_sink);
         // Regions.
-        let weights = put(dev, om.section(SectionKind::Weights).unwrap_or(&[]))?;
+        // A timing-only run of a model where nothing computes a value from the weights but
+        // MapIndex (no kernel needs values, no AI CPU operator) leaves them unread: the region
+        // is reserved and marked not computed, and only the chunks holding gear tables are
+        // checked and copied (below, with the MapIndex tasks).
+        let weight_bytes = om.section_size(SectionKind::Weights).unwrap_or(0) as u64;
+        let values_read = flags.iter().any(|f| f & KERNEL_NEEDS_VALUES != 0)
+            || tasks
+                .streams
+                .iter()
+                .flatten()
+                .any(|t| matches!(t.task, OmTask::AiCpu { .. }));
+        let lazy_weights = dev.exec_mode() == ExecMode::TimingOnly && !values_read;
+        let weights = if lazy_weights {
+            let p = dev.alloc(weight_bytes.max(1))?;
+            dev.mark_not_computed(p, weight_bytes.max(1))?;
+            p
+        } else {
+            put(dev, om.weights()?)?
+        };
         let feature_map = zeroed(dev, tasks.feature_map_bytes)?;
         let inputs = if sink {
             Vec::new()
@@ -276,9 +295,7 @@ impl LoadedModel {
             inputs,
             outputs,
             sizes: RegionSizes {
-                weights: om
-                    .section(SectionKind::Weights)
-                    .map_or(0, |w| w.len() as u64),
+                weights: weight_bytes,
                 feature_map: tasks.feature_map_bytes,
                 inputs: desc.inputs.iter().map(|i| i.bytes).collect(),
                 outputs: desc.outputs.iter().map(|o| o.bytes).collect(),
@@ -404,6 +421,18 @@ impl LoadedModel {
                             .map_err(|e| {
                                 LoadError::Model(format!("task {} (MapIndex): {e}", t.name))
                             })?;
+                        if lazy_weights && table.region == Region::Weights {
+                            // The kernel reads the table in 32-byte units: the chunks under
+                            // that span.
+                            let bytes = layout.table_len(*gears, *n) * 4;
+                            let end = (table.offset.saturating_add(bytes.div_ceil(32) * 32))
+                                .min(weight_bytes);
+                            let chunk = WEIGHT_CHUNK_BYTES as u64;
+                            let start = table.offset.min(end) / chunk * chunk;
+                            let end = end.div_ceil(chunk).saturating_mul(chunk).min(weight_bytes);
+                            let part = om.weights_part(start as usize..end as usize)?;
+                            dev.write(DevicePtr(r.weights.0 + start), part)?;
+                        }
                         let (x, table, y) = (
                             r.resolve(&t.name, *x)?,
                             r.resolve(&t.name, *table)?,

@@ -229,9 +229,11 @@ fn read_everything(bytes: &[u8]) -> Result<(), OmError> {
     let images = check_kernels(kernels)?;
     let tasks = file.section(SectionKind::Tasks).unwrap_or(&[]);
     check_tasks(tasks, images.len() as u32)?;
-    // The sections read back give a file that parses to the same sections.
+    // The sections read back give a file that parses to the same sections (the checksums
+    // are the writer's own).
     let present: Vec<(SectionKind, Vec<u8>)> = SectionKind::ALL
         .iter()
+        .filter(|k| **k != SectionKind::Checksums)
         .filter_map(|k| file.section(*k).map(|b| (*k, b.to_vec())))
         .collect();
     let rebuilt = build(&present);

@@ -257,3 +257,48 @@ fn the_producer_of_an_ai_cpu_gathers_indices_computes_values() {
     // Per gear: the gather, three casts and the Mod.
     assert_eq!(aicpu_tasks, 2 * 5);
 }
+
+/// A timing-only run of a model where nothing computes a value from the weights neither
+/// checks nor copies them: with a weight byte damaged it still runs, on the same timeline as
+/// the intact model in full mode, while a full run refuses to load it, naming the section.
+#[test]
+fn a_timing_only_run_leaves_the_weights_unread() {
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    let onnx = std::fs::read(workspace_root().join("tests/models/cnn.onnx")).unwrap();
+    let opts = compile_options(options("input:2,3,32,32", None, None, None), &cfg);
+    let om = compile(&onnx, "cnn.onnx", &opts)
+        .unwrap()
+        .om_bytes()
+        .unwrap();
+    let case = Case {
+        file: "cnn.onnx",
+        gear: opts.gear.clone(),
+        gears: vec![vec![Input::F32(vec![2, 3, 32, 32])]],
+    };
+    let run = |om: &[u8], mode: ExecMode| -> Result<u64, String> {
+        let sink = TraceWriter::new(Cursor::new(Vec::new())).unwrap();
+        let opts = RuntimeOptions {
+            exec_mode: mode,
+            ..RuntimeOptions::default()
+        };
+        let mut rt = Runtime::new(cfg.clone(), sink, opts).unwrap();
+        let m = rt.load(om).map_err(|e| e.to_string())?;
+        let inputs: Vec<Tensor> = case.gears[0]
+            .iter()
+            .map(|x| tensor(x, &mut Rng::new(7)))
+            .collect();
+        let r = rt.run(m, &inputs).map_err(|e| e.to_string())?;
+        assert_eq!(r.gear, None);
+        Ok(r.device_time_ps)
+    };
+    let intact = run(&om, ExecMode::Full).unwrap();
+    let file = gearsim_isa::om::OmFile::parse(&om).unwrap();
+    let weights = file.weights().unwrap();
+    assert!(weights.len() > 1000, "the model has weights");
+    let at = weights.as_ptr() as usize - om.as_ptr() as usize + weights.len() / 2;
+    let mut damaged = om.clone();
+    damaged[at] ^= 0x10;
+    assert_eq!(run(&damaged, ExecMode::TimingOnly), Ok(intact));
+    let err = run(&damaged, ExecMode::Full).unwrap_err();
+    assert!(err.contains("Weights section checksum mismatch"), "{err}");
+}
