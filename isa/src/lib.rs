@@ -58,7 +58,7 @@ pub mod units;
 
 pub use asm::{AsmError, MAX_EXPR_DEPTH, assemble, parse_instruction};
 pub use build::{BuildError, Emitted, Label, ProgramBuilder};
-pub use disasm::{disasm, disasm_with};
+pub use disasm::{disasm, disasm_into, disasm_with};
 pub use encode::{
     DecodeError, EncodeError, Word, conversion_supported, decode, decode_all, encode, encode_all,
 };

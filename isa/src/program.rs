@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::disasm::disasm_with;
+use crate::disasm::{disasm_into, disasm_with};
 use crate::encode::{DecodeError, EncodeError, decode_all, encode_all};
 use crate::operand::FieldKind;
 use crate::spec::MAX_FIELDS;
@@ -74,6 +74,11 @@ impl Program {
     /// Disassembly of one instruction with label names for branch targets.
     pub fn disasm_at(&self, pc: usize) -> String {
         disasm_with(&self.instrs[pc], &|t| self.target_name(t))
+    }
+
+    /// Appends [`Program::disasm_at`]'s text to `out`.
+    pub fn disasm_at_into(&self, pc: usize, out: &mut String) {
+        disasm_into(out, &self.instrs[pc], &|t| self.target_name(t));
     }
 
     fn target_name(&self, pc: u32) -> String {

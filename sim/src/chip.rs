@@ -316,15 +316,18 @@ impl<S: TraceSink> Chip<S> {
         }
         let strings = if self.tracer.on {
             let sink = &mut self.tracer.sink;
+            // One buffer for every instruction's "<kernel>: <text>" (the mnemonic with its
+            // suffixes is the text's first word).
+            let mut line = format!("{}: ", kernel.name);
+            let prefix = line.len();
             Some(
                 (0..len)
                     .map(|pc| {
-                        let text = kernel.program.disasm_at(pc);
-                        let head = text.split(' ').next().unwrap_or("").to_string();
-                        (
-                            sink.intern(&head),
-                            sink.intern(&format!("{}: {text}", kernel.name)),
-                        )
+                        line.truncate(prefix);
+                        kernel.program.disasm_at_into(pc, &mut line);
+                        let text = &line[prefix..];
+                        let head = text.split(' ').next().unwrap_or("");
+                        (sink.intern(head), sink.intern(&line))
                     })
                     .collect(),
             )

@@ -18,6 +18,56 @@ use crate::{Lane, LaneId, LaneKind, Level, Record, StrId, TraceError, TraceSink}
 /// Records are collected in memory until this many bytes are pending, then written in one go.
 const FLUSH_AT: usize = 1 << 18;
 
+/// The string table's hasher: a multiply-rotate over 8-byte words (the Fx hash). Interning
+/// hashes every instruction's text when a kernel is loaded under an instruction-level trace,
+/// where SipHash was a tenth of the run; ids follow first use, so the hash never shows in a
+/// trace, and a local tool's own strings need no flooding resistance.
+#[derive(Debug, Default, Clone, Copy)]
+struct BuildWordHasher;
+
+impl std::hash::BuildHasher for BuildWordHasher {
+    type Hasher = WordHasher;
+    fn build_hasher(&self) -> WordHasher {
+        WordHasher(0)
+    }
+}
+
+#[derive(Debug)]
+struct WordHasher(u64);
+
+impl WordHasher {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(Self::K);
+    }
+}
+
+impl std::hash::Hasher for WordHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut words = bytes.chunks_exact(8);
+        for w in &mut words {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(w);
+            self.add(u64::from_le_bytes(b));
+        }
+        let rest = words.remainder();
+        if !rest.is_empty() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(b) ^ ((rest.len() as u64) << 59));
+        }
+    }
+
+    fn write_u8(&mut self, b: u8) {
+        self.add(u64::from(b));
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// Writes a `.gtrace` trace to `W`.
 ///
 /// [`TraceWriter::new`] writes a placeholder header (without the "complete" flag) at the
@@ -41,7 +91,7 @@ pub struct TraceWriter<W: Write + Seek> {
     written: u64,
     record_count: u64,
     /// String lookup; the order of ids lives in `string_table`.
-    strings: HashMap<Box<str>, StrId>,
+    strings: HashMap<Box<str>, StrId, BuildWordHasher>,
     /// The encoded string table (length-prefixed strings in id order).
     string_table: Vec<u8>,
     string_count: u32,
@@ -92,7 +142,7 @@ impl<W: Write + Seek> TraceWriter<W> {
             checksum: Checksum::new(),
             written: 0,
             record_count: 0,
-            strings: HashMap::new(),
+            strings: HashMap::default(),
             string_table: Vec::new(),
             string_count: 0,
             lanes: Vec::new(),
