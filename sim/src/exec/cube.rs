@@ -417,6 +417,20 @@ fn products(l0c: &mut [u8], c: u64, [mb, kb, nb]: [u64; 3], init: bool, av: &[f3
     for n_i in 0..nb {
         for m_i in 0..mb {
             let cbase = (c + (n_i * mb + m_i) * FRACTAL_C) as usize;
+            let a_row = &av[(m_i * kb * 256) as usize..][..(kb * 256) as usize];
+            let b_col = &bv[(n_i * kb * 256) as usize..][..(kb * 256) as usize];
+            // On a little-endian host an aligned fractal of L0C is its 256 accumulators as
+            // they are: add into them where they lie, without copying them out and back.
+            let fractal = &mut l0c[cbase..cbase + FRACTAL_C as usize];
+            if cfg!(target_endian = "little") {
+                if init {
+                    fractal.fill(0);
+                }
+                if let Ok(acc) = <[f32; 256] as zerocopy::FromBytes>::mut_from_bytes(fractal) {
+                    accumulate(acc, a_row, b_col);
+                    continue;
+                }
+            }
             if init {
                 acc = [0.0; 256];
             } else {
@@ -427,8 +441,6 @@ fn products(l0c: &mut [u8], c: u64, [mb, kb, nb]: [u64; 3], init: bool, av: &[f3
                     *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
             }
-            let a_row = &av[(m_i * kb * 256) as usize..][..(kb * 256) as usize];
-            let b_col = &bv[(n_i * kb * 256) as usize..][..(kb * 256) as usize];
             accumulate(&mut acc, a_row, b_col);
             for (v, b) in acc
                 .iter()
@@ -914,18 +926,55 @@ mod tests {
         );
     }
 
+    /// Values in [-500, 500) from a seeded linear congruential generator.
+    fn draws(mut seed: u64) -> impl FnMut() -> f32 {
+        move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e3
+        }
+    }
+
+    /// An L0C fractal that is not 4-byte aligned is copied out, added into and copied back;
+    /// an aligned one is added into where it lies. Both give the same bits, with and without
+    /// `init`.
+    #[test]
+    fn products_in_place_and_copied_agree() {
+        let (mb, kb, nb) = (2u64, 3u64, 2u64);
+        let mut draw = draws(0x9e37_79b9);
+        let av: Vec<f32> = (0..mb * kb * 256).map(|_| draw()).collect();
+        let bv: Vec<f32> = (0..kb * nb * 256).map(|_| draw()).collect();
+        let start: Vec<u8> = (0..mb * nb * 256)
+            .flat_map(|_| draw().to_le_bytes())
+            .collect();
+        for init in [false, true] {
+            let mut buf = vec![0u8; start.len() + 4];
+            let base = buf.as_ptr() as usize;
+            let at = |aligned: bool| {
+                (0..4)
+                    .find(|o| (base + o).is_multiple_of(4) == aligned)
+                    .expect("four offsets hold both kinds")
+            };
+            let mut results = Vec::new();
+            for aligned in [true, false] {
+                let o = at(aligned);
+                let l0c = &mut buf[o..o + start.len()];
+                l0c.copy_from_slice(&start);
+                products(l0c, 0, [mb, kb, nb], init, &av, &bv);
+                results.push(l0c.to_vec());
+            }
+            assert_eq!(results[0], results[1], "init {init}");
+            assert_ne!(results[0], start, "the products changed the accumulators");
+        }
+    }
+
     /// Every vector width gives the bits of the portable loop (products added one at a time
     /// in ascending k, never fused), on values that round differently in every order.
     #[test]
     #[allow(unsafe_code)]
     fn every_accumulate_path_gives_the_same_bits() {
-        let mut seed = 0x1234_5678_u64;
-        let mut draw = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e3
-        };
+        let mut draw = draws(0x1234_5678);
         let a: Vec<f32> = (0..256 * 5).map(|_| draw()).collect();
         let b: Vec<f32> = (0..256 * 5).map(|_| draw()).collect();
         let start: [f32; 256] = std::array::from_fn(|_| draw());
