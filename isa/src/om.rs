@@ -350,9 +350,9 @@ pub struct OmFile<'a> {
 #[derive(Debug, Clone)]
 struct WeightSums {
     whole: u64,
-    /// Offset in the file of the chunk checksums (u64 each).
+    /// Offset in the file of the chunk checksums (u64 each; their count was checked against
+    /// the weights' size at parse time).
     chunks_at: usize,
-    chunks: usize,
 }
 
 impl<'a> OmFile<'a> {
@@ -509,10 +509,7 @@ impl<'a> OmFile<'a> {
 
     /// The size of a section, if present, without reading it.
     pub fn section_size(&self, kind: SectionKind) -> Option<usize> {
-        self.sections
-            .iter()
-            .find(|(k, _)| *k == kind)
-            .map(|(_, r)| r.len())
+        self.raw_section(kind).map(<[u8]>::len)
     }
 
     /// The weights (empty when the file has none), checked against their stored checksum
@@ -559,7 +556,6 @@ impl<'a> OmFile<'a> {
                     });
                 }
             }
-            debug_assert!(range.end.div_ceil(WEIGHT_CHUNK_BYTES) <= sums.chunks);
         }
         Ok(&w[range])
     }
@@ -652,7 +648,6 @@ fn check_sections(
             weights = Some(WeightSums {
                 whole: stored,
                 chunks_at,
-                chunks: chunks as usize,
             });
             continue;
         }

@@ -13,7 +13,7 @@ use gearsim_firmware::{
 use gearsim_isa::Program;
 use gearsim_isa::gear::MapIndexEngine;
 use gearsim_isa::gear::{MAX_RANK, TableLayout};
-use gearsim_isa::om::{ModelDesc, OmError, OmFile, SectionKind, WEIGHT_CHUNK_BYTES};
+use gearsim_isa::om::{ModelDesc, OmError, OmFile, SectionKind};
 use gearsim_isa::omtask::{
     Addr, KernelArg, ModelTasks, OmTask, OpInfo, Region, decode_kernel_flags, decode_kernels,
     decode_op_info,
@@ -422,14 +422,12 @@ impl LoadedModel {
                                 LoadError::Model(format!("task {} (MapIndex): {e}", t.name))
                             })?;
                         if lazy_weights && table.region == Region::Weights {
-                            // The kernel reads the table in 32-byte units: the chunks under
-                            // that span.
+                            // The kernel reads the table in 32-byte units: that span (whose
+                            // weight chunks `weights_part` checks first).
                             let bytes = layout.table_len(*gears, *n) * 4;
                             let end = (table.offset.saturating_add(bytes.div_ceil(32) * 32))
                                 .min(weight_bytes);
-                            let chunk = WEIGHT_CHUNK_BYTES as u64;
-                            let start = table.offset.min(end) / chunk * chunk;
-                            let end = end.div_ceil(chunk).saturating_mul(chunk).min(weight_bytes);
+                            let start = table.offset.min(end);
                             let part = om.weights_part(start as usize..end as usize)?;
                             dev.write(DevicePtr(r.weights.0 + start), part)?;
                         }
