@@ -211,13 +211,49 @@ pub(crate) fn widen_f16(bytes: &[u8], out: &mut [f32]) {
             // SAFETY: the host has AVX-512F (checked just above).
             return unsafe { widen_f16_avx512(bytes, out) };
         }
+        if std::arch::is_x86_feature_detected!("f16c") {
+            // SAFETY: the host has F16C, and so AVX (checked just above).
+            return unsafe { widen_f16_f16c(bytes, out) };
+        }
     }
     widen_f16_portable(bytes, out);
+}
+
+/// [`widen_f16`] 8 values at a time with F16C's `vcvtph2ps` straight from the bytes (the
+/// instruction `half` uses, without its copy through an array of halves).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+#[allow(unsafe_code)]
+fn widen_f16_f16c(bytes: &[u8], out: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm256_cvtph_ps, _mm256_storeu_ps};
+    let whole = (bytes.len() / 16).min(out.len() / 8);
+    for (src, dst) in bytes
+        .chunks_exact(16)
+        .zip(out.chunks_exact_mut(8))
+        .take(whole)
+    {
+        // SAFETY: `src` is 16 bytes and `dst` 8 floats (`chunks_exact`), the sizes the
+        // unaligned load and store touch; x86 is little-endian, so the bytes are the halves.
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().cast::<__m128i>());
+            _mm256_storeu_ps(dst.as_mut_ptr(), _mm256_cvtph_ps(h));
+        }
+    }
+    // The tail, under 8 values, one at a time (no buffer to fill for it).
+    for (c, o) in bytes[whole * 16..]
+        .chunks_exact(2)
+        .zip(&mut out[whole * 8..])
+    {
+        *o = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+    }
 }
 
 /// [`widen_f16`] through `half`'s slice conversion (the host's F16C where it has it).
 fn widen_f16_portable(bytes: &[u8], out: &mut [f32]) {
     use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
+    if bytes.len() < 2 || out.is_empty() {
+        return;
+    }
     // One fractal at a time through a buffer on the stack (no second allocation).
     let mut bits = [0u16; 256];
     for (chunk, dst) in bytes.chunks(512).zip(out.chunks_mut(256)) {
@@ -256,8 +292,55 @@ fn widen_f16_avx512(bytes: &[u8], out: &mut [f32]) {
 /// Narrows `values` to f16 to nearest even into `out` as little-endian halves (as many as it
 /// holds), with the bits of `f16::from_f32` (`half`'s slice conversion: the host's F16C
 /// where it has it).
+#[allow(unsafe_code)]
 pub(crate) fn narrow_f16(values: &[f32], out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("f16c") {
+            // SAFETY: the host has F16C, and so AVX (checked just above).
+            return unsafe { narrow_f16_f16c(values, out) };
+        }
+    }
+    narrow_f16_portable(values, out);
+}
+
+/// [`narrow_f16`] 8 values at a time with F16C's `vcvtps2ph` to nearest even (the
+/// instruction and rounding `half` uses), stored straight into the bytes.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx,f16c")]
+#[allow(unsafe_code)]
+fn narrow_f16_f16c(values: &[f32], out: &mut [u8]) {
+    use std::arch::x86_64::{
+        __m128i, _MM_FROUND_TO_NEAREST_INT, _mm_storeu_si128, _mm256_cvtps_ph, _mm256_loadu_ps,
+    };
+    let whole = (values.len() / 8).min(out.len() / 16);
+    for (src, dst) in values
+        .chunks_exact(8)
+        .zip(out.chunks_exact_mut(16))
+        .take(whole)
+    {
+        // SAFETY: `src` is 8 floats and `dst` 16 bytes (`chunks_exact`), the sizes the
+        // unaligned load and store touch; x86 is little-endian, so the halves are the bytes.
+        unsafe {
+            let h = _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_loadu_ps(src.as_ptr()));
+            _mm_storeu_si128(dst.as_mut_ptr().cast::<__m128i>(), h);
+        }
+    }
+    // The tail, under 8 values, one at a time (no buffer to fill for it).
+    for (v, o) in values[whole * 8..]
+        .iter()
+        .zip(out[whole * 16..].chunks_exact_mut(2))
+    {
+        o.copy_from_slice(&half::f16::from_f32(*v).to_bits().to_le_bytes());
+    }
+}
+
+/// [`narrow_f16`] through `half`'s slice conversion.
+fn narrow_f16_portable(values: &[f32], out: &mut [u8]) {
     use half::slice::HalfFloatSliceExt;
+    if values.is_empty() || out.len() < 2 {
+        return;
+    }
     let mut halves = [half::f16::ZERO; 256];
     for (v, o) in values.chunks(256).zip(out.chunks_mut(512)) {
         let n = v.len().min(o.len() / 2);
@@ -695,6 +778,11 @@ pub fn touches(
 
 #[cfg(test)]
 mod tests {
+    /// A widening path, as the tests call it.
+    type Widen = fn(&[u8], &mut [f32]);
+    /// A narrowing path, as the tests call it.
+    type Narrow = fn(&[f32], &mut [u8]);
+
     /// Every widening path gives `f16_to_f32`'s bits for all 65536 halves (NaNs included).
     #[test]
     fn f16_widening_paths_give_the_bits_of_the_scalar_conversion() {
@@ -702,16 +790,84 @@ mod tests {
         // 65536 values and a 9-value tail, so the vector path's remainder is exercised.
         let mut with_tail = bytes.clone();
         with_tail.extend_from_slice(&bytes[..18]);
-        for widen in [super::widen_f16, super::widen_f16_portable] {
-            let mut out = vec![0f32; with_tail.len() / 2];
-            widen(&with_tail, &mut out);
-            for (i, v) in out.iter().enumerate() {
-                let bits = (i % 65536) as u16;
-                assert_eq!(
-                    v.to_bits(),
-                    super::f16_to_f32(bits).to_bits(),
-                    "f16 bits {bits:#06x}"
-                );
+        let mut paths: Vec<Widen> = vec![super::widen_f16, super::widen_f16_portable];
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("f16c") {
+            #[allow(unsafe_code)]
+            // SAFETY: the host has F16C (checked just above).
+            paths.push(|b, o| unsafe { super::widen_f16_f16c(b, o) });
+        }
+        for widen in paths {
+            // The whole list, and short prefixes (every length of a vector path's tail).
+            for n in (0..34).chain([with_tail.len() / 2]) {
+                let mut out = vec![0f32; n];
+                widen(&with_tail[..2 * n], &mut out);
+                for (i, v) in out.iter().enumerate() {
+                    let bits = (i % 65536) as u16;
+                    assert_eq!(
+                        v.to_bits(),
+                        super::f16_to_f32(bits).to_bits(),
+                        "f16 bits {bits:#06x}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Every narrowing path gives the bits of `half`'s software conversion (to nearest even)
+    /// for every half, every midpoint between neighbours and its two neighbouring floats,
+    /// overflow, subnormals, NaNs with payloads and a spread of random floats.
+    #[test]
+    fn f16_narrowing_paths_give_the_bits_of_the_software_conversion() {
+        let mut values: Vec<f32> = Vec::new();
+        for bits in 0..=u16::MAX {
+            let v = super::f16_to_f32(bits);
+            values.push(v);
+            let next = super::f16_to_f32(bits.wrapping_add(1));
+            if v.is_finite() && next.is_finite() && (bits & 0x7fff) != 0x7bff {
+                let mid = f32::from_bits((v.to_bits() + next.to_bits()) / 2);
+                values.extend([
+                    mid,
+                    f32::from_bits(mid.to_bits() - 1),
+                    f32::from_bits(mid.to_bits() + 1),
+                ]);
+            }
+        }
+        values.extend([
+            65520.0,
+            -65520.0,
+            65519.99,
+            1e9,
+            f32::MIN_POSITIVE,
+            1e-10,
+            f32::NAN,
+        ]);
+        values.extend((0..22).map(|p| f32::from_bits(0x7f80_0001 | (1 << p))));
+        let mut x = 0x9e37_79b9u32;
+        values.extend((0..200_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            f32::from_bits(x)
+        }));
+        values.extend([0.1, 0.2, 0.3, -2.5e-5, 6.0e-8, -65504.0, 3.0e-8, 1.5]);
+        let mut paths: Vec<Narrow> = vec![super::narrow_f16, super::narrow_f16_portable];
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("f16c") {
+            #[allow(unsafe_code)]
+            // SAFETY: the host has F16C (checked just above).
+            paths.push(|v, o| unsafe { super::narrow_f16_f16c(v, o) });
+        }
+        for narrow in paths {
+            // The whole list, and short prefixes (every length of a vector path's tail).
+            for n in (0..20).chain([values.len()]) {
+                let mut out = vec![0u8; n * 2];
+                narrow(&values[values.len() - n..], &mut out);
+                for (v, h) in values[values.len() - n..].iter().zip(out.chunks_exact(2)) {
+                    let got = u16::from_le_bytes([h[0], h[1]]);
+                    let want = half::f16::from_f32_const(*v).to_bits();
+                    assert_eq!(got, want, "f32 bits {:#010x}", v.to_bits());
+                }
             }
         }
     }

@@ -172,6 +172,109 @@ fn each_or_block<const N: usize, C>(
     }
 }
 
+/// An instruction's elements as runs of consecutive bytes that can be done in any order, one
+/// run after another, each a span at a time: `count` runs of `len` elements, run `k` of
+/// operand `n` starting at `base[n] + k * stride[n]`, except the runs whose bit is set in
+/// `skip` (block positions the mask disables).
+#[derive(Debug, Clone, Copy)]
+struct Runs<const N: usize> {
+    count: usize,
+    len: usize,
+    base: [usize; N],
+    stride: [usize; N],
+    skip: u8,
+}
+
+impl<const N: usize> Runs<N> {
+    /// The runs to do, in order.
+    fn done(&self) -> impl Iterator<Item = usize> + use<N> {
+        let skip = self.skip;
+        (0..self.count).filter(move |&k| k >= 8 || skip >> k & 1 == 0)
+    }
+
+    /// Where run `k` of each operand starts.
+    fn at(&self, k: usize) -> [usize; N] {
+        std::array::from_fn(|n| self.base[n] + k * self.stride[n])
+    }
+}
+
+/// The [`Runs`] of an instruction whose operands are `ops` (the destination last), when the
+/// order of its elements cannot change the result: the destination writing no byte twice, and
+/// each source either laid out exactly as the destination (each element reads only the byte
+/// it writes) or apart from everything the destination writes. The runs are
+/// - the whole instruction, when blocks and repeats are back to back and every element is
+///   enabled (or a counter's first `n`);
+/// - one per block position, when repeats are one block apart and the mask enables whole
+///   blocks (each position's blocks are then one run over the repeats);
+/// - one per repeat, when blocks are back to back and every element is enabled.
+///
+/// Otherwise there are none and the caller goes element by element.
+fn runs<const N: usize>(mask: Mask, r: u64, e: u64, ops: [&Opnd; N]) -> Option<Runs<N>> {
+    let dst = ops[N - 1];
+    let per_block = e / 8;
+    // The block positions whose elements are all enabled in every repeat, when the mask
+    // enables whole blocks only.
+    let live: Option<u8> = match mask {
+        Mask::Normal(bits) if e <= 128 => {
+            let full = u128::MAX >> (128 - per_block);
+            let block = |b: u64| (bits >> (b * per_block)) & full;
+            (0..8).all(|b| block(b) == 0 || block(b) == full).then(|| {
+                (0..8)
+                    .filter(|&b| block(b) == full)
+                    .fold(0, |m, b| m | 1 << b)
+            })
+        }
+        Mask::Counter(n) if n == r * e => Some(0xff),
+        _ => None,
+    };
+    let bb = |o: &Opnd| o.block_bytes();
+    let (count, len, stride, skip): (u64, u64, [u64; N], u8) =
+        if ops.iter().all(|o| o.blk == 1 && o.rep == 8) {
+            // One run; a counter may end inside a repeat.
+            let n = match (mask, live) {
+                (Mask::Counter(n), _) => n,
+                (_, Some(0xff)) => r * e,
+                _ => return None,
+            };
+            (1, n, [0; N], 0)
+        } else if ops.iter().all(|o| o.rep == 1) && dst.blk >= r {
+            (8, r * per_block, ops.map(|o| o.blk * bb(o)), !live?)
+        } else if ops.iter().all(|o| o.blk == 1) && dst.rep >= 8 && live == Some(0xff) {
+            (r, e, ops.map(|o| o.rep * bb(o)), 0)
+        } else {
+            return None;
+        };
+    if count == 0 || len == 0 {
+        return None;
+    }
+    // Every byte an operand's runs can touch, from its first to its last.
+    let span = |i: usize| {
+        let o = ops[i];
+        let end = o.base + (count - 1) * stride[i] + len * o.ty.size() as u64;
+        (o.base, end)
+    };
+    let (dlo, dhi) = span(N - 1);
+    let order_free = (0..N - 1).all(|i| {
+        let o = ops[i];
+        let same = o.base == dst.base && o.blk == dst.blk && o.rep == dst.rep && o.ty == dst.ty;
+        let (lo, hi) = span(i);
+        same || hi <= dlo || dhi <= lo
+    });
+    if !order_free {
+        return None;
+    }
+    Some(Runs {
+        count: usize::try_from(count).ok()?,
+        len: usize::try_from(len).ok()?,
+        base: ops.map(|o| o.base as usize),
+        stride: stride.map(|s| s as usize),
+        skip,
+    })
+}
+
+/// Elements a span-at-a-time float operation widens at once.
+const SPAN: usize = 128;
+
 /// Whether a block-at-a-time operation gives the element-by-element result: the source block
 /// at `src` is the destination block at `dst` itself or does not overlap it (with a partial
 /// overlap an element would read what an earlier element of the block has just written).
@@ -186,6 +289,11 @@ fn same_or_apart(dst: usize, src: usize, bytes: usize) -> bool {
 fn load_floats(ub: &[u8], at: usize, ty: DType, out: &mut [f32]) {
     if ty == DType::F16 {
         widen_f16(&ub[at..at + 2 * out.len()], out);
+    } else if ty == DType::F32 {
+        let n = out.len();
+        for (x, b) in out.iter_mut().zip(ub[at..at + 4 * n].chunks_exact(4)) {
+            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
     } else {
         let size = ty.size();
         for (i, x) in out.iter_mut().enumerate() {
@@ -199,6 +307,10 @@ fn load_floats(ub: &[u8], at: usize, ty: DType, out: &mut [f32]) {
 fn store_floats(ub: &mut [u8], at: usize, ty: DType, v: &[f32]) {
     if ty == DType::F16 {
         narrow_f16(v, &mut ub[at..at + 2 * v.len()]);
+    } else if ty == DType::F32 {
+        for (x, b) in v.iter().zip(ub[at..at + 4 * v.len()].chunks_exact_mut(4)) {
+            b.copy_from_slice(&x.to_le_bytes());
+        }
     } else {
         let size = ty.size();
         for (i, x) in v.iter().enumerate() {
@@ -534,19 +646,23 @@ pub(super) fn bin(bufs: &mut Buffers, f: &VBin, ops: &Operands, op: Bin) -> Resu
         if !is_float(f.ty) || !same_or_apart(pd, pa, bytes) || !same_or_apart(pd, pb, bytes) {
             return false;
         }
-        let (mut x, mut y, mut z) = ([0f32; 16], [0f32; 16], [0f32; 16]);
-        load_floats(ub, pa, f.ty, &mut x[..n]);
-        load_floats(ub, pb, f.ty, &mut y[..n]);
-        if matches!(op, Bin::Mla) {
-            load_floats(ub, pd, f.ty, &mut z[..n]);
-        }
-        for ((z, x), y) in z[..n].iter_mut().zip(&x[..n]).zip(&y[..n]) {
-            *z = bin_f(op, *x, *y, *z);
-        }
-        store_floats(ub, pd, f.ty, &z[..n]);
+        bin_span::<16>(ub, f.ty, op, [pa, pb, pd], n);
         true
     };
     let mut ub = bufs.ub_mut();
+    if is_float(f.ty)
+        && let Some(runs) = runs(ops.mask, r, e, [&oa, &ob, &od])
+    {
+        let size = f.ty.size();
+        for k in runs.done() {
+            let at = runs.at(k);
+            for i in (0..runs.len).step_by(SPAN) {
+                let span = at.map(|p| p + i * size);
+                bin_span::<SPAN>(ub, f.ty, op, span, SPAN.min(runs.len - i));
+            }
+        }
+        return Ok(());
+    }
     with_type!(f.ty, T => each_or_block(ops.mask, r, e, [&oa, &ob, &od], &mut ub, block, |ub, _, _, [pa, pb, pd]| {
         if is_float(T) {
             let acc = if matches!(op, Bin::Mla) {
@@ -567,6 +683,41 @@ pub(super) fn bin(bufs: &mut Buffers, f: &VBin, ops: &Operands, op: Bin) -> Resu
         }
     }));
     Ok(())
+}
+
+/// `op` on `m` (at most `CAP`) float elements from `pa` and `pb` into `pd` (Mla adds to
+/// `pd`'s), widened at once: the element-by-element result when each source span is the
+/// destination's or apart from it.
+#[inline(always)]
+fn bin_span<const CAP: usize>(
+    ub: &mut [u8],
+    ty: DType,
+    op: Bin,
+    [pa, pb, pd]: [usize; 3],
+    m: usize,
+) {
+    let (mut x, mut y, mut z) = ([0f32; CAP], [0f32; CAP], [0f32; CAP]);
+    load_floats(ub, pa, ty, &mut x[..m]);
+    load_floats(ub, pb, ty, &mut y[..m]);
+    if matches!(op, Bin::Mla) {
+        load_floats(ub, pd, ty, &mut z[..m]);
+    }
+    for ((z, x), y) in z[..m].iter_mut().zip(&x[..m]).zip(&y[..m]) {
+        *z = bin_f(op, *x, *y, *z);
+    }
+    store_floats(ub, pd, ty, &z[..m]);
+}
+
+/// `op` on `m` (at most `CAP`) float elements from `ps` into `pd`, widened at once (as
+/// [`bin_span`]).
+#[inline(always)]
+fn un_span<const CAP: usize>(ub: &mut [u8], ty: DType, op: Un, [ps, pd]: [usize; 2], m: usize) {
+    let mut x = [0f32; CAP];
+    load_floats(ub, ps, ty, &mut x[..m]);
+    for v in &mut x[..m] {
+        *v = un_f(op, *v);
+    }
+    store_floats(ub, pd, ty, &x[..m]);
 }
 
 /// One-operand arithmetic.
@@ -637,15 +788,26 @@ pub(super) fn un(bufs: &mut Buffers, f: &VUn, ops: &Operands, op: Un) -> Result<
         if !is_float(f.ty) {
             return false;
         }
-        let mut x = [0f32; 16];
-        load_floats(ub, ps, f.ty, &mut x[..n]);
-        for v in &mut x[..n] {
-            *v = un_f(op, *v);
-        }
-        store_floats(ub, pd, f.ty, &x[..n]);
+        un_span::<16>(ub, f.ty, op, [ps, pd], n);
         true
     };
     let mut ub = bufs.ub_mut();
+    if (is_float(f.ty) || matches!(op, Un::Mov))
+        && let Some(runs) = runs(ops.mask, r, e, [&os, &od])
+    {
+        for k in runs.done() {
+            let [ps, pd] = runs.at(k);
+            if matches!(op, Un::Mov) {
+                ub.copy_within(ps..ps + runs.len * size, pd);
+                continue;
+            }
+            for i in (0..runs.len).step_by(SPAN) {
+                let span = [ps, pd].map(|p| p + i * size);
+                un_span::<SPAN>(ub, f.ty, op, span, SPAN.min(runs.len - i));
+            }
+        }
+        return Ok(());
+    }
     with_type!(f.ty, T => each_or_block(ops.mask, r, e, [&os, &od], &mut ub, block, |ub, _, _, [ps, pd]| {
         if matches!(op, Un::Mov) {
             ub.copy_within(ps..ps + size, pd);
@@ -958,52 +1120,67 @@ pub(super) fn reduce(
     let size = f.ty.size() as u64;
     let groups: u64 = if per_block { 8 } else { 1 };
     let pb = (e / 8) as usize;
-    let all = ((1u64 << pb) - 1) as u32;
     let ub = bufs.ub_mut();
     // A group is one block (per-block reductions) or all eight; its enabled elements are
-    // folded one at a time in ascending order (a float block widened at once when whole).
+    // folded one at a time in ascending order.
     for rep in 0..r {
         for g in 0..groups {
             let out = (d + (rep * groups + g) * u64::from(f.dst_rep) * size) as usize;
             let blocks = if per_block { g..g + 1 } else { 0..8 };
             if is_float(f.ty) {
-                let mut acc: Option<f32> = None;
-                let mut fold = |x: f32| {
-                    acc = Some(match (acc, f.op) {
-                        (None, _) => x,
-                        (Some(a), ReduceOp::Sum) => a + x,
-                        (Some(a), ReduceOp::Max) => a.max(x),
-                        (Some(a), ReduceOp::Min) => a.min(x),
-                    })
-                };
+                // Whole blocks are widened at once (the bits of `ld_f`), then the enabled
+                // elements fold from the first one, which keeps a NaN's bits as they were.
+                let (mut acc, mut any) = (0f32, false);
+                let mut x = [0f32; 16];
                 for blk in blocks {
                     let (live, base) = (block_live(ops.mask, rep, e, blk), os.block_addr(rep, blk));
-                    if live == all {
-                        let mut x = [0f32; 16];
-                        load_floats(ub, base, f.ty, &mut x[..pb]);
-                        x[..pb].iter().for_each(|&v| fold(v));
+                    if live == 0 {
                         continue;
                     }
-                    for k in (0..pb).filter(|k| live >> k & 1 == 1) {
-                        fold(ld_f(ub, base + k * size as usize, f.ty));
+                    load_floats(ub, base, f.ty, &mut x[..pb]);
+                    for (k, &v) in x[..pb].iter().enumerate() {
+                        if live >> k & 1 == 1 {
+                            acc = if !any {
+                                v
+                            } else {
+                                match f.op {
+                                    ReduceOp::Sum => acc + v,
+                                    ReduceOp::Max => acc.max(v),
+                                    ReduceOp::Min => acc.min(v),
+                                }
+                            };
+                            any = true;
+                        }
                     }
                 }
-                st_f(ub, out, f.ty, acc.unwrap_or(0.0));
+                st_f(ub, out, f.ty, if any { acc } else { 0.0 });
             } else {
-                let mut acc: Option<i64> = None;
+                // Integers fold from the operation's identity, which gives the same result
+                // as starting from the first enabled element (the sums are at most eight
+                // 32-bit values, exact in 64 bits).
+                let mut acc = match f.op {
+                    ReduceOp::Sum => 0,
+                    ReduceOp::Max => i64::MIN,
+                    ReduceOp::Min => i64::MAX,
+                };
+                let mut any = false;
+                let size = size as usize;
                 for blk in blocks {
                     let (live, base) = (block_live(ops.mask, rep, e, blk), os.block_addr(rep, blk));
-                    for k in (0..pb).filter(|k| live >> k & 1 == 1) {
-                        let x = ld_i(ub, base + k * size as usize, f.ty);
-                        acc = Some(match (acc, f.op) {
-                            (None, _) => x,
-                            (Some(a), ReduceOp::Sum) => a.wrapping_add(x),
-                            (Some(a), ReduceOp::Max) => a.max(x),
-                            (Some(a), ReduceOp::Min) => a.min(x),
-                        });
+                    let block = &ub[base..base + pb * size];
+                    for (k, x) in block.chunks_exact(size).enumerate() {
+                        if live >> k & 1 == 1 {
+                            let x = ld_i(x, 0, f.ty);
+                            acc = match f.op {
+                                ReduceOp::Sum => acc.wrapping_add(x),
+                                ReduceOp::Max => acc.max(x),
+                                ReduceOp::Min => acc.min(x),
+                            };
+                            any = true;
+                        }
                     }
                 }
-                st_i(ub, out, f.ty, acc.unwrap_or(0));
+                st_i(ub, out, f.ty, if any { acc } else { 0 });
             }
         }
     }
@@ -1016,12 +1193,14 @@ mod tests {
     use crate::config::ChipConfig;
     use gearsim_isa::{FMatrix, Reg};
 
-    /// `bin` and `un` (which take a whole block at a time when they can) give the bits of the
-    /// element-by-element definition for every operand layout: the destination the source
-    /// itself, overlapping it by one element either way, apart, spread over blocks, and with
-    /// full, partial and counter masks.
+    /// `bin` and `un` (which take a whole block, or a run of blocks, at a time when they can)
+    /// give the bits of the element-by-element definition for every operand layout: the
+    /// destination the source itself, overlapping it by one element or one block either way,
+    /// apart, spread over blocks, repeats one block apart (a bias broadcast from one block as
+    /// the second source), blocks back to back with gaps between repeats, a destination that
+    /// writes bytes twice; with full, partial, whole-block and counter masks.
     #[test]
-    fn block_at_a_time_gives_the_element_by_element_bits() {
+    fn whole_blocks_and_runs_give_the_element_by_element_bits() {
         let mut x = 12345u32;
         let mut next = move || {
             x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
@@ -1029,6 +1208,8 @@ mod tests {
         };
         let cfg = ChipConfig::preset("ascend910").unwrap();
         let reg = |i| Reg::new(i).unwrap();
+        // An operand: base address in bytes, block stride, repeat stride (in blocks).
+        type Layout = (u64, u8, u8);
         for ty in [DType::F16, DType::F32, DType::I32] {
             let size = ty.size() as u64;
             let value = |bits: u32| -> Vec<u8> {
@@ -1039,24 +1220,45 @@ mod tests {
                     _ => bits.to_le_bytes().to_vec(),
                 }
             };
-            for (dst, src0, blk) in [
-                (4096, 4096, 1),
-                (4096 + size, 4096, 1),
-                (4096, 4096 + size, 1),
-                (8192, 4096, 1),
-                (8192, 4096, 2),
-            ] {
+            let dense = |base: u64, blk: u8| (base, blk, 8 * blk);
+            let bias = (12288, 0, 1);
+            // (repeat, [dst, src0, src1]).
+            let layouts: [(u8, [Layout; 3]); 17] = [
+                (2, [dense(4096, 1), dense(4096, 1), dense(12288, 1)]),
+                (2, [dense(4096 + size, 1), dense(4096, 1), dense(12288, 1)]),
+                (2, [dense(4096, 1), dense(4096 + size, 1), dense(12288, 1)]),
+                (2, [dense(4096 + 32, 1), dense(4096, 1), dense(12288, 1)]),
+                (2, [dense(4096, 1), dense(4096 + 32, 1), dense(12288, 1)]),
+                (2, [dense(4096 + 256, 1), dense(4096, 1), dense(12288, 1)]),
+                (2, [dense(8192, 1), dense(4096, 1), dense(12288, 1)]),
+                (2, [dense(8192, 2), dense(4096, 2), dense(12288, 1)]),
+                (3, [(4096, 16, 1), (4096, 16, 1), bias]),
+                (3, [(4096, 16, 1), (4096 + 32, 16, 1), bias]),
+                (3, [(4096 + 32, 16, 1), (4096, 16, 1), bias]),
+                (2, [(4096, 2, 1), (6400, 2, 1), bias]),
+                (2, [(4096, 1, 1), (4096, 1, 1), bias]),
+                (3, [(4096, 1, 9), (4096, 1, 9), (12288, 1, 0)]),
+                (3, [(4096, 1, 9), (4096 + 256, 1, 9), (12288, 1, 0)]),
+                (3, [(4096, 1, 9), (5120, 1, 9), (4096, 1, 9)]),
+                (4, [(4096, 1, 8), (4096, 1, 8), (9600, 1, 8)]),
+            ];
+            for (repeat, [d, a, b]) in layouts {
+                // Full; part of a block; whole blocks only (every other pair of 32-bit blocks,
+                // five of eight f16 blocks; the first seven 32-bit blocks); counters.
                 for mask in [
                     Mask::FULL,
                     Mask::Normal(0x0f0f_00ff_ffff_0000_ffff_ffff_ff00_f00f),
+                    Mask::Normal(0xffff_0000_ffff_ffff_0000_ffff_0000_ffff),
+                    Mask::Normal((1 << 56) - 1),
                     Mask::Counter(200),
+                    Mask::Counter(u64::from(repeat) * elems_per_repeat(ty)),
                 ] {
                     let mut bufs = Buffers::new(&cfg, crate::CoreKind::Coupled);
                     for b in bufs.ub_mut()[..16384].chunks_exact_mut(size as usize) {
                         b.copy_from_slice(&value(next())[..size as usize]);
                     }
                     let ops = Operands {
-                        regs: [dst, src0, 12288, 0],
+                        regs: [d.0, a.0, b.0, 0],
                         mask,
                         fmatrix: FMatrix::RESET,
                     };
@@ -1065,29 +1267,29 @@ mod tests {
                         dst: reg(1),
                         src0: reg(2),
                         src1: reg(3),
-                        repeat: 2,
-                        dst_blk: blk,
-                        src0_blk: blk,
-                        src1_blk: 1,
-                        dst_rep: 8 * blk,
-                        src0_rep: 8 * blk,
-                        src1_rep: 8,
+                        repeat,
+                        dst_blk: d.1,
+                        src0_blk: a.1,
+                        src1_blk: b.1,
+                        dst_rep: d.2,
+                        src0_rep: a.2,
+                        src1_rep: b.2,
                     };
                     let u = VUn {
                         ty,
                         dst: reg(1),
                         src: reg(2),
-                        repeat: 2,
-                        dst_blk: blk,
-                        src_blk: blk,
-                        dst_rep: 8 * blk,
-                        src_rep: 8 * blk,
+                        repeat,
+                        dst_blk: d.1,
+                        src_blk: a.1,
+                        dst_rep: d.2,
+                        src_rep: a.2,
                     };
                     let e = elems_per_repeat(ty);
-                    let r = repeats(mask, 2, e);
-                    let od = Opnd::new(dst, blk, 8 * blk, ty, e);
-                    let oa = Opnd::new(src0, blk, 8 * blk, ty, e);
-                    let ob = Opnd::new(12288, 1, 8u8, ty, e);
+                    let r = repeats(mask, repeat, e);
+                    let [od, oa, ob] =
+                        [d, a, b].map(|(base, blk, rep)| Opnd::new(base, blk, rep, ty, e));
+                    let what = format!("{ty:?} repeat {repeat} {d:?} {a:?} {b:?} {mask:?}");
                     for op in [Bin::Add, Bin::Mla, Bin::Max] {
                         let mut got = bufs.clone();
                         bin(&mut got, &f, &ops, op).unwrap();
@@ -1106,7 +1308,7 @@ mod tests {
                         });
                         assert!(
                             got.ub_mut()[..16384] == want.ub_mut()[..16384],
-                            "{op:?} {ty:?} dst {dst} src {src0} blk {blk} {mask:?}"
+                            "{op:?} {what}"
                         );
                     }
                     for op in [Un::Relu, Un::Mov, Un::Abs] {
@@ -1123,7 +1325,7 @@ mod tests {
                         });
                         assert!(
                             got.ub_mut()[..16384] == want.ub_mut()[..16384],
-                            "{op:?} {ty:?} dst {dst} src {src0} blk {blk} {mask:?}"
+                            "{op:?} {what}"
                         );
                     }
                 }
