@@ -18,7 +18,10 @@
 //! which is what it would have seen because no other core writes a byte it reads earlier in
 //! the batch; and the writes, staged per core, are applied in issue order when the batch is
 //! collected, so a later write of the same byte wins as it would have. So outputs and traces
-//! do not depend on the number of host threads.
+//! do not depend on the number of host threads. A fault found while a batch is applied (a
+//! worker's panic; range, alignment and operand faults are all found earlier, when the core
+//! plans the instruction) is the first in issue order, and only the writes issued before it
+//! are applied, as a sequential run would leave memory.
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, Sender, channel};
@@ -565,6 +568,18 @@ impl Values {
             self.in_flight -= 1;
             back.push(part);
         }
+        // The first fault in issue order ends the run: a sequential run would have stopped
+        // there, so no core's write issued after it is applied (the faulting instruction's
+        // own writes before its fault are, as they would have been).
+        let mut fault: Option<(u64, StopReason)> = None;
+        for part in &mut back {
+            if let Some((seq, reason)) = part.fault.take()
+                && fault.as_ref().is_none_or(|(s, _)| seq < *s)
+            {
+                fault = Some((seq, reason));
+            }
+        }
+        let last = fault.as_ref().map_or(u64::MAX, |(seq, _)| *seq);
         // Every part has dropped its snapshot, so these writes change the pages in place.
         // They go in issue order when two cores wrote the same byte in the batch; otherwise
         // the order between cores cannot matter, and each core's runs are in order already.
@@ -575,6 +590,7 @@ impl Values {
                 p.staged
                     .runs
                     .iter()
+                    .filter(|run| run.0 <= last)
                     .map(|&(seq, addr, off, len)| (seq, addr, &p.staged.bytes[off..off + len]))
             })
             .collect();
@@ -583,16 +599,10 @@ impl Values {
         }
         // In range: checked when staged.
         mem.write_runs(runs.iter().map(|&(_, addr, data)| (addr, data)));
-        let mut fault: Option<(u64, StopReason)> = None;
         for mut part in back {
             part.staged.runs.clear();
             part.staged.bytes.clear();
             part.staged.extent = (0, 0);
-            if let Some((seq, reason)) = part.fault.take()
-                && fault.as_ref().is_none_or(|(s, _)| seq < *s)
-            {
-                fault = Some((seq, reason));
-            }
             self.bufs[part.core as usize] = Some(part.bufs);
             self.spare_staged.push(part.staged);
             self.spare_work.push(part.work);
@@ -607,7 +617,84 @@ impl Values {
 
 #[cfg(test)]
 mod tests {
-    use super::Writers;
+    use super::{Values, Writers};
+    use crate::CoreKind;
+    use crate::config::ChipConfig;
+    use crate::core::buffers::Buffers;
+    use crate::exec::{Mask, Operands, PipeOp, Plan};
+    use crate::memory::DeviceMemory;
+    use crate::stop::StopReason;
+    use gearsim_isa::{Dma, FMatrix, Instruction, Pipe, Reg};
+
+    /// A fault found while a batch is applied leaves device memory as a run on one thread
+    /// leaves it: the writes issued before the faulting instruction are applied, those issued
+    /// after it (by any core) are not. The fault here is one a plan cannot see (its plan is
+    /// made by hand without the access), as a data-dependent fault would be.
+    #[test]
+    fn a_fault_in_a_batch_applies_only_the_writes_issued_before_it() {
+        let cfg = ChipConfig::preset("ascend910").unwrap();
+        let reg = |i| Reg::new(i).unwrap();
+        let copy = Instruction::CopyUbToGm(Dma {
+            dst: reg(1),
+            src: reg(2),
+            nburst: 1,
+            len: 1,
+            src_gap: 0,
+            dst_gap: 0,
+        });
+        let ops = |gm: u64| Operands {
+            regs: [gm, 0, 0, 0],
+            mask: Mask::FULL,
+            fmatrix: FMatrix::RESET,
+        };
+        let Some(op) = PipeOp::of(&copy) else {
+            unreachable!("a copy is a pipe instruction")
+        };
+        let run = |threads: usize| -> (StopReason, Vec<u8>) {
+            let mut mem = DeviceMemory::new(4096);
+            let mut values = Values::new(vec![Buffers::new(&cfg, CoreKind::Coupled); 2]);
+            values.set_threads(threads);
+            for core in 0..2u32 {
+                let bufs = values.buffers(core, &mut mem).unwrap();
+                bufs.ub_mut()[..32].fill(0xa0 + core as u8);
+            }
+            // (core, GM address): core 0 writes, core 1 writes past the end, core 0 and core 1
+            // write again.
+            let issued = [(0u32, 0u64), (1, 8192), (0, 64), (1, 128)];
+            let mut stop = None;
+            for (core, gm) in issued {
+                let o = ops(gm);
+                let plan = if gm < 4096 {
+                    op.plan(&o, &cfg).unwrap()
+                } else {
+                    Plan::new(1, 0, &[])
+                };
+                if let Err(reason) = values.apply(core, copy, &o, &plan, Pipe::Mte3, 7, &mut mem) {
+                    stop = Some(reason);
+                    break;
+                }
+            }
+            let stop = match stop {
+                Some(reason) => reason,
+                None => values.settle(&mut mem).unwrap_err(),
+            };
+            let mut bytes = vec![0u8; 256];
+            mem.read(0, &mut bytes).unwrap();
+            (stop, bytes)
+        };
+        let (stop, bytes) = run(1);
+        assert!(
+            matches!(stop, StopReason::MemoryFault { core: 1, pc: 7, .. }),
+            "{stop:?}"
+        );
+        assert!(bytes[..32].iter().all(|&b| b == 0xa0));
+        assert!(bytes[32..].iter().all(|&b| b == 0));
+        for threads in [2, 3] {
+            let (s, b) = run(threads);
+            assert_eq!(format!("{s:?}"), format!("{stop:?}"), "{threads} threads");
+            assert_eq!(b, bytes, "{threads} threads");
+        }
+    }
 
     /// Cores writing side by side stay apart (each reads its own range freely), a byte two
     /// cores write is several cores', and one core's touching ranges merge.

@@ -201,9 +201,13 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
                     (ih >= 0 && iw >= 0 && (ih as u64) < g.h && (iw as u64) < g.w)
                         .then(|| (src + ((c1 * g.h + ih as u64) * g.w + iw as u64) * unit) as usize)
                 });
-                match value_at {
-                    Some(s) => l0a[row..row + n].copy_from_slice(&l1[s..s + n]),
-                    None => l0a[row..row + n].fill(0),
+                // A slice is 32 bytes (16 channels) or 8 (C04): copies of a known length, done
+                // inline rather than through a call per slice.
+                match (value_at, n) {
+                    (Some(s), 32) => l0a[row..row + 32].copy_from_slice(&l1[s..s + 32]),
+                    (Some(s), 8) => l0a[row..row + 8].copy_from_slice(&l1[s..s + 8]),
+                    (Some(s), _) => l0a[row..row + n].copy_from_slice(&l1[s..s + n]),
+                    (None, _) => l0a[row..row + n].fill(0),
                 }
             }
         }

@@ -1121,6 +1121,11 @@ pub(super) fn reduce(
     let groups: u64 = if per_block { 8 } else { 1 };
     let pb = (e / 8) as usize;
     let ub = bufs.ub_mut();
+    let block_bytes = pb * size as usize;
+    // The block last widened into `x`, while no result has been written over it (a
+    // per-block reduction with a block stride of 0 reads one block eight times).
+    let mut x = [0f32; 16];
+    let mut widened: Option<usize> = None;
     // A group is one block (per-block reductions) or all eight; its enabled elements are
     // folded one at a time in ascending order.
     for rep in 0..r {
@@ -1131,29 +1136,35 @@ pub(super) fn reduce(
                 // Whole blocks are widened at once (the bits of `ld_f`), then the enabled
                 // elements fold from the first one, which keeps a NaN's bits as they were.
                 let (mut acc, mut any) = (0f32, false);
-                let mut x = [0f32; 16];
                 for blk in blocks {
                     let (live, base) = (block_live(ops.mask, rep, e, blk), os.block_addr(rep, blk));
                     if live == 0 {
                         continue;
                     }
-                    load_floats(ub, base, f.ty, &mut x[..pb]);
-                    for (k, &v) in x[..pb].iter().enumerate() {
-                        if live >> k & 1 == 1 {
-                            acc = if !any {
-                                v
-                            } else {
-                                match f.op {
-                                    ReduceOp::Sum => acc + v,
-                                    ReduceOp::Max => acc.max(v),
-                                    ReduceOp::Min => acc.min(v),
-                                }
-                            };
-                            any = true;
-                        }
+                    if widened != Some(base) {
+                        load_floats(ub, base, f.ty, &mut x[..pb]);
+                        widened = Some(base);
+                    }
+                    let mut rest = live;
+                    while rest != 0 {
+                        let v = x[rest.trailing_zeros() as usize];
+                        rest &= rest - 1;
+                        acc = if !any {
+                            v
+                        } else {
+                            match f.op {
+                                ReduceOp::Sum => acc + v,
+                                ReduceOp::Max => acc.max(v),
+                                ReduceOp::Min => acc.min(v),
+                            }
+                        };
+                        any = true;
                     }
                 }
                 st_f(ub, out, f.ty, if any { acc } else { 0.0 });
+                if widened.is_some_and(|w| out < w + block_bytes && w < out + size as usize) {
+                    widened = None;
+                }
             } else {
                 // Integers fold from the operation's identity, which gives the same result
                 // as starting from the first enabled element (the sums are at most eight
@@ -1192,6 +1203,115 @@ mod tests {
     use super::*;
     use crate::config::ChipConfig;
     use gearsim_isa::{FMatrix, Reg};
+
+    /// `reduce` (which widens whole blocks, once for a block read by several groups) gives the
+    /// bits of the element-by-element definition: results written over the source (so a
+    /// widened block goes stale), a block stride of 0 (one block read by all eight groups, as
+    /// a max pool's window does), strided repeats, full, partial and counter masks.
+    #[test]
+    fn reduce_gives_the_element_by_element_bits() {
+        let mut x = 4242u32;
+        let mut next = move || {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            x
+        };
+        let cfg = ChipConfig::preset("ascend910").unwrap();
+        let reg = |i| Reg::new(i).unwrap();
+        for ty in [DType::F16, DType::F32, DType::I32] {
+            let size = ty.size() as u64;
+            let e = elems_per_repeat(ty);
+            let pb = e / 8;
+            // (dst, src, src_blk, src_rep, dst_rep), addresses in bytes.
+            for (d, s, blk, rep, dst_rep) in [
+                (8192, 4096, 1, 8, 1),
+                (4096, 4096, 1, 8, 1),
+                (4096 + 2 * size, 4096, 0, 1, 1),
+                (4096 + 32, 4096, 0, 1, 1),
+                (4096, 4096, 0, 1, 3),
+                (8192, 4096, 2, 3, 2),
+            ] {
+                for mask in [
+                    Mask::FULL,
+                    Mask::Normal(0x0f0f_00ff_ffff_0000_ffff_ffff_ff00_f00f),
+                    Mask::Counter(3 * e - 5),
+                ] {
+                    for (per_block, op) in [
+                        (true, ReduceOp::Max),
+                        (true, ReduceOp::Sum),
+                        (false, ReduceOp::Min),
+                        (false, ReduceOp::Sum),
+                    ] {
+                        let mut bufs = Buffers::new(&cfg, crate::CoreKind::Coupled);
+                        for b in bufs.ub_mut()[..16384].chunks_exact_mut(2) {
+                            b.copy_from_slice(&((next() & 0x3bff) as u16).to_le_bytes());
+                        }
+                        let f = VReduce {
+                            op,
+                            ty,
+                            dst: reg(1),
+                            src: reg(2),
+                            repeat: 3,
+                            src_blk: blk,
+                            src_rep: rep,
+                            dst_rep,
+                        };
+                        let ops = Operands {
+                            regs: [d, s, 0, 0],
+                            mask,
+                            fmatrix: FMatrix::RESET,
+                        };
+                        let mut got = bufs.clone();
+                        reduce(&mut got, &f, &ops, per_block).unwrap();
+                        // The definition: each group's enabled elements read one at a time in
+                        // ascending order, folded from the first, the result written before
+                        // the next group is read.
+                        let mut want = bufs.clone();
+                        let ub = want.ub_mut();
+                        let os = Opnd::new(s, blk, rep, ty, e);
+                        let groups = if per_block { 8 } else { 1 };
+                        for r in 0..repeats(mask, 3, e) {
+                            for g in 0..groups {
+                                let blocks = if per_block { g..g + 1 } else { 0..8 };
+                                let mut acc: Option<f64> = None;
+                                for b in blocks {
+                                    let live = block_live(mask, r, e, b);
+                                    for k in (0..pb).filter(|k| live >> k & 1 == 1) {
+                                        let at = os.block_addr(r, b) + (k * size) as usize;
+                                        let v = if is_float(ty) {
+                                            f64::from(ld_f(ub, at, ty))
+                                        } else {
+                                            ld_i(ub, at, ty) as f64
+                                        };
+                                        acc = Some(match (acc, op) {
+                                            (None, _) => v,
+                                            (Some(a), ReduceOp::Sum) if is_float(ty) => {
+                                                f64::from(a as f32 + v as f32)
+                                            }
+                                            (Some(a), ReduceOp::Sum) => a + v,
+                                            (Some(a), ReduceOp::Max) => a.max(v),
+                                            (Some(a), ReduceOp::Min) => a.min(v),
+                                        });
+                                    }
+                                }
+                                let out =
+                                    (d + (r * groups + g) * u64::from(dst_rep) * size) as usize;
+                                let v = acc.unwrap_or(0.0);
+                                if is_float(ty) {
+                                    st_f(ub, out, ty, v as f32);
+                                } else {
+                                    st_i(ub, out, ty, v as i64);
+                                }
+                            }
+                        }
+                        assert!(
+                            got.ub_mut()[..16384] == want.ub_mut()[..16384],
+                            "{op:?} per block {per_block} {ty:?} dst {d} src {s} blk {blk} rep {rep} {mask:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 
     /// `bin` and `un` (which take a whole block, or a run of blocks, at a time when they can)
     /// give the bits of the element-by-element definition for every operand layout: the
