@@ -324,7 +324,8 @@ fn ints(name: &str, v: &[i64]) -> AttributeProto {
     }
 }
 
-fn int(name: &str, v: i64) -> AttributeProto {
+/// An integer attribute.
+pub fn int(name: &str, v: i64) -> AttributeProto {
     AttributeProto {
         name: name.into(),
         i: v,
@@ -765,7 +766,7 @@ impl Builder {
 }
 
 /// A node of one output.
-fn op_node(
+pub fn op_node(
     op: &str,
     name: &str,
     inputs: Vec<String>,
@@ -783,7 +784,7 @@ fn op_node(
 }
 
 /// A graph input or output of element type `elem` (a dim ≤ 0 is the `batch` parameter).
-fn value_info(n: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
+pub fn value_info(n: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
     use tensor_shape_proto::dimension::Value as D;
     ValueInfoProto {
         name: n.into(),
@@ -810,7 +811,7 @@ fn value_info(n: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
 }
 
 /// An opset-17 model of one graph.
-fn model_bytes(
+pub fn model_bytes(
     name: &str,
     node: Vec<NodeProto>,
     initializer: Vec<TensorProto>,

@@ -256,17 +256,13 @@ impl LoadedModel {
             .collect();
         let sink = desc.dynamic.as_ref().is_some_and(|d| d.getnext_sink);
         // Regions.
-        // A timing-only run of a model where nothing computes a value from the weights but
-        // MapIndex (no kernel needs values, no AI CPU operator) leaves them unread: the region
-        // is reserved and marked not computed, and only the chunks holding gear tables are
-        // checked and copied (below, with the MapIndex tasks).
+        // A timing-only run of a model where no kernel computes values leaves the weights
+        // unread: the region is reserved and marked not computed, and only the spans the
+        // tasks that compute in every mode read from it (MapIndex's gear tables, AI CPU
+        // operators' inputs, device copies' sources) are checked and copied, below, task by
+        // task.
         let weight_bytes = om.section_size(SectionKind::Weights).unwrap_or(0) as u64;
-        let values_read = flags.iter().any(|f| f & KERNEL_NEEDS_VALUES != 0)
-            || tasks
-                .streams
-                .iter()
-                .flatten()
-                .any(|t| matches!(t.task, OmTask::AiCpu { .. }));
+        let values_read = flags.iter().any(|f| f & KERNEL_NEEDS_VALUES != 0);
         let lazy_weights = dev.exec_mode() == ExecMode::TimingOnly && !values_read;
         let weights = if lazy_weights {
             let p = dev.alloc(weight_bytes.max(1))?;
@@ -347,6 +343,19 @@ impl LoadedModel {
                 .map(|id| id.0)
                 .ok_or_else(|| LoadError::Model(format!("label {l} of {}", labels.len())))
         };
+        // Under lazily loaded weights, copies the span `[a, a + bytes)` when it lies in them
+        // (clipped to the region; `weights_part` checks the chunks under it first).
+        let weights_base = r.weights.0;
+        let copy_weights = |dev: &mut Device<S>, a: Addr, bytes: u64| -> Result<(), LoadError> {
+            if !lazy_weights || a.region != Region::Weights || bytes == 0 {
+                return Ok(());
+            }
+            let end = a.offset.saturating_add(bytes).min(weight_bytes);
+            let start = a.offset.min(end);
+            let part = om.weights_part(start as usize..end as usize)?;
+            dev.write(DevicePtr(weights_base + start), part)?;
+            Ok(())
+        };
         let mut branch_index = None;
         let mut streams = Vec::with_capacity(tasks.streams.len());
         for s in &tasks.streams {
@@ -421,16 +430,9 @@ impl LoadedModel {
                             .map_err(|e| {
                                 LoadError::Model(format!("task {} (MapIndex): {e}", t.name))
                             })?;
-                        if lazy_weights && table.region == Region::Weights {
-                            // The kernel reads the table in 32-byte units: that span (whose
-                            // weight chunks `weights_part` checks first).
-                            let bytes = layout.table_len(*gears, *n) * 4;
-                            let end = (table.offset.saturating_add(bytes.div_ceil(32) * 32))
-                                .min(weight_bytes);
-                            let start = table.offset.min(end);
-                            let part = om.weights_part(start as usize..end as usize)?;
-                            dev.write(DevicePtr(r.weights.0 + start), part)?;
-                        }
+                        // The kernel reads the table in 32-byte units.
+                        let bytes = layout.table_len(*gears, *n) * 4;
+                        copy_weights(dev, *table, bytes.div_ceil(32) * 32)?;
                         let (x, table, y) = (
                             r.resolve(&t.name, *x)?,
                             r.resolve(&t.name, *table)?,
@@ -542,6 +544,9 @@ impl LoadedModel {
                         inputs,
                         outputs,
                     } => {
+                        for a in inputs {
+                            copy_weights(dev, a.addr, a.bytes)?;
+                        }
                         let resolve = |list: &[KernelArg]| -> Result<Vec<(u64, u64)>, LoadError> {
                             list.iter()
                                 .map(|a| Ok((r.resolve_span(&t.name, a.addr, a.bytes)?, a.bytes)))
@@ -555,12 +560,15 @@ impl LoadedModel {
                         .encode();
                         aicpu(dev, AiCpuKernelId::Op, &block)?
                     }
-                    OmTask::Memcpy { dst, src, size } => Task::Memcpy(Memcpy {
-                        kind: MemcpyKind::DeviceToDevice,
-                        dst: r.resolve_span(&t.name, *dst, *size)?,
-                        src: r.resolve_span(&t.name, *src, *size)?,
-                        size: *size,
-                    }),
+                    OmTask::Memcpy { dst, src, size } => {
+                        copy_weights(dev, *src, *size)?;
+                        Task::Memcpy(Memcpy {
+                            kind: MemcpyKind::DeviceToDevice,
+                            dst: r.resolve_span(&t.name, *dst, *size)?,
+                            src: r.resolve_span(&t.name, *src, *size)?,
+                            size: *size,
+                        })
+                    }
                     OmTask::EndGraph => Task::ModelEndGraph(ModelEndGraph { model: model_id }),
                 };
                 out.push((task, Some(t.name.clone())));

@@ -258,6 +258,22 @@ fn the_producer_of_an_ai_cpu_gathers_indices_computes_values() {
     assert_eq!(aicpu_tasks, 2 * 5);
 }
 
+/// One run of `om` on seeded `inputs` in `mode` (no gears): its device time, or the load's or
+/// run's error.
+fn run_once(cfg: &ChipConfig, om: &[u8], inputs: &[Input], mode: ExecMode) -> Result<u64, String> {
+    let sink = TraceWriter::new(Cursor::new(Vec::new())).unwrap();
+    let opts = RuntimeOptions {
+        exec_mode: mode,
+        ..RuntimeOptions::default()
+    };
+    let mut rt = Runtime::new(cfg.clone(), sink, opts).unwrap();
+    let m = rt.load(om).map_err(|e| e.to_string())?;
+    let inputs: Vec<Tensor> = inputs.iter().map(|x| tensor(x, &mut Rng::new(7))).collect();
+    let r = rt.run(m, &inputs).map_err(|e| e.to_string())?;
+    assert_eq!(r.gear, None);
+    Ok(r.device_time_ps)
+}
+
 /// A timing-only run of a model where nothing computes a value from the weights neither
 /// checks nor copies them: with a weight byte damaged it still runs, on the same timeline as
 /// the intact model in full mode, while a full run refuses to load it, naming the section.
@@ -270,27 +286,8 @@ fn a_timing_only_run_leaves_the_weights_unread() {
         .unwrap()
         .om_bytes()
         .unwrap();
-    let case = Case {
-        file: "cnn.onnx",
-        gear: opts.gear.clone(),
-        gears: vec![vec![Input::F32(vec![2, 3, 32, 32])]],
-    };
-    let run = |om: &[u8], mode: ExecMode| -> Result<u64, String> {
-        let sink = TraceWriter::new(Cursor::new(Vec::new())).unwrap();
-        let opts = RuntimeOptions {
-            exec_mode: mode,
-            ..RuntimeOptions::default()
-        };
-        let mut rt = Runtime::new(cfg.clone(), sink, opts).unwrap();
-        let m = rt.load(om).map_err(|e| e.to_string())?;
-        let inputs: Vec<Tensor> = case.gears[0]
-            .iter()
-            .map(|x| tensor(x, &mut Rng::new(7)))
-            .collect();
-        let r = rt.run(m, &inputs).map_err(|e| e.to_string())?;
-        assert_eq!(r.gear, None);
-        Ok(r.device_time_ps)
-    };
+    let inputs = [Input::F32(vec![2, 3, 32, 32])];
+    let run = |om: &[u8], mode: ExecMode| run_once(&cfg, om, &inputs, mode);
     let intact = run(&om, ExecMode::Full).unwrap();
     let file = gearsim_isa::om::OmFile::parse(&om).unwrap();
     let weights = file.weights().unwrap();
@@ -301,4 +298,134 @@ fn a_timing_only_run_leaves_the_weights_unread() {
     assert_eq!(run(&damaged, ExecMode::TimingOnly), Ok(intact));
     let err = run(&damaged, ExecMode::Full).unwrap_err();
     assert!(err.contains("Weights section checksum mismatch"), "{err}");
+}
+
+/// A timing-only run of a model with an AI CPU operator reading a weight copies just that
+/// weight (the operator computes in every mode): a damaged byte elsewhere in the weights goes
+/// unread, while one in the operator's constant fails the load, as any damage fails a full
+/// run. The model: `y = x + Cast(Mod(k, c))`, the Mod on the AI CPU with `c` a 4-element
+/// weight, beside `z = v + w` with `w` a 1.4 MB weight (in f16), so the two lie in different 1 MiB
+/// checksum chunks.
+#[test]
+fn a_timing_only_run_copies_only_the_weights_an_ai_cpu_operator_reads() {
+    use gearsim_compiler::onnx::proto::TensorProto;
+    use gearsim_host::calibrate::nets::{int, model_bytes, op_node, value_info};
+    use gearsim_isa::omtask::{OmTask, Region};
+    const FLOAT: i32 = 1;
+    const INT32: i32 = 6;
+    const WIDE: i64 = 700_000;
+    let node = |op: &str, inputs: &[&str], output: &str, attrs| {
+        op_node(
+            op,
+            output,
+            inputs.iter().map(|s| s.to_string()).collect(),
+            output,
+            attrs,
+        )
+    };
+    let init = |name: &str, elem: i32, dims: &[i64], raw: Vec<u8>| TensorProto {
+        name: name.into(),
+        dims: dims.to_vec(),
+        data_type: elem,
+        raw_data: Some(raw),
+        ..Default::default()
+    };
+    let onnx = model_bytes(
+        "aicpu_weight",
+        vec![
+            node("Mod", &["k", "c"], "m", vec![]),
+            node("Cast", &["m"], "mf", vec![int("to", FLOAT.into())]),
+            node("Add", &["x", "mf"], "y", vec![]),
+            node("Add", &["v", "w"], "z", vec![]),
+        ],
+        vec![
+            init(
+                "c",
+                INT32,
+                &[4],
+                [3i32, 5, 7, 9]
+                    .iter()
+                    .flat_map(|v| v.to_le_bytes())
+                    .collect(),
+            ),
+            init(
+                "w",
+                FLOAT,
+                &[1, WIDE],
+                (0..WIDE)
+                    .flat_map(|i| (i as f32 * 1e-3).to_le_bytes())
+                    .collect(),
+            ),
+        ],
+        vec![
+            value_info("x", FLOAT, &[2, 4]),
+            value_info("k", INT32, &[2, 4]),
+            value_info("v", FLOAT, &[1, WIDE]),
+        ],
+        vec![
+            value_info("y", FLOAT, &[2, 4]),
+            value_info("z", FLOAT, &[1, WIDE]),
+        ],
+    );
+    let cfg = ChipConfig::preset("ascend910").unwrap();
+    let opts = compile_options(GearOptions::default(), &cfg);
+    let compiled = compile(&onnx, "aicpu_weight.onnx", &opts).unwrap();
+    assert!(
+        compiled.emitted.kernels.iter().all(|k| !k.needs_values),
+        "no kernel computes values, so the weights can be left unread"
+    );
+    // The span of `c` the AI CPU Mod reads.
+    let spans: Vec<(u64, u64)> = compiled
+        .emitted
+        .tasks
+        .streams
+        .iter()
+        .flatten()
+        .filter_map(|t| match &t.task {
+            OmTask::AiCpu { inputs, .. } => Some(inputs),
+            _ => None,
+        })
+        .flatten()
+        .filter(|a| a.addr.region == Region::Weights)
+        .map(|a| (a.addr.offset, a.bytes))
+        .collect();
+    let [(c_at, c_len)] = spans[..] else {
+        panic!("one AI CPU input in the weights, got {spans:?}")
+    };
+    let om = compiled.om_bytes().unwrap();
+    let inputs = [
+        Input::F32(vec![2, 4]),
+        Input::I32(vec![2, 4]),
+        Input::F32(vec![1, WIDE]),
+    ];
+    let run = |om: &[u8], mode: ExecMode| run_once(&cfg, om, &inputs, mode);
+    let intact = run(&om, ExecMode::Full).unwrap();
+    assert_eq!(run(&om, ExecMode::TimingOnly), Ok(intact));
+    let file = gearsim_isa::om::OmFile::parse(&om).unwrap();
+    let weights = file.weights().unwrap();
+    let base = weights.as_ptr() as usize - om.as_ptr() as usize;
+    const CHUNK: u64 = 1 << 20;
+    assert!(
+        weights.len() as u64 > CHUNK,
+        "the weights span two checksum chunks"
+    );
+    // A byte in the chunk `c` is not in, and a byte of `c` itself.
+    let elsewhere = if c_at / CHUNK == 0 {
+        weights.len() as u64 - 1
+    } else {
+        0
+    };
+    let damaged = |at: u64| {
+        let mut om = om.clone();
+        om[base + at as usize] ^= 0x10;
+        om
+    };
+    let unread = damaged(elsewhere);
+    assert_eq!(run(&unread, ExecMode::TimingOnly), Ok(intact));
+    for om in [&unread, &damaged(c_at + c_len / 2)] {
+        let err = run(om, ExecMode::Full).unwrap_err();
+        assert!(err.contains("Weights section checksum mismatch"), "{err}");
+    }
+    let err = run(&damaged(c_at + c_len / 2), ExecMode::TimingOnly).unwrap_err();
+    assert!(err.contains("checksum"), "{err}");
 }
