@@ -80,18 +80,97 @@ pub(super) fn load2d(
         let (s, d) = ((src + i * src_step) as usize, (dst + i * dst_step) as usize);
         let (from, into) = (&l1[s..s + size], &mut out[d..d + size]);
         if f.transpose {
-            // Element (r, c) of the source fractal is element (c, r) of the destination.
-            for r in 0..16 {
-                for c in 0..16 {
-                    let (a, b) = ((r * 16 + c) * 2, (c * 16 + r) * 2);
-                    into[b..b + 2].copy_from_slice(&from[a..a + 2]);
-                }
-            }
+            transpose_fractal(from, into);
         } else {
             into.copy_from_slice(from);
         }
     }
     Ok(())
+}
+
+/// Element (r, c) of the 16 × 16 two-byte source fractal `from` is element (c, r) of
+/// `into` (both 512 bytes).
+fn transpose_fractal(from: &[u8], into: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        transpose_fractal_sse2(from, into);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    transpose_fractal_portable(from, into);
+}
+
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn transpose_fractal_portable(from: &[u8], into: &mut [u8]) {
+    for r in 0..16 {
+        for c in 0..16 {
+            let (a, b) = ((r * 16 + c) * 2, (c * 16 + r) * 2);
+            into[b..b + 2].copy_from_slice(&from[a..a + 2]);
+        }
+    }
+}
+
+/// [`transpose_fractal_portable`] as four 8 × 8 transposes of 16-bit lanes in SSE2 (every
+/// x86-64 host has it): three rounds of interleaves per block instead of 256 two-byte copies.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn transpose_fractal_sse2(from: &[u8], into: &mut [u8]) {
+    use std::arch::x86_64::{
+        __m128i, _mm_loadu_si128, _mm_storeu_si128, _mm_unpackhi_epi16, _mm_unpackhi_epi32,
+        _mm_unpackhi_epi64, _mm_unpacklo_epi16, _mm_unpacklo_epi32, _mm_unpacklo_epi64,
+    };
+    let (from, into) = (&from[..512], &mut into[..512]);
+    for (br, bc) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+        // SAFETY: each load reads 16 bytes at row `br * 8 + i`, column `bc * 8` of the
+        // 512-byte source (byte (row * 16 + bc * 8) * 2, at most 496), so in bounds; the
+        // unaligned load needs no alignment. The intrinsics are SSE2, which x86-64 always has.
+        let a: [__m128i; 8] = std::array::from_fn(|i| unsafe {
+            _mm_loadu_si128(from[((br * 8 + i) * 16 + bc * 8) * 2..].as_ptr().cast())
+        });
+        // Each round interleaves pairs of registers, the low halves then the high halves.
+        macro_rules! interleave {
+            ($lo:ident, $hi:ident, $x:expr, $pairs:expr) => {{
+                let x = $x;
+                let mut out = x;
+                for (k, (i, j)) in $pairs.into_iter().enumerate() {
+                    // SAFETY: SSE2 register operations, on every x86-64 host.
+                    unsafe {
+                        out[2 * k] = $lo(x[i], x[j]);
+                        out[2 * k + 1] = $hi(x[i], x[j]);
+                    }
+                }
+                out
+            }};
+        }
+        let t = interleave!(
+            _mm_unpacklo_epi16,
+            _mm_unpackhi_epi16,
+            a,
+            [(0, 1), (2, 3), (4, 5), (6, 7)]
+        );
+        let u = interleave!(
+            _mm_unpacklo_epi32,
+            _mm_unpackhi_epi32,
+            t,
+            [(0, 2), (1, 3), (4, 6), (5, 7)]
+        );
+        // Column j of the block is row j of its transpose.
+        let cols = interleave!(
+            _mm_unpacklo_epi64,
+            _mm_unpackhi_epi64,
+            u,
+            [(0, 4), (1, 5), (2, 6), (3, 7)]
+        );
+        for (j, col) in cols.iter().enumerate() {
+            // SAFETY: the store writes 16 bytes at row `bc * 8 + j`, column `br * 8` of the
+            // 512-byte destination (at most byte 496), so in bounds; unaligned form.
+            unsafe {
+                _mm_storeu_si128(
+                    into[((bc * 8 + j) * 16 + br * 8) * 2..].as_mut_ptr().cast(),
+                    *col,
+                )
+            };
+        }
+    }
 }
 
 struct Geometry {
@@ -151,6 +230,9 @@ pub(super) fn plan_img2col(f: &Img2col, ops: &Operands) -> Result<Plan, Fault> {
     ))
 }
 
+/// A K column's tap: its C1 slice and its row and column offsets in the padded map.
+type Tap = (u64, i64, i64);
+
 pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result<(), Fault> {
     let g = geometry(f, ops)?;
     let [dst, src, _, _] = ops.regs;
@@ -168,12 +250,14 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
         u64::from(f.m_start),
         u64::from(f.k_start),
     );
-    // Each K column's tap as (c1, row offset, column offset) in the padded map, `None` past
-    // the last tap: worked out once instead of once per row.
-    let columns: Vec<Option<(u64, i64, i64)>> = (0..kfrac * taps_per_frac)
+    // Each K column's place in a fractal row (its fractal and its part of the 32 bytes) and
+    // its tap as (c1, row offset, column offset) in the padded map, `None` past the last tap:
+    // worked out once instead of once per row.
+    let columns: Vec<(u64, Option<Tap>)> = (0..kfrac * taps_per_frac)
         .map(|col| {
+            let (ki, part) = (col / taps_per_frac, col % taps_per_frac);
             let tap = k_start * taps_per_frac + col;
-            (tap < taps).then(|| {
+            let at = (tap < taps).then(|| {
                 let (c1, rest) = (tap / (kh * kw), tap % (kh * kw));
                 let (i, j) = (rest / kw, rest % kw);
                 (
@@ -181,34 +265,58 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
                     (i * u64::from(f.dil_h)) as i64 - i64::from(fm.pad_top),
                     (j * u64::from(f.dil_w)) as i64 - i64::from(fm.pad_left),
                 )
-            })
+            });
+            (ki * FRACTAL + part * unit, at)
         })
         .collect();
     let n = (chans * 2) as usize;
     for mi in 0..u64::from(f.mfrac) {
-        for r in 0..16u64 {
-            let p = (m_start + mi) * 16 + r;
+        // The fractal's 16 rows: each pixel's window corner, `None` past the last pixel.
+        let corners: [Option<(i64, i64)>; 16] = std::array::from_fn(|r| {
+            let p = (m_start + mi) * 16 + r as u64;
             let (oh, ow) = (p / g.wo, p % g.wo);
-            let (top, left) = (
+            (p < pixels).then_some((
                 (oh * u64::from(f.stride_h)) as i64,
                 (ow * u64::from(f.stride_w)) as i64,
-            );
-            for (col, tap) in columns.iter().enumerate() {
-                let (ki, part) = (col as u64 / taps_per_frac, col as u64 % taps_per_frac);
-                let row = (dst + (mi * kfrac + ki) * FRACTAL + r * 32 + part * unit) as usize;
-                let value_at = tap.filter(|_| p < pixels).and_then(|(c1, di, dj)| {
-                    let (ih, iw) = (top + di, left + dj);
-                    (ih >= 0 && iw >= 0 && (ih as u64) < g.h && (iw as u64) < g.w)
-                        .then(|| (src + ((c1 * g.h + ih as u64) * g.w + iw as u64) * unit) as usize)
-                });
-                // A slice is 32 bytes (16 channels) or 8 (C04): copies of a known length, done
-                // inline rather than through a call per slice.
-                match (value_at, n) {
-                    (Some(s), 32) => l0a[row..row + 32].copy_from_slice(&l1[s..s + 32]),
-                    (Some(s), 8) => l0a[row..row + 8].copy_from_slice(&l1[s..s + 8]),
-                    (Some(s), _) => l0a[row..row + n].copy_from_slice(&l1[s..s + n]),
-                    (None, _) => l0a[row..row + n].fill(0),
+            ))
+        });
+        let frac_base = dst + mi * kfrac * FRACTAL;
+        for (offset, tap) in &columns {
+            let base = (frac_base + offset) as usize;
+            // Row r's slice in L1, `None` where the window reads padding.
+            let value_at = |r: usize| {
+                let (c1, di, dj) = (*tap)?;
+                let (top, left) = corners[r]?;
+                let (ih, iw) = (top + di, left + dj);
+                (ih >= 0 && iw >= 0 && (ih as u64) < g.h && (iw as u64) < g.w)
+                    .then(|| (src + ((c1 * g.h + ih as u64) * g.w + iw as u64) * unit) as usize)
+            };
+            if n != 32 {
+                // C04: a row's 8 bytes are a quarter of its 32, so rows never join.
+                for r in 0..16 {
+                    let row = base + r * 32;
+                    match value_at(r) {
+                        Some(s) => l0a[row..row + n].copy_from_slice(&l1[s..s + n]),
+                        None => l0a[row..row + n].fill(0),
+                    }
                 }
+                continue;
+            }
+            // 16 channels fill a row, so rows whose slices lie back to back in L1 (a window
+            // moving one pixel along a map row) are one copy, and rows of padding one fill.
+            let mut r = 0;
+            while r < 16 {
+                let first = value_at(r);
+                let mut end = r + 1;
+                while end < 16 && value_at(end) == first.map(|s| s + (end - r) * 32) {
+                    end += 1;
+                }
+                let (d, len) = (base + r * 32, (end - r) * 32);
+                match first {
+                    Some(s) => l0a[d..d + len].copy_from_slice(&l1[s..s + len]),
+                    None => l0a[d..d + len].fill(0),
+                }
+                r = end;
             }
         }
     }
@@ -256,8 +364,8 @@ fn bf16_fractals(buf: &[u8], base: u64, count: u64, out: &mut [f32]) {
 
 /// `acc += Σ_k a_k · b_k` over the K fractals of one output fractal (`a`, `b`: K fractals of
 /// 256 values each, row-major 16×16): for each element, products added one at a time in
-/// ascending k, each a multiplication then an addition (never fused), so every vector width
-/// gives the same bits.
+/// ascending k, each a multiplication then an addition, so every vector width gives the same
+/// bits (the vector widths fuse the two only where that changes no bit: [`Products`]).
 #[inline(always)]
 fn accumulate_portable(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
     for (af, bf) in a.chunks_exact(256).zip(b.chunks_exact(256)) {
@@ -274,17 +382,32 @@ fn accumulate_portable(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
     }
 }
 
+/// Whether each product of two operands is exact in f32, so that a fused multiply-add
+/// (one rounding) gives the bits of a multiplication followed by an addition (two). True of
+/// f16 operands: an f16 has 11 significant bits, so a product has at most 22 (an f32 holds
+/// 24), and its exponent stays inside f32's normal range (2^-48 to 2^32), so the
+/// multiplication never rounds. Not of bf16, whose f32 exponent range lets a product overflow
+/// or leave the normal range. With no NaN among the operands, the only NaN a product or a sum
+/// can make is the default one, the same in both forms; which of two NaN payloads survives a
+/// sum is the host's choice in either form.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Products {
+    Exact,
+    Rounded,
+}
+
 /// [`accumulate_portable`] in AVX-512: the 16 rows of the output fractal are 16 vector
 /// accumulators held in registers for all K fractals, and `k` is the outer loop, so each row
 /// gets its products one at a time in ascending k (the portable order, the same bits) while
 /// the 16 rows' additions are independent and overlap in the pipeline instead of waiting on
-/// one another's latency.
+/// one another's latency. `FUSED` adds each product with one fused multiply-add, which only
+/// [`Products::Exact`] operands may use.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(unsafe_code)]
-fn accumulate_avx512(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
-    use std::arch::x86_64::{__m512, _mm512_add_ps, _mm512_loadu_ps, _mm512_mul_ps};
-    use std::arch::x86_64::{_mm512_set1_ps, _mm512_storeu_ps};
+fn accumulate_avx512<const FUSED: bool>(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+    use std::arch::x86_64::{__m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps};
+    use std::arch::x86_64::{_mm512_mul_ps, _mm512_set1_ps, _mm512_storeu_ps};
     // SAFETY (every load and store below): each pointer is the start of a 16-float row
     // inside a `[f32; 256]` (the accumulator, or one fractal of `a` / `b` taken with
     // `chunks_exact(256)`), so the 16 floats read or written are in bounds; the unaligned
@@ -296,7 +419,11 @@ fn accumulate_avx512(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
             let brow = unsafe { _mm512_loadu_ps(bf[kk * 16..kk * 16 + 16].as_ptr()) };
             for (i, row) in rows.iter_mut().enumerate() {
                 let x = _mm512_set1_ps(af[i * 16 + kk]);
-                *row = _mm512_add_ps(*row, _mm512_mul_ps(x, brow));
+                *row = if FUSED {
+                    _mm512_fmadd_ps(x, brow, *row)
+                } else {
+                    _mm512_add_ps(*row, _mm512_mul_ps(x, brow))
+                };
             }
         }
     }
@@ -305,29 +432,29 @@ fn accumulate_avx512(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
     }
 }
 
-/// [`accumulate_avx512`]'s order in AVX2: a pass per group of rows (six, six, then four),
-/// each row two 8-float accumulators (twelve registers, with room for the B row and the
-/// broadcast in the sixteen).
+/// [`accumulate_avx512`]'s order in AVX2 (with FMA, which every AVX2 host but a few early
+/// ones has): a pass per group of rows (six, six, then four), each row two 8-float
+/// accumulators (twelve registers, with room for the B row and the broadcast in the sixteen).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-fn accumulate_avx2(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
-    accumulate_avx2_rows::<6>(acc, a, b, 0);
-    accumulate_avx2_rows::<6>(acc, a, b, 6);
-    accumulate_avx2_rows::<4>(acc, a, b, 12);
+#[target_feature(enable = "avx2,fma")]
+fn accumulate_avx2<const FUSED: bool>(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+    accumulate_avx2_rows::<6, FUSED>(acc, a, b, 0);
+    accumulate_avx2_rows::<6, FUSED>(acc, a, b, 6);
+    accumulate_avx2_rows::<4, FUSED>(acc, a, b, 12);
 }
 
 /// Rows `first..first + ROWS` of [`accumulate_avx2`].
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
+#[target_feature(enable = "avx2,fma")]
 #[allow(unsafe_code)]
-fn accumulate_avx2_rows<const ROWS: usize>(
+fn accumulate_avx2_rows<const ROWS: usize, const FUSED: bool>(
     acc: &mut [f32; 256],
     a: &[f32],
     b: &[f32],
     first: usize,
 ) {
-    use std::arch::x86_64::{__m256, _mm256_add_ps, _mm256_loadu_ps, _mm256_mul_ps};
-    use std::arch::x86_64::{_mm256_set1_ps, _mm256_storeu_ps};
+    use std::arch::x86_64::{__m256, _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps};
+    use std::arch::x86_64::{_mm256_mul_ps, _mm256_set1_ps, _mm256_storeu_ps};
     // SAFETY (every load and store below): each pointer starts 8 floats inside a 16-float
     // row of a `[f32; 256]` (the accumulator, or a fractal of `a` / `b` from
     // `chunks_exact(256)`), offset 0 or 8, so the 8 floats are in bounds; unaligned forms.
@@ -350,8 +477,13 @@ fn accumulate_avx2_rows<const ROWS: usize>(
             };
             for (r, row) in rows.iter_mut().enumerate() {
                 let x = _mm256_set1_ps(af[(first + r) * 16 + kk]);
-                row[0] = _mm256_add_ps(row[0], _mm256_mul_ps(x, lo));
-                row[1] = _mm256_add_ps(row[1], _mm256_mul_ps(x, hi));
+                if FUSED {
+                    row[0] = _mm256_fmadd_ps(x, lo, row[0]);
+                    row[1] = _mm256_fmadd_ps(x, hi, row[1]);
+                } else {
+                    row[0] = _mm256_add_ps(row[0], _mm256_mul_ps(x, lo));
+                    row[1] = _mm256_add_ps(row[1], _mm256_mul_ps(x, hi));
+                }
             }
         }
     }
@@ -364,23 +496,42 @@ fn accumulate_avx2_rows<const ROWS: usize>(
     }
 }
 
-/// [`accumulate_portable`] in the widest vectors the host has (the same bits in each).
+/// A vector form of [`accumulate_portable`]; callable only on a host with its features.
+#[cfg(target_arch = "x86_64")]
+type VectorAccumulate = unsafe fn(&mut [f32; 256], &[f32], &[f32]);
+
+/// The vector forms of [`accumulate_portable`] this host can run, widest first, fused or not.
+#[cfg(target_arch = "x86_64")]
+fn vector_accumulates(fused: bool) -> impl Iterator<Item = (&'static str, VectorAccumulate)> {
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    let avx2 =
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma");
+    let (wide, narrow): (VectorAccumulate, VectorAccumulate) = if fused {
+        (accumulate_avx512::<true>, accumulate_avx2::<true>)
+    } else {
+        (accumulate_avx512::<false>, accumulate_avx2::<false>)
+    };
+    [(avx512, ("avx512", wide)), (avx2, ("avx2", narrow))]
+        .into_iter()
+        .filter_map(|(has, form)| has.then_some(form))
+}
+
+/// [`accumulate_portable`] in the widest vectors the host has (the same bits in each), with
+/// fused multiply-adds when the products are exact.
 #[allow(unsafe_code)]
-fn accumulate(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+fn accumulate(acc: &mut [f32; 256], a: &[f32], b: &[f32], products: Products) {
     #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            // SAFETY: the host has AVX-512F (checked just above), the only requirement of the
-            // target-feature function.
-            return unsafe { accumulate_avx512(acc, a, b) };
-        }
-        if std::arch::is_x86_feature_detected!("avx2") {
-            // SAFETY: the host has AVX2 (checked just above).
-            return unsafe { accumulate_avx2(acc, a, b) };
-        }
+    if let Some((_, form)) = vector_accumulates(products == Products::Exact).next() {
+        // SAFETY: `vector_accumulates` lists only the forms whose target features the host has
+        // (checked at run time), their only requirement.
+        return unsafe { form(acc, a, b) };
     }
+    let _ = products;
     accumulate_portable(acc, a, b);
 }
+
+/// Widens `count` fractals of a buffer at a base into f32 values.
+type Widen = fn(&[u8], u64, u64, &mut [f32]);
 
 pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), Fault> {
     let [c, a, b, _] = ops.regs;
@@ -388,10 +539,10 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
     if mb * kb * nb == 0 {
         return Ok(());
     }
-    let widen = match f.ty {
+    let (widen, exact): (Widen, _) = match f.ty {
         DType::I8 => return mmad_i8(bufs, c, a, b, [mb, kb, nb], f.init),
-        DType::Bf16 => bf16_fractals,
-        _ => f16_fractals,
+        DType::Bf16 => (bf16_fractals, Products::Rounded),
+        _ => (f16_fractals, Products::Exact),
     };
     // The widened operands go into this thread's scratch vectors, which only ever grow (so a
     // product allocates and zeroes nothing once the largest has been seen).
@@ -409,14 +560,28 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
         }
         widen(bufs.get(Buffer::L0a), a, mb * kb, &mut av[..a_len]);
         widen(bufs.get(Buffer::L0b), b, kb * nb, &mut bv[..b_len]);
-        products(bufs.get_mut(Buffer::L0c), c, [mb, kb, nb], f.init, av, bv);
+        products(
+            bufs.get_mut(Buffer::L0c),
+            c,
+            [mb, kb, nb],
+            f.init,
+            (av, bv),
+            exact,
+        );
     });
     Ok(())
 }
 
 /// The f32 products of an `mmad` whose widened operands are `av` (`mb` × `kb` fractals)
 /// and `bv` (`nb` × `kb`), into (or, `init`, over) the accumulators at byte `c` of L0C.
-fn products(l0c: &mut [u8], c: u64, [mb, kb, nb]: [u64; 3], init: bool, av: &[f32], bv: &[f32]) {
+fn products(
+    l0c: &mut [u8],
+    c: u64,
+    [mb, kb, nb]: [u64; 3],
+    init: bool,
+    (av, bv): (&[f32], &[f32]),
+    exact: Products,
+) {
     let mut acc = [0f32; 256];
     for n_i in 0..nb {
         for m_i in 0..mb {
@@ -431,7 +596,7 @@ fn products(l0c: &mut [u8], c: u64, [mb, kb, nb]: [u64; 3], init: bool, av: &[f3
                     fractal.fill(0);
                 }
                 if let Ok(acc) = <[f32; 256] as zerocopy::FromBytes>::mut_from_bytes(fractal) {
-                    accumulate(acc, a_row, b_col);
+                    accumulate(acc, a_row, b_col, exact);
                     continue;
                 }
             }
@@ -445,7 +610,7 @@ fn products(l0c: &mut [u8], c: u64, [mb, kb, nb]: [u64; 3], init: bool, av: &[f3
                     *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
             }
-            accumulate(&mut acc, a_row, b_col);
+            accumulate(&mut acc, a_row, b_col, exact);
             for (v, b) in acc
                 .iter()
                 .zip(l0c[cbase..cbase + FRACTAL_C as usize].chunks_exact_mut(4))
@@ -965,7 +1130,7 @@ mod tests {
                 let o = at(aligned);
                 let l0c = &mut buf[o..o + start.len()];
                 l0c.copy_from_slice(&start);
-                products(l0c, 0, [mb, kb, nb], init, &av, &bv);
+                products(l0c, 0, [mb, kb, nb], init, (&av, &bv), Products::Rounded);
                 results.push(l0c.to_vec());
             }
             assert_eq!(results[0], results[1], "init {init}");
@@ -974,7 +1139,8 @@ mod tests {
     }
 
     /// Every vector width gives the bits of the portable loop (products added one at a time
-    /// in ascending k, never fused), on values that round differently in every order.
+    /// in ascending k), never fused on values that round differently in every order, and
+    /// fused on f16 values, whose products are exact.
     #[test]
     #[allow(unsafe_code)]
     fn every_accumulate_path_gives_the_same_bits() {
@@ -985,22 +1151,10 @@ mod tests {
         let mut portable = start;
         accumulate_portable(&mut portable, &a, &b);
         let mut dispatched = start;
-        accumulate(&mut dispatched, &a, &b);
+        accumulate(&mut dispatched, &a, &b, Products::Rounded);
         assert_eq!(portable.map(f32::to_bits), dispatched.map(f32::to_bits));
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                let mut v = start;
-                // SAFETY: the host has AVX2 (checked just above).
-                unsafe { accumulate_avx2(&mut v, &a, &b) };
-                assert_eq!(portable.map(f32::to_bits), v.map(f32::to_bits));
-            }
-            if std::arch::is_x86_feature_detected!("avx512f") {
-                let mut v = start;
-                // SAFETY: the host has AVX-512F (checked just above).
-                unsafe { accumulate_avx512(&mut v, &a, &b) };
-                assert_eq!(portable.map(f32::to_bits), v.map(f32::to_bits));
-            }
+        for (name, v) in vector_paths(start, &a, &b, false) {
+            assert_eq!(portable.map(f32::to_bits), v.map(f32::to_bits), "{name}");
         }
         // And the products are the textbook ones, summed in ascending k.
         let mut by_hand = start;
@@ -1014,5 +1168,96 @@ mod tests {
             }
         }
         assert_eq!(portable.map(f32::to_bits), by_hand.map(f32::to_bits));
+    }
+
+    /// What each vector path of this host computes from `start`, `a` and `b` (fused or not).
+    #[allow(unsafe_code)]
+    fn vector_paths(
+        start: [f32; 256],
+        a: &[f32],
+        b: &[f32],
+        fused: bool,
+    ) -> Vec<(&'static str, [f32; 256])> {
+        let mut out = Vec::new();
+        #[cfg(target_arch = "x86_64")]
+        for (name, form) in vector_accumulates(fused) {
+            let mut v = start;
+            // SAFETY: the host has the form's target features (`vector_accumulates` checks).
+            unsafe { form(&mut v, a, b) };
+            out.push((name, v));
+        }
+        let _ = (a, b, fused);
+        out
+    }
+
+    /// On f16 operands a fused multiply-add gives the bits of a multiplication and an
+    /// addition, because the product is exact: across the whole f16 range (subnormals, the
+    /// largest finite values, signed zeros and infinities, whose products with zero make the
+    /// default NaN), onto accumulators from f32's whole range, the fused paths and the
+    /// dispatch give the portable loop's bits.
+    #[test]
+    fn fused_products_of_f16_operands_give_the_unfused_bits() {
+        let lcg = |mut seed: u64| {
+            move || {
+                seed = seed
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                seed >> 16
+            }
+        };
+        let mut next = lcg(0x05ee_df16);
+        let mut other = lcg(0xacc0_0f32);
+        // Any f16 but a NaN: random bits, with the extremes often.
+        let special = [
+            0x0001u16, 0x8001, 0x03ff, 0x0400, 0x7bff, 0xfbff, 0, 0x8000, 0x7c00, 0xfc00,
+        ];
+        let mut half = || {
+            let r = next();
+            let bits = if r % 8 == 0 {
+                special[(r >> 3) as usize % special.len()]
+            } else {
+                (r >> 3) as u16
+            };
+            let v = half::f16::from_bits(bits);
+            if v.is_nan() { 1.0 } else { v.to_f32() }
+        };
+        for case in 0..40 {
+            let k = 1 + case % 6;
+            let a: Vec<f32> = (0..256 * k).map(|_| half()).collect();
+            let b: Vec<f32> = (0..256 * k).map(|_| half()).collect();
+            let start: [f32; 256] = std::array::from_fn(|_| {
+                let v = f32::from_bits(other() as u32);
+                if v.is_nan() { 0.5 } else { v }
+            });
+            let mut portable = start;
+            accumulate_portable(&mut portable, &a, &b);
+            let mut dispatched = start;
+            accumulate(&mut dispatched, &a, &b, Products::Rounded);
+            let bits = |v: [f32; 256]| v.map(f32::to_bits);
+            assert_eq!(bits(portable), bits(dispatched), "case {case}: dispatch");
+            for (name, v) in vector_paths(start, &a, &b, true) {
+                assert_eq!(bits(portable), bits(v), "case {case}: {name}");
+            }
+        }
+    }
+
+    /// The SSE2 fractal transpose moves every element (r, c) to (c, r), as the portable one.
+    #[test]
+    fn fractal_transposes_agree() {
+        let from: Vec<u8> = (0..512u32).map(|i| (i * 7 + i / 3) as u8).collect();
+        let mut want = vec![0u8; 512];
+        transpose_fractal_portable(&from, &mut want);
+        for r in 0..16 {
+            for c in 0..16 {
+                assert_eq!(
+                    want[(c * 16 + r) * 2..][..2],
+                    from[(r * 16 + c) * 2..][..2],
+                    "({r}, {c})"
+                );
+            }
+        }
+        let mut got = vec![0u8; 512];
+        transpose_fractal(&from, &mut got);
+        assert_eq!(got, want);
     }
 }

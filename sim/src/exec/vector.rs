@@ -609,6 +609,28 @@ fn bin_f(op: Bin, a: f32, b: f32, acc: f32) -> f32 {
     }
 }
 
+/// `z[i] = bin_f(op, x[i], y[i], z[i])` for every element, with the operation chosen once
+/// for the whole slice rather than per element, so each loop is a straight (vectorisable) one.
+#[inline(always)]
+fn bin_floats(op: Bin, z: &mut [f32], x: &[f32], y: &[f32]) {
+    #[inline(always)]
+    fn each(z: &mut [f32], x: &[f32], y: &[f32], f: impl Fn(f32, f32, f32) -> f32) {
+        for ((z, x), y) in z.iter_mut().zip(x).zip(y) {
+            *z = f(*x, *y, *z);
+        }
+    }
+    match op {
+        Bin::Add => each(z, x, y, |a, b, _| bin_f(Bin::Add, a, b, 0.0)),
+        Bin::Sub => each(z, x, y, |a, b, _| bin_f(Bin::Sub, a, b, 0.0)),
+        Bin::Mul => each(z, x, y, |a, b, _| bin_f(Bin::Mul, a, b, 0.0)),
+        Bin::Div => each(z, x, y, |a, b, _| bin_f(Bin::Div, a, b, 0.0)),
+        Bin::Max => each(z, x, y, |a, b, _| bin_f(Bin::Max, a, b, 0.0)),
+        Bin::Min => each(z, x, y, |a, b, _| bin_f(Bin::Min, a, b, 0.0)),
+        Bin::Mla => each(z, x, y, |a, b, acc| bin_f(Bin::Mla, a, b, acc)),
+        Bin::And | Bin::Or => each(z, x, y, |a, b, acc| bin_f(op, a, b, acc)),
+    }
+}
+
 #[inline(always)]
 fn bin_i(op: Bin, a: i64, b: i64, acc: i64) -> i64 {
     match op {
@@ -702,9 +724,7 @@ fn bin_span<const CAP: usize>(
     if matches!(op, Bin::Mla) {
         load_floats(ub, pd, ty, &mut z[..m]);
     }
-    for ((z, x), y) in z[..m].iter_mut().zip(&x[..m]).zip(&y[..m]) {
-        *z = bin_f(op, *x, *y, *z);
-    }
+    bin_floats(op, &mut z[..m], &x[..m], &y[..m]);
     store_floats(ub, pd, ty, &z[..m]);
 }
 
@@ -714,9 +734,7 @@ fn bin_span<const CAP: usize>(
 fn un_span<const CAP: usize>(ub: &mut [u8], ty: DType, op: Un, [ps, pd]: [usize; 2], m: usize) {
     let mut x = [0f32; CAP];
     load_floats(ub, ps, ty, &mut x[..m]);
-    for v in &mut x[..m] {
-        *v = un_f(op, *v);
-    }
+    un_floats(op, &mut x[..m]);
     store_floats(ub, pd, ty, &x[..m]);
 }
 
@@ -751,6 +769,27 @@ fn un_f(op: Un, x: f32) -> f32 {
         Un::Rsqrt => 1.0 / libm::sqrtf(x),
         Un::Rec => 1.0 / x,
         Un::Not | Un::Mov => x,
+    }
+}
+
+/// `x[i] = un_f(op, x[i])` for every element, the operation chosen once (as [`bin_floats`]).
+#[inline(always)]
+fn un_floats(op: Un, x: &mut [f32]) {
+    #[inline(always)]
+    fn each(x: &mut [f32], f: impl Fn(f32) -> f32) {
+        for v in x {
+            *v = f(*v);
+        }
+    }
+    match op {
+        Un::Abs => each(x, |v| un_f(Un::Abs, v)),
+        Un::Relu => each(x, |v| un_f(Un::Relu, v)),
+        Un::Exp => each(x, |v| un_f(Un::Exp, v)),
+        Un::Ln => each(x, |v| un_f(Un::Ln, v)),
+        Un::Sqrt => each(x, |v| un_f(Un::Sqrt, v)),
+        Un::Rsqrt => each(x, |v| un_f(Un::Rsqrt, v)),
+        Un::Rec => each(x, |v| un_f(Un::Rec, v)),
+        Un::Not | Un::Mov => {}
     }
 }
 
