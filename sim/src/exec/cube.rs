@@ -878,6 +878,11 @@ fn convert_fractal(l0c: &[u8], out: &mut [u8], f: &L0cToUb, s: u64, d: u64) {
         narrow_f16(&v, &mut out[d..d + 512]);
         return;
     }
+    if size == 4 && !f.relu {
+        // 4-byte outputs carry the accumulators' bits as they are (`store_out`).
+        out[d..d + 1024].copy_from_slice(&l0c[s..s + 1024]);
+        return;
+    }
     for e in 0..256 {
         store_out(out, d + e * size, f.ty, load_c(l0c, s + e * 4), f.relu);
     }
@@ -979,11 +984,11 @@ mod tests {
     use crate::exec::Mask;
     use gearsim_isa::{FMatrix, Reg};
 
-    /// The fractal-at-a-time f16 path of `copy_l0c_to_ub` writes the bits the per-element
-    /// `store_out` writes, for ordinary, tiny, huge, signed-zero and NaN values, with and
-    /// without relu.
+    /// The fractal-at-a-time paths of `copy_l0c_to_ub` (f16, and f32 without relu as one
+    /// copy) write the bits the per-element `store_out` writes, for ordinary, tiny, huge,
+    /// signed-zero and NaN values, with and without relu.
     #[test]
-    fn l0c_to_ub_f16_matches_the_per_element_conversion() {
+    fn l0c_to_ub_matches_the_per_element_conversion() {
         let specials = [
             0.0f32,
             -0.0,
@@ -1011,7 +1016,12 @@ mod tests {
                     .unwrap_or(f32::from_bits(x) % 70000.0)
             })
             .collect();
-        for relu in [false, true] {
+        for (ty, relu) in [
+            (DType::F16, false),
+            (DType::F16, true),
+            (DType::F32, false),
+            (DType::F32, true),
+        ] {
             let mut bufs = Buffers::new(
                 &ChipConfig::preset("ascend910").unwrap(),
                 crate::CoreKind::Coupled,
@@ -1020,7 +1030,7 @@ mod tests {
                 bufs.get_mut(Buffer::L0c)[i * 4..i * 4 + 4].copy_from_slice(&v.to_le_bytes());
             }
             let f = L0cToUb {
-                ty: DType::F16,
+                ty,
                 dst: Reg::new(1).unwrap(),
                 src: Reg::new(2).unwrap(),
                 nfrac: 2,
@@ -1034,11 +1044,16 @@ mod tests {
                 fmatrix: FMatrix::RESET,
             };
             l0c_to_ub(&mut bufs, &f, &ops).unwrap();
-            let mut want = vec![0u8; 1024];
+            let size = ty.size();
+            let mut want = vec![0u8; 512 * size];
             for (i, v) in values.iter().enumerate() {
-                store_out(&mut want, i * 2, DType::F16, *v, relu);
+                store_out(&mut want, i * size, ty, *v, relu);
             }
-            assert_eq!(&bufs.get(Buffer::Ub)[..1024], &want[..], "relu {relu}");
+            assert_eq!(
+                &bufs.get(Buffer::Ub)[..want.len()],
+                &want[..],
+                "{ty:?} relu {relu}"
+            );
         }
     }
 
