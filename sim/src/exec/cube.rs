@@ -304,11 +304,17 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
             }
             // 16 channels fill a row, so rows whose slices lie back to back in L1 (a window
             // moving one pixel along a map row) are one copy, and rows of padding one fill.
-            let mut r = 0;
+            // Each row's slice is looked up once: the one that ends a run starts the next.
+            let (mut r, mut first) = (0, value_at(0));
             while r < 16 {
-                let first = value_at(r);
                 let mut end = r + 1;
-                while end < 16 && value_at(end) == first.map(|s| s + (end - r) * 32) {
+                let mut next = None;
+                while end < 16 {
+                    let v = value_at(end);
+                    if v != first.map(|s| s + (end - r) * 32) {
+                        next = v;
+                        break;
+                    }
                     end += 1;
                 }
                 let (d, len) = (base + r * 32, (end - r) * 32);
@@ -316,7 +322,7 @@ pub(super) fn img2col(bufs: &mut Buffers, f: &Img2col, ops: &Operands) -> Result
                     Some(s) => l0a[d..d + len].copy_from_slice(&l1[s..s + len]),
                     None => l0a[d..d + len].fill(0),
                 }
-                r = end;
+                (r, first) = (end, next);
             }
         }
     }
@@ -517,17 +523,35 @@ fn vector_accumulates(fused: bool) -> impl Iterator<Item = (&'static str, Vector
 }
 
 /// [`accumulate_portable`] in the widest vectors the host has (the same bits in each), with
-/// fused multiply-adds when the products are exact.
-#[allow(unsafe_code)]
-fn accumulate(acc: &mut [f32; 256], a: &[f32], b: &[f32], products: Products) {
+/// fused multiply-adds when the products are exact: the form is chosen once per product and
+/// then run for each of its output fractals.
+#[derive(Clone, Copy)]
+struct Accumulator {
     #[cfg(target_arch = "x86_64")]
-    if let Some((_, form)) = vector_accumulates(products == Products::Exact).next() {
-        // SAFETY: `vector_accumulates` lists only the forms whose target features the host has
-        // (checked at run time), their only requirement.
-        return unsafe { form(acc, a, b) };
+    vector: Option<VectorAccumulate>,
+}
+
+impl Accumulator {
+    fn new(products: Products) -> Accumulator {
+        let _ = products;
+        Accumulator {
+            #[cfg(target_arch = "x86_64")]
+            vector: vector_accumulates(products == Products::Exact)
+                .next()
+                .map(|(_, form)| form),
+        }
     }
-    let _ = products;
-    accumulate_portable(acc, a, b);
+
+    #[allow(unsafe_code)]
+    fn run(self, acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(form) = self.vector {
+            // SAFETY: `vector_accumulates` lists only the forms whose target features the host
+            // has (checked at run time), their only requirement.
+            return unsafe { form(acc, a, b) };
+        }
+        accumulate_portable(acc, a, b);
+    }
 }
 
 /// Widens `count` fractals of a buffer at a base into f32 values.
@@ -582,6 +606,7 @@ fn products(
     (av, bv): (&[f32], &[f32]),
     exact: Products,
 ) {
+    let accumulate = Accumulator::new(exact);
     let mut acc = [0f32; 256];
     for n_i in 0..nb {
         for m_i in 0..mb {
@@ -596,7 +621,7 @@ fn products(
                     fractal.fill(0);
                 }
                 if let Ok(acc) = <[f32; 256] as zerocopy::FromBytes>::mut_from_bytes(fractal) {
-                    accumulate(acc, a_row, b_col, exact);
+                    accumulate.run(acc, a_row, b_col);
                     continue;
                 }
             }
@@ -610,7 +635,7 @@ fn products(
                     *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
             }
-            accumulate(&mut acc, a_row, b_col, exact);
+            accumulate.run(&mut acc, a_row, b_col);
             for (v, b) in acc
                 .iter()
                 .zip(l0c[cbase..cbase + FRACTAL_C as usize].chunks_exact_mut(4))
@@ -1166,7 +1191,7 @@ mod tests {
         let mut portable = start;
         accumulate_portable(&mut portable, &a, &b);
         let mut dispatched = start;
-        accumulate(&mut dispatched, &a, &b, Products::Rounded);
+        Accumulator::new(Products::Rounded).run(&mut dispatched, &a, &b);
         assert_eq!(portable.map(f32::to_bits), dispatched.map(f32::to_bits));
         for (name, v) in vector_paths(start, &a, &b, false) {
             assert_eq!(portable.map(f32::to_bits), v.map(f32::to_bits), "{name}");
@@ -1247,7 +1272,7 @@ mod tests {
             let mut portable = start;
             accumulate_portable(&mut portable, &a, &b);
             let mut dispatched = start;
-            accumulate(&mut dispatched, &a, &b, Products::Rounded);
+            Accumulator::new(Products::Rounded).run(&mut dispatched, &a, &b);
             let bits = |v: [f32; 256]| v.map(f32::to_bits);
             assert_eq!(bits(portable), bits(dispatched), "case {case}: dispatch");
             for (name, v) in vector_paths(start, &a, &b, true) {

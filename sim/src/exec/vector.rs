@@ -215,9 +215,9 @@ fn runs<const N: usize>(mask: Mask, r: u64, e: u64, ops: [&Opnd; N]) -> Option<R
     // The block positions whose elements are all enabled in every repeat, when the mask
     // enables whole blocks only.
     let live: Option<u8> = match mask {
-        Mask::Normal(bits) if e <= 128 => {
-            let full = u128::MAX >> (128 - per_block);
-            let block = |b: u64| (bits >> (b * per_block)) & full;
+        Mask::Normal(_) if e <= 128 => {
+            let full = u32::MAX >> (32 - per_block);
+            let block = |b: u64| block_live(mask, 0, e, b);
             (0..8).all(|b| block(b) == 0 || block(b) == full).then(|| {
                 (0..8)
                     .filter(|&b| block(b) == full)
