@@ -1,10 +1,15 @@
 //! The `.gtrace` writer: a [`TraceSink`] that streams records to any seekable byte sink, and a
-//! file variant that only replaces its destination once the trace is complete.
+//! file variant that only replaces its destination once the trace is complete. The file
+//! variant checksums and writes its record buffers on a thread of its own, so a simulation
+//! that traces every instruction does not wait on the file system.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use zerocopy::IntoBytes;
 
@@ -17,6 +22,9 @@ use crate::{Lane, LaneId, LaneKind, Level, Record, StrId, TraceError, TraceSink}
 
 /// Records are collected in memory until this many bytes are pending, then written in one go.
 const FLUSH_AT: usize = 1 << 18;
+/// Full record buffers a writer thread may have queued before the producer waits for it
+/// (with the one being filled and the one being written, at most 6 × 256 KiB in memory).
+const QUEUED_BUFFERS: usize = 4;
 
 /// The string table's hasher: a multiply-rotate over 8-byte words (the Fx hash). Interning
 /// hashes every instruction's text when a kernel is loaded under an instruction-level trace,
@@ -78,7 +86,8 @@ impl std::hash::Hasher for WordHasher {
 /// The [`TraceSink`] methods cannot return errors, so the first I/O error (or format limit hit)
 /// is stored, later output is dropped, and [`TraceWriter::finish`] returns that error.
 pub struct TraceWriter<W: Write + Seek> {
-    out: W,
+    /// The output, or the thread that owns it while records stream ([`TraceWriter::off_thread`]).
+    out: Output<W>,
     /// The file name used in error messages.
     name: PathBuf,
     /// Stream position of the header (all offsets in the file are relative to it).
@@ -135,7 +144,7 @@ impl<W: Write + Seek> TraceWriter<W> {
         out.write_all(RawHeader::placeholder().as_bytes())
             .map_err(|e| io_err("write", e))?;
         let mut w = TraceWriter {
-            out,
+            out: Output::Here(out),
             name: name.clone(),
             base,
             buf: Vec::with_capacity(FLUSH_AT + RECORD_SIZE as usize),
@@ -156,6 +165,29 @@ impl<W: Write + Seek> TraceWriter<W> {
         // String 0 is always the empty string.
         w.add_string("");
         Ok(w)
+    }
+
+    /// Hands the output to a thread of its own, which checksums and writes each full record
+    /// buffer while the producer goes on; the bytes, and the errors `finish` returns, are
+    /// those of writing in place. If no thread can be started, the writer stays as it was.
+    pub fn off_thread(mut self) -> TraceWriter<W>
+    where
+        W: Send + 'static,
+    {
+        if let Output::Here(_) = self.out {
+            let Output::Here(out) = std::mem::replace(&mut self.out, Output::Gone) else {
+                unreachable!("matched just above")
+            };
+            let checksum = std::mem::replace(&mut self.checksum, Checksum::new());
+            self.out = match Background::start(out, checksum) {
+                Ok(background) => Output::Thread(background),
+                Err((out, checksum)) => {
+                    self.checksum = checksum;
+                    Output::Here(out)
+                }
+            };
+        }
+        self
     }
 
     /// Records written so far.
@@ -190,6 +222,7 @@ impl<W: Write + Seek> TraceWriter<W> {
     /// trace that readers reject.
     pub fn finish(mut self) -> Result<W, TraceError> {
         self.flush_buf();
+        self.bring_back();
         let lanes_offset = u64::from(HEADER_SIZE) + self.record_count * u64::from(RECORD_SIZE);
         let lane_count = self.lanes.len();
         let meta_offset = lanes_offset + lane_count as u64 * u64::from(LANE_ENTRY_SIZE);
@@ -242,22 +275,50 @@ impl<W: Write + Seek> TraceWriter<W> {
         header.version_minor = self.minor.into();
         header.seal();
 
+        let Output::Here(mut out) = std::mem::replace(&mut self.out, Output::Gone) else {
+            return Err(self.io_error("write", lost_writer()));
+        };
         let result = (|| {
-            self.out.flush().map_err(|e| ("write", e))?;
-            self.out
-                .seek(SeekFrom::Start(self.base))
+            out.flush().map_err(|e| ("write", e))?;
+            out.seek(SeekFrom::Start(self.base))
                 .map_err(|e| ("seek in", e))?;
-            self.out
-                .write_all(header.as_bytes())
-                .map_err(|e| ("write", e))?;
-            self.out
-                .seek(SeekFrom::Start(self.base + file_size))
+            out.write_all(header.as_bytes()).map_err(|e| ("write", e))?;
+            out.seek(SeekFrom::Start(self.base + file_size))
                 .map_err(|e| ("seek in", e))?;
-            self.out.flush().map_err(|e| ("write", e))
+            out.flush().map_err(|e| ("write", e))
         })();
         match result {
-            Ok(()) => Ok(self.out),
+            Ok(()) => Ok(out),
             Err((action, source)) => Err(self.io_error(action, source)),
+        }
+    }
+
+    /// Takes the output back from its thread once the thread has written everything queued,
+    /// with the checksum it kept and the first error it met.
+    fn bring_back(&mut self) {
+        if let Output::Thread(_) = self.out {
+            let Output::Thread(mut background) = std::mem::replace(&mut self.out, Output::Gone)
+            else {
+                unreachable!("matched just above")
+            };
+            match background.join() {
+                Some(Drained {
+                    out,
+                    checksum,
+                    error,
+                }) => {
+                    self.out = Output::Here(out);
+                    self.checksum = checksum;
+                    if let Some(source) = error {
+                        let e = self.io_error("write", source);
+                        self.fail(e);
+                    }
+                }
+                None => {
+                    let e = self.io_error("write", lost_writer());
+                    self.fail(e);
+                }
+            }
         }
     }
 
@@ -287,7 +348,11 @@ impl<W: Write + Seek> TraceWriter<W> {
     fn emit(&mut self, bytes: &[u8]) {
         if self.error.is_none() {
             self.checksum.update(bytes);
-            if let Err(source) = self.out.write_all(bytes) {
+            let written = match &mut self.out {
+                Output::Here(out) => out.write_all(bytes),
+                Output::Thread(_) | Output::Gone => Err(lost_writer()),
+            };
+            if let Err(source) = written {
                 let e = self.io_error("write", source);
                 self.fail(e);
             }
@@ -295,11 +360,21 @@ impl<W: Write + Seek> TraceWriter<W> {
         self.written += bytes.len() as u64;
     }
 
-    /// Writes out the pending record buffer.
+    /// Writes out the pending record buffer, or queues it for the writer thread (which
+    /// hands back an empty one to fill next).
     fn flush_buf(&mut self) {
         let buf = std::mem::take(&mut self.buf);
-        self.emit(&buf);
-        self.buf = buf;
+        if let Output::Thread(background) = &mut self.out {
+            self.written += buf.len() as u64;
+            self.buf = if self.error.is_none() {
+                background.write(buf)
+            } else {
+                buf
+            };
+        } else {
+            self.emit(&buf);
+            self.buf = buf;
+        }
         self.buf.clear();
     }
 
@@ -394,6 +469,120 @@ impl<W: Write + Seek> TraceSink for TraceWriter<W> {
     }
 }
 
+/// Where a [`TraceWriter`]'s body bytes go.
+enum Output<W> {
+    /// Written by the producer's thread.
+    Here(W),
+    /// Owned by a writer thread until `finish` takes it back.
+    Thread(Background<W>),
+    /// Only while moving between the two (or after the writer thread was lost).
+    Gone,
+}
+
+/// What a writer thread gives back: the output, the checksum over every byte it wrote, and
+/// the first error it met (after which it wrote nothing more, as the in-place writer does).
+struct Drained<W> {
+    out: W,
+    checksum: Checksum,
+    error: Option<std::io::Error>,
+}
+
+/// A writer thread: full record buffers go to it in order, and come back empty for reuse.
+struct Background<W> {
+    full: Option<SyncSender<Vec<u8>>>,
+    /// Behind a lock only so that a writer can be shared between threads (as a Python
+    /// session's is); one thread uses it.
+    empty: Mutex<Receiver<Vec<u8>>>,
+    thread: Option<JoinHandle<Option<Drained<W>>>>,
+}
+
+impl<W: Write + Send + 'static> Background<W> {
+    /// Starts the thread with the output and the checksum so far; gives both back if the
+    /// thread cannot be started.
+    fn start(out: W, checksum: Checksum) -> Result<Background<W>, (W, Checksum)> {
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUED_BUFFERS);
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel();
+        // The output reaches the thread through this slot, so a failed spawn leaves it here.
+        let slot = Arc::new(Mutex::new(Some((out, checksum))));
+        let theirs = Arc::clone(&slot);
+        let spawned = std::thread::Builder::new()
+            .name("trace writer".into())
+            .spawn(move || {
+                let (out, checksum) = theirs.lock().ok()?.take()?;
+                let mut drained = Drained {
+                    out,
+                    checksum,
+                    error: None,
+                };
+                for mut buf in full_rx {
+                    if drained.error.is_none() {
+                        drained.checksum.update(&buf);
+                        if let Err(e) = drained.out.write_all(&buf) {
+                            drained.error = Some(e);
+                        }
+                    }
+                    buf.clear();
+                    // The producer may have stopped taking buffers back; that is fine.
+                    let _ = empty_tx.send(buf);
+                }
+                Some(drained)
+            });
+        match spawned {
+            Ok(thread) => Ok(Background {
+                full: Some(full_tx),
+                empty: Mutex::new(empty_rx),
+                thread: Some(thread),
+            }),
+            Err(_) => match slot.lock().map(|mut o| o.take()) {
+                Ok(Some(taken)) => Err(taken),
+                // Unreachable: the closure that would take the output never ran.
+                _ => unreachable!("a thread that was not started took the trace output"),
+            },
+        }
+    }
+}
+
+impl<W> Background<W> {
+    /// Queues a full buffer (waiting while the thread is `QUEUED_BUFFERS` behind) and returns
+    /// an empty one: one the thread has written, or a new one.
+    fn write(&mut self, buf: Vec<u8>) -> Vec<u8> {
+        if let Some(full) = &self.full {
+            // A send fails only when the thread has ended early; `join` then reports it.
+            let _ = full.send(buf);
+        }
+        let written = self.empty.get_mut().map(|empty| empty.try_recv());
+        match written {
+            Ok(Ok(buf)) => buf,
+            Ok(Err(TryRecvError::Empty | TryRecvError::Disconnected)) | Err(_) => {
+                Vec::with_capacity(FLUSH_AT + RECORD_SIZE as usize)
+            }
+        }
+    }
+
+    /// Ends the stream and waits for the thread to write what is queued; `None` if the thread
+    /// was lost (it panicked, which its loop cannot do, or never got the output).
+    fn join(&mut self) -> Option<Drained<W>> {
+        self.full = None;
+        self.thread.take()?.join().ok()?
+    }
+}
+
+impl<W> Drop for Background<W> {
+    /// A writer dropped without `finish` still waits for its thread, so the output is closed
+    /// before anything (a temporary file's removal) follows.
+    fn drop(&mut self) {
+        self.full = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The error `finish` reports when the writer thread did not give the output back.
+fn lost_writer() -> std::io::Error {
+    std::io::Error::other("the trace writer thread ended without giving the file back")
+}
+
 /// Writes a `.gtrace` file through a temporary file next to the destination.
 ///
 /// The destination is replaced (by a rename) only when [`TraceFileWriter::finish`] succeeds.
@@ -410,7 +599,7 @@ impl TraceFileWriter {
     /// Starts a trace that will end up at `dest`.
     pub fn create(dest: impl AsRef<Path>) -> Result<TraceFileWriter, TraceError> {
         let (temp, file) = TempFile::create(dest.as_ref())?;
-        let writer = TraceWriter::with_name(file, temp.path().to_path_buf())?;
+        let writer = TraceWriter::with_name(file, temp.path().to_path_buf())?.off_thread();
         Ok(TraceFileWriter { writer, temp })
     }
 

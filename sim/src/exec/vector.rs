@@ -1217,17 +1217,19 @@ pub(super) fn reduce(
                 let size = size as usize;
                 for blk in blocks {
                     let (live, base) = (block_live(ops.mask, rep, e, blk), os.block_addr(rep, blk));
-                    let block = &ub[base..base + pb * size];
-                    for (k, x) in block.chunks_exact(size).enumerate() {
-                        if live >> k & 1 == 1 {
-                            let x = ld_i(x, 0, f.ty);
-                            acc = match f.op {
-                                ReduceOp::Sum => acc.wrapping_add(x),
-                                ReduceOp::Max => acc.max(x),
-                                ReduceOp::Min => acc.min(x),
-                            };
-                            any = true;
-                        }
+                    // Only the enabled elements are read, lowest first (a transpose's
+                    // single-lane masks read one element a block).
+                    let mut rest = live;
+                    while rest != 0 {
+                        let k = rest.trailing_zeros() as usize;
+                        rest &= rest - 1;
+                        let x = ld_i(ub, base + k * size, f.ty);
+                        acc = match f.op {
+                            ReduceOp::Sum => acc.wrapping_add(x),
+                            ReduceOp::Max => acc.max(x),
+                            ReduceOp::Min => acc.min(x),
+                        };
+                        any = true;
                     }
                 }
                 st_i(ub, out, f.ty, if any { acc } else { 0 });

@@ -9,7 +9,7 @@ use gearsim_traces::{
 };
 use proptest::prelude::*;
 
-use crate::{lane, sample_trace, scratch_dir, span, write_trace};
+use crate::{MemWriter, lane, sample_trace, scratch_dir, span, write_trace};
 
 /// One call a producer might make on a sink.
 #[derive(Debug, Clone)]
@@ -397,6 +397,62 @@ fn file_writer_output_opens_through_mmap() {
         }
         w.finish().unwrap().into_inner()
     });
+}
+
+/// A writer whose output is on a thread of its own writes the bytes of one writing in place,
+/// over many buffers, with lanes, strings and metadata added between the flushes.
+#[test]
+fn a_writer_thread_writes_the_bytes_of_writing_in_place() {
+    let fill = |w: &mut MemWriter| {
+        let mut l = w.lane(lane("core0", "CUBE", LaneKind::Pipe));
+        for i in 0..200_000u64 {
+            if i % 50_000 == 0 {
+                l = w.lane(lane(&format!("core{}", i / 50_000), "MTE2", LaneKind::Pipe));
+                w.meta("phase", &format!("{i}"));
+            }
+            let n = w.intern(&format!("op{}", i % 97));
+            w.record(span(l, n, i * 3, i * 3 + 2));
+        }
+    };
+    let in_place = write_trace(fill);
+    let mut w = TraceWriter::new(Cursor::new(Vec::new()))
+        .unwrap()
+        .off_thread();
+    fill(&mut w);
+    let threaded = w.finish().unwrap().into_inner();
+    assert!(
+        in_place.len() > 20 * (1 << 18),
+        "{} bytes: too few flushes",
+        in_place.len()
+    );
+    assert!(in_place == threaded, "the writer thread changed the file");
+    assert_eq!(
+        TraceFile::from_bytes(threaded).unwrap().records().count(),
+        200_000
+    );
+}
+
+/// An error met on the writer thread is the one `finish` returns, as in place.
+#[test]
+fn io_errors_on_the_writer_thread_are_returned_by_finish() {
+    let mut w = TraceWriter::new(FailingSink {
+        inner: Cursor::new(Vec::new()),
+        budget: 1_000_000,
+    })
+    .unwrap()
+    .off_thread();
+    let l = w.lane(lane("p", "t", LaneKind::Pipe));
+    let n = w.intern("x");
+    for i in 0..100_000 {
+        w.record(span(l, n, i, i));
+    }
+    match w.finish() {
+        Err(TraceError::Io { action, source, .. }) => {
+            assert_eq!(action, "write");
+            assert_eq!(source.to_string(), "disk full");
+        }
+        other => panic!("expected an Io error, got {other:?}"),
+    }
 }
 
 /// A seekable sink that fails every write after the first `budget` bytes.
