@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
-use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use zerocopy::IntoBytes;
@@ -174,19 +174,19 @@ impl<W: Write + Seek> TraceWriter<W> {
     where
         W: Send + 'static,
     {
-        if let Output::Here(_) = self.out {
-            let Output::Here(out) = std::mem::replace(&mut self.out, Output::Gone) else {
-                unreachable!("matched just above")
-            };
-            let checksum = std::mem::replace(&mut self.checksum, Checksum::new());
-            self.out = match Background::start(out, checksum) {
-                Ok(background) => Output::Thread(background),
-                Err((out, checksum)) => {
-                    self.checksum = checksum;
-                    Output::Here(out)
+        self.out = match std::mem::replace(&mut self.out, Output::Gone) {
+            Output::Here(out) => {
+                let checksum = std::mem::replace(&mut self.checksum, Checksum::new());
+                match Background::start(out, checksum) {
+                    Ok(background) => Output::Thread(background),
+                    Err((out, checksum)) => {
+                        self.checksum = checksum;
+                        Output::Here(out)
+                    }
                 }
-            };
-        }
+            }
+            other => other,
+        };
         self
     }
 
@@ -296,30 +296,28 @@ impl<W: Write + Seek> TraceWriter<W> {
     /// Takes the output back from its thread once the thread has written everything queued,
     /// with the checksum it kept and the first error it met.
     fn bring_back(&mut self) {
-        if let Output::Thread(_) = self.out {
-            let Output::Thread(mut background) = std::mem::replace(&mut self.out, Output::Gone)
-            else {
-                unreachable!("matched just above")
-            };
-            match background.join() {
+        self.out = match std::mem::replace(&mut self.out, Output::Gone) {
+            Output::Thread(mut background) => match background.join() {
                 Some(Drained {
                     out,
                     checksum,
                     error,
                 }) => {
-                    self.out = Output::Here(out);
                     self.checksum = checksum;
                     if let Some(source) = error {
                         let e = self.io_error("write", source);
                         self.fail(e);
                     }
+                    Output::Here(out)
                 }
                 None => {
                     let e = self.io_error("write", lost_writer());
                     self.fail(e);
+                    Output::Gone
                 }
-            }
-        }
+            },
+            other => other,
+        };
     }
 
     fn io_error(&self, action: &'static str, source: std::io::Error) -> TraceError {
@@ -502,13 +500,12 @@ impl<W: Write + Send + 'static> Background<W> {
     fn start(out: W, checksum: Checksum) -> Result<Background<W>, (W, Checksum)> {
         let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUED_BUFFERS);
         let (empty_tx, empty_rx) = std::sync::mpsc::channel();
-        // The output reaches the thread through this slot, so a failed spawn leaves it here.
-        let slot = Arc::new(Mutex::new(Some((out, checksum))));
-        let theirs = Arc::clone(&slot);
+        // The output is handed over once the thread runs, so a failed spawn leaves it here.
+        let (give, given) = std::sync::mpsc::sync_channel::<(W, Checksum)>(1);
         let spawned = std::thread::Builder::new()
             .name("trace writer".into())
             .spawn(move || {
-                let (out, checksum) = theirs.lock().ok()?.take()?;
+                let (out, checksum) = given.recv().ok()?;
                 let mut drained = Drained {
                     out,
                     checksum,
@@ -527,18 +524,19 @@ impl<W: Write + Send + 'static> Background<W> {
                 }
                 Some(drained)
             });
-        match spawned {
-            Ok(thread) => Ok(Background {
-                full: Some(full_tx),
-                empty: Mutex::new(empty_rx),
-                thread: Some(thread),
-            }),
-            Err(_) => match slot.lock().map(|mut o| o.take()) {
-                Ok(Some(taken)) => Err(taken),
-                // Unreachable: the closure that would take the output never ran.
-                _ => unreachable!("a thread that was not started took the trace output"),
-            },
+        let Ok(thread) = spawned else {
+            return Err((out, checksum));
+        };
+        // The thread waits for this; a send fails only if it has gone, and then gives it back.
+        if let Err(std::sync::mpsc::SendError(back)) = give.send((out, checksum)) {
+            let _ = thread.join();
+            return Err(back);
         }
+        Ok(Background {
+            full: Some(full_tx),
+            empty: Mutex::new(empty_rx),
+            thread: Some(thread),
+        })
     }
 }
 
