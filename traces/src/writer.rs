@@ -86,7 +86,8 @@ impl std::hash::Hasher for WordHasher {
 /// The [`TraceSink`] methods cannot return errors, so the first I/O error (or format limit hit)
 /// is stored, later output is dropped, and [`TraceWriter::finish`] returns that error.
 pub struct TraceWriter<W: Write + Seek> {
-    /// The output, or the thread that owns it while records stream ([`TraceWriter::off_thread`]).
+    /// The output with its checksum, or the thread that owns them while records stream
+    /// ([`TraceWriter::off_thread`]).
     out: Output<W>,
     /// The file name used in error messages.
     name: PathBuf,
@@ -94,8 +95,6 @@ pub struct TraceWriter<W: Write + Seek> {
     base: u64,
     /// Encoded body bytes not yet handed to `out`.
     buf: Vec<u8>,
-    /// Checksum over the body bytes handed to `out` so far.
-    checksum: Checksum,
     /// Body bytes handed to `out` so far.
     written: u64,
     record_count: u64,
@@ -144,11 +143,10 @@ impl<W: Write + Seek> TraceWriter<W> {
         out.write_all(RawHeader::placeholder().as_bytes())
             .map_err(|e| io_err("write", e))?;
         let mut w = TraceWriter {
-            out: Output::Here(out),
+            out: Output::Here(Body::new(out)),
             name: name.clone(),
             base,
             buf: Vec::with_capacity(FLUSH_AT + RECORD_SIZE as usize),
-            checksum: Checksum::new(),
             written: 0,
             record_count: 0,
             strings: HashMap::default(),
@@ -175,16 +173,10 @@ impl<W: Write + Seek> TraceWriter<W> {
         W: Send + 'static,
     {
         self.out = match std::mem::replace(&mut self.out, Output::Gone) {
-            Output::Here(out) => {
-                let checksum = std::mem::replace(&mut self.checksum, Checksum::new());
-                match Background::start(out, checksum) {
-                    Ok(background) => Output::Thread(background),
-                    Err((out, checksum)) => {
-                        self.checksum = checksum;
-                        Output::Here(out)
-                    }
-                }
-            }
+            Output::Here(body) => match Background::start(body) {
+                Ok(background) => Output::Thread(background),
+                Err(body) => Output::Here(body),
+            },
             other => other,
         };
         self
@@ -260,6 +252,9 @@ impl<W: Write + Seek> TraceWriter<W> {
             });
         };
 
+        let Output::Here(body) = std::mem::replace(&mut self.out, Output::Gone) else {
+            return Err(self.io_error("write", lost_writer()));
+        };
         let mut header = RawHeader::placeholder();
         header.flags = FLAG_COMPLETE.into();
         header.record_count = self.record_count.into();
@@ -271,13 +266,11 @@ impl<W: Write + Seek> TraceWriter<W> {
         header.string_count = self.string_count.into();
         header.strings_bytes = strings_bytes.into();
         header.file_size = file_size.into();
-        header.checksum = self.checksum.finish().into();
+        header.checksum = body.checksum.finish().into();
         header.version_minor = self.minor.into();
         header.seal();
 
-        let Output::Here(mut out) = std::mem::replace(&mut self.out, Output::Gone) else {
-            return Err(self.io_error("write", lost_writer()));
-        };
+        let mut out = body.out;
         let result = (|| {
             out.flush().map_err(|e| ("write", e))?;
             out.seek(SeekFrom::Start(self.base))
@@ -298,17 +291,12 @@ impl<W: Write + Seek> TraceWriter<W> {
     fn bring_back(&mut self) {
         self.out = match std::mem::replace(&mut self.out, Output::Gone) {
             Output::Thread(mut background) => match background.join() {
-                Some(Drained {
-                    out,
-                    checksum,
-                    error,
-                }) => {
-                    self.checksum = checksum;
-                    if let Some(source) = error {
+                Some(mut body) => {
+                    if let Some(source) = body.error.take() {
                         let e = self.io_error("write", source);
                         self.fail(e);
                     }
-                    Output::Here(out)
+                    Output::Here(body)
                 }
                 None => {
                     let e = self.io_error("write", lost_writer());
@@ -345,12 +333,14 @@ impl<W: Write + Seek> TraceWriter<W> {
     /// Hands body bytes to the output, updating the checksum.
     fn emit(&mut self, bytes: &[u8]) {
         if self.error.is_none() {
-            self.checksum.update(bytes);
-            let written = match &mut self.out {
-                Output::Here(out) => out.write_all(bytes),
-                Output::Thread(_) | Output::Gone => Err(lost_writer()),
+            let failed = match &mut self.out {
+                Output::Here(body) => {
+                    body.put(bytes);
+                    body.error.take()
+                }
+                Output::Thread(_) | Output::Gone => Some(lost_writer()),
             };
-            if let Err(source) = written {
+            if let Some(source) = failed {
                 let e = self.io_error("write", source);
                 self.fail(e);
             }
@@ -470,19 +460,39 @@ impl<W: Write + Seek> TraceSink for TraceWriter<W> {
 /// Where a [`TraceWriter`]'s body bytes go.
 enum Output<W> {
     /// Written by the producer's thread.
-    Here(W),
+    Here(Body<W>),
     /// Owned by a writer thread until `finish` takes it back.
     Thread(Background<W>),
     /// Only while moving between the two (or after the writer thread was lost).
     Gone,
 }
 
-/// What a writer thread gives back: the output, the checksum over every byte it wrote, and
-/// the first error it met (after which it wrote nothing more, as the in-place writer does).
-struct Drained<W> {
+/// The output, the checksum over every body byte handed to it, and the first error it met
+/// (after which nothing more is written): the in-place writer's, or its thread's.
+struct Body<W> {
     out: W,
     checksum: Checksum,
     error: Option<std::io::Error>,
+}
+
+impl<W: Write> Body<W> {
+    fn new(out: W) -> Body<W> {
+        Body {
+            out,
+            checksum: Checksum::new(),
+            error: None,
+        }
+    }
+
+    /// Checksums and writes `bytes`, unless a write has failed.
+    fn put(&mut self, bytes: &[u8]) {
+        if self.error.is_none() {
+            self.checksum.update(bytes);
+            if let Err(e) = self.out.write_all(bytes) {
+                self.error = Some(e);
+            }
+        }
+    }
 }
 
 /// A writer thread: full record buffers go to it in order, and come back empty for reuse.
@@ -491,44 +501,34 @@ struct Background<W> {
     /// Behind a lock only so that a writer can be shared between threads (as a Python
     /// session's is); one thread uses it.
     empty: Mutex<Receiver<Vec<u8>>>,
-    thread: Option<JoinHandle<Option<Drained<W>>>>,
+    thread: Option<JoinHandle<Option<Body<W>>>>,
 }
 
 impl<W: Write + Send + 'static> Background<W> {
-    /// Starts the thread with the output and the checksum so far; gives both back if the
+    /// Starts the thread with the output and its checksum so far; gives them back if the
     /// thread cannot be started.
-    fn start(out: W, checksum: Checksum) -> Result<Background<W>, (W, Checksum)> {
+    fn start(body: Body<W>) -> Result<Background<W>, Body<W>> {
         let (full_tx, full_rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(QUEUED_BUFFERS);
         let (empty_tx, empty_rx) = std::sync::mpsc::channel();
         // The output is handed over once the thread runs, so a failed spawn leaves it here.
-        let (give, given) = std::sync::mpsc::sync_channel::<(W, Checksum)>(1);
+        let (give, given) = std::sync::mpsc::sync_channel::<Body<W>>(1);
         let spawned = std::thread::Builder::new()
             .name("trace writer".into())
             .spawn(move || {
-                let (out, checksum) = given.recv().ok()?;
-                let mut drained = Drained {
-                    out,
-                    checksum,
-                    error: None,
-                };
+                let mut body = given.recv().ok()?;
                 for mut buf in full_rx {
-                    if drained.error.is_none() {
-                        drained.checksum.update(&buf);
-                        if let Err(e) = drained.out.write_all(&buf) {
-                            drained.error = Some(e);
-                        }
-                    }
+                    body.put(&buf);
                     buf.clear();
                     // The producer may have stopped taking buffers back; that is fine.
                     let _ = empty_tx.send(buf);
                 }
-                Some(drained)
+                Some(body)
             });
         let Ok(thread) = spawned else {
-            return Err((out, checksum));
+            return Err(body);
         };
         // The thread waits for this; a send fails only if it has gone, and then gives it back.
-        if let Err(std::sync::mpsc::SendError(back)) = give.send((out, checksum)) {
+        if let Err(std::sync::mpsc::SendError(back)) = give.send(body) {
             let _ = thread.join();
             return Err(back);
         }
@@ -559,7 +559,7 @@ impl<W> Background<W> {
 
     /// Ends the stream and waits for the thread to write what is queued; `None` if the thread
     /// was lost (it panicked, which its loop cannot do, or never got the output).
-    fn join(&mut self) -> Option<Drained<W>> {
+    fn join(&mut self) -> Option<Body<W>> {
         self.full = None;
         self.thread.take()?.join().ok()?
     }

@@ -1272,7 +1272,7 @@ mod tests {
             let mut portable = start;
             accumulate_portable(&mut portable, &a, &b);
             let mut dispatched = start;
-            Accumulator::new(Products::Rounded).run(&mut dispatched, &a, &b);
+            Accumulator::new(Products::Exact).run(&mut dispatched, &a, &b);
             let bits = |v: [f32; 256]| v.map(f32::to_bits);
             assert_eq!(bits(portable), bits(dispatched), "case {case}: dispatch");
             for (name, v) in vector_paths(start, &a, &b, true) {
