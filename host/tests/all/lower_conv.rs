@@ -681,3 +681,38 @@ fn conv5hd_pointwise_tiles_its_plane_in_rows_of_one_fractal() {
     cube(&Case::new(2, 16, (12, 20), 32, 1).formats(ND, F5), 49);
     cube(&Case::new(2, 16, (7, 9), 32, 1).formats(F5, ND), 50);
 }
+
+/// A pointwise convolution (1×1, stride 1, no padding) feeds L0A by Load2D, as GE's does, and
+/// any other by img2col: on a plane tiled in rows of one fractal, on one that does not divide
+/// into fractals (each segment's last fractal reads past its band), and with several small
+/// images stacked in one tile; a strided pointwise convolution and a 3×3 one keep img2col.
+#[test]
+fn conv5hd_pointwise_feeds_l0a_by_load2d() {
+    for (c, seed, load2d) in [
+        (
+            Case::new(3, 32, (12, 20), 48, 1).bias().formats(F5, F5),
+            60,
+            1,
+        ),
+        (Case::new(2, 48, (7, 9), 32, 1).formats(F5, F5), 61, 1),
+        (
+            Case::new(6, 64, (3, 3), 32, 1).bias().formats(F5, ND),
+            62,
+            1,
+        ),
+        (Case::new(2, 256, (14, 14), 64, 1).formats(F5, F5), 63, 1),
+        (
+            Case::new(1, 16, (13, 13), 16, 1).stride(2).formats(F5, F5),
+            64,
+            0,
+        ),
+        (
+            Case::new(2, 32, (9, 20), 48, 3).pad(1).formats(F5, F5),
+            65,
+            0,
+        ),
+    ] {
+        let r = cube(&c, seed);
+        assert_eq!(tiling(&r, "l0a_load2d"), Some(load2d), "{c:?}");
+    }
+}

@@ -5,9 +5,13 @@
 //! In this format a pixel is a unit of its own, so the cube's `img2col_l0a` reads the windows
 //! straight from an L1 band of input rows (padding included, from `set_fmatrix`), and an L0C
 //! fractal (16 pixels × 16 output channels) is 16 output units: a tile leaves with one DMA.
+//! A pointwise convolution (1×1, stride 1, no padding) has nothing to rearrange: 16
+//! consecutive pixels of a channel block in the band are an L0A fractal already, so the band
+//! goes to L0A by `load_l0a` (Load2D, at L1 → L0A's rate) instead, as GE's convolution does
+//! (TBE's `l0a_load2d` path for exactly these shapes).
 //!
 //! ```text
-//!   X (5HD) ─MTE2 (one DMA per band)─▶ L1 band ─img2col_l0a─▶ L0A ┐
+//!   X (5HD) ─MTE2 (one DMA per band)─▶ L1 band ─img2col_l0a (pointwise: load_l0a)─▶ L0A ┐
 //!   packed W ─MTE2 (once)─▶ L1 (resident) ─load_l0b──────────▶ L0B ┴─mmad─▶ L0C
 //!   bias rows (UB) ─V broadcast_ub_to_l0c─▶ L0C (before the tile's first mmad)
 //!   L0C ─V copy_l0c_to_ub (f16, + ReLU)─▶ UB ─MTE3 (one DMA per tile)─▶ Y (5HD)
@@ -262,6 +266,8 @@ impl Drain {
 #[derive(Debug, Clone)]
 struct Plan {
     source: Source,
+    /// The bands go to L0A by Load2D (a pointwise convolution, [`l0a_load2d`]), not img2col.
+    load2d: bool,
     c1: u64,
     m1: u64,
     /// K fractals (`c1 · kh · kw`; C04: `kh · kw · 4 / 16` rounded up).
@@ -398,8 +404,10 @@ impl Plan {
         if let Some((v, what, most)) = limits.iter().find(|(v, _, most)| v > most) {
             return Err(format!("{what} {v} is above the limit {most}"));
         }
+        let load2d = l0a_load2d(s, source);
         let mut plan = Plan {
             source,
+            load2d,
             c1,
             m1,
             k,
@@ -460,7 +468,10 @@ impl Plan {
             } else {
                 1
             };
-            let fits = band_at + buffers * band <= core.l1_bytes;
+            // Load2D moves whole fractals: a segment's last one may read up to 15 units past
+            // its band, which the last band buffer leaves room for.
+            let overread = if load2d { FRACTAL } else { 0 };
+            let fits = band_at + buffers * band + overread <= core.l1_bytes;
             (blocks, band, fits)
         };
         // The largest tile size that fits (tiles shrink until their bands fit): a binary
@@ -739,6 +750,13 @@ fn row_step(s: &ConvShape) -> u64 {
     } else {
         1
     }
+}
+
+/// Whether a convolution's bands go to L0A by Load2D: a pointwise one (1×1, stride 1, no
+/// padding) reading a 5HD map, whose band slices are L0A fractals as they lie (16 consecutive
+/// pixels of a channel block; the pixels past a segment's end make rows no drain writes).
+fn l0a_load2d(s: &ConvShape, source: Source) -> bool {
+    !source.image() && (s.kh, s.kw, s.sh, s.sw) == (1, 1, 1, 1) && s.pt + s.pb + s.pl + s.pr == 0
 }
 
 /// Planning only: the DDR read latency (the presets' value), which sizes a block's first
@@ -1296,6 +1314,7 @@ impl<'a> Gen<'a> {
             ("co_groups", plan.co_groups),
             ("pixel_fractals_per_tile", plan.mf_max),
             ("band_bytes", plan.band_bytes),
+            ("l0a_load2d", u64::from(plan.load2d)),
             ("weight_bytes", plan.w_bytes),
             ("block_dim", plan.blocks.len() as u64),
         ] {
@@ -1598,7 +1617,7 @@ impl<'a> Gen<'a> {
         // The feature-map geometry is a state img2col reads: set once for a single segment,
         // before each segment's img2col otherwise.
         let single = t.segs.len() == 1;
-        if single {
+        if single && !plan.load2d {
             self.fmatrix(&t.segs[0]);
         }
         // Co fractals from the group's first (L1 holds the group's weights only).
@@ -1627,10 +1646,22 @@ impl<'a> Gen<'a> {
                 }
                 // Each segment's fractals follow the previous one's in M (L0A is m-major).
                 for ((g, &band), m_off) in t.segs.iter().zip(&bands).zip(&offs) {
+                    let dst = b as u64 * plan.l0a_half + m_off * kfs * FRACTAL;
+                    if plan.load2d {
+                        // Per K fractal (a channel block's slice of the band), the segment's
+                        // pixel fractals, into every kfs-th L0A fractal (L0A is m-major).
+                        let slice = g.band_bytes(s.w, UNIT);
+                        for kk in 0..kfs {
+                            self.a.movi(t0, (dst + kk * FRACTAL) as i64);
+                            let src = band + (k0 + kk) * slice + g.m_start * FRACTAL;
+                            self.a.movi(t1, src as i64);
+                            self.a.load_l0a(t0, t1, g.mf()).dst_stride(kfs);
+                        }
+                        continue;
+                    }
                     if !single {
                         self.fmatrix(g);
                     }
-                    let dst = b as u64 * plan.l0a_half + m_off * kfs * FRACTAL;
                     self.a.movi(t0, dst as i64);
                     self.a.movi(t1, band as i64);
                     self.a
