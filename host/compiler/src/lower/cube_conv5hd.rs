@@ -1650,7 +1650,7 @@ impl<'a> Gen<'a> {
                     if plan.load2d {
                         // Per K fractal (a channel block's slice of the band), the segment's
                         // pixel fractals, into every kfs-th L0A fractal (L0A is m-major).
-                        let slice = g.band_bytes(s.w, UNIT);
+                        let slice = g.band_bytes(s.w, plan.source.unit());
                         for kk in 0..kfs {
                             self.a.movi(t0, (dst + kk * FRACTAL) as i64);
                             let src = band + (k0 + kk) * slice + g.m_start * FRACTAL;
