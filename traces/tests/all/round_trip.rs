@@ -435,24 +435,30 @@ fn a_writer_thread_writes_the_bytes_of_writing_in_place() {
 /// An error met on the writer thread is the one `finish` returns, as in place.
 #[test]
 fn io_errors_on_the_writer_thread_are_returned_by_finish() {
-    let mut w = TraceWriter::new(FailingSink {
-        inner: Cursor::new(Vec::new()),
-        budget: 1_000_000,
-    })
-    .unwrap()
-    .off_thread();
-    let l = w.lane(lane("p", "t", LaneKind::Pipe));
-    let n = w.intern("x");
-    for i in 0..100_000 {
-        w.record(span(l, n, i, i));
-    }
-    match w.finish() {
+    match filled_failing_sink(1_000_000, true) {
         Err(TraceError::Io { action, source, .. }) => {
             assert_eq!(action, "write");
             assert_eq!(source.to_string(), "disk full");
         }
         other => panic!("expected an Io error, got {other:?}"),
     }
+}
+
+/// 100 000 spans written to a [`FailingSink`] of `budget` bytes, in place or (`threaded`) by
+/// the writer thread: what `finish` returns.
+fn filled_failing_sink(budget: usize, threaded: bool) -> Result<FailingSink, TraceError> {
+    let w = TraceWriter::new(FailingSink {
+        inner: Cursor::new(Vec::new()),
+        budget,
+    })
+    .unwrap();
+    let mut w = if threaded { w.off_thread() } else { w };
+    let l = w.lane(lane("p", "t", LaneKind::Pipe));
+    let n = w.intern("x");
+    for i in 0..100_000 {
+        w.record(span(l, n, i, i));
+    }
+    w.finish()
 }
 
 /// A seekable sink that fails every write after the first `budget` bytes.
@@ -482,17 +488,7 @@ impl Seek for FailingSink {
 
 #[test]
 fn io_errors_inside_the_sink_are_returned_by_finish() {
-    let mut w = TraceWriter::new(FailingSink {
-        inner: Cursor::new(Vec::new()),
-        budget: 100_000,
-    })
-    .unwrap();
-    let l = w.lane(lane("p", "t", LaneKind::Pipe));
-    let n = w.intern("x");
-    for i in 0..100_000 {
-        w.record(span(l, n, i, i));
-    }
-    match w.finish() {
+    match filled_failing_sink(100_000, false) {
         Err(TraceError::Io {
             path,
             action,

@@ -756,7 +756,13 @@ fn row_step(s: &ConvShape) -> u64 {
 /// padding) reading a 5HD map, whose band slices are L0A fractals as they lie (16 consecutive
 /// pixels of a channel block; the pixels past a segment's end make rows no drain writes).
 fn l0a_load2d(s: &ConvShape, source: Source) -> bool {
-    !source.image() && (s.kh, s.kw, s.sh, s.sw) == (1, 1, 1, 1) && s.pt + s.pb + s.pl + s.pr == 0
+    !source.image() && pointwise(s)
+}
+
+/// Whether a convolution is pointwise: 1×1, stride 1, no padding (each output pixel is its
+/// input pixel's channels times the weights).
+fn pointwise(s: &ConvShape) -> bool {
+    (s.kh, s.kw, s.sh, s.sw) == (1, 1, 1, 1) && s.pt + s.pb + s.pl + s.pr == 0
 }
 
 /// Planning only: the DDR read latency (the presets' value), which sizes a block's first
@@ -849,14 +855,8 @@ pub(crate) fn supports(s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
 /// rows of 16 pixels (one fractal each) when the plane divides into them, so that no tile's
 /// band reads input rows it has no output in (a tile starts on a fractal, a band on a row).
 fn tiling_grid(s: &ConvShape, source: Source) -> ConvShape {
-    let pointwise = s.kh == 1
-        && s.kw == 1
-        && s.sh == 1
-        && s.sw == 1
-        && s.pt + s.pb + s.pl + s.pr == 0
-        && (s.ho, s.wo) == (s.h, s.w);
     let plane = s.h * s.w;
-    if !pointwise || source.image() || s.w.is_multiple_of(16) || !plane.is_multiple_of(16) {
+    if !pointwise(s) || source.image() || s.w.is_multiple_of(16) || !plane.is_multiple_of(16) {
         return *s;
     }
     ConvShape {
