@@ -93,6 +93,21 @@ impl Buffers {
             (&hi[0], &mut lo[ib])
         }
     }
+
+    /// Three different buffers, the first two shared and the third mutable.
+    pub(crate) fn two_and_mut(
+        &mut self,
+        a: Buffer,
+        b: Buffer,
+        c: Buffer,
+    ) -> (&[u8], &[u8], &mut [u8]) {
+        let [a, b, c] = self
+            .mem
+            .get_disjoint_mut([slot(a), slot(b), slot(c)])
+            .expect("three different buffers");
+        let (a, b): (&Vec<u8>, &Vec<u8>) = (a, b);
+        (a, b, c)
+    }
 }
 
 impl Unknown {

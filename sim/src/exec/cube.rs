@@ -351,19 +351,9 @@ pub(super) fn plan_mmad(f: &Mmad, ops: &Operands) -> Plan {
     )
 }
 
-/// `count` fractals of f16 at `base`, widened to f32 into `out` (exactly, [`widen_f16`]).
-fn f16_fractals(buf: &[u8], base: u64, count: u64, out: &mut [f32]) {
-    let start = base as usize;
-    widen_f16(&buf[start..start + (count * FRACTAL) as usize], out);
-}
-
-/// `count` fractals of bf16 at `base`, widened to f32 (exact: a bf16 is an f32's top half).
-fn bf16_fractals(buf: &[u8], base: u64, count: u64, out: &mut [f32]) {
-    let start = base as usize;
-    for (v, c) in out
-        .iter_mut()
-        .zip(buf[start..start + (count * FRACTAL) as usize].chunks_exact(2))
-    {
+/// bf16 values widened to f32 (exact: a bf16 is an f32's top half).
+fn widen_bf16s(bytes: &[u8], out: &mut [f32]) {
+    for (v, c) in out.iter_mut().zip(bytes.chunks_exact(2)) {
         *v = bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32();
     }
 }
@@ -554,8 +544,24 @@ impl Accumulator {
     }
 }
 
-/// Widens `count` fractals of a buffer at a base into f32 values.
-type Widen = fn(&[u8], u64, u64, &mut [f32]);
+/// A 16-bit operand type of `mmad`: how its values widen to f32, and the bits of its
+/// exponent (all ones in an infinity or a NaN).
+#[derive(Clone, Copy)]
+struct Operand {
+    widen: fn(&[u8], &mut [f32]),
+    exponent: u16,
+}
+
+impl Operand {
+    const F16: Operand = Operand {
+        widen: widen_f16,
+        exponent: 0x7c00,
+    };
+    const BF16: Operand = Operand {
+        widen: widen_bf16s,
+        exponent: 0x7f80,
+    };
+}
 
 pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), Fault> {
     let [c, a, b, _] = ops.regs;
@@ -563,37 +569,210 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
     if mb * kb * nb == 0 {
         return Ok(());
     }
-    let (widen, exact): (Widen, _) = match f.ty {
+    let (operand, exact) = match f.ty {
         DType::I8 => return mmad_i8(bufs, c, a, b, [mb, kb, nb], f.init),
-        DType::Bf16 => (bf16_fractals, Products::Rounded),
-        _ => (f16_fractals, Products::Exact),
+        DType::Bf16 => (Operand::BF16, Products::Rounded),
+        _ => (Operand::F16, Products::Exact),
     };
+    let (l0a, l0b, l0c) = bufs.two_and_mut(Buffer::L0a, Buffer::L0b, Buffer::L0c);
+    let a_bytes = &l0a[a as usize..][..(mb * kb * FRACTAL) as usize];
+    let b_bytes = &l0b[b as usize..][..(kb * nb * FRACTAL) as usize];
+    let accumulators = &mut l0c[c as usize..][..(mb * nb * FRACTAL_C) as usize];
     // The widened operands go into this thread's scratch vectors, which only ever grow (so a
     // product allocates and zeroes nothing once the largest has been seen).
     thread_local! {
-        static WIDENED: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const {
-            std::cell::RefCell::new((Vec::new(), Vec::new()))
+        static SCRATCH: std::cell::RefCell<Scratch> = const {
+            std::cell::RefCell::new(Scratch::new())
         };
     }
-    WIDENED.with_borrow_mut(|(av, bv)| {
-        let (a_len, b_len) = ((mb * kb * 256) as usize, (kb * nb * 256) as usize);
-        for (v, n) in [(&mut *av, a_len), (&mut *bv, b_len)] {
-            if v.len() < n {
-                v.resize(n, 0.0);
-            }
-        }
-        widen(bufs.get(Buffer::L0a), a, mb * kb, &mut av[..a_len]);
-        widen(bufs.get(Buffer::L0b), b, kb * nb, &mut bv[..b_len]);
-        products(
-            bufs.get_mut(Buffer::L0c),
-            c,
-            [mb, kb, nb],
-            f.init,
-            (av, bv),
-            exact,
-        );
+    SCRATCH.with_borrow_mut(|scratch| {
+        let operands = (a_bytes, b_bytes, operand);
+        product_of(operands, accumulators, [mb, kb, nb], f.init, exact, scratch);
     });
     Ok(())
+}
+
+/// The product of `mmad` on its operands' bytes into (or, `init`, over) its accumulators'
+/// bytes, by way of f32 operands widened into `scratch`; all-zero K columns of A are left out
+/// where that changes no bit ([`leave_out_zero_columns`]). Returns whether they were.
+fn product_of(
+    (a_bytes, b_bytes, operand): (&[u8], &[u8], Operand),
+    accumulators: &mut [u8],
+    [mb, kb, nb]: [u64; 3],
+    init: bool,
+    exact: Products,
+    scratch: &mut Scratch,
+) -> bool {
+    let Scratch {
+        av,
+        bv,
+        kept,
+        a_kept,
+    } = scratch;
+    let a_len = (mb * kb * 256) as usize;
+    grow(av, a_len);
+    (operand.widen)(a_bytes, &mut av[..a_len]);
+    let av = &av[..a_len];
+    let adds_into = (!init).then_some(&*accumulators);
+    let leave_out = leave_out_zero_columns((av, b_bytes), [mb, kb], operand, adds_into, kept);
+    if leave_out {
+        // A's kept columns gathered, and only B's rows for them widened.
+        let kept_kb = (kept.len() as u64).div_ceil(16);
+        gather_kept(
+            (av, b_bytes),
+            [mb, kb, nb],
+            kept,
+            operand,
+            (a_kept, bv),
+            kept_kb,
+        );
+        let (a_len, b_len) = ((mb * kept_kb * 256) as usize, (kept_kb * nb * 256) as usize);
+        let operands = (&a_kept[..a_len], &bv[..b_len]);
+        products(accumulators, 0, [mb, kept_kb, nb], init, operands, exact);
+    } else {
+        let b_len = (kb * nb * 256) as usize;
+        grow(bv, b_len);
+        (operand.widen)(b_bytes, &mut bv[..b_len]);
+        products(
+            accumulators,
+            0,
+            [mb, kb, nb],
+            init,
+            (av, &bv[..b_len]),
+            exact,
+        );
+    }
+    leave_out
+}
+
+/// One host thread's scratch for `mmad`: the widened operands, and the K columns kept when
+/// zero ones are left out ([`leave_out_zero_columns`]) with A gathered to them (B's rows for
+/// them are widened into `bv`).
+struct Scratch {
+    av: Vec<f32>,
+    bv: Vec<f32>,
+    kept: Vec<usize>,
+    a_kept: Vec<f32>,
+}
+
+impl Scratch {
+    const fn new() -> Scratch {
+        Scratch {
+            av: Vec::new(),
+            bv: Vec::new(),
+            kept: Vec::new(),
+            a_kept: Vec::new(),
+        }
+    }
+}
+
+fn grow(v: &mut Vec<f32>, len: usize) {
+    if v.len() < len {
+        v.resize(len, 0.0);
+    }
+}
+
+/// Whether leaving A's all-zero K columns (and B's rows for them) out of a product saves at
+/// least half of its K fractals and changes no bit, with the K columns to keep, in ascending
+/// order, in `kept`. A product of ±0 and a finite value is ±0, and adding ±0 to an
+/// accumulator changes it only when the accumulator is -0 (or a signalling NaN). An
+/// accumulator that starts neither -0 nor NaN never becomes -0 (a round-to-nearest sum is -0
+/// only when both of its terms are), so a column may go when every A value in it is ±0,
+/// every B value in its row is finite (here: every B value) and (`accumulators`, when the product adds into what
+/// L0C holds) no accumulator starts as -0 or NaN. The kept columns are then summed in the
+/// same ascending order, with the same bits. Real convolutions have such columns where a
+/// layer's input channels are padded to a fractal (a 3-channel image's 16 in a stem
+/// convolution without AIPP). Leaving columns out costs a pass over A, B's left-out rows and
+/// the accumulators, and a gather, which is why it waits for half of the work to go.
+fn leave_out_zero_columns(
+    (av, b_bytes): (&[f32], &[u8]),
+    [mb, kb]: [u64; 2],
+    operand: Operand,
+    accumulators: Option<&[u8]>,
+    kept: &mut Vec<usize>,
+) -> bool {
+    let (mb, kb) = (mb as usize, kb as usize);
+    // The columns of A with a nonzero value in fractal rows `m_range` (bits ORed over the
+    // rows, the sign left out: zero only for an all-zero column).
+    let find_kept = |m_range: std::ops::Range<usize>, kept: &mut Vec<usize>| {
+        kept.clear();
+        for kbi in 0..kb {
+            let mut any = [0u32; 16];
+            for m_i in m_range.clone() {
+                let fractal: &[f32; 256] = av[(m_i * kb + kbi) * 256..][..256]
+                    .try_into()
+                    .expect("a fractal is 256 values");
+                for r in 0..16 {
+                    for kk in 0..16 {
+                        any[kk] |= fractal[r * 16 + kk].to_bits();
+                    }
+                }
+            }
+            kept.extend(
+                (0..16)
+                    .filter(|&kk| any[kk] & 0x7fff_ffff != 0)
+                    .map(|kk| kbi * 16 + kk),
+            );
+        }
+        kept.len().div_ceil(16) * 2 <= kb
+    };
+    // The first row of fractals turns most products down cheaply (a dense A keeps it all).
+    if !find_kept(0..1, kept) || !find_kept(0..mb, kept) {
+        return false;
+    }
+    // No infinity or NaN in B (in its left-out rows is enough, but all of it is one pass that
+    // runs in vectors; folded without an early exit for the same reason).
+    let non_finite = b_bytes.chunks_exact(2).fold(0u16, |seen, h| {
+        let exponent = u16::from_le_bytes([h[0], h[1]]) & operand.exponent;
+        seen | u16::from(exponent == operand.exponent)
+    });
+    non_finite == 0
+        && accumulators.is_none_or(|acc| {
+            acc.chunks_exact(4).fold(0u32, |seen, b| {
+                let bits = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                seen | u32::from(bits == 0x8000_0000 || bits & 0x7fff_ffff > 0x7f80_0000)
+            }) == 0
+        })
+}
+
+/// The operands of a product on the `kept` K columns only, `kept_kb` fractals of them: A's
+/// columns gathered from its widened values, B's rows widened from its bytes. The last
+/// fractal's unused columns are zero in both, so their products add +0, which changes no
+/// accumulator [`leave_out_zero_columns`] allows.
+fn gather_kept(
+    (av, b_bytes): (&[f32], &[u8]),
+    [mb, kb, nb]: [u64; 3],
+    kept: &[usize],
+    operand: Operand,
+    (a_kept, b_kept): (&mut Vec<f32>, &mut Vec<f32>),
+    kept_kb: u64,
+) {
+    let (mb, kb, nb, kept_kb) = (mb as usize, kb as usize, nb as usize, kept_kb as usize);
+    let at = |k: usize| (k / 16, k % 16);
+    a_kept.clear();
+    a_kept.resize(mb * kept_kb * 256, 0.0);
+    for m_i in 0..mb {
+        for (j, &k) in kept.iter().enumerate() {
+            let ((to_f, to_c), (from_f, from_c)) = (at(j), at(k));
+            let to = &mut a_kept[(m_i * kept_kb + to_f) * 256 + to_c..];
+            let from = &av[(m_i * kb + from_f) * 256 + from_c..];
+            for r in 0..16 {
+                to[r * 16] = from[r * 16];
+            }
+        }
+    }
+    b_kept.clear();
+    b_kept.resize(nb * kept_kb * 256, 0.0);
+    for n_i in 0..nb {
+        for (j, &k) in kept.iter().enumerate() {
+            let ((to_f, to_r), (from_f, from_r)) = (at(j), at(k));
+            let from = &b_bytes[((n_i * kb + from_f) * 256 + from_r * 16) * 2..][..32];
+            (operand.widen)(
+                from,
+                &mut b_kept[(n_i * kept_kb + to_f) * 256 + to_r * 16..][..16],
+            );
+        }
+    }
 }
 
 /// The f32 products of an `mmad` whose widened operands are `av` (`mb` × `kb` fractals)
@@ -1278,6 +1457,92 @@ mod tests {
             for (name, v) in vector_paths(start, &a, &b, true) {
                 assert_eq!(bits(portable), bits(v), "case {case}: {name}");
             }
+        }
+    }
+
+    /// Leaving A's all-zero K columns out of a product (as in a 2-channel convolution's
+    /// operands: 2 of every 16 columns carry values, the others +0 or -0) gives the bits of
+    /// the whole product, for f16 and bf16, with and without `init`; and the columns stay in
+    /// where leaving them out would change a bit: an accumulator that starts as -0 (row 0's
+    /// kept products are all -0, its left-out ones +0; the 16 kept columns fill a fractal, so
+    /// no padding column adds a +0 either) or NaN, or an infinity in B.
+    #[test]
+    fn leaving_zero_columns_out_keeps_every_bit() {
+        let (mb, kb, nb) = (2u64, 8u64, 3u64);
+        let mut draw = draws(0x5eed_0c04);
+        for (operand, exact) in [
+            (Operand::F16, Products::Exact),
+            (Operand::BF16, Products::Rounded),
+        ] {
+            let bits = |v: f32| -> u16 {
+                if operand.exponent == 0x7c00 {
+                    f16::from_f32(v).to_bits()
+                } else {
+                    bf16::from_f32(v).to_bits()
+                }
+            };
+            let to_bytes =
+                |v: &[u16]| -> Vec<u8> { v.iter().flat_map(|h| h.to_le_bytes()).collect() };
+            // A: fractal (m_i, kbi), row r, column kk; row 0 of the first row of fractals is
+            // -0 where others have values.
+            let a: Vec<u16> = (0..mb * kb * 256)
+                .map(|i| {
+                    let (m_i, r, kk) = (i / (kb * 256), i % 256 / 16, i % 16);
+                    match (kk < 2, m_i == 0 && r == 0) {
+                        (true, true) => 0x8000,
+                        (true, false) => bits(draw()),
+                        (false, _) => {
+                            if i % 5 == 0 {
+                                0x8000
+                            } else {
+                                0
+                            }
+                        }
+                    }
+                })
+                .collect();
+            let b: Vec<u16> = (0..kb * nb * 256)
+                .map(|_| bits(draw().abs() + 1.0))
+                .collect();
+            let start: Vec<f32> = (0..mb * nb * 256).map(|_| draw()).collect();
+            let mut scratch = Scratch::new();
+            let mut run = |b: &[u16], start: &[f32], init: bool| {
+                let (a_bytes, b_bytes) = (to_bytes(&a), to_bytes(b));
+                let acc_bytes: Vec<u8> = start.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let mut left_out = acc_bytes.clone();
+                let operands = (&a_bytes[..], &b_bytes[..], operand);
+                let took = product_of(
+                    operands,
+                    &mut left_out,
+                    [mb, kb, nb],
+                    init,
+                    exact,
+                    &mut scratch,
+                );
+                let (mut av, mut bv) = (vec![0.0; a.len()], vec![0.0; b.len()]);
+                (operand.widen)(&a_bytes, &mut av);
+                (operand.widen)(&b_bytes, &mut bv);
+                let mut whole = acc_bytes;
+                products(&mut whole, 0, [mb, kb, nb], init, (&av, &bv), exact);
+                assert_eq!(left_out, whole);
+                took
+            };
+            assert!(run(&b, &start, true), "init: left out");
+            assert!(run(&b, &start, false), "adding: left out");
+            // Row 0's accumulators start as -0: the whole product makes +0 of them.
+            let mut negative_zero = start.clone();
+            for n_i in 0..nb as usize {
+                negative_zero[n_i * mb as usize * 256..][..16].fill(-0.0);
+            }
+            assert!(!run(&b, &negative_zero, false), "a -0 accumulator: kept in");
+            assert!(run(&b, &negative_zero, true), "init overwrites the -0");
+            let mut nan = start.clone();
+            nan[7] = f32::from_bits(0x7f80_0001);
+            assert!(!run(&b, &nan, false), "a NaN accumulator: kept in");
+            // An infinity in a left-out row of B makes NaN products in the whole product.
+            let mut infinite = b.clone();
+            infinite[5 * 16 + 2] = operand.exponent;
+            assert!(!run(&infinite, &start, true), "an infinity in B: kept in");
         }
     }
 
