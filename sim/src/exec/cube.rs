@@ -569,15 +569,18 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
     if mb * kb * nb == 0 {
         return Ok(());
     }
-    let (operand, exact) = match f.ty {
-        DType::I8 => return mmad_i8(bufs, c, a, b, [mb, kb, nb], f.init),
-        DType::Bf16 => (Operand::BF16, Products::Rounded),
-        _ => (Operand::F16, Products::Exact),
-    };
     let (l0a, l0b, l0c) = bufs.two_and_mut(Buffer::L0a, Buffer::L0b, Buffer::L0c);
     let a_bytes = &l0a[a as usize..][..(mb * kb * FRACTAL) as usize];
     let b_bytes = &l0b[b as usize..][..(kb * nb * FRACTAL) as usize];
     let accumulators = &mut l0c[c as usize..][..(mb * nb * FRACTAL_C) as usize];
+    let (operand, exact) = match f.ty {
+        DType::I8 => {
+            mmad_i8((a_bytes, b_bytes), accumulators, [mb, kb, nb], f.init);
+            return Ok(());
+        }
+        DType::Bf16 => (Operand::BF16, Products::Rounded),
+        _ => (Operand::F16, Products::Exact),
+    };
     // The widened operands go into this thread's scratch vectors, which only ever grow (so a
     // product allocates and zeroes nothing once the largest has been seen).
     thread_local! {
@@ -617,7 +620,7 @@ fn product_of(
     let leave_out = leave_out_zero_columns((av, b_bytes), [mb, kb], operand, adds_into, kept);
     if leave_out {
         // A's kept columns gathered, and only B's rows for them widened.
-        let kept_kb = (kept.len() as u64).div_ceil(16);
+        let kept_kb = kept_fractals(kept) as u64;
         gather_kept(
             (av, b_bytes),
             [mb, kb, nb],
@@ -628,30 +631,23 @@ fn product_of(
         );
         let (a_len, b_len) = ((mb * kept_kb * 256) as usize, (kept_kb * nb * 256) as usize);
         let operands = (&a_kept[..a_len], &bv[..b_len]);
-        products(accumulators, 0, [mb, kept_kb, nb], init, operands, exact);
+        products(accumulators, [mb, kept_kb, nb], init, operands, exact);
     } else {
         let b_len = (kb * nb * 256) as usize;
         grow(bv, b_len);
         (operand.widen)(b_bytes, &mut bv[..b_len]);
-        products(
-            accumulators,
-            0,
-            [mb, kb, nb],
-            init,
-            (av, &bv[..b_len]),
-            exact,
-        );
+        products(accumulators, [mb, kb, nb], init, (av, &bv[..b_len]), exact);
     }
     leave_out
 }
 
 /// One host thread's scratch for `mmad`: the widened operands, and the K columns kept when
-/// zero ones are left out ([`leave_out_zero_columns`]) with A gathered to them (B's rows for
-/// them are widened into `bv`).
+/// zero ones are left out ([`leave_out_zero_columns`]: per K fractal, a bit per column) with
+/// A gathered to them (B's rows for them are widened into `bv`).
 struct Scratch {
     av: Vec<f32>,
     bv: Vec<f32>,
-    kept: Vec<usize>,
+    kept: Vec<u16>,
     a_kept: Vec<f32>,
 }
 
@@ -672,52 +668,70 @@ fn grow(v: &mut Vec<f32>, len: usize) {
     }
 }
 
+/// K fractals of the columns `kept` keeps (per K fractal, a bit per column).
+fn kept_fractals(kept: &[u16]) -> usize {
+    (kept.iter().map(|m| m.count_ones() as usize).sum::<usize>()).div_ceil(16)
+}
+
+/// The kept K columns, in ascending order.
+fn kept_columns(kept: &[u16]) -> impl Iterator<Item = usize> + '_ {
+    kept.iter().enumerate().flat_map(|(kbi, &m)| {
+        (0..16)
+            .filter(move |kk| m >> kk & 1 == 1)
+            .map(move |kk| kbi * 16 + kk)
+    })
+}
+
 /// Whether leaving A's all-zero K columns (and B's rows for them) out of a product saves at
-/// least half of its K fractals and changes no bit, with the K columns to keep, in ascending
-/// order, in `kept`. A product of ±0 and a finite value is ±0, and adding ±0 to an
-/// accumulator changes it only when the accumulator is -0 (or a signalling NaN). An
+/// least half of its K fractals and changes no bit, with the columns to keep in `kept` (per
+/// K fractal, a bit per column). A product of ±0 and a finite value is ±0, and adding ±0 to
+/// an accumulator changes it only when the accumulator is -0 (or a signalling NaN). An
 /// accumulator that starts neither -0 nor NaN never becomes -0 (a round-to-nearest sum is -0
 /// only when both of its terms are), so a column may go when every A value in it is ±0,
-/// every B value in its row is finite (here: every B value) and (`accumulators`, when the product adds into what
-/// L0C holds) no accumulator starts as -0 or NaN. The kept columns are then summed in the
-/// same ascending order, with the same bits. Real convolutions have such columns where a
-/// layer's input channels are padded to a fractal (a 3-channel image's 16 in a stem
-/// convolution without AIPP). Leaving columns out costs a pass over A, B's left-out rows and
+/// every B value in its row is finite (here: every B value) and (`accumulators`, when the
+/// product adds into what L0C holds) no accumulator starts as -0 or NaN. The kept columns
+/// are then summed in the same ascending order, with the same bits. Real convolutions have
+/// such columns where a layer's input channels are padded to a fractal (a 3-channel image's
+/// 16 in a stem convolution without AIPP). Leaving columns out costs a pass over A, B and
 /// the accumulators, and a gather, which is why it waits for half of the work to go.
 fn leave_out_zero_columns(
     (av, b_bytes): (&[f32], &[u8]),
     [mb, kb]: [u64; 2],
     operand: Operand,
     accumulators: Option<&[u8]>,
-    kept: &mut Vec<usize>,
+    kept: &mut Vec<u16>,
 ) -> bool {
     let (mb, kb) = (mb as usize, kb as usize);
-    // The columns of A with a nonzero value in fractal rows `m_range` (bits ORed over the
-    // rows, the sign left out: zero only for an all-zero column).
-    let find_kept = |m_range: std::ops::Range<usize>, kept: &mut Vec<usize>| {
-        kept.clear();
-        for kbi in 0..kb {
-            let mut any = [0u32; 16];
-            for m_i in m_range.clone() {
-                let fractal: &[f32; 256] = av[(m_i * kb + kbi) * 256..][..256]
-                    .try_into()
-                    .expect("a fractal is 256 values");
-                for r in 0..16 {
-                    for kk in 0..16 {
-                        any[kk] |= fractal[r * 16 + kk].to_bits();
-                    }
+    // The columns of K fractal `kbi` with a nonzero value in fractal rows `m_range` (bits
+    // ORed over the rows, the sign left out: zero only for an all-zero column).
+    let nonzero_columns = |kbi: usize, m_range: std::ops::Range<usize>| {
+        let mut any = [0u32; 16];
+        for m_i in m_range {
+            let fractal: &[f32; 256] = av[(m_i * kb + kbi) * 256..][..256]
+                .try_into()
+                .expect("a fractal is 256 values");
+            for r in 0..16 {
+                for kk in 0..16 {
+                    any[kk] |= fractal[r * 16 + kk].to_bits();
                 }
             }
-            kept.extend(
-                (0..16)
-                    .filter(|&kk| any[kk] & 0x7fff_ffff != 0)
-                    .map(|kk| kbi * 16 + kk),
-            );
         }
-        kept.len().div_ceil(16) * 2 <= kb
+        (0..16).fold(0u16, |m, kk| {
+            m | u16::from(any[kk] & 0x7fff_ffff != 0) << kk
+        })
     };
-    // The first row of fractals turns most products down cheaply (a dense A keeps it all).
-    if !find_kept(0..1, kept) || !find_kept(0..mb, kept) {
+    let worth_it = |kept: &[u16]| kept_fractals(kept) * 2 <= kb;
+    // The first row of fractals turns most products down cheaply (a dense A keeps it all);
+    // the other rows can only add columns to it.
+    kept.clear();
+    kept.extend((0..kb).map(|kbi| nonzero_columns(kbi, 0..1)));
+    if !worth_it(kept) {
+        return false;
+    }
+    for (kbi, m) in kept.iter_mut().enumerate() {
+        *m |= nonzero_columns(kbi, 1..mb);
+    }
+    if !worth_it(kept) {
         return false;
     }
     // No infinity or NaN in B (in its left-out rows is enough, but all of it is one pass that
@@ -742,7 +756,7 @@ fn leave_out_zero_columns(
 fn gather_kept(
     (av, b_bytes): (&[f32], &[u8]),
     [mb, kb, nb]: [u64; 3],
-    kept: &[usize],
+    kept: &[u16],
     operand: Operand,
     (a_kept, b_kept): (&mut Vec<f32>, &mut Vec<f32>),
     kept_kb: u64,
@@ -752,7 +766,7 @@ fn gather_kept(
     a_kept.clear();
     a_kept.resize(mb * kept_kb * 256, 0.0);
     for m_i in 0..mb {
-        for (j, &k) in kept.iter().enumerate() {
+        for (j, k) in kept_columns(kept).enumerate() {
             let ((to_f, to_c), (from_f, from_c)) = (at(j), at(k));
             let to = &mut a_kept[(m_i * kept_kb + to_f) * 256 + to_c..];
             let from = &av[(m_i * kb + from_f) * 256 + from_c..];
@@ -764,7 +778,7 @@ fn gather_kept(
     b_kept.clear();
     b_kept.resize(nb * kept_kb * 256, 0.0);
     for n_i in 0..nb {
-        for (j, &k) in kept.iter().enumerate() {
+        for (j, k) in kept_columns(kept).enumerate() {
             let ((to_f, to_r), (from_f, from_r)) = (at(j), at(k));
             let from = &b_bytes[((n_i * kb + from_f) * 256 + from_r * 16) * 2..][..32];
             (operand.widen)(
@@ -776,10 +790,9 @@ fn gather_kept(
 }
 
 /// The f32 products of an `mmad` whose widened operands are `av` (`mb` × `kb` fractals)
-/// and `bv` (`nb` × `kb`), into (or, `init`, over) the accumulators at byte `c` of L0C.
+/// and `bv` (`nb` × `kb`), into (or, `init`, over) its accumulators' bytes `l0c`.
 fn products(
     l0c: &mut [u8],
-    c: u64,
     [mb, kb, nb]: [u64; 3],
     init: bool,
     (av, bv): (&[f32], &[f32]),
@@ -789,7 +802,7 @@ fn products(
     let mut acc = [0f32; 256];
     for n_i in 0..nb {
         for m_i in 0..mb {
-            let cbase = (c + (n_i * mb + m_i) * FRACTAL_C) as usize;
+            let cbase = ((n_i * mb + m_i) * FRACTAL_C) as usize;
             let a_row = &av[(m_i * kb * 256) as usize..][..(kb * 256) as usize];
             let b_col = &bv[(n_i * kb * 256) as usize..][..(kb * 256) as usize];
             // On a little-endian host an aligned fractal of L0C is its 256 accumulators as
@@ -825,25 +838,14 @@ fn products(
     }
 }
 
-/// The i8 product: i32 accumulators, products summed in ascending k order (wrapping, though
-/// a sum of i8 products needs over 2^17 terms to leave the i32 range).
-fn mmad_i8(
-    bufs: &mut Buffers,
-    c: u64,
-    a: u64,
-    b: u64,
-    [mb, kb, nb]: [u64; 3],
-    init: bool,
-) -> Result<(), Fault> {
-    let (av, bv) = (
-        bufs.get(Buffer::L0a)[a as usize..(a + mb * kb * FRACTAL) as usize].to_vec(),
-        bufs.get(Buffer::L0b)[b as usize..(b + kb * nb * FRACTAL) as usize].to_vec(),
-    );
-    let l0c = bufs.get_mut(Buffer::L0c);
+/// The i8 product of operand bytes `av` and `bv` into (or, `init`, over) its accumulators'
+/// bytes `l0c`: i32 accumulators, products summed in ascending k order (wrapping, though a
+/// sum of i8 products needs over 2^17 terms to leave the i32 range).
+fn mmad_i8((av, bv): (&[u8], &[u8]), l0c: &mut [u8], [mb, kb, nb]: [u64; 3], init: bool) {
     let mut acc = [0i32; 256];
     for n_i in 0..nb {
         for m_i in 0..mb {
-            let cbase = (c + (n_i * mb + m_i) * FRACTAL_C) as usize;
+            let cbase = ((n_i * mb + m_i) * FRACTAL_C) as usize;
             let cfrac = &mut l0c[cbase..cbase + FRACTAL_C as usize];
             for (v, b) in acc.iter_mut().zip(cfrac.chunks_exact(4)) {
                 *v = if init {
@@ -871,7 +873,6 @@ fn mmad_i8(
             }
         }
     }
-    Ok(())
 }
 
 fn out_size(ty: DType) -> u64 {
@@ -1349,7 +1350,7 @@ mod tests {
                 let o = at(aligned);
                 let l0c = &mut buf[o..o + start.len()];
                 l0c.copy_from_slice(&start);
-                products(l0c, 0, [mb, kb, nb], init, (&av, &bv), Products::Rounded);
+                products(l0c, [mb, kb, nb], init, (&av, &bv), Products::Rounded);
                 results.push(l0c.to_vec());
             }
             assert_eq!(results[0], results[1], "init {init}");
@@ -1523,7 +1524,7 @@ mod tests {
                 (operand.widen)(&a_bytes, &mut av);
                 (operand.widen)(&b_bytes, &mut bv);
                 let mut whole = acc_bytes;
-                products(&mut whole, 0, [mb, kb, nb], init, (&av, &bv), exact);
+                products(&mut whole, [mb, kb, nb], init, (&av, &bv), exact);
                 assert_eq!(left_out, whole);
                 took
             };
