@@ -20,6 +20,7 @@ use gearsim_isa::aipp;
 use gearsim_isa::units::{FRACTAL_BYTES as FRACTAL, FRACTAL_BYTES_F32 as FRACTAL_C};
 use gearsim_isa::{DType, Img2col, L0cFill, L0cToGm, L0cToUb, Load2d, Mmad, Quant, units};
 use half::{bf16, f16};
+use std::ops::Range;
 
 use super::{Access, Fault, Operands, Plan, narrow_f16, widen_f16};
 use crate::core::buffers::Buffers;
@@ -358,14 +359,59 @@ fn widen_bf16s(bytes: &[u8], out: &mut [f32]) {
     }
 }
 
+/// The groups of rows of an output fractal (first row, rows) that one pass of the AVX2 form
+/// keeps in registers: six, six, then four. Zero products are left out per group
+/// ([`NonzeroColumns`]), so a column goes from a group only when all of its rows are zero.
+const ROW_GROUPS: [(usize, usize); 3] = [(0, 6), (6, 6), (12, 4)];
+
+/// Per row group of one row of A's fractals ([`ROW_GROUPS`]), the K columns (ascending) in
+/// which one of the group's rows of A is nonzero: the only products an accumulator of the
+/// group needs when the conditions of [`zeros_may_be_skipped`] hold. Column k (column k % 16
+/// of K fractal k / 16) is given by the float offsets its products read: A's value of row 0
+/// at `a_cols` (256 (k / 16) + k % 16) and B's row at `b_rows` (256 (k / 16) + 16 (k % 16)).
+/// Only [`NonzeroColumns::find`] makes them, and only for columns of the first `fractals` K
+/// fractals, which is what lets the products read them without a check per column.
+#[derive(Clone, Copy)]
+struct GroupColumns<'a> {
+    fractals: usize,
+    a_cols: [&'a [u32]; 3],
+    b_rows: [&'a [u32]; 3],
+}
+
 /// `acc += Σ_k a_k · b_k` over the K fractals of one output fractal (`a`, `b`: K fractals of
 /// 256 values each, row-major 16×16): for each element, products added one at a time in
 /// ascending k, each a multiplication then an addition, so every vector width gives the same
-/// bits (the vector widths fuse the two only where that changes no bit: [`Products`]).
+/// bits (the vector widths fuse the two only where that changes no bit: [`Products`]). With
+/// `kept`, each row group adds only its nonzero columns' products, in the same order.
 #[inline(always)]
-fn accumulate_portable(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+fn accumulate_portable(acc: &mut [f32; 256], a: &[f32], b: &[f32], kept: Option<&GroupColumns>) {
+    let Some(kept) = kept else {
+        accumulate_portable_rows(acc, (a, b), 0..16);
+        return;
+    };
+    for (g, &(first, rows)) in ROW_GROUPS.iter().enumerate() {
+        let group = first * 16..(first + rows) * 16;
+        if !clean_accumulators(&acc[group]) {
+            accumulate_portable_rows(acc, (a, b), first..first + rows);
+            continue;
+        }
+        for (&a_at, &b_at) in kept.a_cols[g].iter().zip(kept.b_rows[g]) {
+            let brow = &b[b_at as usize..][..16];
+            for i in first..first + rows {
+                let x = a[a_at as usize + i * 16];
+                for j in 0..16 {
+                    acc[i * 16 + j] += x * brow[j];
+                }
+            }
+        }
+    }
+}
+
+/// Rows `rows` of [`accumulate_portable`] over every column.
+#[inline(always)]
+fn accumulate_portable_rows(acc: &mut [f32; 256], (a, b): (&[f32], &[f32]), rows: Range<usize>) {
     for (af, bf) in a.chunks_exact(256).zip(b.chunks_exact(256)) {
-        for i in 0..16 {
+        for i in rows.clone() {
             let row = &mut acc[i * 16..i * 16 + 16];
             for kk in 0..16 {
                 let x = af[i * 16 + kk];
@@ -397,11 +443,17 @@ enum Products {
 /// gets its products one at a time in ascending k (the portable order, the same bits) while
 /// the 16 rows' additions are independent and overlap in the pipeline instead of waiting on
 /// one another's latency. `FUSED` adds each product with one fused multiply-add, which only
-/// [`Products::Exact`] operands may use.
+/// [`Products::Exact`] operands may use. It adds every column, `kept` or not: a left-out
+/// product changes no bit where `kept` is given.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[allow(unsafe_code)]
-fn accumulate_avx512<const FUSED: bool>(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+fn accumulate_avx512<const FUSED: bool>(
+    acc: &mut [f32; 256],
+    a: &[f32],
+    b: &[f32],
+    _kept: Option<&GroupColumns>,
+) {
     use std::arch::x86_64::{__m512, _mm512_add_ps, _mm512_fmadd_ps, _mm512_loadu_ps};
     use std::arch::x86_64::{_mm512_mul_ps, _mm512_set1_ps, _mm512_storeu_ps};
     // SAFETY (every load and store below): each pointer is the start of a 16-float row
@@ -429,31 +481,42 @@ fn accumulate_avx512<const FUSED: bool>(acc: &mut [f32; 256], a: &[f32], b: &[f3
 }
 
 /// [`accumulate_avx512`]'s order in AVX2 (with FMA, which every AVX2 host but a few early
-/// ones has): a pass per group of rows (six, six, then four), each row two 8-float
-/// accumulators (twelve registers, with room for the B row and the broadcast in the sixteen).
+/// ones has): a pass per row group ([`ROW_GROUPS`]), each row two 8-float accumulators
+/// (twelve registers, with room for the B row and the broadcast in the sixteen), over the
+/// group's `kept` columns when given.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn accumulate_avx2<const FUSED: bool>(acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
-    accumulate_avx2_rows::<6, FUSED>(acc, a, b, 0);
-    accumulate_avx2_rows::<6, FUSED>(acc, a, b, 6);
-    accumulate_avx2_rows::<4, FUSED>(acc, a, b, 12);
+fn accumulate_avx2<const FUSED: bool>(
+    acc: &mut [f32; 256],
+    a: &[f32],
+    b: &[f32],
+    kept: Option<&GroupColumns>,
+) {
+    let columns = |g: usize| kept.map(|kept| (kept.fractals, kept.a_cols[g], kept.b_rows[g]));
+    const G: [(usize, usize); 3] = ROW_GROUPS;
+    accumulate_avx2_rows::<{ G[0].1 }, FUSED>(acc, (a, b), G[0].0, columns(0));
+    accumulate_avx2_rows::<{ G[1].1 }, FUSED>(acc, (a, b), G[1].0, columns(1));
+    accumulate_avx2_rows::<{ G[2].1 }, FUSED>(acc, (a, b), G[2].0, columns(2));
 }
 
-/// Rows `first..first + ROWS` of [`accumulate_avx2`].
+/// Rows `first..first + ROWS` of [`accumulate_avx2`], over every K column or over `columns`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(unsafe_code)]
 fn accumulate_avx2_rows<const ROWS: usize, const FUSED: bool>(
     acc: &mut [f32; 256],
-    a: &[f32],
-    b: &[f32],
+    (a, b): (&[f32], &[f32]),
     first: usize,
+    columns: Option<(usize, &[u32], &[u32])>,
 ) {
     use std::arch::x86_64::{__m256, _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps};
-    use std::arch::x86_64::{_mm256_mul_ps, _mm256_set1_ps, _mm256_storeu_ps};
+    use std::arch::x86_64::{_CMP_UNORD_Q, _mm256_cmp_ps, _mm256_movemask_ps, _mm256_or_ps};
+    use std::arch::x86_64::{_mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmpeq_epi32};
+    use std::arch::x86_64::{_mm256_mul_ps, _mm256_set1_epi32, _mm256_set1_ps};
+    use std::arch::x86_64::{_mm256_setzero_ps, _mm256_storeu_ps};
     // SAFETY (every load and store below): each pointer starts 8 floats inside a 16-float
-    // row of a `[f32; 256]` (the accumulator, or a fractal of `a` / `b` from
-    // `chunks_exact(256)`), offset 0 or 8, so the 8 floats are in bounds; unaligned forms.
+    // row of a `[f32; 256]` (the accumulator, or a fractal of `a` / `b` sliced to 256
+    // values), offset 0 or 8, so the 8 floats are in bounds; unaligned forms.
     let mut rows: [[__m256; 2]; ROWS] = std::array::from_fn(|r| {
         let at = (first + r) * 16;
         unsafe {
@@ -463,23 +526,64 @@ fn accumulate_avx2_rows<const ROWS: usize, const FUSED: bool>(
             ]
         }
     });
-    for (af, bf) in a.chunks_exact(256).zip(b.chunks_exact(256)) {
-        for kk in 0..16 {
-            let (lo, hi) = unsafe {
-                (
-                    _mm256_loadu_ps(bf[kk * 16..kk * 16 + 8].as_ptr()),
-                    _mm256_loadu_ps(bf[kk * 16 + 8..kk * 16 + 16].as_ptr()),
-                )
-            };
-            for (r, row) in rows.iter_mut().enumerate() {
-                let x = _mm256_set1_ps(af[(first + r) * 16 + kk]);
-                if FUSED {
-                    row[0] = _mm256_fmadd_ps(x, lo, row[0]);
-                    row[1] = _mm256_fmadd_ps(x, hi, row[1]);
-                } else {
-                    row[0] = _mm256_add_ps(row[0], _mm256_mul_ps(x, lo));
-                    row[1] = _mm256_add_ps(row[1], _mm256_mul_ps(x, hi));
+    // The column whose A value of row 0 is at float `a_col` of `a` and whose B row starts
+    // at float `b_row` of `b` into every row's accumulators. Safe to call only when
+    // `a_col + 16 * 15 < a.len()` and `b_row + 16 <= b.len()`.
+    let (a_at, b_at) = (a.as_ptr(), b.as_ptr());
+    let add_column = |rows: &mut [[__m256; 2]; ROWS], a_col: usize, b_row: usize| {
+        // SAFETY: the caller's condition: B's row (16 floats from `b_row`) is inside `b`, and
+        // A's values of rows `first + r <= 15` (at `a_col + 16 (first + r)`) inside `a`;
+        // unaligned loads.
+        let (lo, hi) = unsafe {
+            (
+                _mm256_loadu_ps(b_at.add(b_row)),
+                _mm256_loadu_ps(b_at.add(b_row + 8)),
+            )
+        };
+        for (r, row) in rows.iter_mut().enumerate() {
+            let x = unsafe { _mm256_set1_ps(*a_at.add(a_col + (first + r) * 16)) };
+            if FUSED {
+                row[0] = _mm256_fmadd_ps(x, lo, row[0]);
+                row[1] = _mm256_fmadd_ps(x, hi, row[1]);
+            } else {
+                row[0] = _mm256_add_ps(row[0], _mm256_mul_ps(x, lo));
+                row[1] = _mm256_add_ps(row[1], _mm256_mul_ps(x, hi));
+            }
+        }
+    };
+    assert!(first + ROWS <= 16, "rows {first}.. are outside a fractal");
+    // The columns are left out only when no accumulator of these rows is -0 or NaN
+    // ([`zeros_may_be_skipped`]): checked on the registers just loaded.
+    let columns = columns.filter(|_| {
+        let (negative_zero, nan) = (_mm256_set1_epi32(i32::MIN), _mm256_setzero_ps());
+        let flagged = rows.iter().flatten().fold(_mm256_setzero_ps(), |seen, &v| {
+            let is_negative_zero =
+                _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_castps_si256(v), negative_zero));
+            let is_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, nan);
+            _mm256_or_ps(seen, _mm256_or_ps(is_negative_zero, is_nan))
+        });
+        _mm256_movemask_ps(flagged) == 0
+    });
+    match columns {
+        None => {
+            // Column kk of fractal f: A's value at 256 f + kk, B's row at 256 f + 16 kk, both
+            // inside fractal f, which `f < fractals` puts inside both operands.
+            let fractals = a.len().min(b.len()) / 256;
+            for f in 0..fractals {
+                for kk in 0..16 {
+                    add_column(&mut rows, f * 256 + kk, f * 256 + kk * 16);
                 }
+            }
+        }
+        Some((fractals, a_cols, b_rows)) => {
+            // The offsets are of columns of the first `fractals` K fractals ([`GroupColumns`]),
+            // inside both operands when these hold that many.
+            assert!(
+                fractals * 256 <= a.len().min(b.len()),
+                "the columns are of {fractals} K fractals, more than the operands hold"
+            );
+            for (&a_col, &b_row) in a_cols.iter().zip(b_rows) {
+                add_column(&mut rows, a_col as usize, b_row as usize);
             }
         }
     }
@@ -494,7 +598,7 @@ fn accumulate_avx2_rows<const ROWS: usize, const FUSED: bool>(
 
 /// A vector form of [`accumulate_portable`]; callable only on a host with its features.
 #[cfg(target_arch = "x86_64")]
-type VectorAccumulate = unsafe fn(&mut [f32; 256], &[f32], &[f32]);
+type VectorAccumulate = unsafe fn(&mut [f32; 256], &[f32], &[f32], Option<&GroupColumns>);
 
 /// The vector forms of [`accumulate_portable`] this host can run, widest first, fused or not.
 #[cfg(target_arch = "x86_64")]
@@ -533,14 +637,14 @@ impl Accumulator {
     }
 
     #[allow(unsafe_code)]
-    fn run(self, acc: &mut [f32; 256], a: &[f32], b: &[f32]) {
+    fn run(self, acc: &mut [f32; 256], a: &[f32], b: &[f32], kept: Option<&GroupColumns>) {
         #[cfg(target_arch = "x86_64")]
         if let Some(form) = self.vector {
             // SAFETY: `vector_accumulates` lists only the forms whose target features the host
             // has (checked at run time), their only requirement.
-            return unsafe { form(acc, a, b) };
+            return unsafe { form(acc, a, b, kept) };
         }
-        accumulate_portable(acc, a, b);
+        accumulate_portable(acc, a, b, kept);
     }
 }
 
@@ -596,8 +700,8 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
 }
 
 /// The product of `mmad` on its operands' bytes into (or, `init`, over) its accumulators'
-/// bytes, by way of f32 operands widened into `scratch`; all-zero K columns of A are left out
-/// where that changes no bit ([`leave_out_zero_columns`]). Returns whether they were.
+/// bytes, by way of f32 operands widened into `scratch`; the products of A's zeros are left
+/// out where that changes no bit ([`zeros_may_be_skipped`]). Returns whether they were.
 fn product_of(
     (a_bytes, b_bytes, operand): (&[u8], &[u8], Operand),
     accumulators: &mut [u8],
@@ -606,49 +710,25 @@ fn product_of(
     exact: Products,
     scratch: &mut Scratch,
 ) -> bool {
-    let Scratch {
-        av,
-        bv,
-        kept,
-        a_kept,
-    } = scratch;
-    let a_len = (mb * kb * 256) as usize;
+    let Scratch { av, bv, nonzero } = scratch;
+    let (a_len, b_len) = ((mb * kb * 256) as usize, (kb * nb * 256) as usize);
     grow(av, a_len);
+    grow(bv, b_len);
     (operand.widen)(a_bytes, &mut av[..a_len]);
-    let av = &av[..a_len];
-    let adds_into = (!init).then_some(&*accumulators);
-    let leave_out = leave_out_zero_columns((av, b_bytes), [mb, kb], operand, adds_into, kept);
-    if leave_out {
-        // A's kept columns gathered, and only B's rows for them widened.
-        let kept_kb = kept_fractals(kept) as u64;
-        gather_kept(
-            (av, b_bytes),
-            [mb, kb, nb],
-            kept,
-            operand,
-            (a_kept, bv),
-            kept_kb,
-        );
-        let (a_len, b_len) = ((mb * kept_kb * 256) as usize, (kept_kb * nb * 256) as usize);
-        let operands = (&a_kept[..a_len], &bv[..b_len]);
-        products(accumulators, [mb, kept_kb, nb], init, operands, exact);
-    } else {
-        let b_len = (kb * nb * 256) as usize;
-        grow(bv, b_len);
-        (operand.widen)(b_bytes, &mut bv[..b_len]);
-        products(accumulators, [mb, kb, nb], init, (av, &bv[..b_len]), exact);
-    }
-    leave_out
+    (operand.widen)(b_bytes, &mut bv[..b_len]);
+    let operands = (&av[..a_len], &bv[..b_len]);
+    let skip = nonzero.find(a_bytes, [mb, kb]) && zeros_may_be_skipped(b_bytes, operand);
+    let kept = skip.then_some(&*nonzero);
+    products(accumulators, [mb, kb, nb], init, operands, exact, kept);
+    skip
 }
 
-/// One host thread's scratch for `mmad`: the widened operands, and the K columns kept when
-/// zero ones are left out ([`leave_out_zero_columns`]: per K fractal, a bit per column) with
-/// A gathered to them (B's rows for them are widened into `bv`).
+/// One host thread's scratch for `mmad`: the widened operands, and the nonzero columns of
+/// each row group of A.
 struct Scratch {
     av: Vec<f32>,
     bv: Vec<f32>,
-    kept: Vec<u16>,
-    a_kept: Vec<f32>,
+    nonzero: NonzeroColumns,
 }
 
 impl Scratch {
@@ -656,147 +736,261 @@ impl Scratch {
         Scratch {
             av: Vec::new(),
             bv: Vec::new(),
-            kept: Vec::new(),
-            a_kept: Vec::new(),
+            nonzero: NonzeroColumns::new(),
         }
     }
 }
 
-fn grow(v: &mut Vec<f32>, len: usize) {
+fn grow<T: Default + Clone>(v: &mut Vec<T>, len: usize) {
     if v.len() < len {
-        v.resize(len, 0.0);
+        v.resize(len, T::default());
     }
 }
 
-/// K fractals of the columns `kept` keeps (per K fractal, a bit per column).
-fn kept_fractals(kept: &[u16]) -> usize {
-    (kept.iter().map(|m| m.count_ones() as usize).sum::<usize>()).div_ceil(16)
+/// [`GroupColumns`] for every row of A's fractals: the columns of row `m_i`'s group `g` are
+/// entries `ends[3 m_i + g - 1]..ends[3 m_i + g]` of `a_cols` and `b_rows`.
+struct NonzeroColumns {
+    fractals: usize,
+    a_cols: Vec<u32>,
+    b_rows: Vec<u32>,
+    ends: Vec<usize>,
+    /// Per K fractal of the row being scanned, its groups' nonzero columns (a bit each).
+    masks: Vec<[u16; 3]>,
 }
 
-/// The kept K columns, in ascending order.
-fn kept_columns(kept: &[u16]) -> impl Iterator<Item = usize> + '_ {
-    kept.iter().enumerate().flat_map(|(kbi, &m)| {
-        (0..16)
-            .filter(move |kk| m >> kk & 1 == 1)
-            .map(move |kk| kbi * 16 + kk)
+/// For each byte, the positions of its set bits, lowest first (the unused entries 0).
+const SET_BITS: [[u8; 8]; 256] = {
+    let mut table = [[0u8; 8]; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        let (mut bit, mut n) = (0, 0);
+        while bit < 8 {
+            if byte >> bit & 1 == 1 {
+                table[byte][n] = bit as u8;
+                n += 1;
+            }
+            bit += 1;
+        }
+        byte += 1;
+    }
+    table
+};
+
+impl NonzeroColumns {
+    const fn new() -> NonzeroColumns {
+        NonzeroColumns {
+            fractals: 0,
+            a_cols: Vec::new(),
+            b_rows: Vec::new(),
+            ends: Vec::new(),
+            masks: Vec::new(),
+        }
+    }
+
+    /// Finds the nonzero columns of every row group of A, from its bytes (`mb` × `kb`
+    /// fractals of a 16-bit type, whose zeros are ±0: every bit but the sign clear); returns
+    /// whether any product would be left out.
+    fn find(&mut self, a_bytes: &[u8], [mb, kb]: [u64; 2]) -> bool {
+        let (mb, kb) = (mb as usize, kb as usize);
+        self.fractals = kb;
+        // Each byte of a mask writes 8 entries at the end and keeps as many as it has bits
+        // set, so the lists have room for every column and 8 more.
+        let room = mb * ROW_GROUPS.len() * kb * 16 + 8;
+        grow(&mut self.a_cols, room);
+        grow(&mut self.b_rows, room);
+        self.ends.clear();
+        let mut len = 0;
+        for m_i in 0..mb {
+            self.masks.clear();
+            for kbi in 0..kb {
+                let rows = nonzero_in_rows(&a_bytes[(m_i * kb + kbi) * 512..][..512]);
+                let group = |(first, n): (usize, usize)| {
+                    rows[first..first + n].iter().fold(0, |m, row| m | row)
+                };
+                self.masks.push(ROW_GROUPS.map(group));
+            }
+            for g in 0..ROW_GROUPS.len() {
+                for (kbi, masks) in self.masks.iter().enumerate() {
+                    for (half, byte) in masks[g].to_le_bytes().into_iter().enumerate() {
+                        // Column kk of fractal kbi: A's value at 256 kbi + kk, B's row at
+                        // 256 kbi + 16 kk.
+                        let first = [kbi * 256 + half * 8, kbi * 256 + half * 128];
+                        let into = (&mut self.a_cols[len..], &mut self.b_rows[len..]);
+                        put_columns(byte, first.map(|f| f as u32), into);
+                        len += byte.count_ones() as usize;
+                    }
+                }
+                self.ends.push(len);
+            }
+        }
+        len < mb * ROW_GROUPS.len() * kb * 16
+    }
+
+    /// The columns of each row group of row `m_i` of A's fractals.
+    fn of(&self, m_i: usize) -> GroupColumns<'_> {
+        let span = |g: usize| {
+            let i = m_i * ROW_GROUPS.len() + g;
+            (if i == 0 { 0 } else { self.ends[i - 1] })..self.ends[i]
+        };
+        GroupColumns {
+            fractals: self.fractals,
+            a_cols: std::array::from_fn(|g| &self.a_cols[span(g)]),
+            b_rows: std::array::from_fn(|g| &self.b_rows[span(g)]),
+        }
+    }
+}
+
+/// Writes the columns of a fractal half's set bits (`byte`: bit j for its column j) into
+/// the first entries of `a_cols` and `b_rows` (8 entries are written, as many kept as the
+/// byte has bits set): A's offset `a_first + j` and B's `b_first + 16 j` for each bit j.
+fn put_columns(byte: u8, [a_first, b_first]: [u32; 2], (a_cols, b_rows): (&mut [u32], &mut [u32])) {
+    let bits = &SET_BITS[usize::from(byte)];
+    #[cfg(target_arch = "x86_64")]
+    {
+        put_columns_sse2(bits, [a_first, b_first], (a_cols, b_rows));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    put_columns_portable(bits, [a_first, b_first], (a_cols, b_rows));
+}
+
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn put_columns_portable(
+    bits: &[u8; 8],
+    [a_first, b_first]: [u32; 2],
+    (a_cols, b_rows): (&mut [u32], &mut [u32]),
+) {
+    for (j, &bit) in bits.iter().enumerate() {
+        a_cols[j] = a_first + u32::from(bit);
+        b_rows[j] = b_first + u32::from(bit) * 16;
+    }
+}
+
+/// [`put_columns_portable`] in SSE2 (every x86-64 host has it): the 8 bit positions widened
+/// to two registers of 4 offsets, for each of A and B.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn put_columns_sse2(
+    bits: &[u8; 8],
+    [a_first, b_first]: [u32; 2],
+    (a_cols, b_rows): (&mut [u32], &mut [u32]),
+) {
+    use std::arch::x86_64::{
+        _mm_add_epi32, _mm_loadl_epi64, _mm_set1_epi32, _mm_setzero_si128, _mm_slli_epi32,
+        _mm_storeu_si128, _mm_unpackhi_epi16, _mm_unpacklo_epi8, _mm_unpacklo_epi16,
+    };
+    let (a_cols, b_rows) = (&mut a_cols[..8], &mut b_rows[..8]);
+    // SAFETY: the load reads the 8 bytes of `bits`; each store writes 4 u32 at entry 0 or 4
+    // of the 8 `a_cols` / `b_rows` entries (sliced above), so in bounds; unaligned forms.
+    // The other intrinsics are SSE2 register operations. The offsets fit an i32 (a K fractal
+    // offset of an L0 buffer), so the signed SSE2 `set1` keeps their bits.
+    unsafe {
+        let zero = _mm_setzero_si128();
+        let positions = _mm_unpacklo_epi8(_mm_loadl_epi64(bits.as_ptr().cast()), zero);
+        let halves = [
+            _mm_unpacklo_epi16(positions, zero),
+            _mm_unpackhi_epi16(positions, zero),
+        ];
+        let (a_base, b_base) = (
+            _mm_set1_epi32(a_first as i32),
+            _mm_set1_epi32(b_first as i32),
+        );
+        for (i, half) in halves.into_iter().enumerate() {
+            _mm_storeu_si128(
+                a_cols[i * 4..].as_mut_ptr().cast(),
+                _mm_add_epi32(half, a_base),
+            );
+            let rows = _mm_add_epi32(_mm_slli_epi32::<4>(half), b_base);
+            _mm_storeu_si128(b_rows[i * 4..].as_mut_ptr().cast(), rows);
+        }
+    }
+}
+
+/// Per row of a 16 × 16 fractal of a 16-bit type (512 bytes), its nonzero elements: bit
+/// `kk` of row `r` is set when element (r, kk) is not ±0.
+fn nonzero_in_rows(fractal: &[u8]) -> [u16; 16] {
+    #[cfg(target_arch = "x86_64")]
+    {
+        nonzero_in_rows_sse2(fractal)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    nonzero_in_rows_portable(fractal)
+}
+
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn nonzero_in_rows_portable(fractal: &[u8]) -> [u16; 16] {
+    std::array::from_fn(|r| {
+        (0..16).fold(0u16, |m, kk| {
+            let at = (r * 16 + kk) * 2;
+            let bits = u16::from_le_bytes([fractal[at], fractal[at + 1]]);
+            m | u16::from(bits & 0x7fff != 0) << kk
+        })
     })
 }
 
-/// Whether leaving A's all-zero K columns (and B's rows for them) out of a product saves at
-/// least half of its K fractals and changes no bit, with the columns to keep in `kept` (per
-/// K fractal, a bit per column). A product of ±0 and a finite value is ±0, and adding ±0 to
-/// an accumulator changes it only when the accumulator is -0 (or a signalling NaN). An
-/// accumulator that starts neither -0 nor NaN never becomes -0 (a round-to-nearest sum is -0
-/// only when both of its terms are), so a column may go when every A value in it is ±0,
-/// every B value in its row is finite (here: every B value) and (`accumulators`, when the
-/// product adds into what L0C holds) no accumulator starts as -0 or NaN. The kept columns
-/// are then summed in the same ascending order, with the same bits. Real convolutions have
-/// such columns where a layer's input channels are padded to a fractal (a 3-channel image's
-/// 16 in a stem convolution without AIPP). Leaving columns out costs a pass over A, B and
-/// the accumulators, and a gather, which is why it waits for half of the work to go.
-fn leave_out_zero_columns(
-    (av, b_bytes): (&[f32], &[u8]),
-    [mb, kb]: [u64; 2],
-    operand: Operand,
-    accumulators: Option<&[u8]>,
-    kept: &mut Vec<u16>,
-) -> bool {
-    let (mb, kb) = (mb as usize, kb as usize);
-    // The columns of K fractal `kbi` with a nonzero value in fractal rows `m_range` (bits
-    // ORed over the rows, the sign left out: zero only for an all-zero column).
-    let nonzero_columns = |kbi: usize, m_range: std::ops::Range<usize>| {
-        let mut any = [0u32; 16];
-        for m_i in m_range {
-            let fractal: &[f32; 256] = av[(m_i * kb + kbi) * 256..][..256]
-                .try_into()
-                .expect("a fractal is 256 values");
-            for r in 0..16 {
-                for kk in 0..16 {
-                    any[kk] |= fractal[r * 16 + kk].to_bits();
-                }
-            }
-        }
-        (0..16).fold(0u16, |m, kk| {
-            m | u16::from(any[kk] & 0x7fff_ffff != 0) << kk
-        })
+/// [`nonzero_in_rows_portable`] in SSE2 (every x86-64 host has it): a row's 16 values are
+/// two registers, compared with zero after the sign is cleared, packed to bytes and read as
+/// a 16-bit mask of the zeros.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+fn nonzero_in_rows_sse2(fractal: &[u8]) -> [u16; 16] {
+    use std::arch::x86_64::{
+        _mm_and_si128, _mm_cmpeq_epi16, _mm_loadu_si128, _mm_movemask_epi8, _mm_packs_epi16,
+        _mm_set1_epi16, _mm_setzero_si128,
     };
-    let worth_it = |kept: &[u16]| kept_fractals(kept) * 2 <= kb;
-    // The first row of fractals turns most products down cheaply (a dense A keeps it all);
-    // the other rows can only add columns to it.
-    kept.clear();
-    kept.extend((0..kb).map(|kbi| nonzero_columns(kbi, 0..1)));
-    if !worth_it(kept) {
-        return false;
-    }
-    for (kbi, m) in kept.iter_mut().enumerate() {
-        *m |= nonzero_columns(kbi, 1..mb);
-    }
-    if !worth_it(kept) {
-        return false;
-    }
-    // No infinity or NaN in B (in its left-out rows is enough, but all of it is one pass that
-    // runs in vectors; folded without an early exit for the same reason).
+    let fractal = &fractal[..512];
+    std::array::from_fn(|r| {
+        // SAFETY: the loads read bytes 32 r .. 32 r + 32 of the 512-byte fractal (r < 16),
+        // in bounds; unaligned forms. The other intrinsics are SSE2 register operations.
+        let zeros = unsafe {
+            let magnitude = _mm_set1_epi16(0x7fff);
+            let [lo, hi] = [0, 16].map(|half| {
+                let v = _mm_loadu_si128(fractal[r * 32 + half..].as_ptr().cast());
+                _mm_cmpeq_epi16(_mm_and_si128(v, magnitude), _mm_setzero_si128())
+            });
+            _mm_movemask_epi8(_mm_packs_epi16(lo, hi))
+        };
+        !(zeros as u16)
+    })
+}
+
+/// Whether the products of A's zeros may be left out of an `mmad` with no bit changed, as
+/// far as B decides. A product of ±0 and a finite value is ±0, and adding ±0 to an
+/// accumulator changes it only when the accumulator is -0 (or a signalling NaN). An
+/// accumulator that starts neither -0 nor NaN never becomes -0 (a round-to-nearest sum is -0
+/// only when both of its terms are), so the products may go when every B value is finite
+/// and no accumulator of the rows they would go from starts as -0 or NaN
+/// ([`clean_accumulators`], checked per row group where the accumulators are loaded); the
+/// others are still added in ascending k. Zeros are common in A: every ReLU's output, the
+/// padding of a convolution's borders and of channels to a fractal (a 3-channel image's 16
+/// in a stem convolution without AIPP), and the channels a ReLU leaves all zero.
+fn zeros_may_be_skipped(b_bytes: &[u8], operand: Operand) -> bool {
+    // A fold without an early exit, so that it runs in vectors.
     let non_finite = b_bytes.chunks_exact(2).fold(0u16, |seen, h| {
         let exponent = u16::from_le_bytes([h[0], h[1]]) & operand.exponent;
         seen | u16::from(exponent == operand.exponent)
     });
     non_finite == 0
-        && accumulators.is_none_or(|acc| {
-            acc.chunks_exact(4).fold(0u32, |seen, b| {
-                let bits = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                seen | u32::from(bits == 0x8000_0000 || bits & 0x7fff_ffff > 0x7f80_0000)
-            }) == 0
-        })
 }
 
-/// The operands of a product on the `kept` K columns only, `kept_kb` fractals of them: A's
-/// columns gathered from its widened values, B's rows widened from its bytes. The last
-/// fractal's unused columns are zero in both, so their products add +0, which changes no
-/// accumulator [`leave_out_zero_columns`] allows.
-fn gather_kept(
-    (av, b_bytes): (&[f32], &[u8]),
-    [mb, kb, nb]: [u64; 3],
-    kept: &[u16],
-    operand: Operand,
-    (a_kept, b_kept): (&mut Vec<f32>, &mut Vec<f32>),
-    kept_kb: u64,
-) {
-    let (mb, kb, nb, kept_kb) = (mb as usize, kb as usize, nb as usize, kept_kb as usize);
-    let at = |k: usize| (k / 16, k % 16);
-    a_kept.clear();
-    a_kept.resize(mb * kept_kb * 256, 0.0);
-    for m_i in 0..mb {
-        for (j, k) in kept_columns(kept).enumerate() {
-            let ((to_f, to_c), (from_f, from_c)) = (at(j), at(k));
-            let to = &mut a_kept[(m_i * kept_kb + to_f) * 256 + to_c..];
-            let from = &av[(m_i * kb + from_f) * 256 + from_c..];
-            for r in 0..16 {
-                to[r * 16] = from[r * 16];
-            }
-        }
-    }
-    b_kept.clear();
-    b_kept.resize(nb * kept_kb * 256, 0.0);
-    for n_i in 0..nb {
-        for (j, k) in kept_columns(kept).enumerate() {
-            let ((to_f, to_r), (from_f, from_r)) = (at(j), at(k));
-            let from = &b_bytes[((n_i * kb + from_f) * 256 + from_r * 16) * 2..][..32];
-            (operand.widen)(
-                from,
-                &mut b_kept[(n_i * kept_kb + to_f) * 256 + to_r * 16..][..16],
-            );
-        }
-    }
+/// Whether no accumulator in `acc` is -0 or NaN, so that the products of A's zeros may be
+/// left out of its sums ([`zeros_may_be_skipped`]).
+fn clean_accumulators(acc: &[f32]) -> bool {
+    acc.iter().fold(0u32, |seen, v| {
+        let bits = v.to_bits();
+        seen | u32::from(bits == 0x8000_0000 || bits & 0x7fff_ffff > 0x7f80_0000)
+    }) == 0
 }
 
 /// The f32 products of an `mmad` whose widened operands are `av` (`mb` × `kb` fractals)
-/// and `bv` (`nb` × `kb`), into (or, `init`, over) its accumulators' bytes `l0c`.
+/// and `bv` (`nb` × `kb`), into (or, `init`, over) its accumulators' bytes `l0c`, over
+/// A's `kept` columns when given.
 fn products(
     l0c: &mut [u8],
     [mb, kb, nb]: [u64; 3],
     init: bool,
     (av, bv): (&[f32], &[f32]),
     exact: Products,
+    kept: Option<&NonzeroColumns>,
 ) {
     let accumulate = Accumulator::new(exact);
     let mut acc = [0f32; 256];
@@ -805,6 +999,8 @@ fn products(
             let cbase = ((n_i * mb + m_i) * FRACTAL_C) as usize;
             let a_row = &av[(m_i * kb * 256) as usize..][..(kb * 256) as usize];
             let b_col = &bv[(n_i * kb * 256) as usize..][..(kb * 256) as usize];
+            let columns = kept.map(|k| k.of(m_i as usize));
+            let columns = columns.as_ref();
             // On a little-endian host an aligned fractal of L0C is its 256 accumulators as
             // they are: add into them where they lie, without copying them out and back.
             let fractal = &mut l0c[cbase..cbase + FRACTAL_C as usize];
@@ -813,7 +1009,7 @@ fn products(
                     fractal.fill(0);
                 }
                 if let Ok(acc) = <[f32; 256] as zerocopy::FromBytes>::mut_from_bytes(fractal) {
-                    accumulate.run(acc, a_row, b_col);
+                    accumulate.run(acc, a_row, b_col, columns);
                     continue;
                 }
             }
@@ -827,7 +1023,7 @@ fn products(
                     *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                 }
             }
-            accumulate.run(&mut acc, a_row, b_col);
+            accumulate.run(&mut acc, a_row, b_col, columns);
             for (v, b) in acc
                 .iter()
                 .zip(l0c[cbase..cbase + FRACTAL_C as usize].chunks_exact_mut(4))
@@ -1350,7 +1546,7 @@ mod tests {
                 let o = at(aligned);
                 let l0c = &mut buf[o..o + start.len()];
                 l0c.copy_from_slice(&start);
-                products(l0c, [mb, kb, nb], init, (&av, &bv), Products::Rounded);
+                products(l0c, [mb, kb, nb], init, (&av, &bv), Products::Rounded, None);
                 results.push(l0c.to_vec());
             }
             assert_eq!(results[0], results[1], "init {init}");
@@ -1369,11 +1565,11 @@ mod tests {
         let b: Vec<f32> = (0..256 * 5).map(|_| draw()).collect();
         let start: [f32; 256] = std::array::from_fn(|_| draw());
         let mut portable = start;
-        accumulate_portable(&mut portable, &a, &b);
+        accumulate_portable(&mut portable, &a, &b, None);
         let mut dispatched = start;
-        Accumulator::new(Products::Rounded).run(&mut dispatched, &a, &b);
+        Accumulator::new(Products::Rounded).run(&mut dispatched, &a, &b, None);
         assert_eq!(portable.map(f32::to_bits), dispatched.map(f32::to_bits));
-        for (name, v) in vector_paths(start, &a, &b, false) {
+        for (name, v) in vector_paths(start, (&a, &b), None, false) {
             assert_eq!(portable.map(f32::to_bits), v.map(f32::to_bits), "{name}");
         }
         // And the products are the textbook ones, summed in ascending k.
@@ -1394,8 +1590,8 @@ mod tests {
     #[allow(unsafe_code)]
     fn vector_paths(
         start: [f32; 256],
-        a: &[f32],
-        b: &[f32],
+        (a, b): (&[f32], &[f32]),
+        kept: Option<&GroupColumns>,
         fused: bool,
     ) -> Vec<(&'static str, [f32; 256])> {
         let mut out = Vec::new();
@@ -1403,10 +1599,10 @@ mod tests {
         for (name, form) in vector_accumulates(fused) {
             let mut v = start;
             // SAFETY: the host has the form's target features (`vector_accumulates` checks).
-            unsafe { form(&mut v, a, b) };
+            unsafe { form(&mut v, a, b, kept) };
             out.push((name, v));
         }
-        let _ = (a, b, fused);
+        let _ = (a, b, kept, fused);
         out
     }
 
@@ -1450,25 +1646,25 @@ mod tests {
                 if v.is_nan() { 0.5 } else { v }
             });
             let mut portable = start;
-            accumulate_portable(&mut portable, &a, &b);
+            accumulate_portable(&mut portable, &a, &b, None);
             let mut dispatched = start;
-            Accumulator::new(Products::Exact).run(&mut dispatched, &a, &b);
+            Accumulator::new(Products::Exact).run(&mut dispatched, &a, &b, None);
             let bits = |v: [f32; 256]| v.map(f32::to_bits);
             assert_eq!(bits(portable), bits(dispatched), "case {case}: dispatch");
-            for (name, v) in vector_paths(start, &a, &b, true) {
+            for (name, v) in vector_paths(start, (&a, &b), None, true) {
                 assert_eq!(bits(portable), bits(v), "case {case}: {name}");
             }
         }
     }
 
-    /// Leaving A's all-zero K columns out of a product (as in a 2-channel convolution's
-    /// operands: 2 of every 16 columns carry values, the others +0 or -0) gives the bits of
-    /// the whole product, for f16 and bf16, with and without `init`; and the columns stay in
-    /// where leaving them out would change a bit: an accumulator that starts as -0 (row 0's
-    /// kept products are all -0, its left-out ones +0; the 16 kept columns fill a fractal, so
-    /// no padding column adds a +0 either) or NaN, or an infinity in B.
+    /// Leaving out the products of A's zeros (columns that are zero in whole row groups, as
+    /// a ReLU's dead channels or a 2-channel convolution's padding, and scattered zeros,
+    /// +0 and -0) gives the bits of the whole product, for f16 and bf16, with and without
+    /// `init`; and nothing is left out where that would change a bit: from the row group of
+    /// an accumulator that starts as -0 (row 0's kept products are all -0, its left-out ones
+    /// +0) or NaN, or anywhere when B holds an infinity.
     #[test]
-    fn leaving_zero_columns_out_keeps_every_bit() {
+    fn skipping_zero_products_keeps_every_bit() {
         let (mb, kb, nb) = (2u64, 8u64, 3u64);
         let mut draw = draws(0x5eed_0c04);
         for (operand, exact) in [
@@ -1484,12 +1680,13 @@ mod tests {
             };
             let to_bytes =
                 |v: &[u16]| -> Vec<u8> { v.iter().flat_map(|h| h.to_le_bytes()).collect() };
-            // A: fractal (m_i, kbi), row r, column kk; row 0 of the first row of fractals is
-            // -0 where others have values.
+            // A: fractal (m_i, kbi), row r, column kk. Columns 0 and 1 carry values (row 0 of
+            // the first row of fractals -0); column 5 only in rows 7 and 13 (so it stays in
+            // two groups and goes from the first); the others are +0 or -0.
             let a: Vec<u16> = (0..mb * kb * 256)
                 .map(|i| {
                     let (m_i, r, kk) = (i / (kb * 256), i % 256 / 16, i % 16);
-                    match (kk < 2, m_i == 0 && r == 0) {
+                    match (kk < 2 || kk == 5 && (r == 7 || r == 13), m_i == 0 && r == 0) {
                         (true, true) => 0x8000,
                         (true, false) => bits(draw()),
                         (false, _) => {
@@ -1510,11 +1707,11 @@ mod tests {
             let mut run = |b: &[u16], start: &[f32], init: bool| {
                 let (a_bytes, b_bytes) = (to_bytes(&a), to_bytes(b));
                 let acc_bytes: Vec<u8> = start.iter().flat_map(|v| v.to_le_bytes()).collect();
-                let mut left_out = acc_bytes.clone();
+                let mut skipped = acc_bytes.clone();
                 let operands = (&a_bytes[..], &b_bytes[..], operand);
                 let took = product_of(
                     operands,
-                    &mut left_out,
+                    &mut skipped,
                     [mb, kb, nb],
                     init,
                     exact,
@@ -1524,26 +1721,137 @@ mod tests {
                 (operand.widen)(&a_bytes, &mut av);
                 (operand.widen)(&b_bytes, &mut bv);
                 let mut whole = acc_bytes;
-                products(&mut whole, [mb, kb, nb], init, (&av, &bv), exact);
-                assert_eq!(left_out, whole);
+                products(&mut whole, [mb, kb, nb], init, (&av, &bv), exact, None);
+                assert_eq!(skipped, whole);
                 took
             };
-            assert!(run(&b, &start, true), "init: left out");
-            assert!(run(&b, &start, false), "adding: left out");
+            assert!(run(&b, &start, true), "init: skipped");
+            assert!(run(&b, &start, false), "adding: skipped");
             // Row 0's accumulators start as -0: the whole product makes +0 of them.
             let mut negative_zero = start.clone();
             for n_i in 0..nb as usize {
                 negative_zero[n_i * mb as usize * 256..][..16].fill(-0.0);
             }
-            assert!(!run(&b, &negative_zero, false), "a -0 accumulator: kept in");
-            assert!(run(&b, &negative_zero, true), "init overwrites the -0");
+            // (the row groups with a -0 or NaN accumulator add every column; `run` checks
+            // the bits)
+            run(&b, &negative_zero, false);
+            run(&b, &negative_zero, true);
             let mut nan = start.clone();
             nan[7] = f32::from_bits(0x7f80_0001);
-            assert!(!run(&b, &nan, false), "a NaN accumulator: kept in");
-            // An infinity in a left-out row of B makes NaN products in the whole product.
+            run(&b, &nan, false);
+            // An infinity in a skipped row of B makes NaN products in the whole product.
             let mut infinite = b.clone();
             infinite[5 * 16 + 2] = operand.exponent;
-            assert!(!run(&infinite, &start, true), "an infinity in B: kept in");
+            assert!(
+                !run(&infinite, &start, true),
+                "an infinity in B: nothing skipped"
+            );
+        }
+    }
+
+    /// Each row group keeps exactly its nonzero columns, in ascending order, and every form
+    /// run over them gives the bits of the same form over all columns, also where a row
+    /// starts as -0 (its group then adds every column).
+    #[test]
+    fn row_groups_keep_their_nonzero_columns() {
+        let (mb, kb) = (2usize, 3usize);
+        let mut draw = draws(0x0c01_5eed);
+        // Column k of row r in fractal row m_i is nonzero when 7 divides k + 3 r + m_i, or
+        // k % 16 == 9 (a column every row keeps); -0 elsewhere in row 2. Row 12 of the second
+        // row of fractals is all zeros: -0 in its group's kept columns, +0 in the others.
+        let nonzero = |m_i: usize, r: usize, k: usize| {
+            ((k + 3 * r + m_i).is_multiple_of(7) || k % 16 == 9) && (m_i, r) != (1, 12)
+        };
+        let a: Vec<f16> = (0..mb * kb * 256)
+            .map(|i| {
+                let (m_i, kbi, r, kk) = (i / (kb * 256), i / 256 % kb, i % 256 / 16, i % 16);
+                let k = kbi * 16 + kk;
+                if nonzero(m_i, r, k) {
+                    f16::from_f32(draw())
+                } else if r == 2 || (m_i, r) == (1, 12) && (13..16).any(|r| nonzero(1, r, k)) {
+                    f16::NEG_ZERO
+                } else {
+                    f16::ZERO
+                }
+            })
+            .collect();
+        let a_bytes: Vec<u8> = a.iter().flat_map(|h| h.to_le_bytes()).collect();
+        let a: Vec<f32> = a.iter().map(|h| h.to_f32()).collect();
+        // B positive, so that row 12's sums stay zero: -0 over its kept columns, +0 over all.
+        let b: Vec<f32> = (0..kb * 256).map(|_| draw().abs() + 1.0).collect();
+        let mut found = NonzeroColumns::new();
+        assert!(found.find(&a_bytes, [mb as u64, kb as u64]));
+        for m_i in 0..mb {
+            let groups = found.of(m_i);
+            for (g, &(first, rows)) in ROW_GROUPS.iter().enumerate() {
+                let want: Vec<usize> = (0..kb * 16)
+                    .filter(|&k| (first..first + rows).any(|r| nonzero(m_i, r, k)))
+                    .collect();
+                let a_cols: Vec<u32> = want
+                    .iter()
+                    .map(|k| (k / 16 * 256 + k % 16) as u32)
+                    .collect();
+                let b_rows: Vec<u32> = want.iter().map(|k| (k * 16) as u32).collect();
+                assert_eq!(
+                    groups.a_cols[g],
+                    &a_cols[..],
+                    "row {m_i}, group at {first}: A"
+                );
+                assert_eq!(
+                    groups.b_rows[g],
+                    &b_rows[..],
+                    "row {m_i}, group at {first}: B"
+                );
+            }
+            let a_row = &a[m_i * kb * 256..][..kb * 256];
+            // Row 12 starts as -0 in the second row of fractals: its group adds every column.
+            let start: [f32; 256] = std::array::from_fn(|i| {
+                if m_i == 1 && i / 16 == 12 {
+                    -0.0
+                } else {
+                    draw()
+                }
+            });
+            let bits = |v: [f32; 256]| v.map(f32::to_bits);
+            let mut whole = start;
+            accumulate_portable(&mut whole, a_row, &b, None);
+            let mut kept = start;
+            accumulate_portable(&mut kept, a_row, &b, Some(&groups));
+            assert_eq!(bits(whole), bits(kept), "portable");
+            for fused in [false, true] {
+                let all = vector_paths(start, (a_row, &b), None, fused);
+                let some = vector_paths(start, (a_row, &b), Some(&groups), fused);
+                for ((name, all), (_, some)) in all.into_iter().zip(some) {
+                    assert_eq!(bits(all), bits(some), "{name}, fused {fused}");
+                }
+            }
+        }
+        // A dense A leaves nothing out.
+        let dense: Vec<u8> = (0..mb * kb * 256)
+            .flat_map(|_| f16::from_f32(draw().abs() + 1.0).to_le_bytes())
+            .collect();
+        assert!(!found.find(&dense, [mb as u64, kb as u64]));
+    }
+
+    /// The SSE2 row masks are the portable ones, on values with zeros of both signs.
+    #[test]
+    fn nonzero_row_masks_agree() {
+        let mut draw = draws(0x0000_f00d);
+        for case in 0..20 {
+            let fractal: Vec<u8> = (0..256)
+                .flat_map(|i| {
+                    let v = draw();
+                    let bits = match (i + case) % 3 {
+                        0 => 0x8000,
+                        1 => 0,
+                        _ => f16::from_f32(v).to_bits() | 1,
+                    };
+                    bits.to_le_bytes()
+                })
+                .collect();
+            let want = nonzero_in_rows_portable(&fractal);
+            assert_eq!(nonzero_in_rows(&fractal), want, "case {case}");
+            assert!(want.iter().any(|&m| m != 0) && want.iter().all(|&m| m != u16::MAX));
         }
     }
 
