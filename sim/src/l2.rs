@@ -25,8 +25,6 @@
 //! DMA starts, in global time order, so a read overlapping an earlier DMA that is still in
 //! flight to the same line counts as a hit, as a miss-status register would merge it.
 
-use std::collections::BTreeMap;
-
 use crate::exec::Access;
 
 /// Lines per tag (the valid bits of a block are a `u16`).
@@ -80,9 +78,10 @@ pub(crate) struct L2 {
     write_back: bool,
     /// Bytes of dirty lines evicted since [`L2::take_written_back`] last ran.
     written_back: u64,
-    /// The kept bytes as disjoint ranges, start -> end (GM bytes), so that a miss asks one
-    /// predecessor whatever the number of kept sections.
-    kept: BTreeMap<u64, u64>,
+    /// The kept bytes as disjoint ranges `(start, end)` of GM bytes in ascending order, so
+    /// that a miss asks one predecessor by binary search (a few sections are kept at a time;
+    /// a miss asks far more often than a launch changes them).
+    kept: Vec<(u64, u64)>,
 }
 
 impl L2 {
@@ -108,7 +107,7 @@ impl L2 {
             dirty: vec![0; (sets * ways) as usize],
             write_back: false,
             written_back: 0,
-            kept: BTreeMap::new(),
+            kept: Vec::new(),
         }
     }
 
@@ -311,30 +310,26 @@ impl L2 {
         let end = start + (1 << self.block_shift);
         // The ranges are disjoint: only the last one starting before the block's end can
         // reach into it.
-        self.kept
-            .range(..end)
-            .next_back()
-            .is_some_and(|(_, &e)| e > start)
+        let below = self.kept.partition_point(|&(s, _)| s < end);
+        below > 0 && self.kept[below - 1].1 > start
     }
 
     /// Removes `[start, end)` from the kept ranges, keeping what lies outside it.
     fn release(&mut self, start: u64, end: u64) {
-        let hit: Vec<(u64, u64)> = self
+        self.kept = self
             .kept
-            .range(..end)
-            .rev()
-            .take_while(|(_, e)| **e > start)
-            .map(|(s, e)| (*s, *e))
+            .iter()
+            .flat_map(|&(s, e)| {
+                if e <= start || s >= end {
+                    return [Some((s, e)), None];
+                }
+                [
+                    (s < start).then_some((s, start)),
+                    (e > end).then_some((end, e)),
+                ]
+            })
+            .flatten()
             .collect();
-        for (s, e) in hit {
-            self.kept.remove(&s);
-            if s < start {
-                self.kept.insert(s, start);
-            }
-            if e > end {
-                self.kept.insert(end, e);
-            }
-        }
     }
 
     /// Keeps `[start, start + len)` in the cache until [`L2::drop_range`] releases it: the
@@ -348,19 +343,16 @@ impl L2 {
         let end = start.saturating_add(len);
         // Merged with the kept ranges it overlaps or touches.
         let (mut lo, mut hi) = (start, end);
-        let joined: Vec<(u64, u64)> = self
-            .kept
-            .range(..=end)
-            .rev()
-            .take_while(|(_, e)| **e >= start)
-            .map(|(s, e)| (*s, *e))
-            .collect();
-        for (s, e) in joined {
-            self.kept.remove(&s);
-            lo = lo.min(s);
-            hi = hi.max(e);
-        }
-        self.kept.insert(lo, hi);
+        self.kept.retain(|&(s, e)| {
+            let joins = s <= end && e >= start;
+            if joins {
+                lo = lo.min(s);
+                hi = hi.max(e);
+            }
+            !joins
+        });
+        let at = self.kept.partition_point(|&(s, _)| s < lo);
+        self.kept.insert(at, (lo, hi));
         for block in (start >> self.block_shift)..=((end - 1) >> self.block_shift) {
             let si = self.set_of(block);
             if let Some(way) = self.find(si, block) {
@@ -620,6 +612,35 @@ mod tests {
         assert_eq!(l2.take_written_back(), 0);
         assert_eq!(l2.touch_hits(&range(0, 512)).1, 0);
         assert!(l2.kept.is_empty());
+    }
+
+    #[test]
+    fn kept_ranges_are_the_bytes_kept_and_not_dropped() {
+        let mut next = crate::testing::draws_below(5);
+        for _ in 0..100 {
+            let mut l2 = L2::new(1 << 20, 512, 16);
+            let mut model = vec![false; 3000];
+            for _ in 0..20 {
+                let (start, len) = (u64::from(next(2500)), u64::from(next(400)));
+                let keep = next(2) == 0;
+                if keep {
+                    l2.keep_range(start, len);
+                } else {
+                    l2.drop_range(start, len);
+                }
+                model[start as usize..(start + len) as usize].fill(keep);
+                // Disjoint, ascending, not touching, and exactly the kept bytes.
+                let mut bytes = vec![false; 3000];
+                for pair in l2.kept.windows(2) {
+                    assert!(pair[0].1 < pair[1].0, "{:?}", l2.kept);
+                }
+                for &(s, e) in &l2.kept {
+                    assert!(s < e);
+                    bytes[s as usize..e as usize].fill(true);
+                }
+                assert_eq!(bytes, model);
+            }
+        }
     }
 
     #[test]

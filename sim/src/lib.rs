@@ -45,6 +45,8 @@ mod l2;
 mod memory;
 mod memory_trace;
 mod stop;
+#[cfg(test)]
+mod testing;
 mod time;
 mod values;
 

@@ -249,15 +249,12 @@ impl Footprint {
     /// Whether `core` reading `a` in this batch would miss a value another core writes
     /// earlier in the batch (its own writes it sees: [`StagedMemory`]).
     fn misses_a_write(&self, core: u32, a: &Access) -> bool {
-        self.writes.other_than(core, a.start, a.end())
-            && bursts(a).any(|(s, e)| self.writes.other_than(core, s, e))
+        self.writes.other_than(core, a.start, a.end()) && self.writes.other_than_in_bursts(core, a)
     }
 
     fn add(&mut self, core: u32, a: &Access) {
         if a.write {
-            for (s, e) in bursts(a) {
-                self.writes.insert(s, e, core);
-            }
+            self.writes.insert_bursts(a, core);
         } else {
             self.reads.insert(a.start, a.end());
         }
@@ -285,11 +282,12 @@ impl Writers {
         if start >= end {
             return;
         }
-        // The common case in two lookups: a core extending (or writing inside) its own range
+        // The common case in one lookup: a core extending (or writing inside) its own range
         // that starts at or below `start`, with no other range starting up to `end` (so none to
-        // absorb, and none of this core touching on the right, as the general case would merge).
-        if self.ranges.range(start + 1..=end).next().is_none()
-            && let Some((_, (e, w))) = self.ranges.range_mut(..=start).next_back()
+        // absorb, and none of this core touching on the right, as the general case would merge):
+        // the last range starting up to `end` starts at or below `start`.
+        if let Some((&s, (e, w))) = self.ranges.range_mut(..=end).next_back()
+            && s <= start
             && *w == core
             && *e >= start
         {
@@ -297,6 +295,31 @@ impl Writers {
             return;
         }
         self.insert_absorbing(start, end, core);
+    }
+
+    /// [`Writers::insert`] of every burst of a write ([`bursts`]). Bursts apart from one
+    /// another (a stride longer than the burst) landing where no range is, none overlapping or
+    /// touching their extent, are each a range of their own, as inserting them one at a time
+    /// would leave them: they go in without the search for ranges to absorb (a strided write
+    /// has 25 bursts on average in a ResNet).
+    fn insert_bursts(&mut self, a: &Access, core: u32) {
+        let (start, end) = (a.start, a.end());
+        let apart = a.stride > a.burst && a.count <= BURSTS_TRACKED && a.count > 1;
+        let clear = || {
+            self.ranges
+                .range(..=end)
+                .next_back()
+                .is_none_or(|(_, &(e, _))| e < start)
+        };
+        if apart && clear() {
+            for (s, e) in bursts(a) {
+                self.ranges.insert(s, (e, core));
+            }
+            return;
+        }
+        for (s, e) in bursts(a) {
+            self.insert(s, e, core);
+        }
     }
 
     /// [`Writers::insert`] in general: absorbing every range it overlaps or touches.
@@ -336,6 +359,31 @@ impl Writers {
     /// Whether a core other than `core` writes a byte of `[start, end)`.
     fn other_than(&self, core: u32, start: u64, end: u64) -> bool {
         self.overlapping(start, end).any(|w| w != core)
+    }
+
+    /// Whether a core other than `core` writes a byte of a burst of `a` ([`bursts`]): the
+    /// ranges over the bursts' extent are walked once, each tested against the bursts by
+    /// arithmetic, instead of a search per burst.
+    fn other_than_in_bursts(&self, core: u32, a: &Access) -> bool {
+        let (start, end) = (a.start, a.end());
+        if a.stride <= a.burst || a.count > BURSTS_TRACKED {
+            return self.other_than(core, start, end);
+        }
+        // At most one range starts below `start` and reaches into the extent (they are
+        // disjoint); the others start inside it.
+        let below = self.ranges.range(..start).next_back();
+        let inside = self.ranges.range(start..end);
+        below.into_iter().chain(inside).any(|(&s, &(e, w))| {
+            // Burst i covers [i stride, i stride + burst) from `start`; the first to end past
+            // the range's first byte must begin before its end.
+            let (lo, hi) = (s.max(start) - start, e.min(end).saturating_sub(start));
+            let first = if lo < a.burst {
+                0
+            } else {
+                (lo - a.burst) / a.stride + 1
+            };
+            w != core && lo < hi && first < a.count && first * a.stride < hi
+        })
     }
 
     /// Whether any core writes a byte of `[start, end)`.
@@ -633,12 +681,14 @@ impl Values {
 
 #[cfg(test)]
 mod tests {
-    use super::{Values, Writers};
+    use super::{Values, Writers, bursts};
     use crate::CoreKind;
     use crate::config::ChipConfig;
     use crate::core::buffers::Buffers;
+    use crate::exec::Access;
     use crate::exec::{Mask, Operands, PipeOp, Plan};
     use crate::memory::DeviceMemory;
+    use crate::stop::Buffer;
     use crate::stop::StopReason;
     use gearsim_isa::{Dma, FMatrix, Instruction, Pipe, Reg};
 
@@ -712,15 +762,11 @@ mod tests {
         }
     }
 
-    /// The two-lookup case of `Writers::insert` leaves the ranges the general case would, for
+    /// The one-lookup case of `Writers::insert` leaves the ranges the general case would, for
     /// random writes of three cores over a small space (so that ranges touch, overlap, nest).
     #[test]
     fn extending_a_range_in_place_matches_absorbing() {
-        let mut x = 99u32;
-        let mut next = move |n: u32| {
-            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-            (x >> 8) % n
-        };
+        let mut next = crate::testing::draws_below(99);
         for _ in 0..200 {
             let (mut fast, mut general) = (Writers::default(), Writers::default());
             for _ in 0..40 {
@@ -737,6 +783,81 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A random GM access of 1 to 6-byte bursts: starting below `starts`, with gaps below
+    /// `gaps` between them, and 1 to `counts` of them.
+    fn strided(
+        next: &mut impl FnMut(u32) -> u32,
+        [starts, gaps, counts]: [u32; 3],
+        write: bool,
+    ) -> Access {
+        let burst = 1 + u64::from(next(6));
+        Access {
+            buffer: Buffer::Gm,
+            start: u64::from(next(starts)),
+            burst,
+            stride: burst + u64::from(next(gaps)),
+            count: 1 + u64::from(next(counts)),
+            write,
+        }
+    }
+
+    /// A strided write's bursts inserted at once leave the ranges that inserting them one at
+    /// a time leaves, whether their extent is clear (the quick path) or meets other ranges.
+    #[test]
+    fn bursts_inserted_at_once_match_one_at_a_time() {
+        let mut next = crate::testing::draws_below(7);
+        let mut quick = 0;
+        for _ in 0..300 {
+            let (mut at_once, mut one_by_one) = (Writers::default(), Writers::default());
+            for _ in 0..12 {
+                let a = strided(&mut next, [400, 4, 5], true);
+                let core = next(3);
+                let clear = at_once
+                    .ranges
+                    .range(..=a.end())
+                    .next_back()
+                    .is_none_or(|(_, &(e, _))| e < a.start);
+                quick += usize::from(clear && a.stride > a.burst && a.count > 1);
+                at_once.insert_bursts(&a, core);
+                for (s, e) in bursts(&a) {
+                    one_by_one.insert(s, e, core);
+                }
+                assert_eq!(
+                    at_once.ranges, one_by_one.ranges,
+                    "after {a:?} of core {core}"
+                );
+            }
+        }
+        assert!(quick > 300, "the quick path ran {quick} times");
+    }
+
+    /// Walking the ranges over a read's bursts finds a byte of another core's exactly when a
+    /// search per burst does, for random writes and strided reads.
+    #[test]
+    fn another_cores_write_in_a_reads_bursts_is_found_as_per_burst() {
+        let mut next = crate::testing::draws_below(31);
+        let (mut found, mut missed) = (0, 0);
+        for _ in 0..300 {
+            let mut w = Writers::default();
+            for _ in 0..8 {
+                let start = u64::from(next(300));
+                w.insert(start, start + 1 + u64::from(next(8)), next(3));
+            }
+            for _ in 0..20 {
+                let a = strided(&mut next, [300, 12, 8], false);
+                let core = next(3);
+                let want = bursts(&a).any(|(s, e)| w.other_than(core, s, e));
+                assert_eq!(
+                    w.other_than_in_bursts(core, &a),
+                    want,
+                    "{a:?} of core {core}"
+                );
+                if want { found += 1 } else { missed += 1 }
+            }
+        }
+        assert!(found > 500 && missed > 500, "{found} found, {missed} not");
     }
 
     /// Cores writing side by side stay apart (each reads its own range freely), a byte two
