@@ -701,7 +701,8 @@ pub(super) fn mmad(bufs: &mut Buffers, f: &Mmad, ops: &Operands) -> Result<(), F
 
 /// The product of `mmad` on its operands' bytes into (or, `init`, over) its accumulators'
 /// bytes, by way of f32 operands widened into `scratch`; the products of A's zeros are left
-/// out where that changes no bit ([`zeros_may_be_skipped`]). Returns whether they were.
+/// out where that changes no bit ([`zeros_may_be_skipped`]). Returns whether they may be (a
+/// row group whose accumulators start as -0 or NaN still adds every column).
 fn product_of(
     (a_bytes, b_bytes, operand): (&[u8], &[u8], Operand),
     accumulators: &mut [u8],
