@@ -249,7 +249,7 @@ impl Footprint {
     /// Whether `core` reading `a` in this batch would miss a value another core writes
     /// earlier in the batch (its own writes it sees: [`StagedMemory`]).
     fn misses_a_write(&self, core: u32, a: &Access) -> bool {
-        self.writes.other_than(core, a.start, a.end()) && self.writes.other_than_in_bursts(core, a)
+        self.writes.other_than_in_bursts(core, a)
     }
 
     fn add(&mut self, core: u32, a: &Access) {
@@ -304,7 +304,7 @@ impl Writers {
     /// has 25 bursts on average in a ResNet).
     fn insert_bursts(&mut self, a: &Access, core: u32) {
         let (start, end) = (a.start, a.end());
-        let apart = a.stride > a.burst && a.count <= BURSTS_TRACKED && a.count > 1;
+        let apart = bursts_apart(a) && a.count > 1;
         let clear = || {
             self.ranges
                 .range(..=end)
@@ -366,7 +366,7 @@ impl Writers {
     /// arithmetic, instead of a search per burst.
     fn other_than_in_bursts(&self, core: u32, a: &Access) -> bool {
         let (start, end) = (a.start, a.end());
-        if a.stride <= a.burst || a.count > BURSTS_TRACKED {
+        if !bursts_apart(a) {
             return self.other_than(core, start, end);
         }
         // At most one range starts below `start` and reaches into the extent (they are
@@ -402,10 +402,16 @@ impl Writers {
     }
 }
 
+/// Whether an access's bursts are tracked one by one: apart from one another (a stride
+/// longer than the burst) and not too many ([`bursts`]).
+fn bursts_apart(a: &Access) -> bool {
+    a.stride > a.burst && a.count <= BURSTS_TRACKED
+}
+
 /// The byte ranges `[start, end)` of an access's bursts: one range when they touch, and the
 /// extent when they are too many (which can only close a batch early).
 fn bursts(a: &Access) -> impl Iterator<Item = (u64, u64)> + '_ {
-    let whole = a.stride <= a.burst || a.count > BURSTS_TRACKED;
+    let whole = !bursts_apart(a);
     let n = if whole { 1 } else { a.count };
     (0..n).map(move |i| {
         if whole {
