@@ -1146,6 +1146,96 @@ pub(super) fn sel(bufs: &mut Buffers, f: &VSel, ops: &Operands) -> Result<(), Fa
     Ok(())
 }
 
+/// What a reduction's groups read, worked out once per instruction: where each repeat's
+/// blocks start, which of their elements are enabled, and the operation.
+struct Groups {
+    ty: DType,
+    op: ReduceOp,
+    mask: Mask,
+    e: u64,
+    /// Bytes from the operand's start to block `blk` of repeat `rep`: `rep * rep_bytes +
+    /// blk * blk_bytes` ([`Opnd::block_addr`]).
+    base: usize,
+    rep_bytes: usize,
+    blk_bytes: usize,
+    /// Per block, its enabled elements when they are the same in every repeat (a normal mask).
+    live: Option<[u32; 8]>,
+}
+
+impl Groups {
+    fn new(os: &Opnd, f: &VReduce, mask: Mask, e: u64) -> Groups {
+        let block = os.block_bytes() as usize;
+        Groups {
+            ty: f.ty,
+            op: f.op,
+            mask,
+            e,
+            base: os.base as usize,
+            rep_bytes: os.rep as usize * block,
+            blk_bytes: os.blk as usize * block,
+            live: match mask {
+                Mask::Normal(_) => Some(std::array::from_fn(|b| block_live(mask, 0, e, b as u64))),
+                Mask::Counter(_) => None,
+            },
+        }
+    }
+
+    /// The enabled elements of block `blk` of repeat `rep` (bit k for element k), and the
+    /// block's first byte.
+    #[inline(always)]
+    fn block(&self, rep: u64, blk: u64) -> (u32, usize) {
+        let live = match self.live {
+            Some(live) => live[blk as usize],
+            None => block_live(self.mask, rep, self.e, blk),
+        };
+        let base = self.base + rep as usize * self.rep_bytes + blk as usize * self.blk_bytes;
+        (live, base)
+    }
+
+    /// The fold of repeat `rep`'s enabled floats in `blocks`, 0 when none is enabled.
+    /// Whole blocks are widened at once (the bits of `ld_f`) into `x`, which holds the block
+    /// at `widened` (kept while no result has been written over it); the enabled elements
+    /// fold from the first one, which keeps a NaN's bits as they were.
+    #[inline(always)]
+    fn fold(
+        &self,
+        ub: &[u8],
+        rep: u64,
+        blocks: std::ops::Range<u64>,
+        widened: &mut Option<usize>,
+        x: &mut [f32; 16],
+    ) -> f32 {
+        let pb = (self.e / 8) as usize;
+        let (mut acc, mut any) = (0f32, false);
+        for blk in blocks {
+            let (live, base) = self.block(rep, blk);
+            if live == 0 {
+                continue;
+            }
+            if *widened != Some(base) {
+                load_floats(ub, base, self.ty, &mut x[..pb]);
+                *widened = Some(base);
+            }
+            let mut rest = live;
+            while rest != 0 {
+                let v = x[rest.trailing_zeros() as usize];
+                rest &= rest - 1;
+                acc = if !any {
+                    v
+                } else {
+                    match self.op {
+                        ReduceOp::Sum => acc + v,
+                        ReduceOp::Max => acc.max(v),
+                        ReduceOp::Min => acc.min(v),
+                    }
+                };
+                any = true;
+            }
+        }
+        if any { acc } else { 0.0 }
+    }
+}
+
 pub(super) fn reduce(
     bufs: &mut Buffers,
     f: &VReduce,
@@ -1165,42 +1255,44 @@ pub(super) fn reduce(
     // per-block reduction with a block stride of 0 reads one block eight times).
     let mut x = [0f32; 16];
     let mut widened: Option<usize> = None;
+    let reads = Groups::new(&os, f, ops.mask, e);
     // A group is one block (per-block reductions) or all eight; its enabled elements are
     // folded one at a time in ascending order.
     for rep in 0..r {
+        if is_float(f.ty) && per_block {
+            // A repeat's eight results, when they overwrite none of its blocks, are written
+            // after all eight are folded: no group reads another's result, so the bits are
+            // those of writing each in turn, and eight f16 side by side narrow at once.
+            let first = (d + rep * groups * u64::from(f.dst_rep) * size) as usize;
+            let end = first + (7 * u64::from(f.dst_rep) * size + size) as usize;
+            let apart = (0..8).all(|blk| {
+                let base = os.block_addr(rep, blk);
+                base + block_bytes <= first || end <= base
+            });
+            if apart {
+                let results: [f32; 8] = std::array::from_fn(|g| {
+                    reads.fold(ub, rep, g as u64..g as u64 + 1, &mut widened, &mut x)
+                });
+                if f.ty == DType::F16 && f.dst_rep == 1 {
+                    narrow_f16(&results, &mut ub[first..end]);
+                } else {
+                    for (g, &v) in results.iter().enumerate() {
+                        let out = first + g * (u64::from(f.dst_rep) * size) as usize;
+                        st_f(ub, out, f.ty, v);
+                    }
+                }
+                if widened.is_some_and(|w| first < w + block_bytes && w < end) {
+                    widened = None;
+                }
+                continue;
+            }
+        }
         for g in 0..groups {
             let out = (d + (rep * groups + g) * u64::from(f.dst_rep) * size) as usize;
             let blocks = if per_block { g..g + 1 } else { 0..8 };
             if is_float(f.ty) {
-                // Whole blocks are widened at once (the bits of `ld_f`), then the enabled
-                // elements fold from the first one, which keeps a NaN's bits as they were.
-                let (mut acc, mut any) = (0f32, false);
-                for blk in blocks {
-                    let (live, base) = (block_live(ops.mask, rep, e, blk), os.block_addr(rep, blk));
-                    if live == 0 {
-                        continue;
-                    }
-                    if widened != Some(base) {
-                        load_floats(ub, base, f.ty, &mut x[..pb]);
-                        widened = Some(base);
-                    }
-                    let mut rest = live;
-                    while rest != 0 {
-                        let v = x[rest.trailing_zeros() as usize];
-                        rest &= rest - 1;
-                        acc = if !any {
-                            v
-                        } else {
-                            match f.op {
-                                ReduceOp::Sum => acc + v,
-                                ReduceOp::Max => acc.max(v),
-                                ReduceOp::Min => acc.min(v),
-                            }
-                        };
-                        any = true;
-                    }
-                }
-                st_f(ub, out, f.ty, if any { acc } else { 0.0 });
+                let v = reads.fold(ub, rep, blocks, &mut widened, &mut x);
+                st_f(ub, out, f.ty, v);
                 if widened.is_some_and(|w| out < w + block_bytes && w < out + size as usize) {
                     widened = None;
                 }
@@ -1216,7 +1308,7 @@ pub(super) fn reduce(
                 let mut any = false;
                 let size = size as usize;
                 for blk in blocks {
-                    let (live, base) = (block_live(ops.mask, rep, e, blk), os.block_addr(rep, blk));
+                    let (live, base) = reads.block(rep, blk);
                     // Only the enabled elements are read, lowest first (a transpose's
                     // single-lane masks read one element a block).
                     let mut rest = live;
