@@ -940,25 +940,26 @@ fn nonzero_in_groups_sse2(fractal: &[u8]) -> [u16; 3] {
         _mm_packs_epi16, _mm_set1_epi16, _mm_setzero_si128,
     };
     let fractal = &fractal[..512];
-    ROW_GROUPS.map(|(first, rows)| {
-        // SAFETY: the loads read bytes 32 r .. 32 r + 32 of the 512-byte fractal for rows
-        // r < 16, in bounds; unaligned forms. The other intrinsics are SSE2 register
-        // operations.
+    let mut groups = [0u16; 3];
+    for (mask, &(first, rows)) in groups.iter_mut().zip(&ROW_GROUPS) {
+        // SAFETY: each row is sliced to its 32 bytes of the 512-byte fractal (rows r < 16),
+        // and the loads read its two halves of 16, in bounds; unaligned forms. The other
+        // intrinsics are SSE2 register operations.
         let zeros = unsafe {
-            let [lo, hi] = [0, 16].map(|half| {
-                let any = (first..first + rows).fold(_mm_setzero_si128(), |any, r| {
-                    _mm_or_si128(
-                        any,
-                        _mm_loadu_si128(fractal[r * 32 + half..].as_ptr().cast()),
-                    )
-                });
-                let magnitude = _mm_and_si128(any, _mm_set1_epi16(0x7fff));
-                _mm_cmpeq_epi16(magnitude, _mm_setzero_si128())
-            });
+            let (mut lo, mut hi) = (_mm_setzero_si128(), _mm_setzero_si128());
+            for r in first..first + rows {
+                let row = fractal[r * 32..][..32].as_ptr();
+                lo = _mm_or_si128(lo, _mm_loadu_si128(row.cast()));
+                hi = _mm_or_si128(hi, _mm_loadu_si128(row.add(16).cast()));
+            }
+            let (magnitude, zero) = (_mm_set1_epi16(0x7fff), _mm_setzero_si128());
+            let lo = _mm_cmpeq_epi16(_mm_and_si128(lo, magnitude), zero);
+            let hi = _mm_cmpeq_epi16(_mm_and_si128(hi, magnitude), zero);
             _mm_movemask_epi8(_mm_packs_epi16(lo, hi))
         };
-        !(zeros as u16)
-    })
+        *mask = !(zeros as u16);
+    }
+    groups
 }
 
 /// Whether the products of A's zeros may be left out of an `mmad` with no bit changed, as

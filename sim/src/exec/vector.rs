@@ -1270,9 +1270,10 @@ pub(super) fn reduce(
                 base + block_bytes <= first || end <= base
             });
             if apart {
-                let results: [f32; 8] = std::array::from_fn(|g| {
-                    reads.fold(ub, rep, g as u64..g as u64 + 1, &mut widened, &mut x)
-                });
+                let mut results = [0f32; 8];
+                for (g, v) in (0u64..).zip(results.iter_mut()) {
+                    *v = reads.fold(ub, rep, g..g + 1, &mut widened, &mut x);
+                }
                 if f.ty == DType::F16 && f.dst_rep == 1 {
                     narrow_f16(&results, &mut ub[first..end]);
                 } else {
