@@ -818,6 +818,151 @@ pub mod speed {
             .om_bytes()
     }
 
+    /// Where [`measure_net`] writes the model of `net` at `batch` under `work`.
+    pub fn net_model_path(work: &std::path::Path, net: Net, batch: i64) -> std::path::PathBuf {
+        work.join(format!("{}_b{batch}.om", net.name()))
+    }
+
+    /// The wall time of one whole `gearsim run` (the binary at `gearsim`) of the model at
+    /// `model` in `mode`, its outputs written under `work`, timed as a process from outside.
+    fn whole_run(
+        gearsim: &std::path::Path,
+        model: &std::path::Path,
+        work: &std::path::Path,
+        mode: ExecMode,
+    ) -> Result<Duration, String> {
+        let mut cmd = std::process::Command::new(gearsim);
+        cmd.arg("run")
+            .arg("--model")
+            .arg(model)
+            .arg("--output_dir")
+            .arg(work.join("out"));
+        if mode == ExecMode::TimingOnly {
+            cmd.arg("--timing_only");
+        }
+        let started = Instant::now();
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot start {}: {e}", gearsim.display()))?;
+        let wall = started.elapsed();
+        if !out.status.success() {
+            return Err(format!(
+                "gearsim run {}: {}",
+                model.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(wall)
+    }
+
+    /// Full mode against timing-only on one network and batch, as whole `gearsim run`s in
+    /// alternating pairs: the machine's speed drifts on a shared host, and a ratio taken pair
+    /// by pair sees both commands at nearly the same speed.
+    #[derive(Debug, Clone, PartialEq)]
+    pub struct PairFigure {
+        /// The network.
+        pub net: Net,
+        /// Its batch.
+        pub batch: i64,
+        /// Each pair's wall times: full, then timing-only.
+        pub pairs: Vec<(Duration, Duration)>,
+    }
+
+    /// The median of `v` (the mean of the middle two of an even count); 0 when empty.
+    fn median(mut v: Vec<f64>) -> f64 {
+        v.sort_by(f64::total_cmp);
+        match v.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+
+    #[cfg(test)]
+    #[test]
+    fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(Vec::new()), 0.0);
+    }
+
+    impl PairFigure {
+        /// Each pair's full wall time over its timing-only wall time.
+        pub fn ratios(&self) -> Vec<f64> {
+            self.pairs
+                .iter()
+                .map(|(full, timing)| full.as_secs_f64() / timing.as_secs_f64().max(1e-9))
+                .collect()
+        }
+
+        /// The median of the pairs' ratios.
+        pub fn median_ratio(&self) -> f64 {
+            median(self.ratios())
+        }
+
+        fn medians(&self) -> (f64, f64) {
+            let full = self.pairs.iter().map(|p| p.0.as_secs_f64()).collect();
+            let timing = self.pairs.iter().map(|p| p.1.as_secs_f64()).collect();
+            (median(full), median(timing))
+        }
+
+        fn range(&self) -> (f64, f64) {
+            let r = self.ratios();
+            let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = r.iter().copied().fold(0.0, f64::max);
+            (lo, hi)
+        }
+
+        /// The figure as one line.
+        pub fn line(&self) -> String {
+            let ((full, timing), (lo, hi)) = (self.medians(), self.range());
+            format!(
+                "{} b{} full against timing-only: median ratio {:.2} over {} alternating pairs \
+                 of whole `gearsim run`s (range {lo:.2}-{hi:.2}); medians full {full:.2} s, \
+                 timing-only {timing:.2} s",
+                self.net.name(),
+                self.batch,
+                self.median_ratio(),
+                self.pairs.len()
+            )
+        }
+
+        /// The figure as one JSON object.
+        pub fn json(&self) -> serde_json::Value {
+            let ((full, timing), (lo, hi)) = (self.medians(), self.range());
+            serde_json::json!({
+                "model": self.net.name(),
+                "gear": format!("b{}", self.batch),
+                "pairs": self.pairs.len(),
+                "median_ratio_full_to_timing_only": self.median_ratio(),
+                "min_ratio": lo,
+                "max_ratio": hi,
+                "median_full_run_seconds": full,
+                "median_timing_only_run_seconds": timing,
+            })
+        }
+    }
+
+    /// Runs the model [`measure_net`] wrote for `net` at `batch` under `work` in `pairs`
+    /// alternating pairs of whole `gearsim run`s, full then timing-only.
+    pub fn pair_net(
+        net: Net,
+        batch: i64,
+        pairs: usize,
+        gearsim: &std::path::Path,
+        work: &std::path::Path,
+    ) -> Result<PairFigure, String> {
+        let model = net_model_path(work, net, batch);
+        let pairs = (0..pairs)
+            .map(|_| {
+                let full = whole_run(gearsim, &model, work, ExecMode::Full)?;
+                let timing = whole_run(gearsim, &model, work, ExecMode::TimingOnly)?;
+                Ok((full, timing))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(PairFigure { net, batch, pairs })
+    }
+
     /// Measures `net` at `batch` in `mode`: `gearsim` (the binary at `gearsim`) runs the model
     /// written under `work` once as a user would, then the execution alone is timed in this
     /// process on a fresh device, after a warm-up run.
@@ -830,29 +975,9 @@ pub mod speed {
         work: &std::path::Path,
     ) -> Result<NetFigure, String> {
         let om = compile_net(cfg, net, batch)?;
-        let path = work.join(format!("{}_b{batch}.om", net.name()));
+        let path = net_model_path(work, net, batch);
         std::fs::write(&path, &om).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut cmd = std::process::Command::new(gearsim);
-        cmd.arg("run")
-            .arg("--model")
-            .arg(&path)
-            .arg("--output_dir")
-            .arg(work.join("out"));
-        if mode == ExecMode::TimingOnly {
-            cmd.arg("--timing_only");
-        }
-        let started = Instant::now();
-        let out = cmd
-            .output()
-            .map_err(|e| format!("cannot start {}: {e}", gearsim.display()))?;
-        let run_wall = started.elapsed();
-        if !out.status.success() {
-            return Err(format!(
-                "gearsim run {}: {}",
-                path.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
+        let run_wall = whole_run(gearsim, &path, work, mode)?;
         let file = OmFile::parse(&om).map_err(|e| e.to_string())?;
         let mut dev = Device::new(cfg.clone(), NullSink);
         dev.set_exec_mode(mode);

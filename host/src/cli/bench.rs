@@ -71,6 +71,10 @@ pub struct BenchSpeedArgs {
     /// Batches of the networks (with --nets), comma-separated.
     #[arg(long = "batches", value_delimiter = ',', default_value = "1,8,32")]
     batches: Vec<i64>,
+    /// With --nets, also time this many alternating pairs of whole `gearsim run`s, full then
+    /// timing-only, and report the median of the pairs' ratios (0: none).
+    #[arg(long = "pairs", default_value_t = 0)]
+    pairs: usize,
 }
 
 /// Runs a `gearsim bench` subcommand.
@@ -271,7 +275,7 @@ fn speed(a: &BenchSpeedArgs) -> Result<(), Failure> {
 
 /// `bench speed --nets`: whole networks at each batch and mode.
 fn net_speed(a: &BenchSpeedArgs, cfg: &ChipConfig, modes: &[ExecMode]) -> Result<(), Failure> {
-    use gearsim_host::bench::speed::measure_net;
+    use gearsim_host::bench::speed::{measure_net, pair_net};
     use gearsim_host::calibrate::nets::Net;
     let nets = a
         .nets
@@ -287,6 +291,14 @@ fn net_speed(a: &BenchSpeedArgs, cfg: &ChipConfig, modes: &[ExecMode]) -> Result
         .collect::<Result<Vec<_>>>()?;
     if let Some(b) = a.batches.iter().find(|b| **b < 1) {
         return Err(anyhow!("--batches: expected positive batches, got {b}").into());
+    }
+    let both = [ExecMode::Full, ExecMode::TimingOnly];
+    if a.pairs > 0 && !both.iter().all(|m| modes.contains(m)) {
+        return Err(anyhow!(
+            "--pairs: compares full mode with timing-only, so --modes must keep both, got {}",
+            a.modes.join(",")
+        )
+        .into());
     }
     let gearsim = std::env::current_exe().context("cannot find the gearsim binary")?;
     let work = std::env::temp_dir().join(format!("gearsim-bench-{}", std::process::id()));
@@ -308,6 +320,15 @@ fn net_speed(a: &BenchSpeedArgs, cfg: &ChipConfig, modes: &[ExecMode]) -> Result
                         say!("{}", f.json());
                     } else {
                         say!("{}", f.line());
+                    }
+                }
+                if a.pairs > 0 {
+                    let p =
+                        pair_net(net, batch, a.pairs, &gearsim, &work).map_err(|e| anyhow!(e))?;
+                    if a.json {
+                        say!("{}", p.json());
+                    } else {
+                        say!("{}", p.line());
                     }
                 }
             }

@@ -509,6 +509,67 @@ fn bench_speed_on_whole_networks_times_a_users_run_and_the_execution() {
 }
 
 #[test]
+fn bench_speed_pairs_full_mode_with_timing_only() {
+    let o = gearsim(&[
+        "bench",
+        "speed",
+        "--nets",
+        "resnet18",
+        "--batches",
+        "1",
+        "--pairs",
+        "3",
+        "--json",
+    ]);
+    let (stdout, stderr) = text(&o);
+    assert!(o.status.success(), "{stderr}");
+    // One figure per mode, then the pairs.
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    let p = &lines[2];
+    assert_eq!(p["model"], "resnet18");
+    assert_eq!(p["pairs"], 3);
+    let ratio = |f: &str| p[f].as_f64().unwrap();
+    // Full mode computes every value on top of the same timeline.
+    assert!(ratio("min_ratio") > 1.0, "{p}");
+    assert!(
+        ratio("min_ratio") <= ratio("median_ratio_full_to_timing_only"),
+        "{p}"
+    );
+    assert!(
+        ratio("median_ratio_full_to_timing_only") <= ratio("max_ratio"),
+        "{p}"
+    );
+    assert!(
+        ratio("median_full_run_seconds") > ratio("median_timing_only_run_seconds"),
+        "{p}"
+    );
+    let o = gearsim(&[
+        "bench",
+        "speed",
+        "--nets",
+        "resnet18",
+        "--batches",
+        "1",
+        "--pairs",
+        "2",
+        "--modes",
+        "full",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).1.contains(
+            "--pairs: compares full mode with timing-only, so --modes must keep both, got full"
+        ),
+        "{}",
+        text(&o).1
+    );
+}
+
+#[test]
 fn compile_rejects_a_bad_precision_mode_or_fusion_switch_file_and_writes_nothing() {
     let model = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/models/cnn.onnx")
