@@ -26,7 +26,8 @@ struct Opnd {
     blk: u64,
     rep: u64,
     ty: DType,
-    per_block: u64,
+    /// Bytes of one block (worked out once: every block address is a multiple of it).
+    block_bytes: u64,
 }
 
 impl Opnd {
@@ -36,12 +37,12 @@ impl Opnd {
             blk: u64::from(blk),
             rep: rep.into(),
             ty,
-            per_block: elems / 8,
+            block_bytes: elems / 8 * ty.size() as u64,
         }
     }
 
     fn block_bytes(&self) -> u64 {
-        self.per_block * self.ty.size() as u64
+        self.block_bytes
     }
 
     fn access(&self, repeats: u64, write: bool) -> Access {
@@ -1146,33 +1147,27 @@ pub(super) fn sel(bufs: &mut Buffers, f: &VSel, ops: &Operands) -> Result<(), Fa
     Ok(())
 }
 
-/// What a reduction's groups read, worked out once per instruction: where each repeat's
-/// blocks start, which of their elements are enabled, and the operation.
+/// What a reduction's groups read: the source operand, the operation, and which elements of
+/// each block are enabled (worked out once per instruction under a normal mask, which is the
+/// same in every repeat).
 struct Groups {
+    os: Opnd,
     ty: DType,
     op: ReduceOp,
     mask: Mask,
     e: u64,
-    /// Bytes from the operand's start to block `blk` of repeat `rep`: `rep * rep_bytes +
-    /// blk * blk_bytes` ([`Opnd::block_addr`]).
-    base: usize,
-    rep_bytes: usize,
-    blk_bytes: usize,
     /// Per block, its enabled elements when they are the same in every repeat (a normal mask).
     live: Option<[u32; 8]>,
 }
 
 impl Groups {
-    fn new(os: &Opnd, f: &VReduce, mask: Mask, e: u64) -> Groups {
-        let block = os.block_bytes() as usize;
+    fn new(os: Opnd, f: &VReduce, mask: Mask, e: u64) -> Groups {
         Groups {
+            os,
             ty: f.ty,
             op: f.op,
             mask,
             e,
-            base: os.base as usize,
-            rep_bytes: os.rep as usize * block,
-            blk_bytes: os.blk as usize * block,
             live: match mask {
                 Mask::Normal(_) => Some(std::array::from_fn(|b| block_live(mask, 0, e, b as u64))),
                 Mask::Counter(_) => None,
@@ -1188,8 +1183,7 @@ impl Groups {
             Some(live) => live[blk as usize],
             None => block_live(self.mask, rep, self.e, blk),
         };
-        let base = self.base + rep as usize * self.rep_bytes + blk as usize * self.blk_bytes;
-        (live, base)
+        (live, self.os.block_addr(rep, blk))
     }
 
     /// The fold of repeat `rep`'s enabled floats in `blocks`, 0 when none is enabled.
@@ -1255,16 +1249,16 @@ pub(super) fn reduce(
     // per-block reduction with a block stride of 0 reads one block eight times).
     let mut x = [0f32; 16];
     let mut widened: Option<usize> = None;
-    let reads = Groups::new(&os, f, ops.mask, e);
+    let reads = Groups::new(os, f, ops.mask, e);
     // A group is one block (per-block reductions) or all eight; its enabled elements are
     // folded one at a time in ascending order.
     for rep in 0..r {
-        if is_float(f.ty) && per_block {
-            // A repeat's eight results, when they overwrite none of its blocks, are written
-            // after all eight are folded: no group reads another's result, so the bits are
-            // those of writing each in turn, and eight f16 side by side narrow at once.
-            let first = (d + rep * groups * u64::from(f.dst_rep) * size) as usize;
-            let end = first + (7 * u64::from(f.dst_rep) * size + size) as usize;
+        if f.ty == DType::F16 && per_block && f.dst_rep == 1 {
+            // A repeat's eight f16 results side by side, when they overwrite none of its
+            // blocks, are narrowed at once after all eight are folded: no group reads
+            // another's result, so the bits are those of writing each in turn.
+            let first = (d + rep * groups * size) as usize;
+            let end = first + (8 * size) as usize;
             let apart = (0..8).all(|blk| {
                 let base = os.block_addr(rep, blk);
                 base + block_bytes <= first || end <= base
@@ -1274,14 +1268,7 @@ pub(super) fn reduce(
                 for (g, v) in (0u64..).zip(results.iter_mut()) {
                     *v = reads.fold(ub, rep, g..g + 1, &mut widened, &mut x);
                 }
-                if f.ty == DType::F16 && f.dst_rep == 1 {
-                    narrow_f16(&results, &mut ub[first..end]);
-                } else {
-                    for (g, &v) in results.iter().enumerate() {
-                        let out = first + g * (u64::from(f.dst_rep) * size) as usize;
-                        st_f(ub, out, f.ty, v);
-                    }
-                }
+                narrow_f16(&results, &mut ub[first..end]);
                 if widened.is_some_and(|w| first < w + block_bytes && w < end) {
                     widened = None;
                 }
