@@ -509,11 +509,12 @@ fn accumulate_avx2_rows<const ROWS: usize, const FUSED: bool>(
     first: usize,
     columns: Option<(usize, &[u32], &[u32])>,
 ) {
+    use std::arch::x86_64::_mm256_min_epi32;
+    use std::arch::x86_64::_mm256_storeu_ps;
     use std::arch::x86_64::{__m256, _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps};
     use std::arch::x86_64::{_CMP_UNORD_Q, _mm256_cmp_ps, _mm256_movemask_ps, _mm256_or_ps};
     use std::arch::x86_64::{_mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmpeq_epi32};
     use std::arch::x86_64::{_mm256_mul_ps, _mm256_set1_epi32, _mm256_set1_ps};
-    use std::arch::x86_64::{_mm256_setzero_ps, _mm256_storeu_ps};
     // SAFETY (every load and store below): each pointer starts 8 floats inside a 16-float
     // row of a `[f32; 256]` (the accumulator, or a fractal of `a` / `b` sliced to 256
     // values), offset 0 or 8, so the 8 floats are in bounds; unaligned forms.
@@ -553,16 +554,27 @@ fn accumulate_avx2_rows<const ROWS: usize, const FUSED: bool>(
     };
     assert!(first + ROWS <= 16, "rows {first}.. are outside a fractal");
     // The columns are left out only when no accumulator of these rows is -0 or NaN
-    // ([`zeros_may_be_skipped`]): checked on the registers just loaded.
+    // ([`zeros_may_be_skipped`]): checked on the registers just loaded, in few registers so
+    // that none of the twelve spills. -0's bits are i32::MIN, the least i32, so the rows hold
+    // one exactly when their least lane is i32::MIN; an unordered comparison of a row's two
+    // halves is true in a lane where either holds a NaN.
     let columns = columns.filter(|_| {
-        let (negative_zero, nan) = (_mm256_set1_epi32(i32::MIN), _mm256_setzero_ps());
-        let flagged = rows.iter().flatten().fold(_mm256_setzero_ps(), |seen, &v| {
-            let is_negative_zero =
-                _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_castps_si256(v), negative_zero));
-            let is_nan = _mm256_cmp_ps::<_CMP_UNORD_Q>(v, nan);
-            _mm256_or_ps(seen, _mm256_or_ps(is_negative_zero, is_nan))
-        });
-        _mm256_movemask_ps(flagged) == 0
+        let (least, nan) = rows.iter().fold(
+            (
+                _mm256_castps_si256(rows[0][0]),
+                _mm256_cmp_ps::<_CMP_UNORD_Q>(rows[0][0], rows[0][1]),
+            ),
+            |(least, nan), &[lo, hi]| {
+                let least = _mm256_min_epi32(least, _mm256_castps_si256(lo));
+                let least = _mm256_min_epi32(least, _mm256_castps_si256(hi));
+                (
+                    least,
+                    _mm256_or_ps(nan, _mm256_cmp_ps::<_CMP_UNORD_Q>(lo, hi)),
+                )
+            },
+        );
+        let negative_zero = _mm256_cmpeq_epi32(least, _mm256_set1_epi32(i32::MIN));
+        _mm256_movemask_ps(_mm256_or_ps(_mm256_castsi256_ps(negative_zero), nan)) == 0
     });
     match columns {
         None => {
@@ -1755,6 +1767,60 @@ mod tests {
                 !run(&infinite, &start, true),
                 "an infinity in B: nothing skipped"
             );
+        }
+    }
+
+    /// A row group that keeps no column still has its products added when one of its
+    /// accumulators is -0 or a signaling NaN, in either half of a row: the whole product turns
+    /// -0 into +0 and quiets the NaN, so leaving the zeros out would keep different bits.
+    #[test]
+    fn a_group_keeping_no_column_still_adds_into_special_accumulators() {
+        let (mb, kb, nb) = (1u64, 2u64, 1u64);
+        let mut draw = draws(0x51a7_0001);
+        // A: zeros of both signs only, so every group keeps no column.
+        let a_bytes: Vec<u8> = (0..mb * kb * 256)
+            .flat_map(|i| if i % 3 == 0 { 0x8000u16 } else { 0 }.to_le_bytes())
+            .collect();
+        let b_bytes: Vec<u8> = (0..kb * nb * 256)
+            .flat_map(|_| f16::from_f32(draw().abs() + 1.0).to_bits().to_le_bytes())
+            .collect();
+        let (mut av, mut bv) = (vec![0.0; a_bytes.len() / 2], vec![0.0; b_bytes.len() / 2]);
+        (Operand::F16.widen)(&a_bytes, &mut av);
+        (Operand::F16.widen)(&b_bytes, &mut bv);
+        let signaling_nan = f32::from_bits(0x7f80_0001);
+        // One special accumulator per case: each group (rows 0, 6, 12), low and high halves.
+        for (at, special) in [(3, -0.0), (6 * 16 + 12, -0.0), (12 * 16 + 9, signaling_nan)]
+            .into_iter()
+            .chain([(2, signaling_nan), (7 * 16 + 14, signaling_nan)])
+        {
+            let mut start: Vec<f32> = (0..mb * nb * 256).map(|_| draw()).collect();
+            start[at] = special;
+            let acc_bytes: Vec<u8> = start.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let mut skipped = acc_bytes.clone();
+            let operands = (&a_bytes[..], &b_bytes[..], Operand::F16);
+            let took = product_of(
+                operands,
+                &mut skipped,
+                [mb, kb, nb],
+                false,
+                Products::Exact,
+                &mut Scratch::new(),
+            );
+            assert!(took, "an all-zero A is skipped");
+            let mut whole = acc_bytes.clone();
+            products(
+                &mut whole,
+                [mb, kb, nb],
+                false,
+                (&av, &bv),
+                Products::Exact,
+                None,
+            );
+            assert_ne!(
+                whole, acc_bytes,
+                "the whole product changes the special value"
+            );
+            assert_eq!(skipped, whole, "accumulator {at} starting as {special:?}");
         }
     }
 
