@@ -886,6 +886,44 @@ pub mod speed {
         assert_eq!(median(Vec::new()), 0.0);
     }
 
+    /// A 95% confidence interval for the median of the distribution `v` was drawn from,
+    /// assuming nothing of its shape: the `j`-th smallest and the `j`-th largest value, `j`
+    /// the largest rank for which fewer than `j` of `n` values fall below the median with
+    /// probability at most 2.5% (a fair binomial's tail: each value is below it with
+    /// probability one half). `None` under six values, where even the extremes cover less.
+    fn median_interval(mut v: Vec<f64>) -> Option<(f64, f64)> {
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        // P(B <= i) for B ~ Binomial(n, 1/2), term by term: C(n, i + 1) = C(n, i) (n - i) /
+        // (i + 1), each term's logarithm kept (2^-n underflows past a thousand values).
+        let mut log_term = -(n as f64) * std::f64::consts::LN_2;
+        let mut below = 0.0;
+        let mut rank = 0;
+        for i in 0..n / 2 {
+            below += log_term.exp();
+            if 2.0 * below > 0.05 {
+                break;
+            }
+            rank = i + 1;
+            log_term += ((n - i) as f64 / (i + 1) as f64).ln();
+        }
+        (rank > 0).then(|| (v[rank - 1], v[n - rank]))
+    }
+
+    #[cfg(test)]
+    #[test]
+    fn the_median_interval_takes_the_ranks_of_the_binomial_table() {
+        let ranks = |n: usize| median_interval((1..=n).map(|i| i as f64).rev().collect());
+        // The published ranks: n = 6: 1 and 6 (96.9%); 10: 2 and 9 (97.9%); 40: 14 and 27.
+        assert_eq!(ranks(6), Some((1.0, 6.0)));
+        assert_eq!(ranks(10), Some((2.0, 9.0)));
+        assert_eq!(ranks(40), Some((14.0, 27.0)));
+        assert_eq!(ranks(5), None);
+        assert_eq!(median_interval(Vec::new()), None);
+        // Past 2^-n's range (ranks from exact integer binomial sums: 1446 and 1555 of 3000).
+        assert_eq!(ranks(3000), Some((1446.0, 1555.0)));
+    }
+
     impl PairFigure {
         /// Each pair's full wall time over its timing-only wall time.
         pub fn ratios(&self) -> Vec<f64> {
@@ -906,6 +944,11 @@ pub mod speed {
             (median(full), median(timing))
         }
 
+        /// The 95% confidence interval of the median ratio ([`median_interval`]).
+        pub fn median_ratio_interval(&self) -> Option<(f64, f64)> {
+            median_interval(self.ratios())
+        }
+
         fn range(&self) -> (f64, f64) {
             let r = self.ratios();
             let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
@@ -916,10 +959,14 @@ pub mod speed {
         /// The figure as one line.
         pub fn line(&self) -> String {
             let ((full, timing), (lo, hi)) = (self.medians(), self.range());
+            let interval = match self.median_ratio_interval() {
+                Some((low, high)) => format!(", 95% interval {low:.2}-{high:.2}"),
+                None => String::new(),
+            };
             format!(
-                "{} b{} full against timing-only: median ratio {:.2} over {} alternating pairs \
-                 of whole `gearsim run`s (range {lo:.2}-{hi:.2}); medians full {full:.2} s, \
-                 timing-only {timing:.2} s",
+                "{} b{} full against timing-only: median ratio {:.2}{interval} over {} \
+                 alternating pairs of whole `gearsim run`s (range {lo:.2}-{hi:.2}); medians \
+                 full {full:.2} s, timing-only {timing:.2} s",
                 self.net.name(),
                 self.batch,
                 self.median_ratio(),
@@ -935,6 +982,7 @@ pub mod speed {
                 "gear": format!("b{}", self.batch),
                 "pairs": self.pairs.len(),
                 "median_ratio_full_to_timing_only": self.median_ratio(),
+                "median_ratio_interval_95": self.median_ratio_interval().map(|(l, h)| [l, h]),
                 "min_ratio": lo,
                 "max_ratio": hi,
                 "median_full_run_seconds": full,

@@ -72,7 +72,8 @@ pub struct BenchSpeedArgs {
     #[arg(long = "batches", value_delimiter = ',', default_value = "1,8,32")]
     batches: Vec<i64>,
     /// With --nets, also time this many alternating pairs of whole `gearsim run`s, full then
-    /// timing-only, and report the median of the pairs' ratios (0: none).
+    /// timing-only, and report the median of the pairs' ratios with its 95% confidence
+    /// interval (from 6 pairs: the order statistics a fair binomial gives) (0: none).
     #[arg(long = "pairs", default_value_t = 0)]
     pairs: usize,
 }
