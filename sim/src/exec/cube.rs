@@ -509,11 +509,10 @@ fn accumulate_avx2_rows<const ROWS: usize, const FUSED: bool>(
     first: usize,
     columns: Option<(usize, &[u32], &[u32])>,
 ) {
-    use std::arch::x86_64::_mm256_min_epi32;
-    use std::arch::x86_64::_mm256_storeu_ps;
     use std::arch::x86_64::{__m256, _mm256_add_ps, _mm256_fmadd_ps, _mm256_loadu_ps};
     use std::arch::x86_64::{_CMP_UNORD_Q, _mm256_cmp_ps, _mm256_movemask_ps, _mm256_or_ps};
     use std::arch::x86_64::{_mm256_castps_si256, _mm256_castsi256_ps, _mm256_cmpeq_epi32};
+    use std::arch::x86_64::{_mm256_min_epi32, _mm256_storeu_ps};
     use std::arch::x86_64::{_mm256_mul_ps, _mm256_set1_epi32, _mm256_set1_ps};
     // SAFETY (every load and store below): each pointer starts 8 floats inside a 16-float
     // row of a `[f32; 256]` (the accumulator, or a fractal of `a` / `b` sliced to 256
@@ -1789,10 +1788,13 @@ mod tests {
         (Operand::F16.widen)(&b_bytes, &mut bv);
         let signaling_nan = f32::from_bits(0x7f80_0001);
         // One special accumulator per case: each group (rows 0, 6, 12), low and high halves.
-        for (at, special) in [(3, -0.0), (6 * 16 + 12, -0.0), (12 * 16 + 9, signaling_nan)]
-            .into_iter()
-            .chain([(2, signaling_nan), (7 * 16 + 14, signaling_nan)])
-        {
+        for (at, special) in [
+            (3, -0.0),
+            (6 * 16 + 12, -0.0),
+            (2, signaling_nan),
+            (7 * 16 + 14, signaling_nan),
+            (12 * 16 + 9, signaling_nan),
+        ] {
             let mut start: Vec<f32> = (0..mb * nb * 256).map(|_| draw()).collect();
             start[at] = special;
             let acc_bytes: Vec<u8> = start.iter().flat_map(|v| v.to_le_bytes()).collect();
