@@ -378,6 +378,7 @@ pub mod speed {
 
     use crate::calibrate::nets::{DType, Net};
     use crate::runtime::LoadedModel;
+    use crate::stats;
     use gearsim_compiler::options::GearOptions;
     use gearsim_compiler::pipeline::{CompileOptions, compile};
 
@@ -868,92 +869,38 @@ pub mod speed {
         pub pairs: Vec<(Duration, Duration)>,
     }
 
-    /// The median of `v` (the mean of the middle two of an even count); 0 when empty.
-    fn median(mut v: Vec<f64>) -> f64 {
-        v.sort_by(f64::total_cmp);
-        match v.len() {
-            0 => 0.0,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    }
-
-    #[cfg(test)]
-    #[test]
-    fn the_median_is_the_middle_value_or_the_mean_of_the_middle_two() {
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(Vec::new()), 0.0);
-    }
-
-    /// A 95% confidence interval for the median of the distribution `v` was drawn from,
-    /// assuming nothing of its shape: the `j`-th smallest and the `j`-th largest value, `j`
-    /// the largest rank for which fewer than `j` of `n` values fall below the median with
-    /// probability at most 2.5% (a fair binomial's tail: each value is below it with
-    /// probability one half). `None` under six values, where even the extremes cover less.
-    fn median_interval(mut v: Vec<f64>) -> Option<(f64, f64)> {
-        v.sort_by(f64::total_cmp);
-        let n = v.len();
-        // P(B <= i) for B ~ Binomial(n, 1/2), term by term: C(n, i + 1) = C(n, i) (n - i) /
-        // (i + 1), each term's logarithm kept (2^-n underflows past a thousand values).
-        let mut log_term = -(n as f64) * std::f64::consts::LN_2;
-        let mut below = 0.0;
-        let mut rank = 0;
-        for i in 0..n / 2 {
-            below += log_term.exp();
-            if 2.0 * below > 0.05 {
-                break;
-            }
-            rank = i + 1;
-            log_term += ((n - i) as f64 / (i + 1) as f64).ln();
-        }
-        (rank > 0).then(|| (v[rank - 1], v[n - rank]))
-    }
-
-    #[cfg(test)]
-    #[test]
-    fn the_median_interval_takes_the_ranks_of_the_binomial_table() {
-        let ranks = |n: usize| median_interval((1..=n).map(|i| i as f64).rev().collect());
-        // The published ranks: n = 6: 1 and 6 (96.9%); 10: 2 and 9 (97.9%); 40: 14 and 27.
-        assert_eq!(ranks(6), Some((1.0, 6.0)));
-        assert_eq!(ranks(10), Some((2.0, 9.0)));
-        assert_eq!(ranks(40), Some((14.0, 27.0)));
-        assert_eq!(ranks(5), None);
-        assert_eq!(median_interval(Vec::new()), None);
-        // Past 2^-n's range (ranks from exact integer binomial sums: 1446 and 1555 of 3000).
-        assert_eq!(ranks(3000), Some((1446.0, 1555.0)));
-    }
-
     impl PairFigure {
-        /// Each pair's full wall time over its timing-only wall time.
+        /// Each pair's full wall time over its timing-only wall time, smallest first.
         pub fn ratios(&self) -> Vec<f64> {
-            self.pairs
-                .iter()
-                .map(|(full, timing)| full.as_secs_f64() / timing.as_secs_f64().max(1e-9))
-                .collect()
+            sorted(
+                self.pairs
+                    .iter()
+                    .map(|(full, timing)| full.as_secs_f64() / timing.as_secs_f64().max(1e-9)),
+            )
         }
 
         /// The median of the pairs' ratios.
         pub fn median_ratio(&self) -> f64 {
-            median(self.ratios())
+            stats::median(&self.ratios())
         }
 
         fn medians(&self) -> (f64, f64) {
-            let full = self.pairs.iter().map(|p| p.0.as_secs_f64()).collect();
-            let timing = self.pairs.iter().map(|p| p.1.as_secs_f64()).collect();
-            (median(full), median(timing))
+            let full = sorted(self.pairs.iter().map(|p| p.0.as_secs_f64()));
+            let timing = sorted(self.pairs.iter().map(|p| p.1.as_secs_f64()));
+            (stats::median(&full), stats::median(&timing))
         }
 
-        /// The 95% confidence interval of the median ratio ([`median_interval`]).
+        /// The 95% confidence interval of the median ratio ([`stats::median_interval`]).
         pub fn median_ratio_interval(&self) -> Option<(f64, f64)> {
-            median_interval(self.ratios())
+            stats::median_interval(&self.ratios())
         }
 
         fn range(&self) -> (f64, f64) {
             let r = self.ratios();
-            let lo = r.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = r.iter().copied().fold(0.0, f64::max);
-            (lo, hi)
+            (
+                r.first().copied().unwrap_or(0.0),
+                r.last().copied().unwrap_or(0.0),
+            )
         }
 
         /// The figure as one line.
@@ -989,6 +936,13 @@ pub mod speed {
                 "median_timing_only_run_seconds": timing,
             })
         }
+    }
+
+    /// `values` in ascending order.
+    fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
+        let mut v: Vec<f64> = values.collect();
+        v.sort_by(f64::total_cmp);
+        v
     }
 
     /// Runs the model [`measure_net`] wrote for `net` at `batch` under `work` in `pairs`

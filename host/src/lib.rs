@@ -33,6 +33,7 @@ pub mod options;
 pub mod pad;
 pub mod runner;
 pub mod runtime;
+pub mod stats;
 pub mod study;
 pub mod target;
 pub mod verify;

@@ -244,17 +244,12 @@ impl ComputeTime {
         ms.sort_by(f64::total_cmp);
         let n = ms.len();
         let mean = ms.iter().sum::<f64>() / n as f64;
-        let median = if n % 2 == 1 {
-            ms[n / 2]
-        } else {
-            (ms[n / 2 - 1] + ms[n / 2]) / 2.0
-        };
         Some(ComputeTime {
             count: n,
             min_ms: ms[0],
             max_ms: ms[n - 1],
             mean_ms: mean,
-            median_ms: median,
+            median_ms: crate::stats::median(&ms),
             batch,
             throughput: if mean > 0.0 {
                 1000.0 * batch as f64 / mean
