@@ -235,7 +235,8 @@ pub struct ComputeTime {
 }
 
 impl ComputeTime {
-    /// The summary of `execute_ps` (one per loop) at batch `batch`; `None` without loops.
+    /// The summary of `execute_ps` (one `aclmdlExecute` call per loop, as ais_bench's host
+    /// timer takes it) at batch `batch`; `None` without loops.
     pub fn of(execute_ps: &[u64], batch: u64) -> Option<ComputeTime> {
         if execute_ps.is_empty() {
             return None;

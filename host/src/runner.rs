@@ -122,8 +122,9 @@ pub struct RunOutcome {
     pub last: RunReport,
     /// Device time of every run, in picoseconds.
     pub times_ps: Vec<u64>,
-    /// Execution time of every run (ais_bench's NPU compute time), in picoseconds.
-    pub execute_ps: Vec<u64>,
+    /// The `aclmdlExecute` call of every run as a host timer measures it (ais_bench's NPU
+    /// compute time), in picoseconds.
+    pub execute_call_ps: Vec<u64>,
     /// Every run's profile, when asked for (Infer ID = position).
     pub profiles: Vec<RunProfile>,
     /// The batch a throughput counts: the first data input's leading dimension.
@@ -255,7 +256,7 @@ pub fn run<S: TraceSink>(
             _ => anyhow!("{path}: {e}"),
         })?;
         times.push(r.device_time_ps);
-        execute.push(r.execute_ps);
+        execute.push(r.execute_call_ps);
         let mut r = r;
         if let Some(p) = r.profile.take() {
             profiles.push(p);
@@ -295,7 +296,7 @@ pub fn run<S: TraceSink>(
             soc_version: soc,
             last,
             times_ps: times,
-            execute_ps: execute,
+            execute_call_ps: execute,
             profiles,
             batch: padding.as_ref().map_or_else(
                 || {
@@ -338,6 +339,7 @@ impl RunOutcome {
             "outputs": self.written.iter().map(|p| p.display().to_string()).collect::<Vec<_>>(),
             "device_time_us": r.device_time_ps as f64 / 1e6,
             "execute_us": r.execute_ps as f64 / 1e6,
+            "execute_call_us": r.execute_call_ps as f64 / 1e6,
             "host_time_us": r.host_ps as f64 / 1e6,
             "end_to_end_us": r.end_to_end_ps as f64 / 1e6,
             "device_time_us_per_run": self.times_ps.iter().map(|t| *t as f64 / 1e6).collect::<Vec<_>>(),
@@ -365,7 +367,7 @@ impl RunOutcome {
 
     /// ais_bench's NPU compute time over the runs.
     pub fn compute_time(&self) -> Option<ComputeTime> {
-        ComputeTime::of(&self.execute_ps, self.batch)
+        ComputeTime::of(&self.execute_call_ps, self.batch)
     }
 
     /// The files of `--profile DIR`: op_summary.csv, task_time.csv, summary.json, summary.txt.

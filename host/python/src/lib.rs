@@ -268,7 +268,8 @@ struct Session {
     model: ModelId,
     desc: gearsim_isa::om::ModelDesc,
     stop: Arc<AtomicBool>,
-    /// Every run's execution time, profile and batch, oldest first.
+    /// Every run's `aclmdlExecute` call time (ais_bench's NPU compute time), profile and
+    /// batch, oldest first.
     execute_ps: Vec<u64>,
     device_ps: Vec<u64>,
     profiles: Vec<RunProfile>,
@@ -360,7 +361,7 @@ impl Session {
         batch: u64,
         padding: Option<(Padding, String)>,
     ) -> PyResult<(Vec<Tensor>, String)> {
-        self.execute_ps.push(r.execute_ps);
+        self.execute_ps.push(r.execute_call_ps);
         self.device_ps.push(r.device_time_ps);
         if let Some(p) = r.profile.take() {
             self.profiles.push(p);
@@ -391,7 +392,7 @@ impl Session {
             soc_version: self.desc.soc_version.clone(),
             last: shaped,
             times_ps: self.device_ps.clone(),
-            execute_ps: self.execute_ps.clone(),
+            execute_call_ps: self.execute_ps.clone(),
             profiles: std::mem::take(&mut self.profiles),
             batch: self.batch,
             padding,

@@ -120,10 +120,15 @@ pub struct RunReport {
     /// (host work, device time and the waits between them; `run_sink` from its enqueue,
     /// `run_queued` from its own call).
     pub end_to_end_ps: u64,
-    /// Simulated time of the model's execution alone, from `aclmdlExecute`'s submission to the
-    /// end of its last task: the figure ais_bench reports as NPU compute time (copies and
-    /// the dims read-back excluded). On the dynamic-shape path, the whole run.
+    /// Simulated time of the model's execution alone on the device, from the moment it sees
+    /// `aclmdlExecute`'s task to the end of its last (copies and the dims read-back
+    /// excluded): what msprof's task times add up to. On the dynamic-shape path, the whole run.
     pub execute_ps: u64,
+    /// The `aclmdlExecute` call as a host timer around it measures it: the submission, the
+    /// execution and the wake-up when it completes. This is ais_bench's NPU compute time: its
+    /// `ModelInferenceProcessor::Execute` takes `gettimeofday` before and after the
+    /// synchronous `aclmdlExecute` (copies excluded). On the dynamic-shape path, the whole run.
+    pub execute_call_ps: u64,
     /// Every AI core kernel the run launched, oldest first, when [`RuntimeOptions::profile`]
     /// is on (empty otherwise).
     pub kernels: Vec<gearsim_firmware::KernelProfile>,
@@ -150,6 +155,15 @@ struct Clocks {
     at: u64,
     host: u64,
     device: u64,
+}
+
+/// How long one `aclmdlExecute` took (picoseconds): on the device, and for the calling thread.
+#[derive(Debug, Clone, Copy)]
+struct ExecuteTimes {
+    /// From the device seeing the execution's task to the end of its last.
+    device_ps: u64,
+    /// From the call to its return: submission, execution, wake-up.
+    call_ps: u64,
 }
 
 /// The merged-copy span of a non-sink model (spec §8.3).
@@ -306,16 +320,21 @@ impl<S: TraceSink> Runtime<S> {
     }
 
     /// Submits model `m`'s execution (`aclmdlExecute`) and waits for it: the simulated time of
-    /// the execution alone, from the moment the device sees the task to the end of its last.
-    fn execute_model(&mut self, m: ModelId) -> Result<u64, RuntimeError> {
+    /// the execution alone, from the moment the device sees the task to the end of its last,
+    /// and of the whole call (submission and wake-up included).
+    fn execute_model(&mut self, m: ModelId) -> Result<ExecuteTimes, RuntimeError> {
         let model = &self.models[m.0 as usize].loaded;
         let (task, name) = (model.execute_task(), model.desc.name.clone());
+        let call = self.dev.now().0;
         self.host.submit(&mut self.dev, self.stream, task, &name)?;
         let start = self.dev.now().0;
         self.dev.synchronize(self.stream)?;
-        let execute_ps = self.dev.now().0 - start;
+        let device_ps = self.dev.now().0 - start;
         self.host.wake(&mut self.dev)?;
-        Ok(execute_ps)
+        Ok(ExecuteTimes {
+            device_ps,
+            call_ps: self.dev.now().0 - call,
+        })
     }
 
     /// The kernel profiles and the task-by-task profile of model `m`'s run that just ended
@@ -941,7 +960,7 @@ impl<S: TraceSink> Runtime<S> {
             kind: d.mode,
             dims: dims.clone(),
         });
-        let execute_ps = self.execute_model(m)?;
+        let execute = self.execute_model(m)?;
         let d2h_start = self.dev.now().0;
         let mut outputs = self.read_outputs(m, gear, &mut t)?;
         let d2h = Phase {
@@ -965,7 +984,8 @@ impl<S: TraceSink> Runtime<S> {
             device_time_ps: end.device - start.device,
             host_ps: end.host - start.host,
             end_to_end_ps: end.at - start.at,
-            execute_ps,
+            execute_ps: execute.device_ps,
+            execute_call_ps: execute.call_ps,
             kernels,
             profile,
             h2d_bytes: t.h2d_bytes,
@@ -1160,7 +1180,7 @@ impl<S: TraceSink> Runtime<S> {
                 ));
             }
         };
-        let execute_ps = self.execute_model(m)?;
+        let execute = self.execute_model(m)?;
         let d2h_start = self.dev.now().0;
         let n = d.gears.first().map_or(0, Vec::len);
         let raw = copy::d2h(
@@ -1216,7 +1236,8 @@ impl<S: TraceSink> Runtime<S> {
             device_time_ps: end.device - start.device,
             host_ps: end.host - start.host,
             end_to_end_ps: end.at - start.at,
-            execute_ps,
+            execute_ps: execute.device_ps,
+            execute_call_ps: execute.call_ps,
             kernels,
             profile,
             h2d_bytes: t.h2d_bytes,
@@ -1284,6 +1305,7 @@ impl<S: TraceSink> Runtime<S> {
         let end = self.clocks()?;
         let report = RunReport {
             execute_ps: end.at - start.at,
+            execute_call_ps: end.at - start.at,
             kernels: self.dev.take_profile(),
             profile: {
                 self.dev.take_task_log();
