@@ -94,6 +94,14 @@ formats! {
         #[suffix] ty: DType, dst: Reg, src: Reg, pattern: Reg,
         repeat: u8 = 1, src_rep: u8 = 8, pat_rep: u8 = 1,
     }
+    /// 16 × 16 transpose of 2-byte elements (Ascend's VNCHWCONV, `TransDataTo5HD`): repeat
+    /// `r` reads 16 rows of one 32-byte block each, `src_row` blocks apart from block
+    /// `r · src_rep` of `src`, and writes row `j` of the result (element `j` of every source
+    /// row) `j · dst_row` blocks from block `r · dst_rep` of `dst`. It ignores the mask.
+    VTrans {
+        #[suffix] ty: DType, dst: Reg, src: Reg,
+        repeat: u8 = 1, dst_row: u16 = 1, src_row: u16 = 1, dst_rep: u16 = 16, src_rep: u16 = 16,
+    }
     /// Reduction; `dst_rep` is the distance between results in elements.
     VReduce {
         #[suffix] op: ReduceOp, #[suffix] ty: DType, dst: Reg, src: Reg,
@@ -326,6 +334,8 @@ instructions! {
     Vbreduce = 0x71, vbreduce, V, VecReduce, VReduce, [F16, F32, I32];
     /// Gather the elements a bit pattern selects, packed (GatherMask).
     Vgather = 0x72, vgather, V, VecSimple, VGather, [F16, F32, I32, I16];
+    /// Transpose 16 × 16 blocks of 2-byte elements (VNCHWCONV: NCHW <-> NC1HWC0).
+    Vtranspose = 0x73, vtranspose, V, VecSimple, VTrans, [F16, I16];
     /// Move L0C fractals to UB (the coupled architecture's path out of the cube).
     CopyL0cToUb = 0x74, copy_l0c_to_ub, V, L0cMove, L0cToUb, [F16, F32];
     /// Broadcast UB rows into L0C fractals: a bias before the first `mmad` (`broadcast_ub_to_cc`).

@@ -705,10 +705,17 @@ impl Emitter<'_> {
                     args.push(KernelArg { addr, bytes });
                 }
                 let kernel = self.kernel_index(k, &gname)?;
-                let name = if kernels.len() == 1 {
-                    node.name.clone()
+                // A layout conversion the lowering put beside the node's own kernel is its
+                // own op in the profile, as GE's inserted TransData nodes are.
+                let conversion = |k: &crate::lower::Kernel| k.name.starts_with("TransData");
+                let own = kernels.iter().filter(|k| !conversion(k)).count();
+                let (name, op_type) = if conversion(k) {
+                    let i = kernels[..ki].iter().filter(|k| conversion(k)).count();
+                    (format!("{}/trans_TransData_{i}", node.name), "TransData")
+                } else if own == 1 {
+                    (node.name.clone(), node.op.as_str())
                 } else {
-                    format!("{}#{ki}", node.name)
+                    (format!("{}#{ki}", node.name), node.op.as_str())
                 };
                 let mut l2 = Vec::new();
                 if ki == 0 {
@@ -725,7 +732,7 @@ impl Emitter<'_> {
                         l2,
                     },
                     name,
-                    &node.op,
+                    op_type,
                     g,
                     node,
                 ));

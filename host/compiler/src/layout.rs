@@ -16,7 +16,9 @@
 //! unit's): a region whose every convolution still converts one side would only move the
 //! conversion. Graph inputs and outputs stay NCHW; a convolution with one NCHW
 //! side converts it with a TransData kernel. So ResNet-18 behind AIPP is one region from its
-//! first convolution to the GlobalAveragePool.
+//! first convolution to the GlobalAveragePool. Without AIPP, a first convolution of fewer than
+//! 16 input channels runs the 5HD kernel too: its TransData pads the image's channels to one
+//! block (GE's first layer: Cast, TransData, the 5HD convolution).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -199,8 +201,16 @@ fn fractal_candidate(d: &TensorDesc) -> bool {
             .is_some_and(|s| s.len() == 4 && s[1] % 16 == 0 && s.iter().all(|v| *v > 0))
 }
 
+/// Whether a convolution input is f16, rank 4 with fewer than 16 channels, every dim known.
+fn few_channels(d: &TensorDesc) -> bool {
+    d.dtype == DataType::F16
+        && shape_values(&d.shape)
+            .is_some_and(|s| s.len() == 4 && s[1] < 16 && s.iter().all(|v| *v > 0))
+}
+
 /// Whether convolution `id` runs the 5HD kernel: constant weights, and f16 sides of whole
-/// channel blocks in a shape the kernel supports (or an image read through AIPP).
+/// channel blocks in a shape the kernel supports (or an image read through AIPP, or an input
+/// of fewer than 16 channels, which its TransData pads to one block).
 fn fractal_conv(g: &Graph, id: NodeId, target: &Target, is_const: &dyn Fn(Value) -> bool) -> bool {
     let node = g.node(id);
     if node.op != "Conv" || !node.inputs.get(1).copied().flatten().is_some_and(is_const) {
@@ -211,12 +221,15 @@ fn fractal_conv(g: &Graph, id: NodeId, target: &Target, is_const: &dyn Fn(Value)
         return node.outputs.first().is_some_and(fractal_candidate);
     }
     let ctx = ctx_of(g, id, target);
+    // An input of fewer than 16 channels (an image's 3) stays NCHW and is converted into one
+    // zero-padded channel block by the convolution's TransData, as GE's first layer is without
+    // AIPP; the network behind it is 5HD.
     if !ctx
         .inputs
         .first()
         .copied()
         .flatten()
-        .is_some_and(fractal_candidate)
+        .is_some_and(|d| fractal_candidate(d) || few_channels(d))
         || !node.outputs.first().is_some_and(fractal_candidate)
     {
         return false;

@@ -617,6 +617,41 @@ fn conv5hd_bias_stride2_nchw_in() {
     assert_eq!(r.kernels.len(), 2, "a TransData in, then the conv");
 }
 
+/// A first layer without AIPP, as GE runs it: an NCHW input of fewer than 16 channels is
+/// converted by a TransData into one channel block zero-padded to 16 (GE's NC1HWC0 pads C to
+/// C1 · C0), then the 5HD kernel runs; the zero lanes meet zero weights.
+#[test]
+fn conv5hd_few_channels_nchw_in_is_padded_to_one_block() {
+    // ResNet's stem at a small size: 3 channels, 7x7, stride 2, bias; two images.
+    let r = cube(
+        &Case::new(2, 3, (32, 32), 64, 7)
+            .pad(3)
+            .stride(2)
+            .bias()
+            .formats(ND, F5),
+        48,
+    );
+    let names: Vec<&str> = r.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names.len(), 2, "a TransData in, then the conv: {names:?}");
+    assert!(names[0].starts_with("TransData"), "{names:?}");
+    // Its tiles' padding rows are zeroed before its first load, and the store writes whole
+    // 32-byte units: lanes 3..15 of every pixel are zeros, whatever UB held before.
+    let t = &r.kernels[0].program;
+    let first = |op: &str| (0..t.instrs.len()).find(|&pc| t.disasm_at(pc).starts_with(op));
+    let (zero, load) = (first("vdup"), first("copy_gm_to_ub"));
+    assert!(
+        zero.is_some() && load.is_some() && zero < load,
+        "{}",
+        t.disassemble()
+    );
+    // One channel and one image, a plane that is not a multiple of 16 pixels, and 4 channels.
+    cube(&Case::new(1, 1, (9, 11), 16, 3).pad(1).formats(ND, F5), 49);
+    cube(
+        &Case::new(3, 4, (5, 7), 32, 3).pad(1).bias().formats(ND, F5),
+        50,
+    );
+}
+
 #[test]
 fn conv5hd_1x1_nchw_out_many_channels() {
     // 160 output channels: two co blocks (8 + 2 fractals).

@@ -163,6 +163,9 @@ fn transpose_tiles_with_tails_in_both_axes() {
     // Several tiles per axis plus a remainder, on each element size.
     check_transpose(DataType::F32, &[300, 270], &[1, 0], 1);
     check_transpose(DataType::F16, &[2, 300, 150], &[0, 2, 1], 2);
+    // f16 tiles of many vtranspose repeats and row groups, and a column tail: NCHW planes of
+    // 2000 pixels into 40-channel rows.
+    check_transpose(DataType::F16, &[3, 40, 2000], &[0, 2, 1], 5);
     check_transpose(DataType::I64, &[130, 70], &[1, 0], 3);
     check_transpose(DataType::U8, &[70, 600], &[1, 0], 4);
     // Short kept runs transpose as wider elements: 2 x f32 = 8 bytes, 2 x u8 = 2 bytes.

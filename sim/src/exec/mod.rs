@@ -14,7 +14,7 @@ mod vector;
 use gearsim_isa::{
     DType, Dma, DmaPad, FMatrix, Img2col, Instruction, L0cFill, L0cToGm, L0cToUb, Load2d,
     LoadImage, Mmad, Nd2Nz, Pipe, TimingClass, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce,
-    VScalar, VSel, VUn,
+    VScalar, VSel, VTrans, VUn,
 };
 
 use crate::config::ChipConfig;
@@ -391,6 +391,7 @@ pub(crate) enum PipeOp<'a> {
     Cmps(&'a VCmpS),
     Sel(&'a VSel),
     Gather(&'a VGather),
+    Trans(&'a VTrans),
     Reduce(&'a VReduce, bool),
     L0cToUb(&'a L0cToUb),
     L0cFill(&'a L0cFill),
@@ -443,6 +444,7 @@ impl<'a> PipeOp<'a> {
             Instruction::Vcmps(f) => PipeOp::Cmps(f),
             Instruction::Vsel(f) => PipeOp::Sel(f),
             Instruction::Vgather(f) => PipeOp::Gather(f),
+            Instruction::Vtranspose(f) => PipeOp::Trans(f),
             Instruction::Vreduce(f) => PipeOp::Reduce(f, false),
             Instruction::Vbreduce(f) => PipeOp::Reduce(f, true),
             Instruction::CopyL0cToUb(f) => PipeOp::L0cToUb(f),
@@ -534,6 +536,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Cmps(f) => [g(f.dst), g(f.src), g(f.scalar), 0],
             PipeOp::Sel(f) => [g(f.dst), g(f.src0), g(f.src1), g(f.sel)],
             PipeOp::Gather(f) => [g(f.dst), g(f.src), g(f.pattern), 0],
+            PipeOp::Trans(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::Reduce(f, _) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cToUb(f) => [g(f.dst), g(f.src), 0, 0],
             PipeOp::L0cFill(f) => [g(f.dst), g(f.src), 0, 0],
@@ -564,6 +567,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Cmps(f) => vector::plan_cmps(f, ops),
             PipeOp::Sel(f) => vector::plan_sel(f, ops),
             PipeOp::Gather(f) => vector::plan_gather(f, ops),
+            PipeOp::Trans(f) => vector::plan_transpose(f, ops),
             PipeOp::Reduce(f, per_block) => vector::plan_reduce(f, ops, per_block),
             PipeOp::L0cToUb(f) => cube::plan_l0c_to_ub(f, ops),
             PipeOp::L0cFill(f) => cube::plan_l0c_fill(f, ops),
@@ -612,6 +616,7 @@ impl<'a> PipeOp<'a> {
             PipeOp::Cmps(f) => vector::cmps(bufs, f, ops),
             PipeOp::Sel(f) => vector::sel(bufs, f, ops),
             PipeOp::Gather(f) => vector::gather(bufs, f, ops),
+            PipeOp::Trans(f) => vector::transpose(bufs, f, ops),
             PipeOp::Reduce(f, per_block) => vector::reduce(bufs, f, ops, per_block),
             PipeOp::L0cToUb(f) => cube::l0c_to_ub(bufs, f, ops),
             PipeOp::L0cFill(f) => cube::l0c_fill(bufs, f, ops),

@@ -281,6 +281,7 @@ pub fn step<'a>(instr: &'a Instruction, r: &[u64; 32]) -> Step<'a> {
         | I::Vcmps(_)
         | I::Vsel(_)
         | I::Vgather(_)
+        | I::Vtranspose(_)
         | I::Vreduce(_)
         | I::Vbreduce(_)
         | I::CopyL0cToUb(_)

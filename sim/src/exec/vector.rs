@@ -9,7 +9,7 @@
 
 use gearsim_isa::{
     Cmp, DType, ReduceOp, Round, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce, VScalar, VSel,
-    VUn,
+    VTrans, VUn,
 };
 use half::{bf16, f16};
 
@@ -491,6 +491,61 @@ pub(super) fn gather(bufs: &mut Buffers, f: &VGather, ops: &Operands) -> Result<
             let at = os.block_addr(rep, i / per_block) + ((i % per_block) as usize) * size;
             ub.copy_within(at..at + size, out);
             out += size;
+        }
+    }
+    Ok(())
+}
+
+/// Rows (and columns) of a `vtranspose` block, and bytes of one of its rows.
+const TRANS_ROWS: u64 = 16;
+const TRANS_ROW_BYTES: u64 = 32;
+
+/// The UB bytes `vtranspose` spans on one side: from `base` to the end of the last repeat's
+/// last row (`row` and `rep` in 32-byte blocks).
+fn trans_access(base: u64, repeats: u64, row: u16, rep: u16, write: bool) -> Access {
+    let len = if repeats == 0 {
+        0
+    } else {
+        ((repeats - 1) * u64::from(rep) + (TRANS_ROWS - 1) * u64::from(row) + 1) * TRANS_ROW_BYTES
+    };
+    Access::range(Buffer::Ub, base, len, write)
+}
+
+/// A repeat moves 512 bytes in and 512 out: two 256-byte steps of the vector datapath (an
+/// assumption: VNCHWCONV's rate is not public).
+pub(super) fn plan_transpose(f: &VTrans, ops: &Operands) -> Plan {
+    let r = u64::from(f.repeat);
+    let [d, s, _, _] = ops.regs;
+    plan_of(
+        2 * r,
+        &[
+            trans_access(s, r, f.src_row, f.src_rep, false),
+            trans_access(d, r, f.dst_row, f.dst_rep, true),
+        ],
+    )
+}
+
+pub(super) fn transpose(bufs: &mut Buffers, f: &VTrans, ops: &Operands) -> Result<(), Fault> {
+    let [d, s, _, _] = ops.regs;
+    let ub = bufs.ub_mut();
+    let mut block = [0u8; (TRANS_ROWS * TRANS_ROW_BYTES) as usize];
+    for rep in 0..u64::from(f.repeat) {
+        let src = s + rep * u64::from(f.src_rep) * TRANS_ROW_BYTES;
+        let dst = d + rep * u64::from(f.dst_rep) * TRANS_ROW_BYTES;
+        // The whole source block first: a destination row may overlap a source row.
+        for i in 0..TRANS_ROWS {
+            let at = (src + i * u64::from(f.src_row) * TRANS_ROW_BYTES) as usize;
+            let row = (i * TRANS_ROW_BYTES) as usize;
+            block[row..row + TRANS_ROW_BYTES as usize]
+                .copy_from_slice(&ub[at..at + TRANS_ROW_BYTES as usize]);
+        }
+        for j in 0..TRANS_ROWS {
+            let at = (dst + j * u64::from(f.dst_row) * TRANS_ROW_BYTES) as usize;
+            for i in 0..TRANS_ROWS {
+                let from = (i * TRANS_ROW_BYTES + 2 * j) as usize;
+                ub[at + 2 * i as usize..at + 2 * i as usize + 2]
+                    .copy_from_slice(&block[from..from + 2]);
+            }
         }
     }
     Ok(())

@@ -1532,6 +1532,50 @@ fn vector_gather_every_type() {
     lab.gather(Ty::F32, 9, 8, 2, Mask::Count(300));
 }
 
+impl Lab {
+    /// Checks vtranspose: repeat `r` reads 16 rows of 16 elements, `src_row` blocks apart from
+    /// block `r · src_rep`, and writes element `j` of row `i` at element `i` of row `j`, rows
+    /// `dst_row` blocks apart from block `r · dst_rep`; the mask does not apply.
+    fn transpose(&mut self, ty: Ty, repeat: u64, rows: (u64, u64), reps: (u64, u64)) {
+        let ((src_row, dst_row), (src_rep, dst_rep)) = (rows, reps);
+        let span = |row: u64, rep: u64| ((repeat - 1) * rep + 15 * row + 1) as usize * 16;
+        let a = self.raw(ty, span(src_row, src_rep));
+        let d0 = self.raw(ty, span(dst_row, dst_rep));
+        // A partial mask that must not matter.
+        let body = format!(
+            "movi x25, 0\n movi x26, 3\n set_mask x25, x26\n \
+             vtranspose.{} x24, x20, repeat={repeat}, dst_row={dst_row}, src_row={src_row}, \
+             dst_rep={dst_rep}, src_rep={src_rep}\n",
+            ty.name(),
+        );
+        let got = unpack(&self.sim.ub(&[&pack(&a, ty)], &pack(&d0, ty), &body), ty);
+        let mut want = d0.clone();
+        for r in 0..repeat {
+            for i in 0..16 {
+                for j in 0..16 {
+                    let src = ((r * src_rep + i * src_row) * 16 + j) as usize;
+                    want[((r * dst_rep + j * dst_row) * 16 + i) as usize] = a[src];
+                }
+            }
+        }
+        assert_elems(ty, Tol::Bits, &got, &want, &body);
+    }
+}
+
+/// vtranspose of both 2-byte types: contiguous blocks, an NCHW tile of 48-pixel rows into
+/// NC1HWC0 units (source rows 3 blocks apart, one block a repeat) and back, and repeats whose
+/// blocks interleave.
+#[test]
+fn vector_transpose_both_types() {
+    let mut lab = Lab::new(0x5e_0011);
+    for ty in [Ty::F16, Ty::I16] {
+        lab.transpose(ty, 1, (1, 1), (16, 16));
+        lab.transpose(ty, 3, (3, 16), (1, 16));
+        lab.transpose(ty, 3, (1, 3), (16, 1));
+    }
+    lab.transpose(Ty::F16, 4, (2, 2), (1, 40));
+}
+
 /// vsel in every type, strided and masked.
 #[test]
 fn vector_select_every_type() {

@@ -345,10 +345,12 @@ impl Plan {
         if source.image() && row_step(s) > 1 {
             return Err("a strided pointwise convolution cannot read the image".into());
         }
+        // Fewer than 16 input channels fill one zero-padded channel block (the padded
+        // TransData of `lower`), as GE's 5HD pads C to C1 · C0.
         let (c1, m1) = if source.image() {
             (1, s.m / 16)
         } else {
-            (s.c / 16, s.m / 16)
+            (s.c.div_ceil(16), s.m / 16)
         };
         let k = if source.c04() {
             (s.kh * s.kw * gearsim_isa::aipp::C04).div_ceil(16)
@@ -890,9 +892,10 @@ pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> R
                 s.c, s.m
             ));
         }
-    } else if !s.c.is_multiple_of(16) || !s.m.is_multiple_of(16) {
+    } else if !(s.c.is_multiple_of(16) || s.c < 16) || !s.m.is_multiple_of(16) {
         return Err(format!(
-            "{} input / {} output channels are not multiples of 16",
+            "{} input channels (a multiple of 16, or fewer: one zero-padded block) / {} output \
+             channels (a multiple of 16)",
             s.c, s.m
         ));
     }
@@ -1036,8 +1039,12 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
     let mut b = Build::default();
     let hw_in = s.h * s.w;
     // With one pixel per plane both formats are the same bytes.
-    let x = if aipp.is_some() || x_desc.format == Format::Nc1hwc0 || hw_in == 1 {
+    let x = if aipp.is_some() || x_desc.format == Format::Nc1hwc0 || (hw_in == 1 && s.c >= 16) {
         Operand::Input(0)
+    } else if s.c < 16 {
+        let ws = b.scratch(s.n * 16 * hw_in * 2);
+        transdata_padded(ctx, &mut b, [s.n, s.c, hw_in], Operand::Input(0), ws)?;
+        ws
     } else {
         let ws = b.scratch(s.n * s.c * hw_in * 2);
         transdata(
@@ -1147,37 +1154,86 @@ pub(crate) fn transdata(
     src: Operand,
     dst: Operand,
 ) -> Result<(), LowerError> {
-    let desc = |d: [u64; 4]| {
-        TensorDesc::new(
-            DataType::F16,
-            fixed_shape(&d.iter().map(|v| *v as i64).collect::<Vec<_>>()),
-        )
-    };
     let out_dims = [dims[0], dims[1], dims[3], dims[2]];
-    let (din, dout) = (desc(dims), desc(out_dims));
     let mut node = Node::new(
         format!("{}/transdata", ctx.node.name),
         "Transpose",
         vec![],
-        vec![dout],
+        vec![f16_desc(&out_dims)],
     );
     node.attrs
         .insert("perm".into(), Attr::Ints(vec![0, 1, 3, 2]));
+    let lower = super::super::lowering("Transpose")
+        .ok_or_else(|| ctx.error("internal error: no Transpose lowering"))?;
+    // Named for what it does in this node (GE's TransData), not the Transpose it is.
+    inline_sub(ctx, b, &node, &f16_desc(&dims), (src, dst), lower, |name| {
+        name.replacen("Transpose", "TransData", 1)
+    })
+}
+
+/// The kernel of GE's TransData from NCHW with fewer than 16 channels into NC1HWC0 (one
+/// channel block, zero-padded to 16): each image's `[C][HW]` (`dims` = `[N, C, HW]`)
+/// transposed into `[HW][16]`, from `src` to `dst`.
+fn transdata_padded(
+    ctx: &LowerCtx<'_>,
+    b: &mut Build,
+    dims: [u64; 3],
+    src: Operand,
+    dst: Operand,
+) -> Result<(), LowerError> {
+    let [n, c, hw] = dims;
+    let node = Node::new(
+        format!("{}/transdata", ctx.node.name),
+        "TransData",
+        vec![],
+        vec![f16_desc(&[n, 1, hw, 16])],
+    );
+    let lower = |sub: &LowerCtx<'_>| {
+        super::super::movement::transpose_padded(
+            sub,
+            dims,
+            16,
+            &[Operand::Input(0), Operand::Output(0)],
+        )?
+        .ok_or_else(|| {
+            sub.error(format!(
+                "no TransData kernel for {c} channels of {hw} pixels into 16-channel units"
+            ))
+        })
+    };
+    inline_sub(ctx, b, &node, &f16_desc(&dims), (src, dst), lower, |name| {
+        name
+    })
+}
+
+fn f16_desc(dims: &[u64]) -> TensorDesc {
+    TensorDesc::new(
+        DataType::F16,
+        fixed_shape(&dims.iter().map(|v| *v as i64).collect::<Vec<_>>()),
+    )
+}
+
+/// Lowers `node` (one input described by `input`) with `lower` as part of `ctx`'s node and
+/// inlines its kernels into `b`, reading `src` and writing `dst`, renamed by `rename`.
+fn inline_sub(
+    ctx: &LowerCtx<'_>,
+    b: &mut Build,
+    node: &Node,
+    input: &TensorDesc,
+    (src, dst): (Operand, Operand),
+    lower: impl FnOnce(&LowerCtx<'_>) -> Result<Lowered, LowerError>,
+    rename: impl Fn(String) -> String,
+) -> Result<(), LowerError> {
     let sub = LowerCtx {
-        node: &node,
-        inputs: vec![Some(&din)],
+        node,
+        inputs: vec![Some(input)],
         values: vec![None],
         outputs: &node.outputs,
         target: ctx.target,
     };
-    let lower = super::super::lowering("Transpose")
-        .ok_or_else(|| ctx.error("internal error: no Transpose lowering"))?;
     let lowered = lower(&sub).map_err(|e| ctx.error(e.message))?;
-    // Named for what it does in this node (GE's TransData), not the Transpose it is.
-    b.inline(lowered, &|_| src, dst, |name| {
-        name.replacen("Transpose", "TransData", 1)
-    })
-    .map_err(|e| ctx.error(e))
+    b.inline(lowered, &|_| src, dst, rename)
+        .map_err(|e| ctx.error(e))
 }
 
 /// UB addresses: the bias rows, the f16 output tile.

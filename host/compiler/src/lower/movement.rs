@@ -211,6 +211,23 @@ fn transpose(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     copy_kernels(ctx, "elements", &[spec], args)
 }
 
+/// The transpose of f16 `[N][C][HW]` into `[N][HW][pad]`, each output row's `C` elements
+/// padded with zeros to `pad` (GE's TransData into NC1HWC0 when `C` < 16); `None` when the
+/// shuffle kernel's tiles cannot express it.
+pub(crate) fn transpose_padded(
+    ctx: &LowerCtx<'_>,
+    [n, c, hw]: [u64; 3],
+    pad: u64,
+    args: &[Operand],
+) -> Result<Option<Lowered>, LowerError> {
+    let (d, p): (Vec<u64>, Vec<usize>) = if n == 1 {
+        (vec![c, hw], vec![1, 0])
+    } else {
+        (vec![n, c, hw], vec![0, 2, 1])
+    };
+    shuffle::lower_padded(ctx, 2, &d, &p, pad, args)
+}
+
 fn concat(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     let out = output(ctx)?;
     let odims = dims_of(ctx, out)?;

@@ -1,6 +1,9 @@
 //! Transposes that move the innermost axis: per batch a matrix `in[r][c]` (rows `sr` bytes
-//! apart) becomes `out[c][r]` (rows `tc` bytes apart). There is no vector transpose, so the
-//! element shuffle is a masked per-block reduction: `vbreduce.sum.i32` with only lane `p` of
+//! apart) becomes `out[c][r]` (rows `tc` bytes apart). 2-byte elements go through the vector
+//! unit's 16 × 16 transpose (`vtranspose`, VNCHWCONV: what GE's TransData between NCHW and
+//! NC1HWC0 runs on), one instruction per 16 rows of a tile. The other sizes have no transpose
+//! instruction, so their element shuffle is a masked per-block reduction:
+//! `vbreduce.sum.i32` with only lane `p` of
 //! each 32-byte block enabled reduces each block to its lane `p` (a one-element sum is the
 //! element, exactly, on the integer path), and with a block stride of one tile row the eight
 //! blocks of a repeat are eight rows: one instruction writes `Rt` consecutive elements of
@@ -14,7 +17,7 @@
 //! Element sizes other than 4 bytes:
 //! * 8 bytes: the tile is loaded twice, the second copy shifted by 4 bytes, rows interleaved,
 //!   so lane `2p` of consecutive blocks alternates the low and high words of one element.
-//! * 2 and 1 bytes (`g = 4 / e` per 32-bit lane): `g` rows are first packed into one row of
+//! * 1 byte (`g = 4` per 32-bit lane): `g` rows are first packed into one row of
 //!   32-bit lanes, `A_j[s][q]` holding element `g q + j` of rows `g s .. g s + g` (masks, a
 //!   multiply for left shifts, an exact trip through f32 for right shifts); each `A_j` is then
 //!   transposed as 32-bit elements, giving output rows `g q + j`.
@@ -67,12 +70,13 @@ impl Shape {
                 rt_cap: units::REPEAT_MAX * 4,
                 copies: 2,
             },
+            // vtranspose: 16 rows a group, 16 columns a repeat (at most 64 repeats a tile).
             2 => Shape {
                 e,
-                g: 2,
+                g: 1,
                 cq: 16,
                 rq: 16,
-                ct_cap: 128,
+                ct_cap: 1024,
                 rt_cap: units::REPEAT_MAX * 2 / 16 * 16,
                 copies: 1,
             },
@@ -109,6 +113,9 @@ struct Plan {
     fold_axis: usize,
     rpad: u64,
     nbuf: usize,
+    /// Elements stored per output row when the rows are padded with zeros up to it (a
+    /// TransData of fewer than 16 channels into NC1HWC0's 16-channel units); 0: none.
+    pad: u64,
 }
 
 impl Plan {
@@ -181,6 +188,22 @@ pub fn lower(
     p: &[usize],
     args: &[Operand],
 ) -> Result<Option<Lowered>, LowerError> {
+    lower_padded(ctx, e, d, p, 0, args)
+}
+
+/// [`lower`], with each output row (the input's axis that becomes innermost) padded with
+/// zeros to `pad` elements when `pad` is not 0: the rows a tile holds past the input's are
+/// zeroed once, before the first load, and the stores write whole padded rows. `pad` must fit
+/// one row quantum (at least the rows, at most the quantum): NCHW with fewer than 16 channels
+/// into NC1HWC0 is the transpose of each image's `[C][HW]` into `[HW][16]`.
+pub fn lower_padded(
+    ctx: &LowerCtx<'_>,
+    e: u64,
+    d: &[u64],
+    p: &[usize],
+    pad: u64,
+    args: &[Operand],
+) -> Result<Option<Lowered>, LowerError> {
     let Some(sh) = Shape::of(e) else {
         return Ok(None);
     };
@@ -188,9 +211,16 @@ pub fn lower(
     if k < 2 || p[k - 1] == k - 1 {
         return Ok(None);
     }
+    let rows_axis = p[k - 1];
+    if pad != 0 && (pad < d[rows_axis] || pad > sh.rq) {
+        return Ok(None);
+    }
     let core = &ctx.target.core;
     let sin = super::strides(d);
-    let od: Vec<u64> = p.iter().map(|&a| d[a]).collect();
+    let mut od: Vec<u64> = p.iter().map(|&a| d[a]).collect();
+    if pad != 0 {
+        od[k - 1] = pad;
+    }
     let sout = super::strides(&od);
     let a_ax = p[k - 1];
     let Some(j_star) = p.iter().position(|&a| a == k - 1) else {
@@ -217,6 +247,7 @@ pub fn lower(
         fold_axis: fold_axis.unwrap_or(0),
         rpad: kit::ceil_to(d[a_ax], sh.rq),
         nbuf: kit::buffers(core),
+        pad,
     };
     let ub = core.ub_bytes;
     let want = 2 * kit::cores(core);
@@ -280,7 +311,7 @@ fn load_xfer(p: &Plan, rows: u64, cols: u64) -> Xfer {
 fn store_xfer(p: &Plan, rows: u64, cols: u64) -> Xfer {
     Xfer {
         n: cols,
-        len: rows * p.sh.e,
+        len: if p.pad != 0 { p.pad } else { rows } * p.sh.e,
         gm_stride: p.tc,
         ub_pitch: p.pout(),
     }
@@ -432,6 +463,26 @@ fn emit(ctx: &LowerCtx<'_>, plan: &Plan, args: &[Operand]) -> Result<Kernel, Low
             a.vdup(DType::I32, g.o1, g.o2);
         }
     }
+    if plan.pad != 0 {
+        // The padding rows: every input tile zeroed once, before any load (V hands them to
+        // MTE2), so the rows past the input's transpose into zero lanes. Loads only ever
+        // write the input's rows.
+        a.comment("the padding rows: every input tile zeroed once");
+        kit::set_mask(&mut a, g.zero, g.mask, -1);
+        for k in 0..plan.nbuf {
+            let (inb, _) = tiles(plan, k);
+            let mut at = inb;
+            let mut left = plan.in_bytes() / units::REPEAT_BYTES;
+            while left > 0 {
+                let n = left.min(units::REPEAT_MAX);
+                a.movi(g.ub, at as i64);
+                a.vdup(DType::I32, g.ub, g.zero).repeat(n as u8);
+                at += n * units::REPEAT_BYTES;
+                left -= n;
+            }
+        }
+        super::super::queue::barrier(&mut a, Pipe::V, Pipe::Mte2, 0);
+    }
     chain.prologue(&mut a);
     let jobs: Vec<Job<'_>> = subs
         .iter()
@@ -507,7 +558,9 @@ fn rest(a: &mut Asm, p: &Plan, s: &Sub, g: &Regs, chain: &Chain, k: usize, t: Re
         kit::ceil_to(s.rows, p.sh.rq)
     };
     let cols_v = kit::ceil_to(s.cols, p.sh.cq);
-    if p.sh.g == 1 {
+    if p.sh.e == 2 {
+        transpose16(a, p, g, inb, outb, rows_v, cols_v);
+    } else if p.sh.g == 1 {
         transpose32(a, p, g, inb, outb, rows_v, cols_v);
     } else {
         pack(a, p, g, inb, rows_v, cols_v);
@@ -539,6 +592,23 @@ fn counted(a: &mut Asm, counter: Reg, n: u64, step: &dyn Fn(&mut Asm)) {
     step(a);
     let top_l = a.label(&top);
     a.r#loop(counter, top_l);
+}
+
+/// 2-byte elements: each group of 16 input rows is one `vtranspose` over the tile's columns,
+/// 16 a repeat; its 16 × 16 blocks land side by side in the output rows.
+fn transpose16(a: &mut Asm, p: &Plan, g: &Regs, inb: u64, outb: u64, rows_v: u64, cols_v: u64) {
+    let [vs, vd, _, _] = g.s.r;
+    let (in_row, out_row) = (p.pin() / BLOCK, p.pout() / BLOCK);
+    for q in 0..rows_v / 16 {
+        a.movi(vs, (inb + q * 16 * p.pin()) as i64);
+        a.movi(vd, (outb + q * BLOCK) as i64);
+        a.vtranspose(DType::F16, vd, vs)
+            .repeat((cols_v / 16) as u8)
+            .src_row(in_row as u16)
+            .src_rep(1)
+            .dst_row(out_row as u16)
+            .dst_rep((16 * out_row) as u16);
+    }
 }
 
 /// 4- and 8-byte elements: output row `c` gathers lane `c mod per_block` of one block column.
