@@ -196,16 +196,19 @@ pub fn assign_fractal_formats(
 
 /// Whether a value may be 5HD: f16, rank 4 with whole channel blocks, every dim known.
 fn fractal_candidate(d: &TensorDesc) -> bool {
-    d.dtype == DataType::F16
-        && shape_values(&d.shape)
-            .is_some_and(|s| s.len() == 4 && s[1] % 16 == 0 && s.iter().all(|v| *v > 0))
+    f16_image(d, |c| c % 16 == 0)
 }
 
 /// Whether a convolution input is f16, rank 4 with fewer than 16 channels, every dim known.
 fn few_channels(d: &TensorDesc) -> bool {
+    f16_image(d, |c| c < 16)
+}
+
+/// Whether `d` is f16, rank 4 with every dim known and channels that `channels` accepts.
+fn f16_image(d: &TensorDesc, channels: impl Fn(i64) -> bool) -> bool {
     d.dtype == DataType::F16
         && shape_values(&d.shape)
-            .is_some_and(|s| s.len() == 4 && s[1] < 16 && s.iter().all(|v| *v > 0))
+            .is_some_and(|s| s.len() == 4 && channels(s[1]) && s.iter().all(|v| *v > 0))
 }
 
 /// Whether convolution `id` runs the 5HD kernel: constant weights, and f16 sides of whole

@@ -9,7 +9,7 @@
 
 use gearsim_isa::{
     Cmp, DType, ReduceOp, Round, VBin, VCmp, VCmpS, VConv, VDup, VGather, VReduce, VScalar, VSel,
-    VTrans, VUn,
+    VTrans, VUn, units,
 };
 use half::{bf16, f16};
 
@@ -496,9 +496,10 @@ pub(super) fn gather(bufs: &mut Buffers, f: &VGather, ops: &Operands) -> Result<
     Ok(())
 }
 
-/// Rows (and columns) of a `vtranspose` block, and bytes of one of its rows.
-const TRANS_ROWS: u64 = 16;
-const TRANS_ROW_BYTES: u64 = 32;
+/// Rows (and columns) of a `vtranspose` block, and bytes of one of its rows: a fractal's
+/// 16 rows of one 32-byte block each.
+const TRANS_ROWS: u64 = units::FRACTAL_ROWS;
+const TRANS_ROW_BYTES: u64 = units::BLOCK_BYTES;
 
 /// The UB bytes `vtranspose` spans on one side: from `base` to the end of the last repeat's
 /// last row (`row` and `rep` in 32-byte blocks).

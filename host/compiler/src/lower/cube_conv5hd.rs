@@ -1042,7 +1042,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
     let x = if aipp.is_some() || x_desc.format == Format::Nc1hwc0 || (hw_in == 1 && s.c >= 16) {
         Operand::Input(0)
     } else if s.c < 16 {
-        let ws = b.scratch(s.n * 16 * hw_in * 2);
+        let ws = b.scratch(s.n * hw_in * UNIT);
         transdata_padded(ctx, &mut b, [s.n, s.c, hw_in], Operand::Input(0), ws)?;
         ws
     } else {
@@ -1186,13 +1186,13 @@ fn transdata_padded(
         format!("{}/transdata", ctx.node.name),
         "TransData",
         vec![],
-        vec![f16_desc(&[n, 1, hw, 16])],
+        vec![f16_desc(&[n, 1, hw, units::C0])],
     );
     let lower = |sub: &LowerCtx<'_>| {
         super::super::movement::transpose_padded(
             sub,
             dims,
-            16,
+            units::C0,
             &[Operand::Input(0), Operand::Output(0)],
         )?
         .ok_or_else(|| {

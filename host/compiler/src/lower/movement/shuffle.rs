@@ -598,16 +598,19 @@ fn counted(a: &mut Asm, counter: Reg, n: u64, step: &dyn Fn(&mut Asm)) {
 /// 16 a repeat; its 16 × 16 blocks land side by side in the output rows.
 fn transpose16(a: &mut Asm, p: &Plan, g: &Regs, inb: u64, outb: u64, rows_v: u64, cols_v: u64) {
     let [vs, vd, _, _] = g.s.r;
+    // A block is `rq` rows of `cq` elements (16 × 16); a group's blocks lie `cq` output rows
+    // apart.
+    let (rq, cq) = (p.sh.rq, p.sh.cq);
     let (in_row, out_row) = (p.pin() / BLOCK, p.pout() / BLOCK);
-    for q in 0..rows_v / 16 {
-        a.movi(vs, (inb + q * 16 * p.pin()) as i64);
+    for q in 0..rows_v / rq {
+        a.movi(vs, (inb + q * rq * p.pin()) as i64);
         a.movi(vd, (outb + q * BLOCK) as i64);
         a.vtranspose(DType::F16, vd, vs)
-            .repeat((cols_v / 16) as u8)
+            .repeat((cols_v / cq) as u8)
             .src_row(in_row as u16)
             .src_rep(1)
             .dst_row(out_row as u16)
-            .dst_rep((16 * out_row) as u16);
+            .dst_rep((cq * out_row) as u16);
     }
 }
 
