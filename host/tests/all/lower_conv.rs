@@ -46,6 +46,8 @@ struct Case {
     dtype: DataType,
     /// Layouts of the input and the output (NC1HWC0 runs the fractal-format kernel).
     formats: (Format, Format),
+    /// The chip preset it runs on (`ascend910` unless a case says otherwise).
+    chip: &'static str,
 }
 
 impl Case {
@@ -64,7 +66,13 @@ impl Case {
             bias: false,
             dtype: DataType::F16,
             formats: (Format::Nd, Format::Nd),
+            chip: "ascend910",
         }
+    }
+
+    fn on(mut self, chip: &'static str) -> Case {
+        self.chip = chip;
+        self
     }
     fn formats(mut self, x: Format, y: Format) -> Case {
         self.formats = (x, y);
@@ -199,7 +207,7 @@ fn check(c: &Case, seed: u64, rtol: f64, atol: f64) -> Ran {
     }
     formats.push(c.formats.1);
     let r = gearsim_host::oprun::run_op_formats(
-        &super::device_run::preset(),
+        &gearsim_sim::ChipConfig::preset(c.chip).unwrap(),
         "Conv",
         &attrs(c),
         inputs,
@@ -750,4 +758,22 @@ fn conv5hd_pointwise_feeds_l0a_by_load2d() {
         let r = cube(&c, seed);
         assert_eq!(tiling(&r, "l0a_load2d"), Some(load2d), "{c:?}");
     }
+}
+
+/// When the chip's memory bounds every split of the output channels alike (weights far above
+/// the input, the input re-read from the L2 by each group), the split that uses every core
+/// wins: ResNet-50's last downsampling convolution at batch 1 on the 310P (4 MB of weights,
+/// a 14×14 input of 400 KB) runs on all 8 AI cores, one group each, where counting every
+/// group's input read at DDR cost left two cores idle.
+#[test]
+fn conv5hd_memory_bound_split_uses_every_core() {
+    let r = cube(
+        &Case::new(1, 1024, (14, 14), 2048, 1)
+            .stride(2)
+            .formats(F5, F5)
+            .on("ascend310p"),
+        66,
+    );
+    assert_eq!(tiling(&r, "block_dim"), Some(8));
+    assert_eq!(tiling(&r, "co_groups"), Some(8));
 }

@@ -288,10 +288,12 @@ struct Plan {
     l0a_half: u64,
     l0b_half: u64,
     l0c_half: u64,
-    /// Planning only: bytes per cycle a block's first loads arrive at: a core's read rate, or
-    /// its group's share of the chip's memory when every group loads at once (the blocks of a
-    /// group read the same weights, all but the first from L2).
-    read_rate: u64,
+    /// Planning only: bytes per cycle a block's first loads are sized for, one core's own read
+    /// rate. Where the chip's memory binds they come slower, and the cube then only waits
+    /// longer for the later groups, which stay short; sized for the even share of the memory
+    /// instead, most of the weights came behind the first notice, and when they came faster
+    /// (L2 hits, other cores idle between notices) the cube's work on them ran after every load.
+    core_rate: u64,
     /// Notices a block's first tile may load behind (the band's and `ev::GROUPS`' within the
     /// chip's event ids).
     max_groups: usize,
@@ -303,7 +305,7 @@ impl Plan {
     /// small maps still fill the cores), the pixel fractals of each group over the blocks
     /// left to it.
     fn new(s: &ConvShape, core: &CoreSpec, drain: Drain, source: Source) -> Result<Plan, String> {
-        let mut best: Option<(f64, Plan)> = None;
+        let mut best: Option<((f64, f64), Plan)> = None;
         let mut why = String::new();
         for plan in Plan::splits(s, core, drain, source) {
             match plan {
@@ -423,10 +425,7 @@ impl Plan {
             l0a_half,
             l0b_half,
             l0c_half,
-            read_rate: core
-                .gm_read_bytes_per_cycle
-                .min(core.memory_bytes_per_cycle / groups.max(1))
-                .max(1),
+            core_rate: core.gm_read_bytes_per_cycle.max(1),
             max_groups: 1 + ev::GROUPS
                 .len()
                 .min(usize::from(core.event_ids).saturating_sub(2)),
@@ -517,9 +516,11 @@ impl Plan {
     }
 
     /// Planning only: the kernel's predicted cycles — its slowest block (products, or its
-    /// loads at one core's read rate), or the chip's memory moving every group's input and
-    /// the weights once.
-    fn predicted_cycles(&self, s: &ConvShape, core: &CoreSpec) -> f64 {
+    /// loads at one core's read rate), or the chip's memory moving the weights once and the
+    /// input once per group (once in all when the L2 holds it) — then its slowest block's:
+    /// when the memory binds every split alike, the one whose blocks have the most slack to
+    /// absorb DMA latencies and drains wins.
+    fn predicted_cycles(&self, s: &ConvShape, core: &CoreSpec) -> (f64, f64) {
         let slowest = self
             .blocks
             .iter()
@@ -539,9 +540,17 @@ impl Plan {
                         .max(START_CYCLES + loads)
             })
             .fold(0.0, f64::max);
+        // Every group reads the whole input; after the first read it comes from the L2 when
+        // it fits the half the kept feature maps may fill (its producer has just written it).
         let input = s.n * s.h * s.w * self.source.gm_pixel_bytes(self.c1);
-        let moved = self.k * self.m1 * FRACTAL + input * self.co_groups;
-        slowest.max(moved as f64 / core.memory_bytes_per_cycle.max(1) as f64)
+        let input_reads = if input <= core.l2_bytes / 2 {
+            1
+        } else {
+            self.co_groups
+        };
+        let moved = self.k * self.m1 * FRACTAL + input * input_reads;
+        let memory = moved as f64 / core.memory_bytes_per_cycle.max(1) as f64;
+        (slowest.max(memory), slowest)
     }
 
     /// K fractals one input-channel block of the band serves (C04: its only block, all).
@@ -607,7 +616,7 @@ impl Plan {
             slice_bytes: first.slice_bytes(s.w, self.source.unit()),
             weight_bytes_per_k: nb0 * FRACTAL,
             rest_bytes: (g - nb0) * self.k * FRACTAL,
-            read_rate: self.read_rate,
+            core_rate: self.core_rate,
             max_groups: self.max_groups,
         })
     }
@@ -783,8 +792,8 @@ struct FirstLoads {
     slice_bytes: u64,
     weight_bytes_per_k: u64,
     rest_bytes: u64,
-    /// Bytes per cycle they arrive at.
-    read_rate: u64,
+    /// Bytes per cycle they arrive at (one core's read rate).
+    core_rate: u64,
     /// Notices available (groups at most).
     max_groups: usize,
 }
@@ -803,7 +812,7 @@ fn first_groups(f: &FirstLoads) -> Vec<(u64, u64)> {
             + if b == k { f.rest_bytes } else { 0 }
     };
     let arrive =
-        |b: usize, g: usize| g as u64 * READ_LATENCY_CYCLES + bytes(b) / f.read_rate.max(1);
+        |b: usize, g: usize| g as u64 * READ_LATENCY_CYCLES + bytes(b) / f.core_rate.max(1);
     let groups = f.max_groups.max(1);
     // done[g][b]: the cube's finish over K fractals 0..b loaded in g + 1 groups; from[g][b]
     // the start of the last of them.
@@ -1871,5 +1880,55 @@ impl<'a> Gen<'a> {
             }
         }
         self.set(Pipe::Mte3, Pipe::V, ev::DRAIN);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The K fractals of the first group, and the cube's finish when the loads arrive at
+    /// `rate` bytes a cycle (each notice a DMA latency after the one before).
+    fn finish(f: &FirstLoads, groups: &[(u64, u64)], rate: u64) -> u64 {
+        let bytes = |b: u64| {
+            b.div_ceil(f.taps) * f.slice_bytes
+                + b * f.weight_bytes_per_k
+                + if b == f.k { f.rest_bytes } else { 0 }
+        };
+        groups.iter().enumerate().fold(0, |done, (g, &(a, b))| {
+            let arrive = (g as u64 + 1) * READ_LATENCY_CYCLES + bytes(b) / rate;
+            done.max(arrive) + (b - a) * f.cube_per_k
+        })
+    }
+
+    /// ResNet-50's layer4 3×3 convolution at batch 1 on the 310P: 288 K fractals of weights
+    /// streaming into 7 blocks that share the chip's DDR. Sized for the core's own read rate,
+    /// the first group is small enough that the cube's work on it hides under the later
+    /// groups when the loads come faster than the even share; sized for the share, most of the
+    /// weights came behind the first notice and the cube ran after them (2.3 µs later at the
+    /// core's rate, by this model of it).
+    #[test]
+    fn first_loads_are_sized_for_the_cores_own_rate() {
+        let f = FirstLoads {
+            k: 288,
+            taps: 9,
+            cube_per_k: 22,
+            slice_bytes: 196 * UNIT,
+            weight_bytes_per_k: 5 * FRACTAL,
+            rest_bytes: 0,
+            core_rate: 67,
+            max_groups: 7,
+        };
+        let groups = first_groups(&f);
+        assert_eq!(groups.first().map(|g| g.0), Some(0));
+        assert_eq!(groups.last().map(|g| g.1), Some(f.k));
+        assert!(groups.windows(2).all(|w| w[0].1 == w[1].0), "{groups:?}");
+        assert!(groups[0].1 <= 200, "first group too large: {groups:?}");
+        // The split the even share would choose: most of K behind the first notice.
+        let shared = [(0, 242), (242, 282), (282, 288)];
+        assert!(
+            finish(&f, &groups, f.core_rate) + 500 < finish(&f, &shared, f.core_rate),
+            "{groups:?}"
+        );
     }
 }
