@@ -37,7 +37,7 @@ use super::Target;
 use super::gear::{self, GearSpec};
 use super::ir::{Graph, Model, Node, NodeId, Tensor, TensorDesc, Value};
 use super::lower::{Kernel, LowerCtx, LowerError, Lowered, Operand, lower_node};
-use super::memory::{BufferOptimize, Interval, L2_KEEP_SHARE, Weights, l2_keeps, place};
+use super::memory::{BufferOptimize, Interval, Weights, l2_keeps, place};
 
 /// What emission produced.
 #[derive(Debug, Clone, Default)]
@@ -553,8 +553,7 @@ impl Emitter<'_> {
         let mut l2_at_start: BTreeMap<usize, Vec<L2Control>> = BTreeMap::new();
         let mut l2_at_end: BTreeMap<usize, Vec<L2Control>> = BTreeMap::new();
         if l2_on {
-            let (num, den) = L2_KEEP_SHARE;
-            let keeps = l2_keeps(&intervals, self.target.core.l2_bytes / den * num);
+            let keeps = l2_keeps(&intervals, self.target.core.l2_keep_bytes());
             let kernel_nodes: Vec<usize> = lowered
                 .iter()
                 .filter(|(_, l)| matches!(l, Lowered::Kernels { .. }))

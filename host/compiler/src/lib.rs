@@ -102,4 +102,10 @@ impl CoreSpec {
     pub fn vector_blocks(&self) -> u64 {
         u64::from(self.vector_cores.min(self.max_block_dim)).max(1)
     }
+
+    /// L2 bytes kept feature maps may fill at once ([`memory::L2_KEEP_SHARE`] of the L2).
+    pub fn l2_keep_bytes(&self) -> u64 {
+        let (num, den) = memory::L2_KEEP_SHARE;
+        self.l2_bytes / den * num
+    }
 }

@@ -288,11 +288,8 @@ struct Plan {
     l0a_half: u64,
     l0b_half: u64,
     l0c_half: u64,
-    /// Planning only: bytes per cycle a block's first loads are sized for, one core's own read
-    /// rate. Where the chip's memory binds they come slower, and the cube then only waits
-    /// longer for the later groups, which stay short; sized for the even share of the memory
-    /// instead, most of the weights came behind the first notice, and when they came faster
-    /// (L2 hits, other cores idle between notices) the cube's work on them ran after every load.
+    /// Planning only: one core's read rate in bytes per cycle, which a block's first loads are
+    /// sized for even where the chip's memory binds (ARCHITECTURE.md says why).
     core_rate: u64,
     /// Notices a block's first tile may load behind (the band's and `ev::GROUPS`' within the
     /// chip's event ids).
@@ -541,9 +538,9 @@ impl Plan {
             })
             .fold(0.0, f64::max);
         // Every group reads the whole input; after the first read it comes from the L2 when
-        // it fits the half the kept feature maps may fill (its producer has just written it).
+        // it fits the share kept feature maps may fill (its producer has just written it).
         let input = s.n * s.h * s.w * self.source.gm_pixel_bytes(self.c1);
-        let input_reads = if input <= core.l2_bytes / 2 {
+        let input_reads = if input <= core.l2_keep_bytes() {
             1
         } else {
             self.co_groups
@@ -798,6 +795,17 @@ struct FirstLoads {
     max_groups: usize,
 }
 
+impl FirstLoads {
+    /// When K fractals `0..b`, loaded behind `g` notices, are in L1: each notice waits out a
+    /// DMA latency, and the bytes come at the read rate (the last group brings the rest).
+    fn arrival(&self, b: u64, g: u64) -> u64 {
+        let bytes = b.div_ceil(self.taps) * self.slice_bytes
+            + b * self.weight_bytes_per_k
+            + if b == self.k { self.rest_bytes } else { 0 };
+        g * READ_LATENCY_CYCLES + bytes / self.core_rate.max(1)
+    }
+}
+
 /// The K-fractal ranges a block's first tile loads behind one notice each (up to
 /// `max_groups`: the band slices and weights they first need). Chosen so the cube finishes the
 /// first tile's products as early as possible: a group arrives a DMA latency after the one
@@ -806,13 +814,7 @@ struct FirstLoads {
 /// number of groups and the fractals loaded so far, so the best cuts are a dynamic programme.
 fn first_groups(f: &FirstLoads) -> Vec<(u64, u64)> {
     let k = f.k as usize;
-    let bytes = |b: usize| {
-        (b as u64).div_ceil(f.taps) * f.slice_bytes
-            + b as u64 * f.weight_bytes_per_k
-            + if b == k { f.rest_bytes } else { 0 }
-    };
-    let arrive =
-        |b: usize, g: usize| g as u64 * READ_LATENCY_CYCLES + bytes(b) / f.core_rate.max(1);
+    let arrive = |b: usize, g: usize| f.arrival(b as u64, g as u64);
     let groups = f.max_groups.max(1);
     // done[g][b]: the cube's finish over K fractals 0..b loaded in g + 1 groups; from[g][b]
     // the start of the last of them.
@@ -1887,17 +1889,10 @@ impl<'a> Gen<'a> {
 mod tests {
     use super::*;
 
-    /// The K fractals of the first group, and the cube's finish when the loads arrive at
-    /// `rate` bytes a cycle (each notice a DMA latency after the one before).
-    fn finish(f: &FirstLoads, groups: &[(u64, u64)], rate: u64) -> u64 {
-        let bytes = |b: u64| {
-            b.div_ceil(f.taps) * f.slice_bytes
-                + b * f.weight_bytes_per_k
-                + if b == f.k { f.rest_bytes } else { 0 }
-        };
-        groups.iter().enumerate().fold(0, |done, (g, &(a, b))| {
-            let arrive = (g as u64 + 1) * READ_LATENCY_CYCLES + bytes(b) / rate;
-            done.max(arrive) + (b - a) * f.cube_per_k
+    /// The cube's finish over the first tile loaded in `groups`.
+    fn finish(f: &FirstLoads, groups: &[(u64, u64)]) -> u64 {
+        (1..).zip(groups).fold(0, |done, (g, &(a, b))| {
+            done.max(f.arrival(b, g)) + (b - a) * f.cube_per_k
         })
     }
 
@@ -1927,7 +1922,7 @@ mod tests {
         // The split the even share would choose: most of K behind the first notice.
         let shared = [(0, 242), (242, 282), (282, 288)];
         assert!(
-            finish(&f, &groups, f.core_rate) + 500 < finish(&f, &shared, f.core_rate),
+            finish(&f, &groups) + 500 < finish(&f, &shared),
             "{groups:?}"
         );
     }
