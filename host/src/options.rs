@@ -9,7 +9,7 @@ use gearsim_compiler::memory::BufferOptimize;
 use gearsim_compiler::options::GearOptions;
 use gearsim_compiler::pipeline::{CompileOptions, MapIndexEngine, TableLayout};
 use gearsim_compiler::precision::PrecisionMode;
-use gearsim_sim::ChipConfig;
+use gearsim_sim::{ChipConfig, Setting};
 
 use crate::atc::{self, CompileReport, Dumps};
 
@@ -26,6 +26,8 @@ pub struct ChipChoice {
     pub chip_config: Option<PathBuf>,
     /// The AI core clock in MHz instead of the preset's.
     pub clock_mhz: Option<u64>,
+    /// `section.key=value` changes to the file's or the preset's values (sensitivity runs).
+    pub settings: Vec<Setting>,
 }
 
 impl ChipChoice {
@@ -33,8 +35,12 @@ impl ChipChoice {
     /// one function that turns the options into a `ChipConfig`.
     pub fn config_or(&self, preset: &str) -> Result<ChipConfig> {
         let mut cfg = match &self.chip_config {
-            Some(path) => read_chip_config(path)?,
-            None => ChipConfig::preset(self.soc_version.as_deref().unwrap_or(preset))?,
+            Some(path) => read_chip_config_with(path, &self.settings)?,
+            None => {
+                let (name, text) =
+                    ChipConfig::preset_toml(self.soc_version.as_deref().unwrap_or(preset))?;
+                ChipConfig::from_toml_with(text, name, &self.settings)?
+            }
         };
         if let Some(mhz) = self.clock_mhz {
             cfg.core.clock_mhz = mhz;
@@ -46,9 +52,18 @@ impl ChipChoice {
 
 /// A chip configuration TOML file (the schema of `sim/presets`), validated; errors name it.
 pub fn read_chip_config(path: &Path) -> Result<ChipConfig> {
+    read_chip_config_with(path, &[])
+}
+
+/// [`read_chip_config`] with `settings` applied to the file's values before validation.
+pub fn read_chip_config_with(path: &Path, settings: &[Setting]) -> Result<ChipConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(ChipConfig::from_toml(&text, &path.display().to_string())?)
+    Ok(ChipConfig::from_toml_with(
+        &text,
+        &path.display().to_string(),
+        settings,
+    )?)
 }
 
 /// atc's gear and input options as the user spells them.

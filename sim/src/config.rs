@@ -49,6 +49,14 @@ pub enum ConfigError {
         /// What is expected.
         expected: &'static str,
     },
+    /// A `section.key=value` setting that cannot be applied.
+    #[error("setting `{setting}`: {message}")]
+    Setting {
+        /// The setting as given.
+        setting: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// The whole chip.
@@ -359,19 +367,25 @@ pub const SOC_ALIASES: &[(&str, &str)] =
 impl ChipConfig {
     /// A compiled-in preset by name (case-insensitive, so `Ascend910` works as in atc).
     pub fn preset(name: &str) -> Result<ChipConfig, ConfigError> {
+        let (key, text) = ChipConfig::preset_toml(name)?;
+        ChipConfig::from_toml(text, key)
+    }
+
+    /// A compiled-in preset's name and TOML text (the name as [`ChipConfig::preset`] takes it).
+    pub fn preset_toml(name: &str) -> Result<(&'static str, &'static str), ConfigError> {
         let name_or_alias = SOC_ALIASES
             .iter()
             .find(|(alias, _)| alias.eq_ignore_ascii_case(name))
             .map_or(name, |(_, preset)| preset);
-        let (key, text) = PRESETS
+        PRESETS
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name_or_alias))
+            .copied()
             .ok_or_else(|| ConfigError::UnknownPreset {
                 name: name.to_string(),
                 known: PRESETS.iter().map(|(n, _)| *n).collect(),
                 aliases: SOC_ALIASES.iter().map(|(a, _)| *a).collect(),
-            })?;
-        ChipConfig::from_toml(text, key)
+            })
     }
 
     /// Parses and validates a configuration; `origin` names it in errors.

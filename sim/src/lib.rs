@@ -44,6 +44,7 @@ mod kind;
 mod l2;
 mod memory;
 mod memory_trace;
+mod setting;
 mod stop;
 #[cfg(test)]
 mod testing;
@@ -62,5 +63,6 @@ pub use exec::{MaskState, Touch, scalar, touches};
 pub use kernel::{ExecMode, Kernel};
 pub use kind::{Architecture, CoreKind, CoreSlot};
 pub use memory::{DeviceMemory, Guard, OutOfRange};
+pub use setting::Setting;
 pub use stop::{Blocked, Buffer, FlagId, StopReason};
 pub use time::{Clock, Cycles, Tick};

@@ -22,7 +22,7 @@ use std::fmt::Write as _;
 use gearsim_firmware::KernelProfile;
 use gearsim_isa::Pipe;
 use gearsim_isa::task::KernelKind;
-use gearsim_sim::{ChipConfig, ExecMode, Traffic};
+use gearsim_sim::{ChipConfig, ExecMode, Setting, Traffic};
 
 use crate::runtime::{Runtime, RuntimeOptions};
 use crate::study::svg::{Figure, Panel, Series, render};
@@ -255,20 +255,44 @@ pub fn run_row(row: &Row) -> Outcome {
     run_row_on(row, None, BufferOptimize::default())
 }
 
-/// A changed chip to run the rows of its preset on instead (a sensitivity study: `name` in
-/// its configuration says which rows), and where it came from (shown in their notes).
-#[derive(Debug, Clone)]
+/// How the rows' chips differ from their presets (a sensitivity study), as their notes say.
+#[derive(Debug, Clone, Default)]
 pub struct ChipOverride {
-    /// The changed chip.
-    pub cfg: ChipConfig,
-    /// Its file, as the notes name it.
-    pub origin: String,
+    /// A changed chip (a file's configuration, any settings already applied) and where it came
+    /// from: the rows of the preset its `name` gives run on it instead.
+    pub file: Option<(ChipConfig, String)>,
+    /// `section.key=value` changes to every other row's preset.
+    pub settings: Vec<Setting>,
 }
 
 impl ChipOverride {
-    /// Whether the row runs on this chip.
+    /// Whether the row runs on the changed chip file.
     pub fn applies_to(&self, row: &Row) -> bool {
-        self.cfg.name.eq_ignore_ascii_case(&row.chip)
+        self.file
+            .as_ref()
+            .is_some_and(|(cfg, _)| cfg.name.eq_ignore_ascii_case(&row.chip))
+    }
+
+    /// The chip the row runs on, and a note saying how it is not the preset.
+    pub fn config_for(&self, row: &Row) -> Result<(ChipConfig, Option<String>), String> {
+        if let Some((cfg, origin)) = self.file.as_ref().filter(|_| self.applies_to(row)) {
+            return Ok((
+                cfg.clone(),
+                Some(format!("chip: {origin} (not the preset)")),
+            ));
+        }
+        let (name, text) = ChipConfig::preset_toml(&row.chip).map_err(|e| e.to_string())?;
+        let cfg =
+            ChipConfig::from_toml_with(text, name, &self.settings).map_err(|e| e.to_string())?;
+        let note = (!self.settings.is_empty()).then(|| {
+            let set: Vec<String> = self
+                .settings
+                .iter()
+                .map(|s| format!("{}={}", s.key, s.value))
+                .collect();
+            format!("set: {}", set.join(", "))
+        });
+        Ok((cfg, note))
     }
 }
 
@@ -302,13 +326,11 @@ fn simulate(
     if buffer_optimize != BufferOptimize::default() {
         notes.push(format!("buffer_optimize: {}", buffer_optimize.name()));
     }
-    let cfg = match chip.filter(|c| c.applies_to(row)) {
-        Some(c) => {
-            notes.push(format!("chip: {} (not the preset)", c.origin));
-            c.cfg.clone()
-        }
-        None => ChipConfig::preset(&row.chip).map_err(|e| e.to_string())?,
-    };
+    let (cfg, note) = chip.map_or_else(
+        || ChipOverride::default().config_for(row),
+        |c| c.config_for(row),
+    )?;
+    notes.extend(note);
     if let Net::Copy { direction, bytes } = row.net {
         notes.push("the copy size is assumed (the measurement does not give it)".into());
         if direction == CopyDirection::DeviceToDevice {

@@ -9,12 +9,14 @@ use clap::Args;
 use gearsim_traces::atomic::write_atomic;
 
 use super::Failure;
-use super::flags::read_chip_config;
+use super::flags::parse_setting;
 use gearsim_compiler::memory::BufferOptimize;
 use gearsim_host::calibrate::{
     ChipOverride, Row, TARGETS, csv, kernel_table, parse_targets, run_row_on, svg, table,
 };
+use gearsim_host::options::read_chip_config_with;
 use gearsim_host::study::{Shard, parallel_map};
+use gearsim_sim::Setting;
 
 #[derive(Args)]
 pub struct CalibrateArgs {
@@ -54,30 +56,52 @@ pub struct CalibrateArgs {
     /// the table moves with one parameter.
     #[arg(long = "chip_config", value_name = "FILE")]
     chip_config: Option<PathBuf>,
+    /// Change one value of every selected row's chip (its preset, or --chip_config's file),
+    /// `section.key=value` as in the preset's TOML, e.g. scheduler.kernel_launch_ns=2000;
+    /// repeatable. A sensitivity sweep is one run per value.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_setting)]
+    set: Vec<Setting>,
     /// atc's --buffer_optimize for every row: l2_optimize (the default, as atc's) or
     /// off_optimize (no L2 control: the L2 is a plain cache), to see what the L2 control gives.
     #[arg(long = "buffer_optimize", default_value = "l2_optimize")]
     buffer_optimize: String,
 }
 
-/// `--chip_config`'s chip; an error when no selected row runs on the preset it changes.
+/// `--chip_config`'s chip and `--set`'s changes; an error when no selected row runs on the
+/// preset the file changes, or when a setting does not apply to a selected row's chip.
 fn chip_override(a: &CalibrateArgs, rows: &[Row]) -> Result<Option<ChipOverride>> {
-    let Some(path) = &a.chip_config else {
+    if a.chip_config.is_none() && a.set.is_empty() {
         return Ok(None);
+    }
+    let file = match &a.chip_config {
+        None => None,
+        Some(path) => {
+            let cfg = read_chip_config_with(path, &a.set)?;
+            let mut origin = path.display().to_string();
+            for s in &a.set {
+                origin.push_str(&format!(" {}={}", s.key, s.value));
+            }
+            Some((cfg, origin))
+        }
     };
     let chip = ChipOverride {
-        cfg: read_chip_config(path)?,
-        origin: path.display().to_string(),
+        file,
+        settings: a.set.clone(),
     };
-    if !rows.iter().any(|r| chip.applies_to(r)) {
+    if let Some((cfg, origin)) = &chip.file
+        && !rows.iter().any(|r| chip.applies_to(r))
+    {
         let chips: std::collections::BTreeSet<&str> =
             rows.iter().map(|r| r.chip.as_str()).collect();
         return Err(anyhow!(
-            "--chip_config: {} changes `{}`, which no selected row runs on (their chips: {})",
-            chip.origin,
-            chip.cfg.name,
+            "--chip_config: {origin} changes `{}`, which no selected row runs on (their chips: {})",
+            cfg.name,
             chips.into_iter().collect::<Vec<_>>().join(", ")
         ));
+    }
+    // Every setting must apply to every selected chip before anything runs.
+    for r in rows {
+        chip.config_for(r).map_err(|e| anyhow!("--set: {e}"))?;
     }
     Ok(Some(chip))
 }

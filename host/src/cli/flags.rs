@@ -1,5 +1,5 @@
 //! Flag groups several subcommands share, each flag defined once with its help: the chip
-//! (`--soc_version`, `--chip_config`, `--clock_mhz`, flattened into every subcommand that builds
+//! (`--soc_version`, `--chip_config`, `--clock_mhz`, `--set`, flattened into every subcommand that builds
 //! a chip), the trace file (`--trace`) and atc's gear options.
 
 use std::path::PathBuf;
@@ -8,12 +8,12 @@ use anyhow::Result;
 use clap::Args;
 use gearsim_compiler::options::GearOptions;
 use gearsim_host::options::{ChipChoice, GearFlags};
-use gearsim_sim::{ChipConfig, ExecMode};
+use gearsim_sim::{ChipConfig, ExecMode, Setting};
 use gearsim_traces::{Level, TraceFileWriter};
 
 use super::output::open_trace;
 
-pub use gearsim_host::options::{DEFAULT_SOC, read_chip_config};
+pub use gearsim_host::options::DEFAULT_SOC;
 
 /// The chip to simulate.
 #[derive(Args)]
@@ -28,11 +28,21 @@ pub struct ChipArgs {
     /// Override the AI core clock in MHz (the clock is a per-run parameter on real chips).
     #[arg(long = "clock_mhz")]
     clock_mhz: Option<u64>,
+    /// Change one value of the chip, `section.key=value` as in the preset's TOML (e.g.
+    /// scheduler.kernel_launch_ns=2000); repeatable. The key must exist and the value have its
+    /// type.
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_setting)]
+    set: Vec<Setting>,
+}
+
+/// `--set`'s value.
+pub fn parse_setting(s: &str) -> Result<Setting, String> {
+    Setting::parse(s).map_err(|e| e.to_string())
 }
 
 impl ChipArgs {
     /// The chip: `--chip_config`'s file, else the `--soc_version` preset, else ascend910; with
-    /// `--clock_mhz` applied.
+    /// `--set` and `--clock_mhz` applied.
     pub fn config(&self) -> Result<ChipConfig> {
         self.config_or(DEFAULT_SOC)
     }
@@ -48,6 +58,7 @@ impl ChipArgs {
             soc_version: self.soc_version.clone(),
             chip_config: self.chip_config.clone(),
             clock_mhz: self.clock_mhz,
+            settings: self.set.clone(),
         }
     }
 }

@@ -5,7 +5,7 @@
 use gearsim_host::calibrate::{
     ChipOverride, Row, TARGETS, kernel_table, parse_targets, run_row, run_row_on, table,
 };
-use gearsim_sim::ChipConfig;
+use gearsim_sim::{ChipConfig, Setting};
 
 /// Target M1 at batch 1 (ResNet-18 on `ascend310p`), the suite's fast row.
 fn m1_batch1() -> Row {
@@ -74,8 +74,8 @@ fn a_changed_chip_runs_the_rows_of_its_preset() {
     let mut cfg = ChipConfig::preset(&row.chip).unwrap();
     cfg.core.clock_mhz /= 2;
     let slow = ChipOverride {
-        cfg,
-        origin: "half_clock.toml".into(),
+        file: Some((cfg, "half_clock.toml".into())),
+        settings: Vec::new(),
     };
     assert!(slow.applies_to(row));
     let (base, changed) = (
@@ -92,14 +92,59 @@ fn a_changed_chip_runs_the_rows_of_its_preset() {
     );
     assert!(changed.notes.iter().any(|n| n.contains("half_clock.toml")));
     let other = ChipOverride {
-        cfg: ChipConfig::preset("ascend910").unwrap(),
-        origin: "910.toml".into(),
+        file: Some((ChipConfig::preset("ascend910").unwrap(), "910.toml".into())),
+        settings: Vec::new(),
     };
     assert!(!other.applies_to(row));
     assert_eq!(
         run_row_on(row, Some(&other), Default::default()).simulated_us,
         base.simulated_us
     );
+}
+
+/// `--set`: a setting changes every row's preset by that one value, and says so. ResNet-18 at
+/// batch 1 launches 24 kernels, so 10 us more per launch is 240 us more on the device.
+#[test]
+fn a_setting_changes_the_rows_preset_by_that_value() {
+    let row = &m1_batch1();
+    let launch = ChipConfig::preset(&row.chip)
+        .unwrap()
+        .scheduler
+        .kernel_launch_ns;
+    let setting = format!("scheduler.kernel_launch_ns={}", launch + 10_000);
+    let slow = ChipOverride {
+        file: None,
+        settings: vec![Setting::parse(&setting).unwrap()],
+    };
+    let (base, changed) = (
+        run_row(row),
+        run_row_on(row, Some(&slow), Default::default()),
+    );
+    assert!(changed.error.is_none(), "{:?}", changed.error);
+    assert_eq!(changed.kernels.len(), base.kernels.len());
+    let added = changed.execute_us - base.execute_us;
+    let expected = 10.0 * base.kernels.len() as f64;
+    assert!(
+        (added - expected).abs() < 0.05 * expected,
+        "{added} us added, {expected} expected"
+    );
+    assert!(
+        changed
+            .notes
+            .iter()
+            .any(|n| n == &format!("set: {setting}")),
+        "{:?}",
+        changed.notes
+    );
+    // A key the preset does not have is an error naming it, not an unchanged run.
+    let typo = ChipOverride {
+        file: None,
+        settings: vec![Setting::parse("scheduler.kernel_launch=1").unwrap()],
+    };
+    let e = run_row_on(row, Some(&typo), Default::default())
+        .error
+        .expect("an unknown key is refused");
+    assert!(e.contains("no key `kernel_launch` in `scheduler`"), "{e}");
 }
 
 #[test]

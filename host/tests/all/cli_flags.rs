@@ -97,7 +97,68 @@ fn every_chip_building_subcommand_reads_chip_config_and_clock_mhz() {
         let stderr = String::from_utf8_lossy(&o.stderr);
         assert_eq!(o.status.code(), Some(1), "{cmd:?}: {stderr}");
         assert!(stderr.contains("`core.clock_mhz` = 0"), "{cmd:?}: {stderr}");
+        // A setting naming a key the chip does not have is refused, naming the key.
+        let mut with_typo = args.clone();
+        with_typo.extend(["--set", "scheduler.kernel_launch=2000"]);
+        let o = gearsim(&with_typo);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{cmd:?}: {stderr}");
+        assert!(
+            stderr.contains("no key `kernel_launch` in `scheduler`"),
+            "{cmd:?}: {stderr}"
+        );
     }
+}
+
+/// `--set` reaches the simulation: a slower clock set on the preset makes the same kernel take
+/// more time, and calibrate refuses a bad setting before running anything, writing no CSV.
+#[test]
+fn a_setting_reaches_the_simulation_and_a_bad_one_writes_nothing() {
+    let kernel = path(root().join("host/examples/kernels/dma_stream.s"));
+    let time_us = |extra: &[&str]| -> f64 {
+        let mut args = vec!["kernel", "run", &kernel, "--soc_version", "ascend310p"];
+        args.extend(["--args", "zeros:4096,4096"]);
+        args.extend(extra);
+        let o = gearsim(&args);
+        let stdout = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        // "total cycles: 524 (0.484 us at 1080 MHz); ..."
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("total cycles:"))
+            .unwrap_or_else(|| panic!("no total line in {stdout}"));
+        line.split_once('(')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .and_then(|w| w.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no time in {line}"))
+    };
+    let base = time_us(&[]);
+    let slow = time_us(&["--set", "core.clock_mhz=540"]);
+    assert!(
+        slow > 1.5 * base,
+        "{slow} us at 540 MHz, {base} us at the preset's clock"
+    );
+
+    let csv = scratch("set_typo.csv");
+    std::fs::write(&csv, "kept").unwrap();
+    let o = gearsim(&[
+        "calibrate",
+        "--only",
+        "M1",
+        "--batch",
+        "1",
+        "--set",
+        "scheduler.kernel_launch_ns=2us",
+        "--csv",
+        &path(csv.clone()),
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("expected an integer, got `2us`"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(&csv).unwrap(), "kept");
 }
 
 #[test]
