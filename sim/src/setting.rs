@@ -7,23 +7,30 @@ use crate::config::{ChipConfig, ConfigError};
 /// `section.key=value`: a key of the configuration's TOML and its new value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Setting {
-    /// Dotted path of the key (`scheduler.kernel_launch_ns`).
-    pub key: String,
-    /// The value as written (`2000`, `true`, `1.5`).
-    pub value: String,
+    /// Dotted path of the key (`scheduler.kernel_launch_ns`), two parts or more.
+    key: String,
+    /// The value as written (`2000`, `true`, `1.5`), not empty.
+    value: String,
 }
 
 impl Setting {
     /// Parses `section.key=value`.
     pub fn parse(text: &str) -> Result<Setting, ConfigError> {
-        let bad = |message: String| ConfigError::Setting {
+        let (key, value) = text.split_once('=').ok_or_else(|| ConfigError::Setting {
             setting: text.to_string(),
+            message: "expected section.key=value".into(),
+        })?;
+        Setting::new(key, value)
+    }
+
+    /// A key and its value given apart (as a Python dict gives them), checked as
+    /// [`Setting::parse`] checks them.
+    pub fn new(key: &str, value: &str) -> Result<Setting, ConfigError> {
+        let (key, value) = (key.trim(), value.trim());
+        let bad = |message: String| ConfigError::Setting {
+            setting: format!("{key}={value}"),
             message,
         };
-        let (key, value) = text
-            .split_once('=')
-            .ok_or_else(|| bad("expected section.key=value".into()))?;
-        let (key, value) = (key.trim(), value.trim());
         if key.split('.').count() < 2 || key.split('.').any(str::is_empty) {
             return Err(bad(format!(
                 "expected a dotted key such as scheduler.kernel_launch_ns, got `{key}`"
@@ -38,6 +45,16 @@ impl Setting {
         })
     }
 
+    /// Dotted path of the key (`scheduler.kernel_launch_ns`).
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The value as written.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+
     /// Puts this value in place of the key's in `table` (a configuration's TOML).
     fn apply(&self, table: &mut toml::Table) -> Result<(), ConfigError> {
         let bad = |message: String| ConfigError::Setting {
@@ -45,27 +62,23 @@ impl Setting {
             message,
         };
         let path: Vec<&str> = self.key.split('.').collect();
-        let (last, sections) = path
-            .split_last()
-            .expect("parse checked the key has two parts");
+        let (last, sections) = path.split_last().expect("split gives at least one part");
         let mut here = table;
-        let mut at = String::new();
-        for s in sections {
+        for (i, s) in sections.iter().enumerate() {
             let keys = known(here);
             here = match here.get_mut(*s) {
                 Some(toml::Value::Table(t)) => t,
-                _ => return Err(bad(format!("no section `{at}{s}` (there: {keys})"))),
+                _ => {
+                    let section = sections[..=i].join(".");
+                    return Err(bad(format!("no section `{section}` (there: {keys})")));
+                }
             };
-            at.push_str(s);
-            at.push('.');
         }
         let keys = known(here);
-        let old = here.get_mut(*last).ok_or_else(|| {
-            bad(format!(
-                "no key `{last}` in `{}` (keys: {keys})",
-                &at[..at.len() - 1]
-            ))
-        })?;
+        let section = sections.join(".");
+        let old = here
+            .get_mut(*last)
+            .ok_or_else(|| bad(format!("no key `{last}` in `{section}` (keys: {keys})")))?;
         *old = match old {
             toml::Value::Integer(_) => toml::Value::Integer(
                 self.value
@@ -75,6 +88,7 @@ impl Setting {
             ),
             toml::Value::Float(_) => toml::Value::Float(
                 self.value
+                    .replace('_', "")
                     .parse()
                     .map_err(|_| bad(format!("expected a number, got `{}`", self.value)))?,
             ),

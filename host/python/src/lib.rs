@@ -23,7 +23,7 @@ use gearsim_host::runtime::{
 };
 use gearsim_isa::om::OmFile;
 use gearsim_isa::tensor::{DataType, Tensor};
-use gearsim_sim::ExecMode;
+use gearsim_sim::{ExecMode, Setting};
 use gearsim_traces as analysis;
 use gearsim_traces::{Level, TraceFile, TraceFileWriter, TraceSink};
 use numpy::{PyArray1, PyReadonlyArray1};
@@ -57,6 +57,23 @@ fn code_of(message: &str) -> Option<String> {
     code.chars()
         .all(|c| c.is_ascii_digit())
         .then(|| code.to_string())
+}
+
+/// `set={"section.key": value, ...}`: the chip values to change, as `--set` takes them (a
+/// bool as `true` / `false`, anything else as its text).
+fn settings_of(d: &Bound<'_, PyDict>) -> PyResult<Vec<Setting>> {
+    let mut out = Vec::new();
+    for (k, v) in d.iter() {
+        let key: String = k
+            .extract()
+            .map_err(|_| error(format!("`set`: a key must be a string, got {k}")))?;
+        let value = match v.extract::<bool>() {
+            Ok(b) => b.to_string(),
+            Err(_) => v.str()?.to_string(),
+        };
+        out.push(Setting::new(&key, &value).map_err(error)?);
+    }
+    Ok(out)
 }
 
 /// A `GearsimError` with its code and message.
@@ -202,6 +219,13 @@ fn compile(
         match key.as_str() {
             "soc_version" => chip.soc_version = Some(text()?),
             "chip_config" => chip.chip_config = Some(PathBuf::from(text()?)),
+            "set" => {
+                chip.settings = settings_of(v.cast::<PyDict>().map_err(|_| {
+                    error(format!(
+                        "`set`: expected a dict of section.key to value, got {v}"
+                    ))
+                })?)?
+            }
             "clock_mhz" => {
                 chip.clock_mhz = Some(
                     v.extract()
@@ -232,7 +256,7 @@ fn compile(
             other => {
                 return Err(error(format!(
                     "compile: unknown option `{other}` (atc's options: soc_version, chip_config, \
-                     clock_mhz, input_shape, dynamic_batch_size, dynamic_image_size, \
+                     set, clock_mhz, input_shape, dynamic_batch_size, dynamic_image_size, \
                      dynamic_dims, input_format, insert_op_conf, enable_small_channel, \
                      framework, getnext_sink, hybrid, gear_table_layout, mapindex_engine, \
                      dump_graph, dump_kernels, fusion_switch_file, precision_mode, \
@@ -414,7 +438,8 @@ impl Session {
     /// must be the same), computing values unless `timing_only`; `profile_dir` receives
     /// msprof-style files after every run.
     #[new]
-    #[pyo3(signature = (path, soc_version=None, timing_only=false, profile_dir=None, trace=None, trace_level="kernel"))]
+    #[pyo3(signature = (path, soc_version=None, timing_only=false, profile_dir=None, trace=None, trace_level="kernel", set=None))]
+    #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         path: PathBuf,
@@ -423,6 +448,7 @@ impl Session {
         profile_dir: Option<PathBuf>,
         trace: Option<PathBuf>,
         trace_level: &str,
+        set: Option<Bound<'_, PyDict>>,
     ) -> PyResult<Session> {
         let level = Level::parse(trace_level).ok_or_else(|| {
             error(format!(
@@ -435,8 +461,13 @@ impl Session {
         let desc = file
             .desc()
             .map_err(|e| error(format!("{}: {e}", path.display())))?;
+        let settings = match &set {
+            Some(d) => settings_of(d)?,
+            None => Vec::new(),
+        };
         let cfg = ChipChoice {
             soc_version: soc_version.clone(),
+            settings,
             ..ChipChoice::default()
         }
         .config_or(&desc.soc_version)

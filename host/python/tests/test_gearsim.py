@@ -124,6 +124,25 @@ def test_bad_feeds_name_the_input_with_acl_s_code(cnn_om):
     assert s.infer([cnn_input(1)], mode="dymbatch")[0].shape == (1, 10)
 
 
+def test_chip_settings_reach_the_run_and_a_bad_key_is_named(tmp_path, cnn_om):
+    x = cnn_input(2)
+    base = gearsim.InferSession(cnn_om, timing_only=True)
+    base.infer([x], mode="dymbatch")
+    slow = gearsim.InferSession(cnn_om, timing_only=True,
+                                set={"scheduler.kernel_launch_ns": 50000})
+    slow.infer([x], mode="dymbatch")
+    kernels = len(base.last_run["ops"])
+    added = slow.last_run["execute_us"] - base.last_run["execute_us"]
+    # Every kernel of the run (MapIndex and the branch's) pays the longer launch once.
+    assert added > 0.9 * kernels * (50.0 - 2.0), (added, kernels)
+    with pytest.raises(gearsim.GearsimError, match="no key `kernel_launch` in `scheduler`"):
+        gearsim.InferSession(cnn_om, set={"scheduler.kernel_launch": 1})
+    with pytest.raises(gearsim.GearsimError, match="expected an integer, got `fast`"):
+        gearsim.compile(CNN, tmp_path / "c", soc_version="ascend310p",
+                        set={"scheduler.kernel_launch_ns": "fast"})
+    assert not (tmp_path / "c.om").exists()
+
+
 def test_compile_errors_carry_ge_s_codes_and_write_nothing(tmp_path):
     out = tmp_path / "bad"
     cases = [

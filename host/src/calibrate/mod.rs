@@ -288,7 +288,7 @@ impl ChipOverride {
             let set: Vec<String> = self
                 .settings
                 .iter()
-                .map(|s| format!("{}={}", s.key, s.value))
+                .map(|s| format!("{}={}", s.key(), s.value()))
                 .collect();
             format!("set: {}", set.join(", "))
         });

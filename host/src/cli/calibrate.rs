@@ -79,7 +79,7 @@ fn chip_override(a: &CalibrateArgs, rows: &[Row]) -> Result<Option<ChipOverride>
             let cfg = read_chip_config_with(path, &a.set)?;
             let mut origin = path.display().to_string();
             for s in &a.set {
-                origin.push_str(&format!(" {}={}", s.key, s.value));
+                origin.push_str(&format!(" {}={}", s.key(), s.value()));
             }
             Some((cfg, origin))
         }
@@ -154,6 +154,9 @@ pub fn run(a: &CalibrateArgs) -> Result<(), Failure> {
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
         .max(1);
+    // The chip's settings and the options are checked before anything is written.
+    let chip = chip_override(a, &rows)?;
+    let buffer = BufferOptimize::parse(&a.buffer_optimize)?;
     if let Some(dir) = &a.models_dir {
         std::fs::create_dir_all(dir).with_context(|| format!("{}", dir.display()))?;
         // A copy row runs no model.
@@ -162,8 +165,6 @@ pub fn run(a: &CalibrateArgs) -> Result<(), Failure> {
             write_atomic(&p, &r.model()).with_context(|| format!("{}", p.display()))?;
         }
     }
-    let chip = chip_override(a, &rows)?;
-    let buffer = BufferOptimize::parse(&a.buffer_optimize)?;
     let outcomes = parallel_map(
         &rows,
         threads,

@@ -30,7 +30,7 @@ pub struct ChipArgs {
     clock_mhz: Option<u64>,
     /// Change one value of the chip, `section.key=value` as in the preset's TOML (e.g.
     /// scheduler.kernel_launch_ns=2000); repeatable. The key must exist and the value have its
-    /// type.
+    /// type. --clock_mhz applies after it.
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = parse_setting)]
     set: Vec<Setting>,
 }

@@ -141,6 +141,8 @@ fn a_setting_reaches_the_simulation_and_a_bad_one_writes_nothing() {
 
     let csv = scratch("set_typo.csv");
     std::fs::write(&csv, "kept").unwrap();
+    let models = scratch("set_typo_models");
+    let _ = std::fs::remove_dir_all(&models);
     let o = gearsim(&[
         "calibrate",
         "--only",
@@ -151,6 +153,8 @@ fn a_setting_reaches_the_simulation_and_a_bad_one_writes_nothing() {
         "scheduler.kernel_launch_ns=2us",
         "--csv",
         &path(csv.clone()),
+        "--models_dir",
+        &path(models.clone()),
     ]);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{stderr}");
@@ -159,6 +163,7 @@ fn a_setting_reaches_the_simulation_and_a_bad_one_writes_nothing() {
         "{stderr}"
     );
     assert_eq!(std::fs::read_to_string(&csv).unwrap(), "kept");
+    assert!(!models.exists(), "no workload is written either");
 }
 
 #[test]

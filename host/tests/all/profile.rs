@@ -123,6 +123,10 @@ fn op_rows_account_for_the_branch_and_their_ratios_are_the_counters() {
         .sum();
     assert_eq!(covered, branch.ps(), "the branch's tasks and fetches");
     let sum: u64 = in_branch.iter().map(|o| o.duration_ps()).sum();
+    assert!(
+        sum <= branch.ps(),
+        "op durations {sum} ps past the branch's"
+    );
     let per_task_ps = (cfg.scheduler.task_fetch_ns + cfg.scheduler.control_task_ns) * 1000;
     assert!(
         branch.ps() - sum <= tasks.len() as u64 * per_task_ps,

@@ -61,7 +61,8 @@ def compile(model, output, *, input_shape=None, dynamic_batch_size=None,
             getnext_sink=False, hybrid=False, **atc_options):
     """Compiles the ONNX file ``model`` into ``output.om`` as ``gearsim compile`` (atc) does,
     with the same checks and E-codes; other atc options (``precision_mode``,
-    ``fusion_switch_file``, ``input_format``, ``insert_op_conf``, ...) go in ``atc_options``.
+    ``fusion_switch_file``, ``input_format``, ``insert_op_conf``, ...) go in ``atc_options``,
+    and ``set={"section.key": value}`` changes chip values as ``--set`` does.
     Returns the compile report as a dict (``om``, ``kernels``, ``gears``, sizes, notes)."""
     options = dict(atc_options)
     options.update(
@@ -112,15 +113,18 @@ class InferSession:
     ``profile`` names a directory that receives msprof-style ``op_summary.csv``,
     ``task_time.csv`` and ``summary.json`` after every run; ``trace`` a ``.gtrace`` file
     written when the session is closed, recorded at ``trace_level`` ``"task"``, ``"kernel"``
-    (one span per kernel block on each core, pipe busy shares) or ``"instruction"``."""
+    (one span per kernel block on each core, pipe busy shares) or ``"instruction"``; ``set``
+    changes chip values as ``--set`` does, e.g. ``{"scheduler.kernel_launch_ns": 2500}`` (the
+    key must be in the preset and the value of its type)."""
 
     def __init__(self, model_path, soc_version=None, timing_only=False, profile=None,
-                 trace=None, trace_level="kernel"):
+                 trace=None, trace_level="kernel", set=None):
         self._native = _native.Session(
             str(model_path), soc_version, bool(timing_only),
             None if profile is None else str(profile),
             None if trace is None else str(trace),
             str(trace_level),
+            None if set is None else dict(set),
         )
         self._desc = json.loads(self._native.describe())
         n = self._desc["data_inputs"]
