@@ -35,12 +35,11 @@ impl ChipChoice {
     /// one function that turns the options into a `ChipConfig`.
     pub fn config_or(&self, preset: &str) -> Result<ChipConfig> {
         let mut cfg = match &self.chip_config {
-            Some(path) => read_chip_config_with(path, &self.settings)?,
-            None => {
-                let (name, text) =
-                    ChipConfig::preset_toml(self.soc_version.as_deref().unwrap_or(preset))?;
-                ChipConfig::from_toml_with(text, name, &self.settings)?
-            }
+            Some(path) => read_chip_config(path, &self.settings)?,
+            None => ChipConfig::preset_with(
+                self.soc_version.as_deref().unwrap_or(preset),
+                &self.settings,
+            )?,
         };
         if let Some(mhz) = self.clock_mhz {
             cfg.core.clock_mhz = mhz;
@@ -50,13 +49,9 @@ impl ChipChoice {
     }
 }
 
-/// A chip configuration TOML file (the schema of `sim/presets`), validated; errors name it.
-pub fn read_chip_config(path: &Path) -> Result<ChipConfig> {
-    read_chip_config_with(path, &[])
-}
-
-/// [`read_chip_config`] with `settings` applied to the file's values before validation.
-pub fn read_chip_config_with(path: &Path, settings: &[Setting]) -> Result<ChipConfig> {
+/// A chip configuration TOML file (the schema of `sim/presets`) with `settings` applied to its
+/// values, validated; errors name it.
+pub fn read_chip_config(path: &Path, settings: &[Setting]) -> Result<ChipConfig> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(ChipConfig::from_toml_with(

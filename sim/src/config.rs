@@ -372,7 +372,7 @@ impl ChipConfig {
     }
 
     /// A compiled-in preset's name and TOML text (the name as [`ChipConfig::preset`] takes it).
-    pub fn preset_toml(name: &str) -> Result<(&'static str, &'static str), ConfigError> {
+    pub(crate) fn preset_toml(name: &str) -> Result<(&'static str, &'static str), ConfigError> {
         let name_or_alias = SOC_ALIASES
             .iter()
             .find(|(alias, _)| alias.eq_ignore_ascii_case(name))

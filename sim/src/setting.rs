@@ -45,20 +45,16 @@ impl Setting {
         })
     }
 
-    /// Dotted path of the key (`scheduler.kernel_launch_ns`).
-    pub fn key(&self) -> &str {
-        &self.key
-    }
-
-    /// The value as written.
-    pub fn value(&self) -> &str {
-        &self.value
+    /// `a=1, b=2`: settings as notes and errors name them.
+    pub fn list(settings: &[Setting]) -> String {
+        let all: Vec<String> = settings.iter().map(Setting::to_string).collect();
+        all.join(", ")
     }
 
     /// Puts this value in place of the key's in `table` (a configuration's TOML).
     fn apply(&self, table: &mut toml::Table) -> Result<(), ConfigError> {
         let bad = |message: String| ConfigError::Setting {
-            setting: format!("{}={}", self.key, self.value),
+            setting: self.to_string(),
             message,
         };
         let path: Vec<&str> = self.key.split('.').collect();
@@ -109,6 +105,12 @@ impl Setting {
     }
 }
 
+impl std::fmt::Display for Setting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}={}", self.key, self.value)
+    }
+}
+
 /// The keys of a table, for an error.
 fn known(table: &toml::Table) -> String {
     table.keys().cloned().collect::<Vec<_>>().join(", ")
@@ -138,11 +140,16 @@ impl ChipConfig {
             origin: origin.to_string(),
             message: e.to_string(),
         })?;
-        let names: Vec<String> = settings
-            .iter()
-            .map(|s| format!("{}={}", s.key, s.value))
-            .collect();
-        ChipConfig::from_toml(&changed, &format!("{origin} with {}", names.join(", ")))
+        ChipConfig::from_toml(
+            &changed,
+            &format!("{origin} with {}", Setting::list(settings)),
+        )
+    }
+
+    /// A compiled-in preset ([`ChipConfig::preset`]'s names) with `settings` applied.
+    pub fn preset_with(name: &str, settings: &[Setting]) -> Result<ChipConfig, ConfigError> {
+        let (key, text) = ChipConfig::preset_toml(name)?;
+        ChipConfig::from_toml_with(text, key, settings)
     }
 }
 
@@ -152,7 +159,7 @@ mod tests {
     use crate::config::PRESETS;
 
     fn preset(name: &str) -> &'static str {
-        ChipConfig::preset_toml(name).unwrap().1
+        PRESETS.iter().find(|(n, _)| *n == name).unwrap().1
     }
 
     #[test]

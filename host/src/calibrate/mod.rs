@@ -281,17 +281,9 @@ impl ChipOverride {
                 Some(format!("chip: {origin} (not the preset)")),
             ));
         }
-        let (name, text) = ChipConfig::preset_toml(&row.chip).map_err(|e| e.to_string())?;
-        let cfg =
-            ChipConfig::from_toml_with(text, name, &self.settings).map_err(|e| e.to_string())?;
-        let note = (!self.settings.is_empty()).then(|| {
-            let set: Vec<String> = self
-                .settings
-                .iter()
-                .map(|s| format!("{}={}", s.key(), s.value()))
-                .collect();
-            format!("set: {}", set.join(", "))
-        });
+        let cfg = ChipConfig::preset_with(&row.chip, &self.settings).map_err(|e| e.to_string())?;
+        let note =
+            (!self.settings.is_empty()).then(|| format!("set: {}", Setting::list(&self.settings)));
         Ok((cfg, note))
     }
 }

@@ -14,7 +14,7 @@ use gearsim_compiler::memory::BufferOptimize;
 use gearsim_host::calibrate::{
     ChipOverride, Row, TARGETS, csv, kernel_table, parse_targets, run_row_on, svg, table,
 };
-use gearsim_host::options::read_chip_config_with;
+use gearsim_host::options::read_chip_config;
 use gearsim_host::study::{Shard, parallel_map};
 use gearsim_sim::Setting;
 
@@ -76,11 +76,11 @@ fn chip_override(a: &CalibrateArgs, rows: &[Row]) -> Result<Option<ChipOverride>
     let file = match &a.chip_config {
         None => None,
         Some(path) => {
-            let cfg = read_chip_config_with(path, &a.set)?;
-            let mut origin = path.display().to_string();
-            for s in &a.set {
-                origin.push_str(&format!(" {}={}", s.key(), s.value()));
-            }
+            let cfg = read_chip_config(path, &a.set)?;
+            let origin = match a.set.as_slice() {
+                [] => path.display().to_string(),
+                set => format!("{} with {}", path.display(), Setting::list(set)),
+            };
             Some((cfg, origin))
         }
     };
