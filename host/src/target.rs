@@ -35,6 +35,8 @@ pub fn for_chip(cfg: &ChipConfig) -> Target {
                 / (cfg.core.clock_mhz * 1_000_000))
                 .max(1),
             l2_bytes: cfg.memory.l2_bytes,
+            launch_cycles: cfg.scheduler.kernel_launch_ns * cfg.core.clock_mhz / 1000,
+            block_dispatch_cycles: cfg.scheduler.block_dispatch_ns * cfg.core.clock_mhz / 1000,
         },
         buffer_optimize: Default::default(),
     }

@@ -88,6 +88,12 @@ pub struct CoreSpec {
     /// L2 bytes the cores share (kept feature-map sections are budgeted against it, and
     /// large products order their tiles for it; 0: no L2).
     pub l2_bytes: u64,
+    /// Core cycles a kernel launch adds to the stream (the chip's `scheduler.kernel_launch_ns`;
+    /// tiling estimates only: what a lowering that could emit one kernel or two weighs).
+    pub launch_cycles: u64,
+    /// Core cycles the scheduler takes to dispatch one block to a core
+    /// (`scheduler.block_dispatch_ns`; tiling estimates only).
+    pub block_dispatch_cycles: u64,
 }
 
 impl CoreSpec {

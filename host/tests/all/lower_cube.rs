@@ -1018,39 +1018,10 @@ fn a_one_scale_dequantisation_is_the_fixpipes_on_a_910b() {
     let (a, w) = (i8_tensor(&[m, k], 31), i8_tensor(&[k, n], 32));
     let scale = half::f16::from_f32(0.003);
     let s = Tensor::new(DataType::F16, vec![], scale.to_le_bytes().to_vec()).unwrap();
-    let (x, y) = (a.to_i64s(), w.to_i64s());
-    let want: Vec<u16> = (0..m * n)
-        .map(|e| {
-            let (i, j) = (e / n, e % n);
-            let acc: i64 = (0..k)
-                .map(|kk| x[(i * k + kk) as usize] * y[(kk * n + j) as usize])
-                .sum();
-            half::f16::from_f32(acc as f32 * scale.to_f32()).to_bits()
-        })
-        .collect();
+    let want = dequantised_ref(&a, &w, &s);
     for preset_name in ["ascend910", "ascend910b2"] {
-        let cfg = gearsim_sim::ChipConfig::preset(preset_name).unwrap();
-        let ran = gearsim_host::oprun::run_op_optional(
-            &cfg,
-            "MatMulInteger",
-            &[(gearsim_compiler::fusion::FUSED_DEQUANT, Attr::Int(1))],
-            vec![
-                Some(data(a.clone())),
-                Some(constant(w.clone())),
-                None,
-                None,
-                Some(constant(s.clone())),
-            ],
-            1,
-            ExecMode::Full,
-        )
-        .unwrap_or_else(|e| panic!("{preset_name}: {e}"));
-        let got: Vec<u16> = ran.outputs[0]
-            .data
-            .chunks_exact(2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-            .collect();
-        assert_eq!(got, want, "{preset_name}");
+        let ran = dequantised_product(preset_name, &a, &w, &s);
+        assert_eq!(f16_bits(&ran.outputs[0]), want, "{preset_name}");
         if preset_name == "ascend910b2" {
             let k = &ran.kernels[0];
             assert!(k.mix.is_none(), "an AIC-only kernel");
@@ -1063,6 +1034,51 @@ fn a_one_scale_dequantisation_is_the_fixpipes_on_a_910b() {
             );
         }
     }
+}
+
+/// `f16(f32(A·W) · scale)` of an i8 product, one scale or one per column, as bits.
+fn dequantised_ref(a: &Tensor, w: &Tensor, scale: &Tensor) -> Vec<u16> {
+    let (k, n) = (w.dims[0], w.dims[1]);
+    let m = a.dims.iter().product::<i64>() / k;
+    let (x, y, sv) = (a.to_i64s(), w.to_i64s(), scale.to_f64s());
+    (0..m * n)
+        .map(|e| {
+            let (i, j) = (e / n, e % n);
+            let acc: i64 = (0..k)
+                .map(|kk| x[(i * k + kk) as usize] * y[(kk * n + j) as usize])
+                .sum();
+            let s = sv[if sv.len() == 1 { 0 } else { j as usize }] as f32;
+            half::f16::from_f32(acc as f32 * s).to_bits()
+        })
+        .collect()
+}
+
+/// A MatMulInteger with a fused dequantisation by `scale`, run on preset `preset_name`.
+fn dequantised_product(preset_name: &str, a: &Tensor, w: &Tensor, scale: &Tensor) -> Ran {
+    let cfg = gearsim_sim::ChipConfig::preset(preset_name).unwrap();
+    gearsim_host::oprun::run_op_optional(
+        &cfg,
+        "MatMulInteger",
+        &[(gearsim_compiler::fusion::FUSED_DEQUANT, Attr::Int(1))],
+        vec![
+            Some(data(a.clone())),
+            Some(constant(w.clone())),
+            None,
+            None,
+            Some(constant(scale.clone())),
+        ],
+        1,
+        ExecMode::Full,
+    )
+    .unwrap_or_else(|e| panic!("{preset_name}: {e}"))
+}
+
+/// An f16 tensor's bits.
+fn f16_bits(t: &Tensor) -> Vec<u16> {
+    t.data
+        .chunks_exact(2)
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+        .collect()
 }
 
 /// A bf16 MatMul on a 910B: bf16 products accumulated in f32 by the cube, rounded once to bf16
@@ -1122,5 +1138,136 @@ fn a_bf16_matmul_runs_on_the_910b_cube_and_fixpipe() {
     assert!(
         e.contains("bf16 product needs a chip with a FIXPIPE"),
         "{e}"
+    );
+}
+
+/// Kernel spans (first block's start to last block's end) of a run, in picoseconds.
+fn kernel_ps(r: &Ran) -> u64 {
+    r.launches.iter().map(|l| l.end.0 - l.first_start.0).sum()
+}
+
+/// Whether a run split its product over K: the partial products and the reduction.
+fn is_split(r: &Ran) -> bool {
+    let names: Vec<&str> = r.kernels.iter().map(|k| k.name.as_str()).collect();
+    names.iter().any(|n| n.contains("_splitk")) && names.iter().any(|n| n.contains("_reduce"))
+}
+
+/// The preset with launches too dear for any split (the whole product's plan, to compare).
+fn never_split(cfg: &gearsim_sim::ChipConfig) -> gearsim_sim::ChipConfig {
+    let mut c = cfg.clone();
+    c.scheduler.kernel_launch_ns = 1_000_000_000;
+    c
+}
+
+/// Split-K: a product whose `M × N` tiles leave most of the 310P's eight cores idle and whose
+/// K is long is cut into K slices (partial sums in the workspace, then a vector reduction that
+/// applies the epilogue): for a MatMul with a fused ReLU, a Gemm with transposes,
+/// alpha, beta and a per-column C, and a constant A, the result stays within the f16
+/// tolerance, and the two kernels, one launch included, take less device time than the one
+/// kernel of the whole product.
+#[test]
+fn a_product_with_few_tiles_and_a_long_k_is_split_over_k() {
+    use gearsim_compiler::fusion::FUSED_ACTIVATION;
+    let cfg = gearsim_sim::ChipConfig::preset("ascend310p").unwrap();
+    let launch_ps = cfg.scheduler.kernel_launch_ns * 1000;
+    let run = |cfg: &gearsim_sim::ChipConfig,
+               op: &str,
+               attrs: &[(&str, Attr)],
+               inputs: &[Option<gearsim_host::oprun::In>]| {
+        gearsim_host::oprun::run_op_optional(cfg, op, attrs, inputs.to_vec(), 1, ExecMode::Full)
+            .unwrap_or_else(|e| panic!("{op}: {e}"))
+    };
+    let compare = |op: &str,
+                   attrs: &[(&str, Attr)],
+                   inputs: Vec<Option<gearsim_host::oprun::In>>,
+                   want: &(Vec<f64>, Vec<f64>)| {
+        let split = run(&cfg, op, attrs, &inputs);
+        assert!(
+            is_split(&split),
+            "{op}: {:?}",
+            split.kernels.iter().map(|k| &k.name).collect::<Vec<_>>()
+        );
+        check(&split, want, op);
+        let whole = run(&never_split(&cfg), op, attrs, &inputs);
+        assert!(!is_split(&whole));
+        check(&whole, want, op);
+        let (s, w) = (kernel_ps(&split) + launch_ps, kernel_ps(&whole));
+        assert!(
+            s < w,
+            "{op}: split {s} ps (one launch included), whole {w} ps"
+        );
+    };
+    // MatMul [16, 16384] x [16384, 32], ReLU.
+    let (m, k, n) = (16i64, 16384i64, 32i64);
+    let a = rand_tensor(DataType::F16, &[m, k], 900);
+    let b = rand_tensor(DataType::F16, &[k, n], 901);
+    let (mut want, scale) = matmul_ref(&a, &b);
+    want.iter_mut().for_each(|w| *w = w.max(0.0));
+    compare(
+        "MatMul",
+        &[(FUSED_ACTIVATION, Attr::Str("Relu".into()))],
+        vec![Some(data(a)), Some(constant(b))],
+        &(want, scale),
+    );
+    // Gemm: A' = A^T at run time, B' = B^T constant, alpha 0.5, beta 2, C one per column.
+    let (m, k, n) = (16i64, 16384i64, 16i64);
+    let a = rand_tensor(DataType::F32, &[k, m], 910);
+    let b = rand_tensor(DataType::F32, &[n, k], 911);
+    let c = rand_tensor(DataType::F32, &[n], 912);
+    let want = gemm_ref(&a, &b, Some(&c), true, true, 0.5, 2.0);
+    compare(
+        "Gemm",
+        &[
+            ("transA", Attr::Int(1)),
+            ("transB", Attr::Int(1)),
+            ("alpha", Attr::Float(0.5)),
+            ("beta", Attr::Float(2.0)),
+        ],
+        vec![Some(data(a)), Some(constant(b)), Some(constant(c))],
+        &want,
+    );
+    // Gemm with a constant A (packed per K slice) and B at run time.
+    let (m, k, n) = (16i64, 16384i64, 32i64);
+    let a = rand_tensor(DataType::F32, &[m, k], 920);
+    let b = rand_tensor(DataType::F32, &[k, n], 921);
+    let want = gemm_ref(&a, &b, None, false, false, 1.0, 1.0);
+    compare("Gemm", &[], vec![Some(constant(a)), Some(data(b))], &want);
+}
+
+/// An i8 product split over K sums exact i32 partials, so its per-channel dequantisation gives
+/// the whole product's bits, `f16(f32(acc) · scale[j])`, on the coupled 310P and on the 910B
+/// (the partial products on the AICs, the reduction on the AIVs).
+#[test]
+fn an_i8_product_split_over_k_is_exact() {
+    let (m, k, n) = (16i64, 32768i64, 32i64);
+    let (a, w) = (i8_tensor(&[m, k], 41), i8_tensor(&[k, n], 42));
+    let scales: Vec<f32> = (0..n).map(|j| 0.001 + 0.0001 * j as f32).collect();
+    let s = tensor(DataType::F16, &[n], &scales);
+    let want = dequantised_ref(&a, &w, &s);
+    for preset_name in ["ascend310p", "ascend910b3"] {
+        let ran = dequantised_product(preset_name, &a, &w, &s);
+        assert!(
+            is_split(&ran),
+            "{preset_name}: {:?}",
+            ran.kernels.iter().map(|k| &k.name).collect::<Vec<_>>()
+        );
+        assert_eq!(f16_bits(&ran.outputs[0]), want, "{preset_name}");
+    }
+}
+
+/// A product whose tiles already fill the cores is not split.
+#[test]
+fn a_product_that_fills_the_cores_is_not_split() {
+    let r = matmul_case(
+        DataType::F16,
+        &[512, 2048],
+        &[2048, 512],
+        (false, true),
+        930,
+    );
+    assert!(
+        !is_split(&r),
+        "{:?}",
+        r.kernels.iter().map(|k| &k.name).collect::<Vec<_>>()
     );
 }

@@ -21,6 +21,8 @@ pub mod conv5hd;
 pub mod depthwise;
 #[path = "cube_gemm.rs"]
 pub mod gemm;
+#[path = "cube_splitk.rs"]
+pub mod splitk;
 
 use gearsim_isa::units::{BLOCK_BYTES, FRACTAL_BYTES_F32};
 use gearsim_isa::{DType, Pipe, SReg, SType, Space};
@@ -74,7 +76,7 @@ impl Build {
     }
 
     /// `bytes` of workspace, 512-byte aligned; returns its offset in the node's workspace.
-    fn scratch_at(&mut self, bytes: u64) -> u64 {
+    pub(crate) fn scratch_at(&mut self, bytes: u64) -> u64 {
         let at = self.workspace.div_ceil(512) * 512;
         self.workspace = at + bytes.max(1);
         at
@@ -188,15 +190,11 @@ pub(crate) fn cast_kernel(
     let no_setup = |_: &mut Asm, _: Reg| Vec::new();
     let s = Stream {
         n,
-        inputs: vec![Io {
-            arg: 0,
-            elem: from.bytes(),
-        }],
-        outputs: vec![Io {
-            arg: 1,
-            elem: to.bytes(),
-        }],
+        inputs: vec![Io::new(0, from.bytes())],
+        outputs: vec![Io::new(1, to.bytes())],
         scratch: Vec::new(),
+        row: 0,
+        resident: Vec::new(),
         setup: &no_setup,
         body: &body,
     };
@@ -545,24 +543,85 @@ fn matmul(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         residual: None,
         relu: super::Epilogue::of(ctx)? == super::Epilogue::Relu,
     };
-    let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
-    if let Operand2::Constant(v) = &a_src {
-        let (items, rows) = if fold { (1, m_eff) } else { (g_a, m) };
-        args[0] = if bf16 {
-            b.derive(DataType::BF16, gemm::pack_a_bf16(v, items, rows, k, &plan))
-        } else {
-            b.derive(DataType::F16, gemm::pack_a(v, items, rows, k, &plan))
+    let pack = |b: &mut Build, plan: &gemm::Plan, parts: u64| {
+        let a = match &a_src {
+            Operand2::Constant(v) => Some(if bf16 {
+                let (items, rows) = if fold { (1, m_eff) } else { (g_a, m) };
+                b.derive(DataType::BF16, gemm::pack_a_bf16(v, items, rows, k, plan))
+            } else if parts > 1 {
+                // Split over K (one product: no batch, see `splitk`).
+                let slices = splitk::slices_of_a(v, m_eff, k, parts);
+                let packed = gemm::pack_a(&slices, parts, m_eff, k / parts, plan);
+                b.derive(DataType::F16, packed)
+            } else {
+                let (items, rows) = if fold { (1, m_eff) } else { (g_a, m) };
+                b.derive(DataType::F16, gemm::pack_a(v, items, rows, k, plan))
+            }),
+            Operand2::Runtime(_) => None,
         };
-    }
-    if let Operand2::Constant(v) = &b_src {
-        args[1] = if bf16 {
-            b.derive(DataType::BF16, gemm::pack_b_bf16(v, g_b, k, n, &plan))
-        } else {
-            b.derive(DataType::F16, gemm::pack_b(v, g_b, k, n, &plan))
+        // B's K slices are consecutive rows, so `parts` items of `k / parts` rows each.
+        let bo = match &b_src {
+            Operand2::Constant(v) => Some(if bf16 {
+                b.derive(DataType::BF16, gemm::pack_b_bf16(v, g_b, k, n, plan))
+            } else {
+                let items = g_b * parts;
+                b.derive(DataType::F16, gemm::pack_b(v, items, k / parts, n, plan))
+            }),
+            Operand2::Runtime(_) => None,
         };
-    }
-    b.kernels.push(gemm_kernel(ctx, &g, &plan, args)?);
+        [a, bo]
+    };
+    product(ctx, &mut b, &g, args, &pack)?;
     Ok(b.finish())
+}
+
+/// Packs a product's constant operands for a plan whose K is cut in `parts` slices; gives
+/// the new operands of A and B (`None` for an operand read at run time).
+type Pack<'a> = dyn Fn(&mut Build, &gemm::Plan, u64) -> [Option<Operand>; 2] + 'a;
+
+/// The kernels of product `g` over `args` (A, B, C, then the epilogue's vectors): one GEMM
+/// kernel, or, when `splitk::choose` estimates a split over K faster, the partial products
+/// into the node's workspace and the reduction that finishes the epilogue; `pack` lays out
+/// the constant operands for the plan chosen.
+fn product(
+    ctx: &LowerCtx<'_>,
+    b: &mut Build,
+    g: &Gemm,
+    mut args: Vec<Operand>,
+    pack: &Pack<'_>,
+) -> Result<(), LowerError> {
+    let core = &ctx.target.core;
+    match splitk::choose(g, core).map_err(|e| ctx.error(e))? {
+        splitk::Choice::Whole(plan) => {
+            let [a, bo] = pack(b, &plan, 1);
+            args[0] = a.unwrap_or(args[0]);
+            args[1] = bo.unwrap_or(args[1]);
+            b.kernels.push(gemm_kernel(ctx, g, &plan, args)?);
+        }
+        splitk::Choice::Split(split) => {
+            let [a, bo] = pack(b, &split.plan, split.parts);
+            let slice = split.slice_bytes();
+            let at = b.scratch_at(split.parts * slice);
+            let partial_args = vec![
+                a.unwrap_or(args[0]),
+                bo.unwrap_or(args[1]),
+                Operand::Workspace(at),
+            ];
+            b.kernels
+                .push(gemm_kernel(ctx, &split.partial, &split.plan, partial_args)?);
+            let mut reduce_args = vec![Operand::Workspace(at), args[g.out]];
+            if let Some(f) = g.factor {
+                reduce_args.push(args[f.arg]);
+            }
+            if let Some(Addend::Cols { arg }) = g.addend {
+                reduce_args.push(args[arg]);
+            }
+            let (asm, block_dim) =
+                splitk::reduce_kernel(g, &split, core).map_err(|e| ctx.error(e))?;
+            b.kernels.push(ctx.kernel(asm, block_dim, reduce_args)?);
+        }
+    }
+    Ok(())
 }
 
 /// MatMulInteger: on the cube's 8-bit path (i8 × i8 → i32 in L0C, 8192 MACs a cycle) when it
@@ -745,9 +804,16 @@ fn matmul_integer_cube(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         residual: None,
         relu: false,
     };
-    let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
-    args[1] = b.derive(DataType::I8, gemm::pack_b_i8(&weights, k, n, &plan));
-    b.kernels.push(gemm_kernel(ctx, &g, &plan, args)?);
+    // B's K slices are consecutive rows of `k / parts` values, packed one after the other.
+    let pack = |b: &mut Build, plan: &gemm::Plan, parts: u64| {
+        let rows = (k / parts) as usize * n as usize;
+        let packed: Vec<u8> = weights
+            .chunks(rows)
+            .flat_map(|w| gemm::pack_b_i8(w, k / parts, n, plan))
+            .collect();
+        [None, Some(b.derive(DataType::I8, packed))]
+    };
+    product(ctx, &mut b, &g, args, &pack)?;
     Ok(b.finish())
 }
 
@@ -837,14 +903,20 @@ fn gemm(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         residual: None,
         relu: super::Epilogue::of(ctx)? == super::Epilogue::Relu,
     };
-    let plan = g.plan(&ctx.target.core).map_err(|e| ctx.error(e))?;
-    if let Some(v) = &a_const {
-        args[0] = b.derive(DataType::F16, gemm::pack_a(v, 1, m, k, &plan));
-    }
-    if let Some(v) = &b_const {
-        args[1] = b.derive(DataType::F16, gemm::pack_b(v, 1, k, n, &plan));
-    }
-    b.kernels.push(gemm_kernel(ctx, &g, &plan, args)?);
+    let pack = |b: &mut Build, plan: &gemm::Plan, parts: u64| {
+        let a = a_const.as_ref().map(|v| {
+            let slices = splitk::slices_of_a(v, m, k, parts);
+            b.derive(
+                DataType::F16,
+                gemm::pack_a(&slices, parts, m, k / parts, plan),
+            )
+        });
+        let bo = b_const
+            .as_ref()
+            .map(|v| b.derive(DataType::F16, gemm::pack_b(v, parts, k / parts, n, plan)));
+        [a, bo]
+    };
+    product(ctx, &mut b, &g, args, &pack)?;
     Ok(b.finish())
 }
 

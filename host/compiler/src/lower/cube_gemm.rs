@@ -354,20 +354,20 @@ fn rotation(core: &CoreSpec) -> u64 {
 
 /// MTE2 bytes a core moves per cycle when it streams (ascend910 caps a core at 67 B/cycle);
 /// only used to rank tilings.
-const PLAN_BYTES_PER_CYCLE: u64 = 67;
+pub(super) const PLAN_BYTES_PER_CYCLE: u64 = 67;
 /// MTE3 bytes per cycle, likewise.
-const PLAN_WRITE_BYTES_PER_CYCLE: u64 = 64;
+pub(super) const PLAN_WRITE_BYTES_PER_CYCLE: u64 = 64;
 /// Cycles MTE2 idles at each flag while its last DMA completes (between the L2's and the DDR's
 /// read latency); ranks tilings.
-const PLAN_FLAG_LATENCY: u64 = 250;
+pub(super) const PLAN_FLAG_LATENCY: u64 = 250;
 /// Cycles the cube idles at each of its flags while its last product completes; ranks tilings.
 const PLAN_CUBE_FLAG: u64 = 32;
 /// Latency of a local move (MTE1, V) before its flag is set; ranks tilings.
 const PLAN_LOCAL_LATENCY: u64 = 16;
 /// Cycles from a block's start to its first load (argument loads from GM); ranks tilings.
-const PLAN_SETUP: u64 = 500;
+pub(super) const PLAN_SETUP: u64 = 500;
 /// Write latency the last write-back waits for; ranks tilings.
-const PLAN_WRITE_LATENCY: u64 = 203;
+pub(super) const PLAN_WRITE_LATENCY: u64 = 203;
 /// Tile shapes tried with every L1 staging.
 const PLAN_SHAPES: usize = 6;
 
@@ -563,6 +563,11 @@ impl Gemm {
     /// stages and UB drain buffers fit the core. Tile shapes are ranked with the deepest
     /// staging that fits; the best few are then tried with every staging.
     pub fn plan(&self, core: &CoreSpec) -> Result<Plan, String> {
+        self.plan_costed(core).map(|(plan, _)| plan)
+    }
+
+    /// [`Gemm::plan`] with the estimated cycles of its busiest block.
+    pub fn plan_costed(&self, core: &CoreSpec) -> Result<(Plan, u64), String> {
         if self.residual.is_some()
             && (self.out_type != OutType::F16 || matches!(self.addend, Some(Addend::Full { .. })))
         {
@@ -670,9 +675,12 @@ impl Gemm {
                 }
             }
         }
-        best.map(|(_, _, p)| Plan {
-            strip: self.strip_rows(&p, core),
-            ..p
+        best.map(|(cost, _, p)| {
+            let plan = Plan {
+                strip: self.strip_rows(&p, core),
+                ..p
+            };
+            (plan, cost)
         })
         .ok_or_else(|| {
             format!(

@@ -196,16 +196,12 @@ fn stream_lowering(
         inputs: ins
             .iter()
             .enumerate()
-            .map(|(i, (_, elem))| Io {
-                arg: i,
-                elem: *elem,
-            })
+            .map(|(i, (_, elem))| Io::new(i, *elem))
             .collect(),
-        outputs: vec![Io {
-            arg: ins.len(),
-            elem: out,
-        }],
+        outputs: vec![Io::new(ins.len(), out)],
         scratch,
+        row: 0,
+        resident: Vec::new(),
         setup: &setup,
         body: &adapt,
     };

@@ -25,11 +25,43 @@ const QUANTUM: u64 = 64;
 /// Tiles at least this long (shorter ones spend more time synchronising than moving).
 const MIN_TILE: u64 = 256;
 
-/// A streamed tensor: its argument index and element size in bytes.
+/// A streamed tensor: its argument index, element size in bytes and where it starts in the
+/// argument (tensors sharing an argument cost one argument load per block).
 #[derive(Debug, Clone, Copy)]
 pub struct Io {
     /// Index in the kernel's argument array.
     pub arg: usize,
+    /// Bytes per element.
+    pub elem: u64,
+    /// Bytes from the argument's address to the tensor's first element.
+    pub offset: u64,
+}
+
+impl Io {
+    /// The tensor at argument `arg`'s address, of `elem`-byte elements.
+    pub fn new(arg: usize, elem: u64) -> Io {
+        Io {
+            arg,
+            elem,
+            offset: 0,
+        }
+    }
+}
+
+/// A row vector every tile reads (a per-column factor or bias of a row-major matrix): loaded
+/// once per block from argument `arg` in `bursts` strided bursts of `burst_bytes` (`gap_bytes`
+/// apart in GM) and repeated to fill a tile, which then starts on a row (see
+/// [`Stream::row`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Resident {
+    /// Index in the kernel's argument array.
+    pub arg: usize,
+    /// Bursts of one row.
+    pub bursts: u64,
+    /// Bytes per burst.
+    pub burst_bytes: u64,
+    /// GM bytes between bursts.
+    pub gap_bytes: u64,
     /// Bytes per element.
     pub elem: u64,
 }
@@ -44,6 +76,8 @@ pub struct Tile {
     pub outs: Vec<Reg>,
     /// Scratch buffers (one element of the declared size per tile element).
     pub scratch: Vec<Reg>,
+    /// The resident row vectors, each repeated over the tile.
+    pub resident: Vec<Reg>,
     /// Elements in this tile (the vector mask is in counter mode for exactly these).
     pub len: u64,
     /// Registers `setup` returned.
@@ -60,6 +94,11 @@ pub struct Stream<'a> {
     pub outputs: Vec<Io>,
     /// Bytes per element of each scratch buffer.
     pub scratch: Vec<u64>,
+    /// Elements per row when tiles must start on rows (0: no rows; slices and tiles are then
+    /// multiples of 64 elements); a row's bytes must be a multiple of 32 for every tensor.
+    pub row: u64,
+    /// Row vectors every tile reads (needs `row`).
+    pub resident: Vec<Resident>,
     /// Runs once per block before the tiles (e.g. loads a scalar operand); gets the argument
     /// array register and returns registers the body reads.
     pub setup: &'a dyn Fn(&mut Asm, Reg) -> Vec<Reg>,
@@ -87,23 +126,30 @@ impl Stream<'_> {
             .chain(&self.outputs)
             .map(|i| i.elem)
             .sum();
-        2 * io + self.scratch.iter().sum::<u64>()
+        let resident: u64 = self.resident.iter().map(|r| r.elem).sum();
+        2 * io + self.scratch.iter().sum::<u64>() + resident
+    }
+
+    /// What slices and full tiles are multiples of.
+    fn quantum(&self) -> u64 {
+        if self.row > 0 { self.row } else { QUANTUM }
     }
 
     /// Chooses blocks and tiles for `core`. `None` when one tile does not fit in UB.
     pub fn plan(&self, core: &CoreSpec) -> Option<Plan> {
         let n = self.n.max(1);
+        let q = self.quantum();
         let cores = core.vector_blocks();
         let mut blocks = n.div_ceil(MIN_ELEMS_PER_BLOCK).clamp(1, cores);
-        let per_block = n.div_ceil(blocks).div_ceil(QUANTUM) * QUANTUM;
+        let per_block = n.div_ceil(blocks).div_ceil(q) * q;
         blocks = n.div_ceil(per_block);
-        let max_tile = core.ub_bytes / self.bytes_per_elem().max(1) / QUANTUM * QUANTUM;
-        if max_tile < QUANTUM {
+        let max_tile = core.ub_bytes / self.bytes_per_elem().max(1) / q * q;
+        if max_tile < q {
             return None;
         }
         // At least four tiles per block when the slice allows, so the pipeline fills.
-        let want = per_block.div_ceil(4).div_ceil(QUANTUM) * QUANTUM;
-        let tile = want.max(MIN_TILE).min(max_tile);
+        let want = per_block.div_ceil(4).div_ceil(q) * q;
+        let tile = want.max(MIN_TILE.div_ceil(q) * q).min(max_tile);
         Some(Plan {
             block_dim: blocks as u32,
             per_block,
@@ -120,7 +166,23 @@ impl Stream<'_> {
         let args = a.reg();
         a.sreg(args, SReg::Args);
         let io: Vec<Io> = self.inputs.iter().chain(&self.outputs).copied().collect();
-        let ptrs: Vec<Reg> = io.iter().map(|i| a.arg(args, i.arg)).collect();
+        // One load per argument; a tensor further into it is its address plus an offset.
+        let mut loaded: Vec<(usize, Reg)> = Vec::new();
+        let mut ptrs: Vec<Reg> = Vec::new();
+        for i in &io {
+            match loaded.iter().find(|(arg, _)| *arg == i.arg) {
+                Some(&(_, base)) => {
+                    let p = a.reg();
+                    a.mov(p, base);
+                    ptrs.push(p);
+                }
+                None => {
+                    let p = a.arg(args, i.arg);
+                    loaded.push((i.arg, p));
+                    ptrs.push(p);
+                }
+            }
+        }
         let bi = a.reg();
         let t = a.reg();
         a.sreg(bi, SReg::BlockIdx);
@@ -128,6 +190,9 @@ impl Stream<'_> {
             a.movi(t, (plan.per_block * i.elem) as i64);
             a.mul(t, t, bi);
             a.add(*p, *p, t);
+            if i.offset > 0 {
+                a.add_imm(*p, i.offset as i64);
+            }
         }
         let consts = (self.setup)(a, args);
         // UB layout: buffer 0 of every streamed tensor, buffer 1 of every one, then scratch.
@@ -144,7 +209,13 @@ impl Stream<'_> {
             scratch.push(offset);
             offset += plan.tile * s;
         }
+        let mut resident = Vec::new();
+        for r in &self.resident {
+            resident.push(offset);
+            offset += plan.tile * r.elem;
+        }
         a.tiling("ub_bytes", offset as i64);
+        let resident_regs = self.load_resident(a, args, plan, &resident);
         let ub: Vec<Reg> = io.iter().map(|_| a.reg()).collect();
         let scratch_regs: Vec<Reg> = scratch
             .iter()
@@ -164,6 +235,7 @@ impl Stream<'_> {
             ub: &ub,
             bufs: &bufs,
             scratch: &scratch_regs,
+            resident: &resident_regs,
             consts: &consts,
             mask,
             count,
@@ -189,6 +261,40 @@ impl Stream<'_> {
         a.comment("consume the flags the last tiles set");
         queue::drain(a, &[VECIN, VECOUT], 2);
     }
+
+    /// Loads every resident row vector once per tile row into its UB area at `offsets`, the
+    /// vector unit waiting for them (flag id 2, past the two buffers' ids); returns registers
+    /// holding the areas' addresses.
+    fn load_resident(&self, a: &mut Asm, args: Reg, plan: Plan, offsets: &[u64]) -> Vec<Reg> {
+        if self.resident.is_empty() {
+            return Vec::new();
+        }
+        a.comment("the resident row vectors, repeated over a tile");
+        let rows = plan.tile / self.row.max(1);
+        let ub = a.reg();
+        let mut regs = Vec::new();
+        for (r, off) in self.resident.iter().zip(offsets) {
+            let gm = a.arg(args, r.arg);
+            for j in 0..rows {
+                a.movi(ub, (off + j * self.row * r.elem) as i64);
+                dma::rows(
+                    a,
+                    Dir::GmToUb,
+                    ub,
+                    gm,
+                    r.bursts,
+                    r.burst_bytes,
+                    r.gap_bytes,
+                    0,
+                );
+            }
+            let reg = a.reg();
+            a.movi(reg, *off as i64);
+            regs.push(reg);
+        }
+        queue::barrier(a, gearsim_isa::Pipe::Mte2, gearsim_isa::Pipe::V, 2);
+        regs
+    }
 }
 
 struct Emit<'a> {
@@ -199,6 +305,7 @@ struct Emit<'a> {
     ub: &'a [Reg],
     bufs: &'a [Vec<u64>; 2],
     scratch: &'a [Reg],
+    resident: &'a [Reg],
     consts: &'a [Reg],
     mask: Reg,
     count: Reg,
@@ -253,6 +360,7 @@ impl Emit<'_> {
             ins: self.ub[..n_in].to_vec(),
             outs: self.ub[n_in..].to_vec(),
             scratch: self.scratch.to_vec(),
+            resident: self.resident.to_vec(),
             len,
             consts: self.consts.to_vec(),
         };
