@@ -722,6 +722,37 @@ fn check_plan_result(
     }
 }
 
+/// An f16 product of row-major A (argument 0) and B (argument 1) into an `out` result
+/// (argument 2) with nothing else: the base the forced-plan tests change.
+fn rows_gemm(name: &str, (m, k, n): (usize, usize, usize), out: OutType) -> Gemm {
+    Gemm {
+        in_type: InType::F16,
+        factor: None,
+        name: name.into(),
+        batch: Vec::new(),
+        m: m as u64,
+        n: n as u64,
+        k: k as u64,
+        a: Src::Rows {
+            arg: 0,
+            trans: false,
+            ld: k as u64,
+        },
+        b: Src::Rows {
+            arg: 1,
+            trans: false,
+            ld: n as u64,
+        },
+        out: 2,
+        out_type: out,
+        ldc: n as u64,
+        alpha: 1.0,
+        addend: None,
+        residual: None,
+        relu: false,
+    }
+}
+
 fn forced(mb: u64, nb: u64, kb: u64, ksub: u64, first: u64, stages: u64, blocks: u32) -> Plan {
     Plan {
         mb,
@@ -840,30 +871,9 @@ fn forced_plans_with_a_full_c_share_ub_sets_between_groups() {
     for plan in [forced(16, 16, 4, 2, 1, 4, 3), forced(16, 16, 4, 1, 1, 2, 2)] {
         for (out, beta) in [(OutType::F32, 1.0f32), (OutType::F16, -0.5)] {
             let g = Gemm {
-                in_type: InType::F16,
-                factor: None,
-                name: "forced_c".into(),
-                batch: Vec::new(),
-                m: m as u64,
-                n: n as u64,
-                k: k as u64,
-                a: Src::Rows {
-                    arg: 0,
-                    trans: false,
-                    ld: k as u64,
-                },
-                b: Src::Rows {
-                    arg: 1,
-                    trans: false,
-                    ld: n as u64,
-                },
-                out: 2,
-                out_type: out,
-                ldc: n as u64,
                 alpha: 0.5,
                 addend: Some(Addend::Full { arg: 3, beta }),
-                residual: None,
-                relu: false,
+                ..rows_gemm("forced_c", (m, k, n), out)
             };
             let c_bytes: Vec<u8> = cv.iter().flat_map(|x| x.to_le_bytes()).collect();
             let got = run_plan(
@@ -1270,4 +1280,201 @@ fn a_product_that_fills_the_cores_is_not_split() {
         "{:?}",
         r.kernels.iter().map(|k| &k.name).collect::<Vec<_>>()
     );
+}
+
+/// Emits `g` split in `parts` slices of K (whatever the estimates say), checks both kernels
+/// statically and runs them in full mode on `args` as [`run_plan`] does (the partial sums in a
+/// buffer of their own), and returns the output bytes.
+fn run_split(g: &Gemm, parts: u64, args: &[Vec<u8>], out_bytes: usize) -> Vec<u8> {
+    use gearsim_compiler::lower::cube::splitk;
+    let cfg = preset();
+    let core = gearsim_host::atc::target(&cfg).core;
+    let split = splitk::split_in(g, parts, &core).unwrap();
+    let mut partial = Asm::new(&split.partial.name);
+    gemm::emit(&split.partial, &split.plan, &core, &mut partial);
+    let (reduce, reduce_blocks) = splitk::reduce_kernel(g, &split, &core).unwrap();
+    let mut dev = Device::new(cfg.clone(), NullSink);
+    let mut put = |bytes: Option<&[u8]>, len: usize| {
+        let p = dev.alloc(len as u64).unwrap();
+        match bytes {
+            Some(b) => dev.write(p, b).unwrap(),
+            None => dev.fill(p, len as u64, 0xff).unwrap(),
+        }
+        (len as u64, p.0)
+    };
+    let (a, b) = (
+        put(Some(&args[0]), args[0].len()),
+        put(Some(&args[1]), args[1].len()),
+    );
+    let out = put(None, out_bytes);
+    let ws = put(None, (split.parts * split.slice_bytes()) as usize);
+    let mut reduce_bufs = vec![ws, out];
+    let vectors = [
+        g.factor.map(|f| f.arg),
+        match g.addend {
+            Some(Addend::Cols { arg }) => Some(arg),
+            _ => None,
+        },
+    ];
+    for arg in vectors.into_iter().flatten() {
+        reduce_bufs.push(put(Some(&args[arg]), args[arg].len()));
+    }
+    for (asm, blocks, bufs) in [
+        (partial, split.plan.block_dim, vec![a, b, ws]),
+        (reduce, reduce_blocks, reduce_bufs),
+    ] {
+        let f = asm.finish().unwrap();
+        let report = verify_launch(&f.program, blocks, &bufs, &cfg);
+        assert!(report.is_ok(), "{parts} slices: {report}");
+        let handle = dev.load_kernel(f.program).unwrap();
+        let ptrs: Vec<u64> = bufs.iter().map(|b| b.1).collect();
+        dev.launch(handle, blocks, &ptrs, ExecMode::Full)
+            .unwrap_or_else(|e| panic!("{parts} slices: {e}"));
+    }
+    let mut got = vec![0u8; out_bytes];
+    dev.read(DevicePtr(out.1), &mut got).unwrap();
+    got
+}
+
+/// Forced splits over K of every operand layout and epilogue the reduction finishes, at shapes
+/// whose reduction spreads over several blocks with a short last block and a tail tile: A
+/// row-major or transposed, B transposed at run time or packed, a per-column or a scalar
+/// addend, alpha, an f16 or f32 result; an i8 product with per-column scales gives the whole
+/// product's bits.
+#[test]
+fn forced_splits_over_k_cover_every_layout_and_epilogue() {
+    use gearsim_compiler::lower::cube::splitk;
+    let core = gearsim_host::atc::target(&preset()).core;
+    // A [201][2048] rows, B^T [272][2048] at run time, a bias per column, f16 out.
+    let (m, k, n) = (201usize, 2048usize, 272usize);
+    let av = values(m * k, 1200);
+    let bv = values(k * n, 1201);
+    let bias = values(n, 1202);
+    let bt: Vec<f32> = (0..n * k).map(|i| bv[(i % k) * n + i / k]).collect();
+    let mut g = Gemm {
+        b: Src::Rows {
+            arg: 1,
+            trans: true,
+            ld: k as u64,
+        },
+        addend: Some(Addend::Cols { arg: 3 }),
+        ..rows_gemm("split_cols", (m, k, n), OutType::F16)
+    };
+    let c: Vec<f32> = (0..m * n).map(|i| bias[i % n]).collect();
+    for parts in [2, 4, 8] {
+        let got = run_split(
+            &g,
+            parts,
+            &[
+                f16_bytes(&av),
+                f16_bytes(&bt),
+                Vec::new(),
+                gemm::col_fractals(&bias, 1.0),
+            ],
+            m * n * 2,
+        );
+        let what = format!("{parts} slices, B transposed, bias per column");
+        check_plan_result(
+            &got,
+            OutType::F16,
+            &av,
+            &bv,
+            Some(&c),
+            (m, k, n),
+            1.0,
+            &what,
+        );
+    }
+    // A^T [768][40] at run time, B packed, alpha 0.5 and a scalar addend, f32 out.
+    let (m, k, n) = (40usize, 768usize, 48usize);
+    let av = values(m * k, 1210);
+    let bv = values(k * n, 1211);
+    let at: Vec<f32> = (0..k * m).map(|i| av[(i % m) * k + i / m]).collect();
+    g = Gemm {
+        name: "split_scalar".into(),
+        m: m as u64,
+        n: n as u64,
+        k: k as u64,
+        a: Src::Rows {
+            arg: 0,
+            trans: true,
+            ld: m as u64,
+        },
+        b: Src::Packed { arg: 1 },
+        out_type: OutType::F32,
+        ldc: n as u64,
+        alpha: 0.5,
+        addend: Some(Addend::Scalar { value: 0.25 }),
+        ..g
+    };
+    for parts in [3, 8] {
+        let plan = splitk::split_in(&g, parts, &core).unwrap().plan;
+        let kc = k as u64 / parts;
+        let packed = gemm::pack_b(&bv, parts, kc, n as u64, &plan);
+        let got = run_split(&g, parts, &[f16_bytes(&at), packed, Vec::new()], m * n * 4);
+        let c = vec![0.25f32; m * n];
+        let what = format!("{parts} slices, A transposed, B packed, scalar addend");
+        check_plan_result(
+            &got,
+            OutType::F32,
+            &av,
+            &bv,
+            Some(&c),
+            (m, k, n),
+            0.5,
+            &what,
+        );
+    }
+    // i8: A [37][4096] rows, B packed per slice, a scale per column, f16 out.
+    let (m, k, n) = (37usize, 4096usize, 80usize);
+    let a = i8_tensor(&[m as i64, k as i64], 1220);
+    let w = i8_tensor(&[k as i64, n as i64], 1221);
+    let scales: Vec<f32> = (0..n).map(|j| 0.0005 + 0.00001 * j as f32).collect();
+    let s = tensor(DataType::F16, &[n as i64], &scales);
+    let want = dequantised_ref(&a, &w, &s);
+    let weights: Vec<i8> = w.data.iter().map(|b| *b as i8).collect();
+    let units = (k / 2) as u64;
+    g = Gemm {
+        in_type: InType::I8,
+        name: "split_i8".into(),
+        m: m as u64,
+        n: n as u64,
+        k: units,
+        a: Src::Rows {
+            arg: 0,
+            trans: false,
+            ld: units,
+        },
+        b: Src::Packed { arg: 1 },
+        out_type: OutType::F16,
+        ldc: n as u64,
+        alpha: 1.0,
+        factor: Some(gemm::ColFactor { arg: 3 }),
+        addend: None,
+        ..g
+    };
+    let sv: Vec<f32> = s.to_f64s().iter().map(|x| *x as f32).collect();
+    for parts in [2, 4] {
+        let plan = splitk::split_in(&g, parts, &core).unwrap().plan;
+        let packed = splitk::pack_b_i8_slices(&weights, k as u64, n as u64, parts, &plan);
+        let got = run_split(
+            &g,
+            parts,
+            &[
+                a.data.to_vec(),
+                packed,
+                Vec::new(),
+                gemm::col_fractals(&sv, 1.0),
+            ],
+            m * n * 2,
+        );
+        let bits: Vec<u16> = got
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        assert_eq!(bits, want, "{parts} slices of an i8 product");
+    }
+    // What does not split is refused by name.
+    let e = splitk::split_in(&Gemm { n: 70, ..g.clone() }, 2, &core).unwrap_err();
+    assert!(e.contains("does not split in 2 slices"), "{e}");
 }

@@ -804,13 +804,8 @@ fn matmul_integer_cube(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
         residual: None,
         relu: false,
     };
-    // B's K slices are consecutive rows of `k / parts` values, packed one after the other.
     let pack = |b: &mut Build, plan: &gemm::Plan, parts: u64| {
-        let rows = (k / parts) as usize * n as usize;
-        let packed: Vec<u8> = weights
-            .chunks(rows)
-            .flat_map(|w| gemm::pack_b_i8(w, k / parts, n, plan))
-            .collect();
+        let packed = splitk::pack_b_i8_slices(&weights, k, n, parts, plan);
         [None, Some(b.derive(DataType::I8, packed))]
     };
     product(ctx, &mut b, &g, args, &pack)?;

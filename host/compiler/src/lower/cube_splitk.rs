@@ -70,8 +70,9 @@ impl Split {
 }
 
 /// Whether the reduction can finish `g`'s epilogue: one product (no batch), no residual, an
-/// addend that is a scalar or one value per column, an f16 or i8 product to f16 or f32, and
-/// rows of whole fractal columns (a tile then starts on a row at a 32-byte boundary).
+/// addend that is a scalar or one value per column, an f16 or i8 product to f16 or f32, a
+/// dense result of rows of whole fractal columns (a tile then starts on a row at a 32-byte
+/// boundary), and K of at least two fractals.
 fn splittable(g: &Gemm) -> bool {
     g.batch.is_empty()
         && g.residual.is_none()
@@ -82,7 +83,9 @@ fn splittable(g: &Gemm) -> bool {
         && matches!(g.in_type, InType::F16 | InType::I8)
         && matches!(g.out_type, OutType::F16 | OutType::F32)
         && g.n.is_multiple_of(16)
-        && g.k.is_multiple_of(32 * MIN_SLICE_FRACTALS)
+        && g.ldc == g.n
+        && g.k.is_multiple_of(16)
+        && g.k >= 32 * MIN_SLICE_FRACTALS
 }
 
 /// The whole product's plan, or a split when one is estimated faster (see the module doc).
@@ -130,6 +133,24 @@ pub fn choose(g: &Gemm, core: &CoreSpec) -> Result<Choice, String> {
     })
 }
 
+/// `g` split in `parts` slices of K whatever the estimates say (`parts` must divide K's
+/// fractals and the reduction must fit; see [`choose`] for when a split pays).
+pub fn split_in(g: &Gemm, parts: u64, core: &CoreSpec) -> Result<Split, String> {
+    if !splittable(g) || parts < 2 || !(g.k / 16).is_multiple_of(parts) {
+        return Err(format!(
+            "a {}x{}x{} product does not split in {parts} slices of K",
+            g.m, g.n, g.k
+        ));
+    }
+    let partial = partial_of(g, parts);
+    let plan = partial.plan(core)?;
+    Ok(Split {
+        parts,
+        partial,
+        plan,
+    })
+}
+
 /// `g`'s partial products over `parts` slices of K.
 fn partial_of(g: &Gemm, parts: u64) -> Gemm {
     let kc = g.k / parts;
@@ -171,10 +192,16 @@ fn partial_of(g: &Gemm, parts: u64) -> Gemm {
 /// (ranks a split against the whole product; the GEMM engine's planning rates).
 fn reduce_cycles(g: &Gemm, parts: u64, core: &CoreSpec) -> u64 {
     let elems = g.m * g.n;
-    let blocks = reduction(g, parts, |s| s.plan(core)).map_or(1, |p| u64::from(p.block_dim));
+    let plan = reduction(g, parts, |s| s.plan(core));
+    let blocks = plan.map_or(1, |p| u64::from(p.block_dim));
     let per_block = elems.div_ceil(blocks.max(1));
+    // The per-column vectors, loaded once per tile row before the first tile.
+    let vectors =
+        u64::from(g.factor.is_some()) + u64::from(matches!(g.addend, Some(Addend::Cols { .. })));
+    let resident = vectors * plan.map_or(0, |p| p.tile) * 4;
     blocks * core.block_dispatch_cycles
         + PLAN_SETUP
+        + resident / PLAN_BYTES_PER_CYCLE
         + per_block * parts * 4 / PLAN_BYTES_PER_CYCLE
         + PLAN_FLAG_LATENCY
         + per_block * g.out_type.bytes() / PLAN_WRITE_BYTES_PER_CYCLE
@@ -298,6 +325,16 @@ pub fn reduce_kernel(g: &Gemm, split: &Split, core: &CoreSpec) -> Result<(Asm, u
         s.emit(&mut a, plan);
         Ok((a, plan.block_dim))
     })
+}
+
+/// A constant i8 `B` (`[K][N]` values, row-major; `k` counts values) packed for `plan` as
+/// `parts` slices of K, one after the other (`parts` = 1: [`gemm::pack_b_i8`] of the whole).
+pub fn pack_b_i8_slices(values: &[i8], k: u64, n: u64, parts: u64, plan: &Plan) -> Vec<u8> {
+    let kc = k / parts;
+    values
+        .chunks((kc * n) as usize)
+        .flat_map(|slice| gemm::pack_b_i8(slice, kc, n, plan))
+        .collect()
 }
 
 /// A row-major `[M][K]` matrix as `parts` row-major `[M][K / parts]` slices of K, one after

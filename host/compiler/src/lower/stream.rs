@@ -263,8 +263,8 @@ impl Stream<'_> {
     }
 
     /// Loads every resident row vector once per tile row into its UB area at `offsets`, the
-    /// vector unit waiting for them (flag id 2, past the two buffers' ids); returns registers
-    /// holding the areas' addresses.
+    /// vector unit waiting for them (flag id 0, set and consumed before the buffers' flags are
+    /// primed); returns registers holding the areas' addresses.
     fn load_resident(&self, a: &mut Asm, args: Reg, plan: Plan, offsets: &[u64]) -> Vec<Reg> {
         if self.resident.is_empty() {
             return Vec::new();
@@ -292,7 +292,7 @@ impl Stream<'_> {
             a.movi(reg, *off as i64);
             regs.push(reg);
         }
-        queue::barrier(a, gearsim_isa::Pipe::Mte2, gearsim_isa::Pipe::V, 2);
+        queue::barrier(a, gearsim_isa::Pipe::Mte2, gearsim_isa::Pipe::V, 0);
         regs
     }
 }
