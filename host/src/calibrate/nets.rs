@@ -62,6 +62,21 @@ pub enum Net {
         /// The reduced dimension.
         k: u32,
     },
+    /// One fp16 3×3 convolution, stride 1, padding 1, no bias (`convNxCxHxWxO` in the targets
+    /// table): an `n×c×h×w` input to `o` channels, the shape of a hand-tiled NC1HWC0 kernel's
+    /// measurements (the X2 rows; only the convolution's own kernel is timed).
+    Conv {
+        /// Images.
+        n: u32,
+        /// Input channels.
+        c: u32,
+        /// Input (and output) rows.
+        h: u32,
+        /// Input (and output) columns.
+        w: u32,
+        /// Output channels.
+        o: u32,
+    },
     /// calibration.md §2's K20 (`mixstartup`): an element-wise Add (a vector-core kernel) and a
     /// MatMul of its result with a bias (a MIX kernel), whose start-up delays are compared.
     MixStartup,
@@ -119,6 +134,7 @@ impl Net {
             Net::QuantGemm { m, n, k } => format!("qgemm{m}x{n}x{k}"),
             Net::Bf16Gemm { m, n, k } => format!("bgemm{m}x{n}x{k}"),
             Net::Copy { direction, bytes } => format!("{}{bytes}", direction.prefix()),
+            Net::Conv { n, c, h, w, o } => format!("conv{n}x{c}x{h}x{w}x{o}"),
             Net::MixStartup => "mixstartup".into(),
             Net::BertBase => "bertbase".into(),
         }
@@ -140,6 +156,16 @@ impl Net {
             ("qgemm", |m, n, k| Net::QuantGemm { m, n, k }),
             ("bgemm", |m, n, k| Net::Bf16Gemm { m, n, k }),
         ];
+        if let Some(dims) = s.strip_prefix("conv") {
+            let d: Vec<u32> = dims
+                .split('x')
+                .map(|v| v.parse().ok())
+                .collect::<Option<_>>()?;
+            return match d[..] {
+                [n, c, h, w, o] if d.iter().all(|&v| v > 0) => Some(Net::Conv { n, c, h, w, o }),
+                _ => None,
+            };
+        }
         for (prefix, net) in products {
             if let Some(dims) = s.strip_prefix(prefix) {
                 let d: Vec<u32> = dims
@@ -181,6 +207,9 @@ impl Net {
             Net::Gemm { m, n, k } | Net::QuantGemm { m, n, k } | Net::Bf16Gemm { m, n, k } => {
                 return u64::from(m) * u64::from(n) * u64::from(k);
             }
+            Net::Conv { n, c, h, w, o } => {
+                return [n, c, h, w, o, 9].iter().map(|&v| u64::from(v)).product();
+            }
             Net::Copy { .. } => return 0,
             Net::MixStartup => return 64 * 64 * 64,
             Net::ResNet18 | Net::ResNet50 | Net::MobileNetV2 | Net::BertBase => {}
@@ -207,6 +236,7 @@ impl Net {
             Net::Gemm { .. }
             | Net::QuantGemm { .. }
             | Net::Bf16Gemm { .. }
+            | Net::Conv { .. }
             | Net::Copy { .. }
             | Net::MixStartup => {
                 return;
@@ -225,6 +255,7 @@ impl Net {
             Net::Gemm { m, n, k } => return gemm_onnx(m, n, k, DType::F16.onnx()),
             Net::Bf16Gemm { m, n, k } => return gemm_onnx(m, n, k, BFLOAT16),
             Net::QuantGemm { m, n, k } => return quant_gemm_onnx(m, n, k, seed),
+            Net::Conv { n, c, h, w, o } => return conv_onnx([n, c, h, w, o], seed),
             // A copy runs no model (`is_model`); the smallest GEMM stands in.
             Net::Copy { .. } => return gemm_onnx(1, 1, 1, DType::F16.onnx()),
             Net::MixStartup => return mix_startup_onnx(),
@@ -914,6 +945,58 @@ fn quant_gemm_onnx(m: u32, n: u32, k: u32, seed: u64) -> Vec<u8> {
     )
 }
 
+/// `y = Conv(x, w)` in fp16: a 3×3 window, stride 1, padding 1, `[n, c, h, w]` to
+/// `[n, o, h, w]`, seeded weights scaled as He initialisation scales them. A pointwise
+/// convolution (`c` to `c` channels) before it and a GlobalAveragePool after it make its input
+/// and output feature maps the layout pass keeps in NC1HWC0, as the measured kernel reads and
+/// writes them (a lone convolution between NCHW graph sides runs NCHW); only its kernel is
+/// timed (the one with the most products).
+fn conv_onnx([n, c, h, w, o]: [u32; 5], seed: u64) -> Vec<u8> {
+    let mut b = Builder::new(DType::F16, seed);
+    let (n, c, h, w, o) = (
+        i64::from(n),
+        i64::from(c),
+        i64::from(h),
+        i64::from(w),
+        i64::from(o),
+    );
+    let he = |fan_in: i64| (6.0 / fan_in as f32).sqrt();
+    let conv = |b: &mut Builder, name: &str, x: &str, out: &str, cin: i64, cout: i64, k: i64| {
+        let weight = b.weight(&format!("{name}_w"), &[cout, cin, k, k], he(k * k * cin));
+        let pad = k / 2;
+        op_node(
+            "Conv",
+            name,
+            vec![x.into(), weight],
+            out,
+            vec![
+                ints("kernel_shape", &[k, k]),
+                ints("pads", &[pad, pad, pad, pad]),
+                ints("strides", &[1, 1]),
+            ],
+        )
+    };
+    let nodes = vec![
+        conv(&mut b, "before", "x", "x5hd", c, c, 1),
+        conv(&mut b, "conv", "x5hd", "y5hd", c, o, 3),
+        op_node(
+            "GlobalAveragePool",
+            "pool",
+            vec!["y5hd".into()],
+            "y",
+            vec![],
+        ),
+    ];
+    let f16 = DType::F16.onnx();
+    model_bytes(
+        "conv",
+        nodes,
+        b.inits,
+        vec![value_info("x", f16, &[n, c, h, w])],
+        vec![value_info("y", f16, &[n, o, 1, 1])],
+    )
+}
+
 /// `s = x + x; y = s · w + b` over 64×64 fp16: a vector-core kernel, then a MIX kernel (the
 /// bias is added on the vector core after the cube's product; a product alone leaves L0C
 /// through the FIXPIPE and is a cube-core kernel).
@@ -1045,6 +1128,32 @@ mod tests {
         assert_eq!(graph.node.len(), 1);
         assert_eq!(graph.node[0].op_type, "MatMul");
         assert_eq!(graph.input.len(), 2);
+    }
+
+    #[test]
+    fn conv_names_parse_and_build_the_measured_convolution_between_5hd_sides() {
+        let c = Net::parse("conv4x128x8x48x1536").unwrap();
+        assert_eq!(c.name(), "conv4x128x8x48x1536");
+        assert_eq!(c.macs_per_image(), 4 * 128 * 8 * 48 * 1536 * 9);
+        for bad in [
+            "conv4x128x8x48",
+            "conv0x1x1x1x1",
+            "conv4x128x8x48x1536x2",
+            "convx",
+        ] {
+            assert_eq!(Net::parse(bad), None, "{bad}");
+        }
+        let m = ModelProto::decode(c.onnx(1, DType::F32, 3).as_slice()).unwrap();
+        let g = m.graph.unwrap();
+        let ops: Vec<&str> = g.node.iter().map(|n| n.op_type.as_str()).collect();
+        assert_eq!(ops, ["Conv", "Conv", "GlobalAveragePool"]);
+        let dims: Vec<&[i64]> = g.initializer.iter().map(|t| t.dims.as_slice()).collect();
+        assert_eq!(dims, [&[128, 128, 1, 1][..], &[1536, 128, 3, 3][..]]);
+        assert!(
+            g.initializer
+                .iter()
+                .all(|t| t.data_type == DType::F16.onnx())
+        );
     }
 
     #[test]

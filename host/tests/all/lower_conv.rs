@@ -700,6 +700,27 @@ fn conv5hd_weights_larger_than_l1_split_output_channels_over_blocks() {
     assert_eq!(r.kernels.len(), 1);
 }
 
+/// Weights that no split over the cores fits: 2048 output channels of 256-channel 3×3
+/// windows are 9.4 MB packed, and 24 groups would leave each block 1.2 MB of them against
+/// the 910B's 508 KB L1. The kernel runs more groups than cores, one block each, in waves.
+#[test]
+fn conv5hd_weights_no_core_split_fits_run_more_groups_than_cores_in_waves() {
+    let r = cube(
+        &Case::new(1, 256, (4, 6), 2048, 3)
+            .pad(1)
+            .bias()
+            .formats(F5, F5)
+            .on("ascend910b2"),
+        66,
+    );
+    let blocks = tiling(&r, "block_dim").expect("the 5HD kernel reports its blocks");
+    let groups = tiling(&r, "co_groups").expect("the 5HD kernel reports its groups");
+    assert!(
+        blocks > 24 && groups == blocks,
+        "{blocks} blocks, {groups} groups"
+    );
+}
+
 #[test]
 fn conv5hd_uneven_output_channel_groups_with_bias() {
     // 20 co fractals do not divide evenly among the groups.

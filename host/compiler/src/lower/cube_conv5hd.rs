@@ -20,7 +20,9 @@
 //! **Schedule.** The output channels are split into `G` groups, each block keeping only its
 //! group's packed weights in L1 (so layers whose weights exceed L1 run, and small maps still
 //! fill the cores); the group count is the one with the fewest predicted cycles (slowest
-//! block, or the chip's memory moving the weights once and the input once per group). Within a
+//! block, or the chip's memory moving the weights once and the input once per group). When
+//! no `G` up to the core count fits a group's weights in L1, `G` exceeds it with one block a
+//! group, which the cores run in waves. Within a
 //! group, blocks get contiguous runs of 16-pixel fractals (more to the blocks the scheduler
 //! starts first). A block's run becomes runs of one image, and runs shorter than a tile share
 //! one: a tile is one product `[pixels] × [C1 · kh · kw · 16] × [co]` over its segments'
@@ -54,7 +56,7 @@
 //! into or out of the node's workspace.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use gearsim_isa::units;
 use gearsim_isa::{DType, Pipe, SReg, SType, Space};
@@ -316,7 +318,42 @@ impl Plan {
                 Err(_) => {}
             }
         }
+        if best.is_none() {
+            // No split over the cores keeps a group's weights in L1: more groups than cores,
+            // one block each, which the scheduler runs in waves as the cores free up.
+            for plan in Plan::wave_splits(s, core, drain, source).flatten() {
+                let cost = plan.predicted_cycles(s, core);
+                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                    best = Some((cost, plan));
+                }
+            }
+        }
         best.map(|(_, p)| p).ok_or(why)
+    }
+
+    /// Splits of more groups than cores, one block each, for weights that no split over the
+    /// cores fits in L1 beside two input bands: the fewest groups whose weights fit three
+    /// quarters of L1, and twice, four and eight times as many (fewer co fractals a block
+    /// leave its bands more room), each rounded up to whole waves of blocks.
+    fn wave_splits(
+        s: &ConvShape,
+        core: &CoreSpec,
+        drain: Drain,
+        source: Source,
+    ) -> impl Iterator<Item = Result<Plan, String>> {
+        let cores = core.cube_blocks().max(1);
+        let m1 = s.m / 16;
+        let k = s.c.div_ceil(16) * s.kh * s.kw;
+        let fit = (core.l1_bytes * 3 / 4 / (k * FRACTAL).max(1)).max(1);
+        let fewest = m1.div_ceil(fit).max(cores + 1);
+        let candidates: BTreeSet<u64> = [1, 2, 4, 8]
+            .into_iter()
+            .map(|f| (fewest * f).next_multiple_of(cores).min(m1))
+            .filter(|g| *g > cores)
+            .collect();
+        candidates
+            .into_iter()
+            .map(move |groups| Plan::with_groups(s, core, drain, source, groups, 1))
     }
 
     /// The tiling for each number of output-channel groups, in increasing order (each group
@@ -537,6 +574,12 @@ impl Plan {
                         .max(START_CYCLES + loads)
             })
             .fold(0.0, f64::max);
+        // More blocks than cores run in waves.
+        let slowest = slowest
+            * self
+                .blocks
+                .len()
+                .div_ceil(core.cube_blocks().max(1) as usize) as f64;
         // Every group reads the whole input; after the first read it comes from the L2 when
         // it fits the share kept feature maps may fill (its producer has just written it).
         let input = s.n * s.h * s.w * self.source.gm_pixel_bytes(self.c1);
@@ -920,7 +963,8 @@ pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> R
         residual: true,
     };
     let mut why = None;
-    for plan in Plan::splits(s, core, most, source) {
+    for plan in Plan::splits(s, core, most, source).chain(Plan::wave_splits(s, core, most, source))
+    {
         match plan {
             Ok(_) => return Ok(()),
             Err(e) => {
