@@ -721,6 +721,37 @@ fn conv5hd_weights_no_core_split_fits_run_more_groups_than_cores_in_waves() {
     );
 }
 
+/// Bands too wide for L1 beside any weights: a 512-channel map of 96-pixel rows needs 295 KB
+/// of band for one row of output, twice over to double-buffer, against the 910B's 508 KB L1.
+/// The weights stream through L1 with the bands, in chunks of channel blocks.
+#[test]
+fn conv5hd_bands_wider_than_l1_stream_the_weights_in_chunks_of_k() {
+    for (c, seed) in [
+        (
+            Case::new(1, 512, (4, 96), 64, 3)
+                .pad(1)
+                .bias()
+                .formats(F5, F5)
+                .on("ascend910b2"),
+            67,
+        ),
+        (
+            Case::new(2, 400, (3, 100), 48, 3)
+                .pad(1)
+                .formats(F5, ND)
+                .on("ascend910b2"),
+            68,
+        ),
+    ] {
+        let r = cube(&c, seed);
+        assert_eq!(
+            tiling(&r, "weight_bytes"),
+            Some(0),
+            "{c:?}: streamed, none resident"
+        );
+    }
+}
+
 #[test]
 fn conv5hd_uneven_output_channel_groups_with_bias() {
     // 20 co fractals do not divide evenly among the groups.

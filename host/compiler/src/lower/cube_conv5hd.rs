@@ -22,7 +22,10 @@
 //! fill the cores); the group count is the one with the fewest predicted cycles (slowest
 //! block, or the chip's memory moving the weights once and the input once per group). When
 //! no `G` up to the core count fits a group's weights in L1, `G` exceeds it with one block a
-//! group, which the cores run in waves. Within a
+//! group, which the cores run in waves. Where two bands of every input channel leave no room
+//! for weights at all, nothing stays resident: each tile runs as chunks of a few channel
+//! blocks (that slice of its band and its co block's weights, one DMA each) that alternate
+//! between two L1 buffers, the next loading while the cube multiplies this one. Within a
 //! group, blocks get contiguous runs of 16-pixel fractals (more to the blocks the scheduler
 //! starts first). A block's run becomes runs of one image, and runs shorter than a tile share
 //! one: a tile is one product `[pixels] × [C1 · kh · kw · 16] × [co]` over its segments'
@@ -210,6 +213,15 @@ struct Tile {
 }
 
 impl Tile {
+    /// The rows (M) of its products: one segment's pixels exactly; several, whole fractals
+    /// each.
+    fn product_rows(&self) -> u64 {
+        match self.segs.as_slice() {
+            [g] => g.pixels,
+            _ => self.mf() * 16,
+        }
+    }
+
     /// Pixel fractals.
     fn mf(&self) -> u64 {
         self.segs.iter().map(Seg::mf).sum()
@@ -249,6 +261,17 @@ impl Block {
     }
 }
 
+/// One L1 chunk of a block whose weights stream: tile `tile`'s co block of `nb` co fractals
+/// from `f0` (of the group), over channel blocks `q0..q1` of its band.
+#[derive(Debug, Clone, Copy)]
+struct Chunk {
+    tile: usize,
+    f0: u64,
+    nb: u64,
+    q0: u64,
+    q1: u64,
+}
+
 /// What the drain reads besides L0C, which sets its UB buffers.
 #[derive(Debug, Clone, Copy)]
 struct Drain {
@@ -282,6 +305,12 @@ struct Plan {
     mf_max: u64,
     /// Each block's co group and tiles.
     blocks: Vec<Block>,
+    /// Channel blocks per L1 chunk when the weights stream through L1 with the bands (0: a
+    /// group's weights stay resident): each step's band slice and co block's weights come as
+    /// one chunk into one of two chunk buffers (`band_at`, `band_bytes` each), the band part
+    /// (`chunk_band` bytes) first.
+    stream: u64,
+    chunk_band: u64,
     /// L1: the group's weights at 0, two band buffers from `band_at`.
     w_bytes: u64,
     band_at: u64,
@@ -306,7 +335,7 @@ impl Plan {
     fn new(s: &ConvShape, core: &CoreSpec, drain: Drain, source: Source) -> Result<Plan, String> {
         let mut best: Option<((f64, f64), Plan)> = None;
         let mut why = String::new();
-        for plan in Plan::splits(s, core, drain, source) {
+        for plan in Plan::splits(s, core, drain, source, false) {
             match plan {
                 Ok(plan) => {
                     let cost = plan.predicted_cycles(s, core);
@@ -322,6 +351,16 @@ impl Plan {
             // No split over the cores keeps a group's weights in L1: more groups than cores,
             // one block each, which the scheduler runs in waves as the cores free up.
             for plan in Plan::wave_splits(s, core, drain, source).flatten() {
+                let cost = plan.predicted_cycles(s, core);
+                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
+                    best = Some((cost, plan));
+                }
+            }
+        }
+        if best.is_none() {
+            // Nor in waves (a band of every input channel and the weights do not fit L1
+            // together): the weights stream through L1 with the bands, in chunks of K.
+            for plan in Plan::splits(s, core, drain, source, true).flatten() {
                 let cost = plan.predicted_cycles(s, core);
                 if best.as_ref().is_none_or(|(c, _)| cost < *c) {
                     best = Some((cost, plan));
@@ -353,20 +392,24 @@ impl Plan {
             .collect();
         candidates
             .into_iter()
-            .map(move |groups| Plan::with_groups(s, core, drain, source, groups, 1))
+            .map(move |groups| Plan::with_groups(s, core, drain, source, groups, 1, false))
     }
 
     /// The tiling for each number of output-channel groups, in increasing order (each group
-    /// gets the blocks the cores leave it), laid out as it is asked for.
+    /// gets the blocks the cores leave it), laid out as it is asked for; `stream`: with the
+    /// weights streaming through L1 in chunks of K with the bands (each co block's re-read
+    /// per tile), for shapes no resident split fits.
     fn splits(
         s: &ConvShape,
         core: &CoreSpec,
         drain: Drain,
         source: Source,
+        stream: bool,
     ) -> impl Iterator<Item = Result<Plan, String>> {
         let cores = core.cube_blocks();
-        (1..=(s.m / 16).min(cores))
-            .map(move |groups| Plan::with_groups(s, core, drain, source, groups, cores / groups))
+        (1..=(s.m / 16).min(cores)).map(move |groups| {
+            Plan::with_groups(s, core, drain, source, groups, cores / groups, stream)
+        })
     }
 
     /// The tiling with the output channels in `groups` groups and `per_group` blocks each.
@@ -377,7 +420,11 @@ impl Plan {
         source: Source,
         groups: u64,
         per_group: u64,
+        stream: bool,
     ) -> Result<Plan, String> {
+        if stream && (source.image() || l0a_load2d(s, source) || row_step(s) > 1) {
+            return Err("only a window convolution over 5HD streams its weights".into());
+        }
         if source.image() && row_step(s) > 1 {
             return Err("a strided pointwise convolution cannot read the image".into());
         }
@@ -418,7 +465,7 @@ impl Plan {
                 mf_max * 16
             ));
         }
-        let w_bytes = k * g_max * FRACTAL;
+        let w_bytes = if stream { 0 } else { k * g_max * FRACTAL };
         if w_bytes > core.l1_bytes * 3 / 4 {
             return Err(format!(
                 "a group's packed weights ({w_bytes} bytes) exceed three quarters of L1 ({} bytes)",
@@ -453,6 +500,8 @@ impl Plan {
             co_groups: groups,
             mf_max,
             blocks: Vec::new(),
+            stream: 0,
+            chunk_band: 0,
             w_bytes,
             band_at,
             band_bytes: 0,
@@ -506,7 +555,12 @@ impl Plan {
             // Load2D moves whole fractals: a segment's last one may read up to 15 units past
             // its band, which the last band buffer leaves room for.
             let overread = if load2d { FRACTAL } else { 0 };
-            let fits = band_at + buffers * band + overread <= core.l1_bytes;
+            let fits = if stream {
+                // Two chunk buffers of one channel block's slice and its weights at least.
+                2 * (band / c1.max(1) + nbk * s.kh * s.kw * FRACTAL) <= core.l1_bytes
+            } else {
+                band_at + buffers * band + overread <= core.l1_bytes
+            };
             (blocks, band, fits)
         };
         // The largest tile size that fits (tiles shrink until their bands fit): a binary
@@ -537,6 +591,15 @@ impl Plan {
             }
         };
         plan.band_bytes = band;
+        if stream {
+            // As many channel blocks a chunk as two chunk buffers hold.
+            let slice = band / c1.max(1);
+            let per_block = slice + nbk * s.kh * s.kw * FRACTAL;
+            let qc = (core.l1_bytes / 2 / per_block).clamp(1, c1);
+            plan.stream = qc;
+            plan.chunk_band = qc * slice;
+            plan.band_bytes = qc * per_block;
+        }
         if blocks
             .iter()
             .flat_map(|b| &b.tiles)
@@ -566,7 +629,12 @@ impl Plan {
                     .flat_map(|t| &t.segs)
                     .map(|g| g.band_h * s.w * self.source.gm_pixel_bytes(self.c1))
                     .sum();
-                let loads = (self.k * b.co_len() * FRACTAL + bands) as f64
+                let weight_reads = if self.stream > 0 {
+                    b.tiles.len() as u64
+                } else {
+                    1
+                };
+                let loads = (self.k * b.co_len() * FRACTAL * weight_reads + bands) as f64
                     / core.gm_read_bytes_per_cycle.max(1) as f64;
                 DISPATCH_STAGGER_CYCLES * i as f64
                     + self
@@ -963,7 +1031,9 @@ pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> R
         residual: true,
     };
     let mut why = None;
-    for plan in Plan::splits(s, core, most, source).chain(Plan::wave_splits(s, core, most, source))
+    for plan in Plan::splits(s, core, most, source, false)
+        .chain(Plan::wave_splits(s, core, most, source))
+        .chain(Plan::splits(s, core, most, source, true))
     {
         match plan {
             Ok(_) => return Ok(()),
@@ -1616,6 +1686,10 @@ impl<'a> Gen<'a> {
     }
 
     fn block(&mut self, block: &Block) {
+        if self.plan.stream > 0 {
+            self.block_streamed(block);
+            return;
+        }
         let plan = self.plan;
         self.co = block.co;
         let (g, tiles) = (block.co_len(), &block.tiles);
@@ -1651,38 +1725,10 @@ impl<'a> Gen<'a> {
             if gi == 0 && self.bias {
                 // The bias rows right behind the first group: V fills both L0C halves with
                 // them while the rest of the weights arrive.
-                let [t0, t1, _, _] = self.r.t;
-                let bias = self.r.bias;
-                self.a
-                    .ld(Space::Gm, SType::U64, bias, args)
-                    .off(arg::BIAS * 8);
-                self.a.movi(t0, self.ub.bias as i64);
-                self.gm(t1, bias, self.co.0 * FRACTAL_C);
-                // One 64-byte row of each of the group's bias fractals.
-                self.a
-                    .copy_gm_to_ub(t0, t1, g, BIAS_ROW / UNIT)
-                    .src_gap((FRACTAL_C - BIAS_ROW) / UNIT);
-                self.set(Pipe::Mte2, Pipe::V, ev::BIAS);
-                self.fills = tiles
-                    .iter()
-                    .flat_map(|t| plan.co_blocks(g).map(|(f0, nb)| (t.mf(), f0, nb)))
-                    .collect();
-                self.wait(Pipe::Mte2, Pipe::V, ev::BIAS);
-                for u in 0..self.fills.len().min(2) {
-                    self.fill(u);
-                }
+                self.load_bias(tiles, g);
             }
         }
-        let out = self.r.out;
-        self.a
-            .ld(Space::Gm, SType::U64, out, args)
-            .off(arg::OUT * 8);
-        if self.residual {
-            let res = self.r.residual;
-            self.a
-                .ld(Space::Gm, SType::U64, res, args)
-                .off(arg::RESIDUAL * 8);
-        }
+        self.load_out_args();
         self.groups_waited = 1;
         for (i, t) in tiles.iter().enumerate() {
             let parity = (i % 2) as u64;
@@ -1706,13 +1752,9 @@ impl<'a> Gen<'a> {
 
     fn tile(&mut self, t: &Tile, parity: u64, last: bool) {
         let (s, plan) = (self.s, self.plan);
-        let [t0, t1, t2, _] = self.r.t;
+        let [t0, t1, _, _] = self.r.t;
         let mf = t.mf();
-        // One segment: its pixels exactly; several: whole fractals each.
-        let pixels = match t.segs.as_slice() {
-            [g] => g.pixels,
-            _ => mf * 16,
-        };
+        let pixels = t.product_rows();
         for g in &t.segs {
             self.a.comment(format_args!(
                 "tile segment: image {}, pixels {}..{}, band rows {}..{}",
@@ -1773,15 +1815,7 @@ impl<'a> Gen<'a> {
                     if !single {
                         self.fmatrix(g);
                     }
-                    self.a.movi(t0, dst as i64);
-                    self.a.movi(t1, band as i64);
-                    self.a
-                        .img2col_l0a(t0, t1, plan.c1, s.kh, s.kw, g.m_start, k0, g.mf(), kfs)
-                        .c04(plan.source.c04())
-                        .stride_h(s.sh / row_step(s))
-                        .stride_w(s.sw)
-                        .dil_h(s.dh)
-                        .dil_w(s.dw);
+                    self.img2col(dst, band, plan.c1, g, k0, kfs);
                 }
                 for j in 0..nb {
                     self.a
@@ -1792,24 +1826,268 @@ impl<'a> Gen<'a> {
                 if st + 1 == nsteps && cb + 1 == cob {
                     self.set(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[parity as usize]);
                 }
-                self.set(Pipe::Mte1, Pipe::M, ev::L0[b]);
-                self.wait(Pipe::Mte1, Pipe::M, ev::L0[b]);
-                if st == 0 {
-                    self.wait(Pipe::V, Pipe::M, ev::L0C[half as usize]);
-                }
-                self.a.movi(t0, (b as u64 * plan.l0a_half) as i64);
-                self.a.movi(t1, (b as u64 * plan.l0b_half) as i64);
-                self.a.movi(t2, l0c as i64);
-                self.a
-                    .mmad(t2, t0, t1, pixels, 16 * kfs, 16 * nb)
-                    .init(st == 0 && !self.bias);
-                self.set(Pipe::M, Pipe::Mte1, ev::L0[b]);
-                if st + 1 == nsteps {
-                    self.set(Pipe::M, Pipe::V, ev::L0C[half as usize]);
-                }
-                self.steps += 1;
+                self.product(b, half, l0c, (pixels, kfs, nb), st == 0, st + 1 == nsteps);
             }
             self.drain(t, f0, nb, half, l0c, last && cb + 1 == cob);
+            self.l0c_tiles += 1;
+        }
+    }
+
+    /// MTE1: `kfs` K fractals from `k0` of segment `g`'s windows, read from its band at
+    /// `band` (`c1` channel blocks), into L0A at `dst`.
+    fn img2col(&mut self, dst: u64, band: u64, c1: u64, g: &Seg, k0: u64, kfs: u64) {
+        let s = self.s;
+        let [t0, t1, _, _] = self.r.t;
+        self.a.movi(t0, dst as i64);
+        self.a.movi(t1, band as i64);
+        self.a
+            .img2col_l0a(t0, t1, c1, s.kh, s.kw, g.m_start, k0, g.mf(), kfs)
+            .c04(self.plan.source.c04())
+            .stride_h(s.sh / row_step(s))
+            .stride_w(s.sw)
+            .dil_h(s.dh)
+            .dil_w(s.dw);
+    }
+
+    /// One L0 step's product from step buffer `b` into the L0C half `half` (at `l0c`) of
+    /// `pixels` × `16 kfs` × `16 nb`: the step that `opens` the half waits for V to free it
+    /// and starts it (unless a bias is in it already), the one that `closes` it hands it
+    /// to V.
+    fn product(
+        &mut self,
+        b: usize,
+        half: u64,
+        l0c: u64,
+        (pixels, kfs, nb): (u64, u64, u64),
+        opens: bool,
+        closes: bool,
+    ) {
+        let plan = self.plan;
+        let [t0, t1, t2, _] = self.r.t;
+        self.set(Pipe::Mte1, Pipe::M, ev::L0[b]);
+        self.wait(Pipe::Mte1, Pipe::M, ev::L0[b]);
+        if opens {
+            self.wait(Pipe::V, Pipe::M, ev::L0C[half as usize]);
+        }
+        self.a.movi(t0, (b as u64 * plan.l0a_half) as i64);
+        self.a.movi(t1, (b as u64 * plan.l0b_half) as i64);
+        self.a.movi(t2, l0c as i64);
+        self.a
+            .mmad(t2, t0, t1, pixels, 16 * kfs, 16 * nb)
+            .init(opens && !self.bias);
+        self.set(Pipe::M, Pipe::Mte1, ev::L0[b]);
+        if closes {
+            self.set(Pipe::M, Pipe::V, ev::L0C[half as usize]);
+        }
+        self.steps += 1;
+    }
+
+    /// The output's address (and a fused residual's), which the drains need.
+    fn load_out_args(&mut self) {
+        let (args, out) = (self.r.args, self.r.out);
+        self.a
+            .ld(Space::Gm, SType::U64, out, args)
+            .off(arg::OUT * 8);
+        if self.residual {
+            let res = self.r.residual;
+            self.a
+                .ld(Space::Gm, SType::U64, res, args)
+                .off(arg::RESIDUAL * 8);
+        }
+    }
+
+    /// The bias rows of the block's group into UB, and V's fill of both L0C halves with the
+    /// first two tiles' (the later ones follow each drain).
+    fn load_bias(&mut self, tiles: &[Tile], g: u64) {
+        let [t0, t1, _, _] = self.r.t;
+        let (args, bias) = (self.r.args, self.r.bias);
+        self.a
+            .ld(Space::Gm, SType::U64, bias, args)
+            .off(arg::BIAS * 8);
+        self.a.movi(t0, self.ub.bias as i64);
+        self.gm(t1, bias, self.co.0 * FRACTAL_C);
+        // One 64-byte row of each of the group's bias fractals.
+        self.a
+            .copy_gm_to_ub(t0, t1, g, BIAS_ROW / UNIT)
+            .src_gap((FRACTAL_C - BIAS_ROW) / UNIT);
+        self.set(Pipe::Mte2, Pipe::V, ev::BIAS);
+        self.fills = tiles
+            .iter()
+            .flat_map(|t| self.plan.co_blocks(g).map(|(f0, nb)| (t.mf(), f0, nb)))
+            .collect();
+        self.wait(Pipe::Mte2, Pipe::V, ev::BIAS);
+        for u in 0..self.fills.len().min(2) {
+            self.fill(u);
+        }
+    }
+
+    /// A block whose weights stream through L1: its chunks (per tile, per co block, per run
+    /// of `stream` channel blocks: that slice of the tile's band and of the co block's
+    /// weights) alternate between the two chunk buffers, the next loading while the cube
+    /// works on this one.
+    fn block_streamed(&mut self, block: &Block) {
+        let plan = self.plan;
+        self.co = block.co;
+        let (g, tiles) = (block.co_len(), &block.tiles);
+        if tiles.is_empty() {
+            return;
+        }
+        let mut chunks = Vec::new();
+        for (ti, _) in tiles.iter().enumerate() {
+            for (f0, nb) in plan.co_blocks(g) {
+                for q0 in (0..plan.c1).step_by(plan.stream as usize) {
+                    chunks.push(Chunk {
+                        tile: ti,
+                        f0,
+                        nb,
+                        q0,
+                        q1: (q0 + plan.stream).min(plan.c1),
+                    });
+                }
+            }
+        }
+        self.a.comment(format_args!(
+            "{} chunks of at most {} channel blocks, weights streamed with the bands",
+            chunks.len(),
+            plan.stream
+        ));
+        let (args, w) = (self.r.args, self.r.w);
+        self.wait(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[0]);
+        self.a
+            .ld(Space::Gm, SType::U64, w, args)
+            .off(arg::WEIGHTS * 8);
+        self.load_chunk(&tiles[chunks[0].tile], &chunks[0], 0);
+        self.set(Pipe::Mte2, Pipe::Mte1, ev::BAND[0]);
+        if self.bias {
+            self.load_bias(tiles, g);
+        }
+        self.load_out_args();
+        for (ci, ch) in chunks.iter().enumerate() {
+            let parity = (ci % 2) as u64;
+            if let Some(next) = chunks.get(ci + 1) {
+                let np = 1 - parity;
+                self.wait(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[np as usize]);
+                self.load_chunk(&tiles[next.tile], next, np);
+                self.set(Pipe::Mte2, Pipe::Mte1, ev::BAND[np as usize]);
+            }
+            let t = &tiles[ch.tile];
+            let first = ci == 0 || chunks[ci - 1].tile != ch.tile || chunks[ci - 1].f0 != ch.f0;
+            let last = chunks
+                .get(ci + 1)
+                .is_none_or(|n| n.tile != ch.tile || n.f0 != ch.f0);
+            let block_last = ci + 1 == chunks.len();
+            self.chunk(t, ch, parity, first, last, block_last);
+        }
+        self.steps = 0;
+        self.l0c_tiles = 0;
+    }
+
+    /// MTE2: chunk `ch` of tile `t` into chunk buffer `parity`: each segment's band rows of
+    /// channel blocks `q0..q1` (one burst per channel block), then the weights of co
+    /// fractals `f0..f0 + nb` over those channel blocks' K fractals.
+    fn load_chunk(&mut self, t: &Tile, ch: &Chunk, parity: u64) {
+        let s = self.s;
+        let plan = self.plan;
+        let [t0, t1, _, _] = self.r.t;
+        let (x, w) = (self.r.x, self.r.w);
+        let qn = ch.q1 - ch.q0;
+        let base = self.band_l1(parity);
+        let mut at = base;
+        for g in &t.segs {
+            let slice = g.band_h * s.w * UNIT;
+            if g.band_h > 0 {
+                self.a.movi(t0, at as i64);
+                self.gm(
+                    t1,
+                    x,
+                    ((g.n * plan.c1 + ch.q0) * s.h + g.in_row) * s.w * UNIT,
+                );
+                self.a
+                    .copy_gm_to_l1(t0, t1, qn, g.band_h * s.w)
+                    .src_gap((s.h - g.band_h) * s.w)
+                    .dst_gap(0);
+            }
+            at += qn * slice;
+        }
+        let taps = s.kh * s.kw;
+        let (k0, kn) = (ch.q0 * taps, qn * taps);
+        let units = FRACTAL / UNIT;
+        self.a.movi(t0, (base + plan.chunk_band) as i64);
+        self.gm(t1, w, ((self.co.0 + ch.f0) * plan.k + k0) * FRACTAL);
+        self.a
+            .copy_gm_to_l1(t0, t1, ch.nb, kn * units)
+            .src_gap((plan.k - kn) * units)
+            .dst_gap(0);
+    }
+
+    /// The L0 steps over chunk `ch` of tile `t` (in chunk buffer `parity`): its co block's
+    /// products over the chunk's K fractals, accumulating in the co block's L0C half; the
+    /// co block's `first` chunk starts the half, its `last` drains it.
+    fn chunk(
+        &mut self,
+        t: &Tile,
+        ch: &Chunk,
+        parity: u64,
+        first: bool,
+        last: bool,
+        block_last: bool,
+    ) {
+        let (s, plan) = (self.s, self.plan);
+        let [t0, t1, _, _] = self.r.t;
+        let mf = t.mf();
+        let pixels = t.product_rows();
+        let single = t.segs.len() == 1;
+        if first && single {
+            self.fmatrix(&t.segs[0]);
+        }
+        let offs = t.seg_offsets();
+        let qn = ch.q1 - ch.q0;
+        let taps = s.kh * s.kw;
+        let kn = qn * taps;
+        let base = self.band_l1(parity);
+        let mut bands = Vec::new();
+        let mut at = base;
+        for g in &t.segs {
+            bands.push(at);
+            at += qn * g.band_h * s.w * UNIT;
+        }
+        let nb = ch.nb;
+        let kf = plan.kf(mf, nb).min(kn);
+        let nsteps = kn.div_ceil(kf);
+        let half = self.l0c_tiles % 2;
+        let l0c = half * plan.l0c_half;
+        for st in 0..nsteps {
+            let b = (self.steps % 2) as usize;
+            let k0 = st * kf;
+            let kfs = kf.min(kn - k0);
+            self.wait(Pipe::M, Pipe::Mte1, ev::L0[b]);
+            if st == 0 {
+                self.wait(Pipe::Mte2, Pipe::Mte1, ev::BAND[parity as usize]);
+            }
+            for ((g, &band), m_off) in t.segs.iter().zip(&bands).zip(&offs) {
+                if !single {
+                    self.fmatrix(g);
+                }
+                let dst = b as u64 * plan.l0a_half + m_off * kfs * FRACTAL;
+                self.img2col(dst, band, qn, g, k0, kfs);
+            }
+            for j in 0..nb {
+                self.a
+                    .movi(t0, (b as u64 * plan.l0b_half + j * kfs * FRACTAL) as i64);
+                self.a.movi(
+                    t1,
+                    (base + plan.chunk_band + (j * kn + k0) * FRACTAL) as i64,
+                );
+                self.a.load_l0b(t0, t1, kfs);
+            }
+            if st + 1 == nsteps {
+                self.set(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[parity as usize]);
+            }
+            let (opens, closes) = (first && st == 0, last && st + 1 == nsteps);
+            self.product(b, half, l0c, (pixels, kfs, nb), opens, closes);
+        }
+        if last {
+            self.drain(t, ch.f0, nb, half, l0c, block_last);
             self.l0c_tiles += 1;
         }
     }
