@@ -156,24 +156,22 @@ impl Net {
             ("qgemm", |m, n, k| Net::QuantGemm { m, n, k }),
             ("bgemm", |m, n, k| Net::Bf16Gemm { m, n, k }),
         ];
-        if let Some(dims) = s.strip_prefix("conv") {
-            let d: Vec<u32> = dims
-                .split('x')
-                .map(|v| v.parse().ok())
-                .collect::<Option<_>>()?;
-            return match d[..] {
-                [n, c, h, w, o] if d.iter().all(|&v| v > 0) => Some(Net::Conv { n, c, h, w, o }),
+        // Positive dims joined by `x`.
+        let dims = |d: &str| -> Option<Vec<u32>> {
+            d.split('x')
+                .map(|v| v.parse().ok().filter(|v| *v > 0))
+                .collect()
+        };
+        if let Some(d) = s.strip_prefix("conv") {
+            return match dims(d)?[..] {
+                [n, c, h, w, o] => Some(Net::Conv { n, c, h, w, o }),
                 _ => None,
             };
         }
         for (prefix, net) in products {
-            if let Some(dims) = s.strip_prefix(prefix) {
-                let d: Vec<u32> = dims
-                    .split('x')
-                    .map(|v| v.parse().ok())
-                    .collect::<Option<_>>()?;
-                return match d[..] {
-                    [m, n, k] if m > 0 && n > 0 && k > 0 => Some(net(m, n, k)),
+            if let Some(d) = s.strip_prefix(prefix) {
+                return match dims(d)?[..] {
+                    [m, n, k] => Some(net(m, n, k)),
                     _ => None,
                 };
             }

@@ -333,41 +333,35 @@ impl Plan {
     /// small maps still fill the cores), the pixel fractals of each group over the blocks
     /// left to it.
     fn new(s: &ConvShape, core: &CoreSpec, drain: Drain, source: Source) -> Result<Plan, String> {
-        let mut best: Option<((f64, f64), Plan)> = None;
         let mut why = String::new();
-        for plan in Plan::splits(s, core, drain, source, false) {
-            match plan {
-                Ok(plan) => {
-                    let cost = plan.predicted_cycles(s, core);
-                    if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                        best = Some((cost, plan));
-                    }
+        let resident = Plan::splits(s, core, drain, source, false).filter_map(|plan| {
+            plan.map_err(|e| {
+                if why.is_empty() {
+                    why = e;
                 }
-                Err(e) if why.is_empty() => why = e,
-                Err(_) => {}
-            }
-        }
-        if best.is_none() {
-            // No split over the cores keeps a group's weights in L1: more groups than cores,
-            // one block each, which the scheduler runs in waves as the cores free up.
-            for plan in Plan::wave_splits(s, core, drain, source).flatten() {
-                let cost = plan.predicted_cycles(s, core);
-                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                    best = Some((cost, plan));
-                }
-            }
-        }
-        if best.is_none() {
+            })
+            .ok()
+        });
+        let cheapest = |plans: &mut dyn Iterator<Item = Plan>| {
+            plans
+                .map(|plan| (plan.predicted_cycles(s, core), plan))
+                .fold(
+                    None::<((f64, f64), Plan)>,
+                    |best, (cost, plan)| match best {
+                        Some((c, _)) if c <= cost => best,
+                        _ => Some((cost, plan)),
+                    },
+                )
+                .map(|(_, plan)| plan)
+        };
+        let best = cheapest(&mut { resident })
+            // No split over the cores keeps a group's weights in L1: more groups than
+            // cores, one block each, which the scheduler runs in waves as the cores free up.
+            .or_else(|| cheapest(&mut Plan::wave_splits(s, core, drain, source).flatten()))
             // Nor in waves (a band of every input channel and the weights do not fit L1
             // together): the weights stream through L1 with the bands, in chunks of K.
-            for plan in Plan::splits(s, core, drain, source, true).flatten() {
-                let cost = plan.predicted_cycles(s, core);
-                if best.as_ref().is_none_or(|(c, _)| cost < *c) {
-                    best = Some((cost, plan));
-                }
-            }
-        }
-        best.map(|(_, p)| p).ok_or(why)
+            .or_else(|| cheapest(&mut Plan::splits(s, core, drain, source, true).flatten()));
+        best.ok_or(why)
     }
 
     /// Splits of more groups than cores, one block each, for weights that no split over the
@@ -516,6 +510,9 @@ impl Plan {
         // Each group's blocks get runs of pixel fractals (each image's last one may be
         // partial); tiles shrink until two of their bands and the weights fit L1.
         let per_image = (s.ho * s.wo).div_ceil(16);
+        // Streamed: a chunk's bytes per channel block, its slice of the largest band (`band`
+        // covers all `c1`) and the co block's weights over its K fractals.
+        let chunk_per_block = |band: u64| band / c1.max(1) + nbk * s.kh * s.kw * FRACTAL;
         // The tiling at a given tile size, and whether its bands (double-buffered unless every
         // block runs one tile) fit L1 beside the weights.
         let layout = |mf_max: u64| -> (Vec<Block>, u64, bool) {
@@ -557,7 +554,7 @@ impl Plan {
             let overread = if load2d { FRACTAL } else { 0 };
             let fits = if stream {
                 // Two chunk buffers of one channel block's slice and its weights at least.
-                2 * (band / c1.max(1) + nbk * s.kh * s.kw * FRACTAL) <= core.l1_bytes
+                2 * chunk_per_block(band) <= core.l1_bytes
             } else {
                 band_at + buffers * band + overread <= core.l1_bytes
             };
@@ -593,12 +590,10 @@ impl Plan {
         plan.band_bytes = band;
         if stream {
             // As many channel blocks a chunk as two chunk buffers hold.
-            let slice = band / c1.max(1);
-            let per_block = slice + nbk * s.kh * s.kw * FRACTAL;
-            let qc = (core.l1_bytes / 2 / per_block).clamp(1, c1);
+            let qc = (core.l1_bytes / 2 / chunk_per_block(band)).clamp(1, c1);
             plan.stream = qc;
-            plan.chunk_band = qc * slice;
-            plan.band_bytes = qc * per_block;
+            plan.chunk_band = qc * (band / c1.max(1));
+            plan.band_bytes = qc * chunk_per_block(band);
         }
         if blocks
             .iter()
@@ -1933,7 +1928,7 @@ impl<'a> Gen<'a> {
             return;
         }
         let mut chunks = Vec::new();
-        for (ti, _) in tiles.iter().enumerate() {
+        for ti in 0..tiles.len() {
             for (f0, nb) in plan.co_blocks(g) {
                 for q0 in (0..plan.c1).step_by(plan.stream as usize) {
                     chunks.push(Chunk {
@@ -1982,6 +1977,20 @@ impl<'a> Gen<'a> {
         self.l0c_tiles = 0;
     }
 
+    /// L1 addresses of tile `t`'s segments' bands in chunk buffer `parity`, each of `qn`
+    /// channel blocks.
+    fn chunk_bands(&self, t: &Tile, qn: u64, parity: u64) -> Vec<u64> {
+        let mut at = self.band_l1(parity);
+        t.segs
+            .iter()
+            .map(|g| {
+                let here = at;
+                at += qn * g.band_h * self.s.w * UNIT;
+                here
+            })
+            .collect()
+    }
+
     /// MTE2: chunk `ch` of tile `t` into chunk buffer `parity`: each segment's band rows of
     /// channel blocks `q0..q1` (one burst per channel block), then the weights of co
     /// fractals `f0..f0 + nb` over those channel blocks' K fractals.
@@ -1992,9 +2001,7 @@ impl<'a> Gen<'a> {
         let (x, w) = (self.r.x, self.r.w);
         let qn = ch.q1 - ch.q0;
         let base = self.band_l1(parity);
-        let mut at = base;
-        for g in &t.segs {
-            let slice = g.band_h * s.w * UNIT;
+        for (g, at) in t.segs.iter().zip(self.chunk_bands(t, qn, parity)) {
             if g.band_h > 0 {
                 self.a.movi(t0, at as i64);
                 self.gm(
@@ -2007,9 +2014,8 @@ impl<'a> Gen<'a> {
                     .src_gap((s.h - g.band_h) * s.w)
                     .dst_gap(0);
             }
-            at += qn * slice;
         }
-        let taps = s.kh * s.kw;
+        let taps = plan.k_per_slice(s);
         let (k0, kn) = (ch.q0 * taps, qn * taps);
         let units = FRACTAL / UNIT;
         self.a.movi(t0, (base + plan.chunk_band) as i64);
@@ -2042,15 +2048,9 @@ impl<'a> Gen<'a> {
         }
         let offs = t.seg_offsets();
         let qn = ch.q1 - ch.q0;
-        let taps = s.kh * s.kw;
-        let kn = qn * taps;
+        let kn = qn * plan.k_per_slice(s);
         let base = self.band_l1(parity);
-        let mut bands = Vec::new();
-        let mut at = base;
-        for g in &t.segs {
-            bands.push(at);
-            at += qn * g.band_h * s.w * UNIT;
-        }
+        let bands = self.chunk_bands(t, qn, parity);
         let nb = ch.nb;
         let kf = plan.kf(mf, nb).min(kn);
         let nsteps = kn.div_ceil(kf);
