@@ -752,6 +752,29 @@ fn conv5hd_bands_wider_than_l1_stream_the_weights_in_chunks_of_k() {
     }
 }
 
+/// A streamed block with many co blocks runs all but each tile's last ones as a loop of
+/// pairs whose weights', output's and bias rows' addresses move each pass (the code of a
+/// 640 -> 7680-channel convolution would not fit a kernel unrolled): the loop's passes give the
+/// reference's values (a 1024-channel map of 128-pixel rows on the 310P, 49 co fractals in
+/// blocks of 8, with a bias).
+#[test]
+fn conv5hd_streamed_co_blocks_run_as_a_loop_of_pairs() {
+    let c = Case::new(1, 1024, (20, 128), 784, 3)
+        .pad(1)
+        .bias()
+        .formats(F5, F5)
+        .on("ascend310p");
+    let r = cube(&c, 70);
+    assert_eq!(tiling(&r, "weight_bytes"), Some(0), "{c:?}: streamed");
+    let loops = r
+        .kernels
+        .iter()
+        .flat_map(|k| &k.program.instrs)
+        .filter(|i| matches!(i, gearsim_isa::Instruction::LoopNz(_)))
+        .count();
+    assert!(loops > 0, "{c:?}: the co blocks loop");
+}
+
 #[test]
 fn conv5hd_uneven_output_channel_groups_with_bias() {
     // 20 co fractals do not divide evenly among the groups.

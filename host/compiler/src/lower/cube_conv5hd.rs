@@ -1376,6 +1376,10 @@ struct Regs {
     bias: Reg,
     residual: Reg,
     t: [Reg; 4],
+    /// A loop over co blocks (streamed weights): its counter, and how far the bias rows'
+    /// UB address has moved.
+    count: Reg,
+    ub_shift: Reg,
 }
 
 /// Writes the kernel: a shared prologue, each block's unrolled tiles, a shared epilogue.
@@ -1402,6 +1406,9 @@ struct Gen<'a> {
     groups: Vec<(u64, u64)>,
     /// The block's co group (output-channel fractals).
     co: (u64, u64),
+    /// Whether the code being written is a co-block loop's body (the bias fills then add
+    /// `ub_shift`).
+    in_loop: bool,
 }
 
 impl<'a> Gen<'a> {
@@ -1422,6 +1429,8 @@ impl<'a> Gen<'a> {
             bias: a.reg(),
             residual: a.reg(),
             t: [a.reg(), a.reg(), a.reg(), a.reg()],
+            count: a.reg(),
+            ub_shift: a.reg(),
         };
         Gen {
             a,
@@ -1438,6 +1447,7 @@ impl<'a> Gen<'a> {
             groups: Vec::new(),
             epilogue: Epilogue::None,
             co: (0, 0),
+            in_loop: false,
         }
     }
 
@@ -1957,24 +1967,91 @@ impl<'a> Gen<'a> {
             self.load_bias(tiles, g);
         }
         self.load_out_args();
-        for (ci, ch) in chunks.iter().enumerate() {
-            let parity = (ci % 2) as u64;
-            if let Some(next) = chunks.get(ci + 1) {
-                let np = 1 - parity;
-                self.wait(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[np as usize]);
-                self.load_chunk(&tiles[next.tile], next, np);
-                self.set(Pipe::Mte2, Pipe::Mte1, ev::BAND[np as usize]);
+        // Each tile's co blocks but its last two or three run as a loop of pairs (two L0C halves):
+        // a pair's code differs from the next pair's only in the weights' and the output's
+        // GM addresses and the bias rows' UB address, which move by two co blocks each time.
+        let per_run = plan.c1.div_ceil(plan.stream) as usize;
+        let co_blocks = plan.co_blocks(g).count();
+        let full = (g / plan.nbk) as usize;
+        let pairs = if full >= 4 { (full - 2) / 2 } else { 0 };
+        let mut ci = 0;
+        while ci < chunks.len() {
+            if pairs >= 2 && ci % (per_run * co_blocks) == 0 {
+                self.co_loop(tiles, &chunks, ci, 2 * per_run, pairs as u64);
+                ci += 2 * per_run * pairs;
+                continue;
             }
-            let t = &tiles[ch.tile];
-            let first = ci == 0 || chunks[ci - 1].tile != ch.tile || chunks[ci - 1].f0 != ch.f0;
-            let last = chunks
-                .get(ci + 1)
-                .is_none_or(|n| n.tile != ch.tile || n.f0 != ch.f0);
-            let block_last = ci + 1 == chunks.len();
-            self.chunk(t, ch, parity, first, last, block_last);
+            self.streamed_chunk(tiles, &chunks, ci);
+            ci += 1;
         }
         self.steps = 0;
         self.l0c_tiles = 0;
+    }
+
+    /// Chunk `ci` of a streamed block: the next chunk's loads, then this one's steps.
+    fn streamed_chunk(&mut self, tiles: &[Tile], chunks: &[Chunk], ci: usize) {
+        let ch = &chunks[ci];
+        let parity = (ci % 2) as u64;
+        if let Some(next) = chunks.get(ci + 1) {
+            let np = 1 - parity;
+            self.wait(Pipe::Mte1, Pipe::Mte2, ev::BAND_FREE[np as usize]);
+            self.load_chunk(&tiles[next.tile], next, np);
+            self.set(Pipe::Mte2, Pipe::Mte1, ev::BAND[np as usize]);
+        }
+        let t = &tiles[ch.tile];
+        let first = ci == 0 || chunks[ci - 1].tile != ch.tile || chunks[ci - 1].f0 != ch.f0;
+        let last = chunks
+            .get(ci + 1)
+            .is_none_or(|n| n.tile != ch.tile || n.f0 != ch.f0);
+        let block_last = ci + 1 == chunks.len();
+        self.chunk(t, ch, parity, first, last, block_last);
+    }
+
+    /// Chunks `ci..ci + body` (two co blocks of one tile) as a loop run `count` times, each
+    /// time two co blocks further on: the weights' and output's (and residual's) GM bases and
+    /// the bias rows' UB shift move by two co blocks after each pass and are put back after
+    /// the loop. The caller leaves at least two co blocks of the tile after the loop's last
+    /// pass, so every pass's prefetch and bias fill land in the same tile.
+    fn co_loop(&mut self, tiles: &[Tile], chunks: &[Chunk], ci: usize, body: usize, count: u64) {
+        let (s, plan) = (self.s, self.plan);
+        let step = 2 * plan.nbk;
+        let mut moves = vec![
+            (self.r.w, step * plan.k * FRACTAL),
+            (self.r.out, step * s.ho * s.wo * UNIT),
+        ];
+        if self.residual {
+            moves.push((self.r.residual, step * s.ho * s.wo * UNIT));
+        }
+        if self.bias {
+            moves.push((self.r.ub_shift, step * BIAS_ROW));
+            self.a.movi(self.r.ub_shift, 0);
+        }
+        self.a.comment(format_args!(
+            "co blocks {}.. of this tile: {count} passes of two",
+            chunks[ci].f0 / plan.nbk
+        ));
+        let top = self.a.new_label("co_pair");
+        let counter = self.r.count;
+        self.a.movi(counter, count as i64);
+        self.a.place(&top);
+        self.in_loop = true;
+        for c in ci..ci + body {
+            self.streamed_chunk(tiles, chunks, c);
+        }
+        self.in_loop = false;
+        let t0 = self.r.t[0];
+        for &(reg, by) in &moves {
+            self.a.movi(t0, by as i64);
+            self.a.add(reg, reg, t0);
+        }
+        let l = self.a.label(&top);
+        self.a.r#loop(counter, l);
+        for &(reg, by) in &moves {
+            self.a.movi(t0, (by * count) as i64);
+            self.a.sub(reg, reg, t0);
+        }
+        // The body was written for the first pass's two co blocks.
+        self.l0c_tiles += 2 * (count - 1);
     }
 
     /// L1 addresses of tile `t`'s segments' bands in chunk buffer `parity`, each of `qn`
@@ -2101,6 +2178,9 @@ impl<'a> Gen<'a> {
         let [t0, t1, _, _] = self.r.t;
         self.a.movi(t0, (half as u64 * self.plan.l0c_half) as i64);
         self.a.movi(t1, (self.ub.bias + f0 * BIAS_ROW) as i64);
+        if self.in_loop {
+            self.a.add(t1, t1, self.r.ub_shift);
+        }
         self.a.broadcast_ub_to_l0c(t0, t1, nb, mf);
         self.set(Pipe::V, Pipe::M, ev::L0C[half]);
     }

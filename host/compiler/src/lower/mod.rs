@@ -202,9 +202,12 @@ impl LowerCtx<'_> {
         args: Vec<Operand>,
     ) -> Result<Kernel, LowerError> {
         let name = asm.name().to_string();
-        let f = asm
-            .finish()
-            .map_err(|e| self.error(format!("internal error generating kernel: {e}")))?;
+        let f = asm.finish().map_err(|e| match e {
+            writer::FinishError::TooLarge(what) => self.error(what),
+            writer::FinishError::Generator(what) => {
+                self.error(format!("internal error generating kernel: {what}"))
+            }
+        })?;
         Ok(Kernel {
             name,
             program: f.program,

@@ -184,34 +184,46 @@ impl Asm {
     /// The built program and its listing. Errors are the generator's bugs (a bad operand or
     /// line, too many registers) or a shape too large for the kernel's unrolled code, reported
     /// with the kernel's name.
-    pub fn finish(mut self) -> Result<Finished, String> {
+    pub fn finish(mut self) -> Result<Finished, FinishError> {
         if let Some(BuildError::TooManyInstructions { .. }) = self.b.error() {
-            return Err(format!(
+            return Err(FinishError::TooLarge(format!(
                 "kernel {} would have {} instructions or more, past the {MAX_KERNEL_INSTRUCTIONS} \
                  a kernel may have; its shapes are too large for this lowering",
                 self.name,
                 MAX_KERNEL_INSTRUCTIONS + 1
-            ));
+            )));
         }
         if self.overflow {
-            return Err(format!(
+            return Err(FinishError::Generator(format!(
                 "kernel {} needs more than {} scalar registers",
                 self.name,
                 REG_COUNT - FIRST_REG
-            ));
+            )));
         }
         if let Some(what) = self.generator_error {
-            return Err(format!("kernel {}: {what}", self.name));
+            return Err(FinishError::Generator(format!(
+                "kernel {}: {what}",
+                self.name
+            )));
         }
         self.b.end();
         let (program, comments) = self
             .b
             .finish()
-            .map_err(|e| format!("kernel {}: {e}", self.name))?;
+            .map_err(|e| FinishError::Generator(format!("kernel {}: {e}", self.name)))?;
         Ok(Finished {
             program,
             comments,
             tiling: self.tiling,
         })
     }
+}
+
+/// Why a kernel could not be finished.
+#[derive(Debug)]
+pub enum FinishError {
+    /// The shapes are valid but the kernel's code would pass the instruction limit.
+    TooLarge(String),
+    /// The generator wrote something invalid: a bug of the lowering.
+    Generator(String),
 }
