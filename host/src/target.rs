@@ -31,6 +31,10 @@ pub fn for_chip(cfg: &ChipConfig) -> Target {
             event_ids: cfg.core.event_ids,
             separated: cfg.core.architecture == gearsim_sim::Architecture::Separated,
             gm_read_bytes_per_cycle: cfg.mte.gm_read_bytes_per_cycle,
+            l2_read_bytes_per_cycle: cfg.mte.l2_read_bytes_per_cycle,
+            img2col_bytes_per_cycle: cfg.mte.img2col_bytes_per_cycle,
+            l1_to_l0a_bytes_per_cycle: cfg.mte.l1_to_l0a_bytes_per_cycle,
+            l1_to_l0b_bytes_per_cycle: cfg.mte.l1_to_l0b_bytes_per_cycle,
             memory_bytes_per_cycle: (cfg.memory.hbm_bytes_per_second
                 / (cfg.core.clock_mhz * 1_000_000))
                 .max(1),

@@ -82,6 +82,16 @@ pub struct CoreSpec {
     pub separated: bool,
     /// Bytes one core's MTE2 reads from GM per core cycle (tiling estimates only).
     pub gm_read_bytes_per_cycle: u64,
+    /// Bytes one core's MTE2 reads per core cycle where the L2 serves them (tiling estimates
+    /// only).
+    pub l2_read_bytes_per_cycle: u64,
+    /// Bytes per core cycle MTE1 writes into L0A by img2col (Load3D; tiling estimates only:
+    /// what bounds a convolution whose fractals serve few output channels).
+    pub img2col_bytes_per_cycle: u64,
+    /// Bytes per core cycle MTE1 writes into L0A by Load2D (tiling estimates only).
+    pub l1_to_l0a_bytes_per_cycle: u64,
+    /// Bytes per core cycle MTE1 writes into L0B (tiling estimates only).
+    pub l1_to_l0b_bytes_per_cycle: u64,
     /// Bytes per core cycle the whole chip reads from device memory (HBM / DDR; tiling
     /// estimates only).
     pub memory_bytes_per_cycle: u64,

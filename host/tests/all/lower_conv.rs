@@ -700,25 +700,46 @@ fn conv5hd_weights_larger_than_l1_split_output_channels_over_blocks() {
     assert_eq!(r.kernels.len(), 1);
 }
 
-/// Weights that no split over the cores fits: 2048 output channels of 256-channel 3×3
-/// windows are 9.4 MB packed, and 24 groups would leave each block 1.2 MB of them against
-/// the 910B's 508 KB L1. The kernel runs more groups than cores, one block each, in waves.
+/// Weights that no split over the cores fits: 4096 output channels of 256-channel 3×3
+/// windows are 18.9 MB packed, and 8 groups would leave each block 2.4 MB of them against
+/// the 310P's 1 MB L1; streamed, every tile would re-read its weights from DDR (they are
+/// more than the L2 keeps). The kernel runs more groups than cores, one block each, in waves.
 #[test]
 fn conv5hd_weights_no_core_split_fits_run_more_groups_than_cores_in_waves() {
+    let r = cube(
+        &Case::new(1, 256, (16, 16), 4096, 3)
+            .pad(1)
+            .bias()
+            .formats(F5, F5)
+            .on("ascend310p"),
+        66,
+    );
+    let blocks = tiling(&r, "block_dim").expect("the 5HD kernel reports its blocks");
+    let groups = tiling(&r, "co_groups").expect("the 5HD kernel reports its groups");
+    assert!(
+        blocks > 8 && groups == blocks,
+        "{blocks} blocks, {groups} groups"
+    );
+    assert!(tiling(&r, "weight_bytes") > Some(0), "resident weights");
+}
+
+/// Where the weights fit the L2, streaming them beats waves: 2048 output channels of
+/// 256-channel 3×3 windows (9.4 MB packed, more than any split over the 910B's 24 cores fits
+/// in L1) in narrow resident groups would img2col every fractal for 4 output fractals (MTE1
+/// bound), streamed for 8, the L2 serving each tile's re-read weights.
+#[test]
+fn conv5hd_weights_the_l2_holds_stream_rather_than_run_in_waves() {
     let r = cube(
         &Case::new(1, 256, (4, 6), 2048, 3)
             .pad(1)
             .bias()
             .formats(F5, F5)
             .on("ascend910b2"),
-        66,
+        69,
     );
+    assert_eq!(tiling(&r, "weight_bytes"), Some(0), "streamed");
     let blocks = tiling(&r, "block_dim").expect("the 5HD kernel reports its blocks");
-    let groups = tiling(&r, "co_groups").expect("the 5HD kernel reports its groups");
-    assert!(
-        blocks > 24 && groups == blocks,
-        "{blocks} blocks, {groups} groups"
-    );
+    assert!(blocks <= 24, "{blocks} blocks: one wave");
 }
 
 /// Bands too wide for L1 beside any weights: a 512-channel map of 96-pixel rows needs 295 KB
@@ -755,11 +776,11 @@ fn conv5hd_bands_wider_than_l1_stream_the_weights_in_chunks_of_k() {
 /// A streamed block with many co blocks runs all but each tile's last ones as a loop of
 /// pairs whose weights', output's and bias rows' addresses move each pass (the code of a
 /// 640 -> 7680-channel convolution would not fit a kernel unrolled): the loop's passes give the
-/// reference's values (a 1024-channel map of 128-pixel rows on the 310P, 49 co fractals in
-/// blocks of 8, with a bias).
+/// reference's values (a 1024-channel map of 128-pixel rows on the 310P, 6144 output channels
+/// in 8 groups of 48 co fractals, blocks of 8, with a bias).
 #[test]
 fn conv5hd_streamed_co_blocks_run_as_a_loop_of_pairs() {
-    let c = Case::new(1, 1024, (20, 128), 784, 3)
+    let c = Case::new(1, 1024, (3, 128), 6144, 3)
         .pad(1)
         .bias()
         .formats(F5, F5)

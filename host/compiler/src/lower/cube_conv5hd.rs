@@ -21,11 +21,12 @@
 //! group's packed weights in L1 (so layers whose weights exceed L1 run, and small maps still
 //! fill the cores); the group count is the one with the fewest predicted cycles (slowest
 //! block, or the chip's memory moving the weights once and the input once per group). When
-//! no `G` up to the core count fits a group's weights in L1, `G` exceeds it with one block a
-//! group, which the cores run in waves. Where two bands of every input channel leave no room
-//! for weights at all, nothing stays resident: each tile runs as chunks of a few channel
-//! blocks (that slice of its band and its co block's weights, one DMA each) that alternate
-//! between two L1 buffers, the next loading while the cube multiplies this one. Within a
+//! no `G` up to the core count fits a group's weights in L1, either `G` exceeds it with one
+//! block a group, which the cores run in waves, or nothing stays resident: each tile runs as
+//! chunks of a few channel blocks (that slice of its band and its co block's weights, one DMA
+//! each) that alternate between two L1 buffers, the next loading while the cube multiplies
+//! this one; the one MTE1, the cube and the memory finish first (only streaming works where
+//! two bands of every input channel leave no room for weights at all). Within a
 //! group, blocks get contiguous runs of 16-pixel fractals (more to the blocks the scheduler
 //! starts first). A block's run becomes runs of one image, and runs shorter than a tile share
 //! one: a tile is one product `[pixels] × [C1 · kh · kw · 16] × [co]` over its segments'
@@ -328,40 +329,57 @@ struct Plan {
 }
 
 impl Plan {
-    /// The cheapest split of the work over the cores: the output channels in `G` groups
-    /// (each block keeps only its group's weights in L1, so layers with large weights fit and
-    /// small maps still fill the cores), the pixel fractals of each group over the blocks
-    /// left to it.
-    fn new(s: &ConvShape, core: &CoreSpec, drain: Drain, source: Source) -> Result<Plan, String> {
+    /// The splits of the work over the cores, cheapest first: the output channels in `G`
+    /// groups (each block keeps only its group's weights in L1, so layers with large weights
+    /// fit and small maps still fill the cores), the pixel fractals of each group over the
+    /// blocks left to it. Later ones are for a kernel whose code the first would make too long.
+    fn candidates(
+        s: &ConvShape,
+        core: &CoreSpec,
+        drain: Drain,
+        source: Source,
+    ) -> Result<Vec<Plan>, String> {
         let mut why = String::new();
-        let resident = Plan::splits(s, core, drain, source, false).filter_map(|plan| {
-            plan.map_err(|e| {
-                if why.is_empty() {
-                    why = e;
-                }
+        let resident: Vec<Plan> = Plan::splits(s, core, drain, source, false)
+            .filter_map(|plan| {
+                plan.map_err(|e| {
+                    if why.is_empty() {
+                        why = e;
+                    }
+                })
+                .ok()
             })
-            .ok()
-        });
-        let cheapest = |plans: &mut dyn Iterator<Item = Plan>| {
-            plans
-                .map(|plan| (plan.predicted_cycles(s, core), plan))
-                .fold(
-                    None::<((f64, f64), Plan)>,
-                    |best, (cost, plan)| match best {
-                        Some((c, _)) if c <= cost => best,
-                        _ => Some((cost, plan)),
-                    },
-                )
-                .map(|(_, plan)| plan)
+            .collect();
+        // In cost order; equal costs keep their order (the fewer groups first).
+        let by_cost = |plans: Vec<Plan>, mte1: bool| {
+            let mut costed: Vec<((f64, f64), Plan)> = plans
+                .into_iter()
+                .map(|plan| {
+                    let (chip, slowest) = plan.predicted_cycles(s, core);
+                    let fed = if mte1 { plan.mte1_cycles(core) } else { 0.0 };
+                    ((chip.max(fed), slowest.max(fed)), plan)
+                })
+                .collect();
+            costed.sort_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal));
+            costed.into_iter().map(|(_, plan)| plan).collect::<Vec<_>>()
         };
-        let best = cheapest(&mut { resident })
-            // No split over the cores keeps a group's weights in L1: more groups than
-            // cores, one block each, which the scheduler runs in waves as the cores free up.
-            .or_else(|| cheapest(&mut Plan::wave_splits(s, core, drain, source).flatten()))
-            // Nor in waves (a band of every input channel and the weights do not fit L1
-            // together): the weights stream through L1 with the bands, in chunks of K.
-            .or_else(|| cheapest(&mut Plan::splits(s, core, drain, source, true).flatten()));
-        best.ok_or(why)
+        if !resident.is_empty() {
+            return Ok(by_cost(resident, false));
+        }
+        // No split over the cores keeps a group's weights in L1. Either more groups than
+        // cores, one block each, which the scheduler runs in waves as the cores free up
+        // (narrow groups: each img2col'd fractal serves few output channels, so MTE1 binds),
+        // or the weights stream through L1 with the bands in chunks of K (re-read per tile,
+        // the only way where a band of every input channel leaves no room for weights):
+        // whichever MTE1 and the cube finish first.
+        let fallback: Vec<Plan> = Plan::wave_splits(s, core, drain, source)
+            .chain(Plan::splits(s, core, drain, source, true))
+            .flatten()
+            .collect();
+        if fallback.is_empty() {
+            return Err(why);
+        }
+        Ok(by_cost(fallback, true))
     }
 
     /// Splits of more groups than cores, one block each, for weights that no split over the
@@ -613,6 +631,9 @@ impl Plan {
     /// when the memory binds every split alike, the one whose blocks have the most slack to
     /// absorb DMA latencies and drains wins.
     fn predicted_cycles(&self, s: &ConvShape, core: &CoreSpec) -> (f64, f64) {
+        // Streamed weights are read once per tile by every block; after the first read the
+        // L2 serves them where all the weights fit the share it keeps, else memory does.
+        let weights_in_l2 = self.k * self.m1 * FRACTAL <= core.l2_keep_bytes();
         let slowest = self
             .blocks
             .iter()
@@ -624,13 +645,17 @@ impl Plan {
                     .flat_map(|t| &t.segs)
                     .map(|g| g.band_h * s.w * self.source.gm_pixel_bytes(self.c1))
                     .sum();
-                let weight_reads = if self.stream > 0 {
-                    b.tiles.len() as u64
+                let weights = self.k * b.co_len() * FRACTAL;
+                let gm_rate = core.gm_read_bytes_per_cycle.max(1) as f64;
+                let weight_cycles = if self.stream == 0 {
+                    weights as f64 / gm_rate
+                } else if weights_in_l2 {
+                    (weights * b.tiles.len() as u64) as f64
+                        / core.l2_read_bytes_per_cycle.max(1) as f64
                 } else {
-                    1
+                    (weights * b.tiles.len() as u64) as f64 / gm_rate
                 };
-                let loads = (self.k * b.co_len() * FRACTAL * weight_reads + bands) as f64
-                    / core.gm_read_bytes_per_cycle.max(1) as f64;
+                let loads = weight_cycles + bands as f64 / gm_rate;
                 DISPATCH_STAGGER_CYCLES * i as f64
                     + self
                         .block_cycles(&b.tiles, b.co_len())
@@ -651,9 +676,48 @@ impl Plan {
         } else {
             self.co_groups
         };
-        let moved = self.k * self.m1 * FRACTAL + input * input_reads;
+        let weight_bytes = if self.stream == 0 || weights_in_l2 {
+            self.k * self.m1 * FRACTAL
+        } else {
+            self.blocks
+                .iter()
+                .map(|b| self.k * b.co_len() * FRACTAL * b.tiles.len() as u64)
+                .sum()
+        };
+        let moved = weight_bytes + input * input_reads;
         let memory = moved as f64 / core.memory_bytes_per_cycle.max(1) as f64;
         (slowest.max(memory), slowest)
+    }
+
+    /// Cycles MTE1 spends feeding L0 in the slowest block, times the waves (planning only):
+    /// every tile loads its K fractals into L0A once per co block (img2col, or Load2D for a
+    /// pointwise convolution) and every co block's weights into L0B once per tile.
+    fn mte1_cycles(&self, core: &CoreSpec) -> f64 {
+        let l0a_rate = if self.load2d {
+            core.l1_to_l0a_bytes_per_cycle
+        } else {
+            core.img2col_bytes_per_cycle
+        };
+        let slowest = self
+            .blocks
+            .iter()
+            .map(|b| {
+                let g = b.co_len();
+                let co_blocks = self.co_blocks(g).count() as u64;
+                let (a, w): (u64, u64) = b
+                    .tiles
+                    .iter()
+                    .map(|t| (t.mf() * self.k * FRACTAL * co_blocks, self.k * g * FRACTAL))
+                    .fold((0, 0), |(a, w), (ta, tw)| (a + ta, w + tw));
+                a as f64 / l0a_rate.max(1) as f64
+                    + w as f64 / core.l1_to_l0b_bytes_per_cycle.max(1) as f64
+            })
+            .fold(0.0, f64::max);
+        slowest
+            * self
+                .blocks
+                .len()
+                .div_ceil(core.cube_blocks().max(1) as usize) as f64
     }
 
     /// K fractals one input-channel block of the band serves (C04: its only block, all).
@@ -1155,7 +1219,30 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         bias: ctx.inputs.get(2).copied().flatten().is_some(),
         residual: ctx.node.int(crate::fusion::FUSED_RESIDUAL).is_some(),
     };
-    let plan = Plan::new(s, &ctx.target.core, drain, source).map_err(|e| ctx.error(e))?;
+    let plans = Plan::candidates(s, &ctx.target.core, drain, source).map_err(|e| ctx.error(e))?;
+    // A plan whose unrolled code passes the instruction limit gives way to the next; the last
+    // one's is reported as too large.
+    let last = plans.len().saturating_sub(1);
+    for (i, plan) in plans.iter().enumerate() {
+        if let Some(lowered) = lower_with(ctx, s, plan, &weights, aipp.as_ref(), i == last)? {
+            return Ok(lowered);
+        }
+    }
+    Err(ctx.error("no tiling of this convolution fits the kernel instruction limit"))
+}
+
+/// The kernels of convolution `s` on `plan`; `None` when its kernel's code would pass the
+/// instruction limit and a later plan remains (`last` false).
+fn lower_with(
+    ctx: &LowerCtx<'_>,
+    s: &ConvShape,
+    plan: &Plan,
+    weights: &[f32],
+    aipp: Option<&crate::aipp::Params>,
+    last: bool,
+) -> Result<Option<Lowered>, LowerError> {
+    let x_desc = ctx.input(0)?;
+    let y_desc = &ctx.outputs[0];
     let mut b = Build::default();
     let hw_in = s.h * s.w;
     // With one pixel per plane both formats are the same bytes.
@@ -1182,7 +1269,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
     } else {
         b.scratch(s.n * s.m * s.ho * s.wo * 2)
     };
-    let w = b.derive(DataType::F16, pack_weights(&weights, s, &plan));
+    let w = b.derive(DataType::F16, pack_weights(weights, s, plan));
     let bias = match (const_values(ctx, 2), ctx.inputs.get(2).copied().flatten()) {
         (Some(v), _) => Some(b.derive(DataType::F32, bias_fractals(&v))),
         (None, Some(d)) => {
@@ -1231,7 +1318,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         e => kernel_name(ctx, &format!("5hd_{}", e.suffix())),
     };
     let mut a = Asm::new(&name);
-    let mut gen_ = Gen::new(&mut a, s, &plan, bias.is_some());
+    let mut gen_ = Gen::new(&mut a, s, plan, bias.is_some());
     gen_.epilogue = epilogue;
     gen_.residual = residual.is_some();
     if gen_.ub_end() > ctx.target.core.ub_bytes {
@@ -1242,9 +1329,12 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         )));
     }
     gen_.emit();
+    if a.too_long() && !last {
+        return Ok(None);
+    }
     let mut args = vec![x, w, y, bias.unwrap_or(w)];
     args.extend(residual);
-    if let Some(p) = &aipp {
+    if let Some(p) = aipp {
         if residual.is_none() {
             args.push(w);
         }
@@ -1261,7 +1351,7 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
             Operand::Output(0),
         )?;
     }
-    Ok(b.finish())
+    Ok(Some(b.finish()))
 }
 
 /// The kernels of a TransData between NCHW and NC1HWC0 (`C % 16 == 0`): the Transpose of
