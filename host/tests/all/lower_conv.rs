@@ -567,13 +567,44 @@ fn conv_runtime_weights_are_an_error() {
     assert!(e.contains("Conv") && e.contains("constant"), "{e}");
 }
 
+/// A 700-pixel row is too wide for the NCHW kernel's tiles; the 5HD kernel takes it between
+/// TransData conversions (its rows, not whole fractals, fit the L0C tile whole with one co
+/// fractal a product).
 #[test]
-fn conv_too_wide_row_is_an_error() {
-    let e = lowering_error(&Case::new(1, 16, (3, 700), 16, 3), true);
+fn conv_too_wide_row_for_the_nchw_kernel_runs_the_5hd_kernel() {
+    let r = cube(&Case::new(1, 16, (3, 700), 16, 3).pad(1), 73);
+    assert!(
+        r.kernels.iter().any(|k| k.name.ends_with("_5hd")),
+        "{:?}",
+        r.kernels.iter().map(|k| &k.name).collect::<Vec<_>>()
+    );
+}
+
+/// An f32 row too wide for the NCHW kernel (which casts to f16 and writes f32) stays an error
+/// naming the limit: the 5HD kernel writes f16 only.
+#[test]
+fn conv_f32_too_wide_row_is_an_error() {
+    let e = lowering_error(&Case::new(1, 16, (3, 700), 16, 3).f32(), true);
     assert!(
         e.contains("Conv") && e.contains("700") && e.contains("does not fit"),
         "{e}"
     );
+}
+
+/// Rows of whole fractals wider than any tile (1040 pixels, 65 fractals, against L0A's 64 a
+/// step): tiles are parts of rows.
+#[test]
+fn conv5hd_rows_wider_than_a_tile_split_into_parts() {
+    let r = cube(
+        &Case::new(1, 16, (2, 1040), 32, 3)
+            .pad(1)
+            .bias()
+            .formats(F5, F5)
+            .on("ascend910b2"),
+        74,
+    );
+    let tile = tiling(&r, "pixel_fractals_per_tile").expect("the 5HD kernel reports its tiles");
+    assert!(tile < 65, "{tile} fractals a tile");
 }
 
 #[test]
@@ -872,4 +903,38 @@ fn conv5hd_memory_bound_split_uses_every_core() {
     );
     assert_eq!(tiling(&r, "block_dim"), Some(8));
     assert_eq!(tiling(&r, "co_groups"), Some(8));
+}
+
+/// A pointwise convolution whose rows are whole fractals but so wide that one row of every
+/// channel block, double-buffered, leaves the 910B's L1 no room (a band is whole rows: 512
+/// channels of 256-pixel rows are 256 KB a row): it is tiled on rows of 16 pixels instead,
+/// the same bytes in NC1HWC0.
+#[test]
+fn conv5hd_pointwise_rows_too_wide_for_l1_tile_on_rows_of_16() {
+    let r = cube(
+        &Case::new(1, 512, (8, 256), 128, 1)
+            .formats(F5, F5)
+            .on("ascend910b2"),
+        71,
+    );
+    assert_eq!(r.kernels.len(), 1, "one 5HD kernel");
+}
+
+/// A window convolution whose bands of every input channel over its wide rows leave the NCHW
+/// kernel no tile that fits L1 (512 channels of 288-pixel rows) runs the 5HD kernel between
+/// TransData conversions, its weights streamed in chunks of K.
+#[test]
+fn conv_nchw_too_wide_for_the_nchw_kernel_runs_the_5hd_kernel() {
+    let r = cube(
+        &Case::new(1, 512, (2, 288), 32, 3)
+            .pad(1)
+            .bias()
+            .on("ascend910b2"),
+        72,
+    );
+    let names: Vec<&str> = r.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert!(
+        names.len() == 3 && names[1].ends_with("_5hd"),
+        "TransData, the 5HD conv, TransData: {names:?}"
+    );
 }

@@ -327,7 +327,20 @@ pub fn lower(ctx: &LowerCtx<'_>) -> Result<Lowered, LowerError> {
     if residual {
         return super::conv5hd::lower(ctx, &s);
     }
-    cube(ctx, &s)
+    // Bands of many input channels over wide rows may leave the NCHW kernel no tile that fits
+    // L1; an f16 convolution then runs the 5HD kernel (as GE runs every convolution), which
+    // converts its NCHW sides and streams its weights in chunks of K.
+    cube(ctx, &s).or_else(|nchw| {
+        if out.dtype != DataType::F16 || ctx.input(0)?.dtype != DataType::F16 {
+            return Err(nchw);
+        }
+        super::conv5hd::lower(ctx, &s).map_err(|fractal| {
+            ctx.error(format!(
+                "{}; nor does the 5HD kernel run it: {}",
+                nchw.message, fractal.message
+            ))
+        })
+    })
 }
 
 /// Whether a convolution is a product per image: 1×1, no padding, one group (it runs on the

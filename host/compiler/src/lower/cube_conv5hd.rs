@@ -456,9 +456,22 @@ impl Plan {
             .map(|g| (g * m1 / groups, (g + 1) * m1 / groups))
             .collect();
         let g_max = ranges.iter().map(|r| r.1 - r.0).max().unwrap_or(1);
-        let nbk = g_max.min(8);
         let (l0a_half, l0b_half, l0c_half) =
             (core.l0a_bytes / 2, core.l0b_bytes / 2, core.l0c_bytes / 2);
+        // Up to eight co fractals a product. A tile may be part of a row where rows are
+        // whole fractals; otherwise its band starts on a row a whole number of fractals before
+        // it (`seg`), so its rows must fit the L0C half whole: fewer co fractals where they
+        // would not (pointwise convolutions read by Load2D tile wide rows on rows of 16
+        // pixels instead).
+        let whole_rows = !s.wo.is_multiple_of(16);
+        let nbk = if whole_rows && !l0a_load2d(s, source) {
+            let row_fractals = s.wo.div_ceil(16);
+            g_max
+                .min(8)
+                .min((l0c_half / FRACTAL_C / row_fractals).max(1))
+        } else {
+            g_max.min(8)
+        };
         // UB holds the bias rows and, per tile fractal, the drain's buffers.
         let ub_tile = core
             .ub_bytes
@@ -470,7 +483,7 @@ impl Plan {
         if mf_max == 0 || l0b_half / FRACTAL < nbk {
             return Err("L0 or the unified buffer is too small for one step".into());
         }
-        if s.wo > mf_max * 16 {
+        if whole_rows && s.wo > mf_max * 16 {
             return Err(format!(
                 "an output row of {} pixels does not fit the L0C tile of {} pixels",
                 s.wo,
@@ -1033,27 +1046,53 @@ pub(crate) fn supports(s: &ConvShape, core: &CoreSpec) -> Result<(), String> {
     supports_from(s, core, Source::Fractal)
 }
 
-/// The grid the kernel tiles a convolution on: a pointwise one (1×1, stride 1, no padding)
-/// reads exactly the pixels it writes, so any grid of its plane is the same bytes in NC1HWC0;
-/// rows of 16 pixels (one fractal each) when the plane divides into them, so that no tile's
-/// band reads input rows it has no output in (a tile starts on a fractal, a band on a row).
-fn tiling_grid(s: &ConvShape, source: Source) -> ConvShape {
+/// The grids the kernel may tile a convolution on, the preferred first. A pointwise one (1×1,
+/// stride 1, no padding) reads exactly the pixels it writes, so any grid of its plane is the
+/// same bytes in NC1HWC0: rows of 16 pixels (one fractal each) when the plane divides into
+/// them and its rows do not, so that no tile's band reads input rows it has no output in (a
+/// tile starts on a fractal, a band on a row); where its rows are whole fractals, their own
+/// grid (fewer, longer segments), then rows of 16 for maps whose one row of every channel
+/// block, double-buffered, leaves L1 no room (a band is whole rows).
+fn tiling_grids(s: &ConvShape, source: Source) -> Vec<ConvShape> {
     let plane = s.h * s.w;
-    if !pointwise(s) || source.image() || s.w.is_multiple_of(16) || !plane.is_multiple_of(16) {
-        return *s;
+    if !pointwise(s) || source.image() || !plane.is_multiple_of(16) || s.w == 16 {
+        return vec![*s];
     }
-    ConvShape {
+    let fractal_rows = ConvShape {
         h: plane / 16,
         w: 16,
         ho: plane / 16,
         wo: 16,
         ..*s
+    };
+    if s.w.is_multiple_of(16) {
+        vec![*s, fractal_rows]
+    } else {
+        vec![fractal_rows]
     }
+}
+
+/// The first of the grids `s` may be tiled on ([`tiling_grids`]) whose plans `plans` finds,
+/// with them; the first grid's error where none has any.
+fn first_grid<T>(
+    s: &ConvShape,
+    source: Source,
+    plans: impl Fn(&ConvShape) -> Result<T, String>,
+) -> Result<(ConvShape, T), String> {
+    let mut why = None;
+    for grid in tiling_grids(s, source) {
+        match plans(&grid) {
+            Ok(found) => return Ok((grid, found)),
+            Err(e) => {
+                why.get_or_insert(e);
+            }
+        }
+    }
+    Err(why.unwrap_or_else(|| "no grid of the output".into()))
 }
 
 /// Whether the fractal-format kernel runs this convolution reading `source`.
 pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> Result<(), String> {
-    let s = &tiling_grid(s, source);
     if s.group != 1 {
         return Err(format!(
             "group {} (the fractal kernel is ungrouped)",
@@ -1089,19 +1128,22 @@ pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> R
         bias: true,
         residual: true,
     };
-    let mut why = None;
-    for plan in Plan::splits(s, core, most, source, false)
-        .chain(Plan::wave_splits(s, core, most, source))
-        .chain(Plan::splits(s, core, most, source, true))
-    {
-        match plan {
-            Ok(_) => return Ok(()),
-            Err(e) => {
-                why.get_or_insert(e);
+    first_grid(s, source, |grid| {
+        let mut why = None;
+        for plan in Plan::splits(grid, core, most, source, false)
+            .chain(Plan::wave_splits(grid, core, most, source))
+            .chain(Plan::splits(grid, core, most, source, true))
+        {
+            match plan {
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    why.get_or_insert(e);
+                }
             }
         }
-    }
-    Err(why.unwrap_or_else(|| "no split of the output channels".into()))
+        Err(why.unwrap_or_else(|| "no split of the output channels".into()))
+    })
+    .map(|_| ())
 }
 
 /// Packs the weights for L0B: per co block, per co fractal, the K fractals in `img2col` order
@@ -1197,7 +1239,6 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         }
     };
     supports_from(s, &ctx.target.core, source).map_err(|e| ctx.error(e))?;
-    let s = &tiling_grid(s, source);
     let y_desc = &ctx.outputs[0];
     let sides: &[&TensorDesc] = if aipp.is_some() {
         &[y_desc]
@@ -1219,7 +1260,11 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         bias: ctx.inputs.get(2).copied().flatten().is_some(),
         residual: ctx.node.int(crate::fusion::FUSED_RESIDUAL).is_some(),
     };
-    let plans = Plan::candidates(s, &ctx.target.core, drain, source).map_err(|e| ctx.error(e))?;
+    let (grid, plans) = first_grid(s, source, |grid| {
+        Plan::candidates(grid, &ctx.target.core, drain, source)
+    })
+    .map_err(|e| ctx.error(e))?;
+    let s = &grid;
     // A plan whose unrolled code passes the instruction limit gives way to the next; the last
     // one's is reported as too large.
     let last = plans.len().saturating_sub(1);
