@@ -98,18 +98,17 @@ pub fn run_op_formats(
     run_op_traced(cfg, op, attrs, inputs, formats, outputs, mode, NullSink).map(|(r, _)| r)
 }
 
-/// [`run_op_formats`] recording the device's trace into `sink` (returned with the run).
-#[allow(clippy::too_many_arguments)]
-pub fn run_op_traced<S: TraceSink>(
+/// Builds the one-node graph of `op` over `inputs` (the input and output `formats` in order)
+/// and lowers the node for chip `cfg` without running it: the node, as inferred, and its
+/// lowering.
+pub fn lower_op_formats(
     cfg: &ChipConfig,
     op: &str,
     attrs: &[(&str, Attr)],
-    inputs: Vec<Option<In>>,
+    inputs: &[Option<In>],
     formats: &[gearsim_compiler::ir::Format],
     outputs: usize,
-    mode: ExecMode,
-    sink: S,
-) -> Result<(Ran, S), String> {
+) -> Result<(Node, Lowered), String> {
     // The one-node graph.
     let mut g = Graph::new("test");
     let mut ins = Vec::new();
@@ -182,6 +181,22 @@ pub fn run_op_traced<S: TraceSink>(
         target: &target,
     };
     let lowered = lower_node(&ctx).map_err(|e| e.to_string())?;
+    Ok((node, lowered))
+}
+
+/// [`run_op_formats`] recording the device's trace into `sink` (returned with the run).
+#[allow(clippy::too_many_arguments)]
+pub fn run_op_traced<S: TraceSink>(
+    cfg: &ChipConfig,
+    op: &str,
+    attrs: &[(&str, Attr)],
+    inputs: Vec<Option<In>>,
+    formats: &[gearsim_compiler::ir::Format],
+    outputs: usize,
+    mode: ExecMode,
+    sink: S,
+) -> Result<(Ran, S), String> {
+    let (node, lowered) = lower_op_formats(cfg, op, attrs, &inputs, formats, outputs)?;
     let mut dev = Device::new(cfg.clone(), sink);
     let put = |dev: &mut Device<S>, bytes: &[u8]| -> Result<u64, String> {
         let p = dev

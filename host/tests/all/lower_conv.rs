@@ -938,3 +938,19 @@ fn conv_nchw_too_wide_for_the_nchw_kernel_runs_the_5hd_kernel() {
         "TransData, the 5HD conv, TransData: {names:?}"
     );
 }
+
+/// Deep 7×7 windows: 2048 input channels are 6272 K fractals, so a co fractal's packed
+/// weights (100 352 units) pass a burst's length field and a chunk's skip over the rest of K
+/// passes the gap field; the transfers are split rather than the shape refused.
+#[test]
+fn conv5hd_transfers_past_the_dma_fields_are_split() {
+    let r = cube(
+        &Case::new(1, 2048, (7, 7), 16, 7)
+            .pad(3)
+            .stride(2)
+            .formats(F5, F5)
+            .on("ascend310p"),
+        75,
+    );
+    assert_eq!(tiling(&r, "weight_bytes"), Some(0), "streamed");
+}

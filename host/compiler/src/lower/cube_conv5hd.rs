@@ -1625,6 +1625,52 @@ impl<'a> Gen<'a> {
         self.a.add(dst, base, dst);
     }
 
+    /// MTE2: `n` bursts of `len` units from GM `base + off` (`src_gap` units apart) to L1 at
+    /// `l1` (`dst_gap` units apart). One DMA where its fields allow; otherwise the transfer is
+    /// split: groups of at most the burst count, one DMA a burst where a gap is too long for
+    /// its field, and each burst in pieces where it is too long for its own.
+    #[allow(clippy::too_many_arguments)]
+    fn gm_to_l1(
+        &mut self,
+        l1: u64,
+        base: Reg,
+        off: u64,
+        n: u64,
+        len: u64,
+        src_gap: u64,
+        dst_gap: u64,
+    ) {
+        let [t0, t1, _, _] = self.r.t;
+        let (src_row, dst_row) = ((len + src_gap) * UNIT, (len + dst_gap) * UNIT);
+        if len <= units::BURST_LEN_MAX
+            && src_gap <= units::BURST_GAP_MAX
+            && dst_gap <= units::BURST_GAP_MAX
+        {
+            let mut i = 0;
+            while i < n {
+                let count = (n - i).min(units::BURST_COUNT_MAX);
+                self.a.movi(t0, (l1 + i * dst_row) as i64);
+                self.gm(t1, base, off + i * src_row);
+                self.a
+                    .copy_gm_to_l1(t0, t1, count, len)
+                    .src_gap(src_gap)
+                    .dst_gap(dst_gap);
+                i += count;
+            }
+            return;
+        }
+        for i in 0..n {
+            let mut done = 0;
+            while done < len {
+                let piece = (len - done).min(units::BURST_LEN_MAX);
+                self.a.movi(t0, (l1 + i * dst_row + done * UNIT) as i64);
+                self.gm(t1, base, off + i * src_row + done * UNIT);
+                self.a.copy_gm_to_l1(t0, t1, 1, piece);
+                done += piece;
+            }
+        }
+    }
+
     fn emit(mut self) {
         let plan = self.plan;
         for (name, v) in [
@@ -1762,29 +1808,27 @@ impl<'a> Gen<'a> {
             if step > 1 {
                 // One DMA per band row: that input row of each channel block.
                 for i in 0..g.band_h {
-                    self.a.movi(t0, (at + q0 * slice + i * s.w * UNIT) as i64);
-                    self.gm(
-                        t1,
+                    self.gm_to_l1(
+                        at + q0 * slice + i * s.w * UNIT,
                         x,
                         ((g.n * self.plan.c1 + q0) * s.h + g.in_row + i * step) * s.w * UNIT,
+                        q1 - q0,
+                        s.w,
+                        (s.h - 1) * s.w,
+                        (g.band_h - 1) * s.w,
                     );
-                    self.a
-                        .copy_gm_to_l1(t0, t1, q1 - q0, s.w)
-                        .src_gap((s.h - 1) * s.w)
-                        .dst_gap((g.band_h - 1) * s.w);
                 }
                 continue;
             }
-            self.a.movi(t0, (at + q0 * slice) as i64);
-            self.gm(
-                t1,
+            self.gm_to_l1(
+                at + q0 * slice,
                 x,
                 ((g.n * self.plan.c1 + q0) * s.h + g.in_row) * s.w * UNIT,
+                q1 - q0,
+                g.band_h * s.w,
+                (s.h - g.band_h) * s.w,
+                0,
             );
-            self.a
-                .copy_gm_to_l1(t0, t1, q1 - q0, g.band_h * s.w)
-                .src_gap((s.h - g.band_h) * s.w)
-                .dst_gap(0);
         }
     }
 
@@ -1807,21 +1851,16 @@ impl<'a> Gen<'a> {
         if f1 <= f0 || k1 <= k0 {
             return;
         }
-        let [t0, t1, _, _] = self.r.t;
         let w = self.r.w;
         let k = self.plan.k;
         let at = (f0 * k + k0) * FRACTAL;
-        self.a.movi(t0, at as i64);
-        self.gm(t1, w, self.co.0 * k * FRACTAL + at);
         let units = FRACTAL / UNIT;
+        let gm = self.co.0 * k * FRACTAL + at;
         if k0 == 0 && k1 == k {
-            self.a.copy_gm_to_l1(t0, t1, 1, (f1 - f0) * k * units);
+            self.gm_to_l1(at, w, gm, 1, (f1 - f0) * k * units, 0, 0);
         } else {
             let gap = (k - (k1 - k0)) * units;
-            self.a
-                .copy_gm_to_l1(t0, t1, f1 - f0, (k1 - k0) * units)
-                .src_gap(gap)
-                .dst_gap(gap);
+            self.gm_to_l1(at, w, gm, f1 - f0, (k1 - k0) * units, gap, gap);
         }
     }
 
@@ -2209,33 +2248,34 @@ impl<'a> Gen<'a> {
     fn load_chunk(&mut self, t: &Tile, ch: &Chunk, parity: u64) {
         let s = self.s;
         let plan = self.plan;
-        let [t0, t1, _, _] = self.r.t;
         let (x, w) = (self.r.x, self.r.w);
         let qn = ch.q1 - ch.q0;
         let base = self.band_l1(parity);
         for (g, at) in t.segs.iter().zip(self.chunk_bands(t, qn, parity)) {
             if g.band_h > 0 {
-                self.a.movi(t0, at as i64);
-                self.gm(
-                    t1,
+                self.gm_to_l1(
+                    at,
                     x,
                     ((g.n * plan.c1 + ch.q0) * s.h + g.in_row) * s.w * UNIT,
+                    qn,
+                    g.band_h * s.w,
+                    (s.h - g.band_h) * s.w,
+                    0,
                 );
-                self.a
-                    .copy_gm_to_l1(t0, t1, qn, g.band_h * s.w)
-                    .src_gap((s.h - g.band_h) * s.w)
-                    .dst_gap(0);
             }
         }
         let taps = plan.k_per_slice(s);
         let (k0, kn) = (ch.q0 * taps, qn * taps);
         let units = FRACTAL / UNIT;
-        self.a.movi(t0, (base + plan.chunk_band) as i64);
-        self.gm(t1, w, ((self.co.0 + ch.f0) * plan.k + k0) * FRACTAL);
-        self.a
-            .copy_gm_to_l1(t0, t1, ch.nb, kn * units)
-            .src_gap((plan.k - kn) * units)
-            .dst_gap(0);
+        self.gm_to_l1(
+            base + plan.chunk_band,
+            w,
+            ((self.co.0 + ch.f0) * plan.k + k0) * FRACTAL,
+            ch.nb,
+            kn * units,
+            (plan.k - kn) * units,
+            0,
+        );
     }
 
     /// The L0 steps over chunk `ch` of tile `t` (in chunk buffer `parity`): its co block's
