@@ -300,7 +300,18 @@ pub fn run_op_traced<S: TraceSink>(
                     inputs[i].as_ref().map_or(0, |t| t.tensor.data.len() as u64),
                     in_ptrs[i],
                 ),
+                Operand::InputFrom(i, at) => (
+                    inputs[i]
+                        .as_ref()
+                        .map_or(0, |t| t.tensor.data.len() as u64)
+                        .saturating_sub(at),
+                    in_ptrs[i] + at,
+                ),
                 Operand::Output(i) => (out_ptrs[i].1.bytes().unwrap_or(0), out_ptrs[i].0),
+                Operand::OutputFrom(i, at) => (
+                    out_ptrs[i].1.bytes().unwrap_or(0).saturating_sub(at),
+                    out_ptrs[i].0 + at,
+                ),
                 Operand::Derived(i) => (derived[i].data.len() as u64, derived_ptrs[i]),
                 Operand::Workspace(off) => (workspace - off, ws + off),
             })

@@ -307,6 +307,14 @@ fn root_inputs(g: &Graph) -> BTreeMap<NodeId, Loc> {
         .collect()
 }
 
+/// Where in its tensor an input or output operand starts.
+fn part_offset(a: &Operand) -> u64 {
+    match *a {
+        Operand::InputFrom(_, at) | Operand::OutputFrom(_, at) => at,
+        _ => 0,
+    }
+}
+
 fn bytes_of(d: &TensorDesc) -> u64 {
     d.bytes().unwrap_or(0)
 }
@@ -650,24 +658,32 @@ impl Emitter<'_> {
                 let mut args = Vec::with_capacity(k.args.len());
                 for a in &k.args {
                     let (addr, bytes) = match *a {
-                        Operand::Input(i) => match node.inputs.get(i).copied().flatten() {
-                            Some(v) => (locate(self, v)?, bytes_of(g.desc(v))),
-                            None => {
-                                return Err(EmitError::Graph {
-                                    graph: gname.clone(),
-                                    message: format!(
-                                        "kernel {} reads input {i} of `{}`, which is absent",
-                                        k.name, node.name
-                                    ),
-                                });
+                        Operand::Input(i) | Operand::InputFrom(i, _) => {
+                            match node.inputs.get(i).copied().flatten() {
+                                Some(v) => {
+                                    let at = part_offset(a);
+                                    let bytes = bytes_of(g.desc(v)).saturating_sub(at);
+                                    (locate(self, v)?.plus(at), bytes)
+                                }
+                                None => {
+                                    return Err(EmitError::Graph {
+                                        graph: gname.clone(),
+                                        message: format!(
+                                            "kernel {} reads input {i} of `{}`, which is absent",
+                                            k.name, node.name
+                                        ),
+                                    });
+                                }
                             }
-                        },
-                        Operand::Output(i) => {
+                        }
+                        Operand::Output(i) | Operand::OutputFrom(i, _) => {
                             let v = Value {
                                 node: *id,
                                 output: i as u32,
                             };
-                            (locate(self, v)?, bytes_of(g.desc(v)))
+                            let at = part_offset(a);
+                            let bytes = bytes_of(g.desc(v)).saturating_sub(at);
+                            (locate(self, v)?.plus(at), bytes)
                         }
                         Operand::Derived(i) => match derived.get(i) {
                             Some(t) => (self.resolve(&Loc::Const(t.clone())), t.data.len() as u64),

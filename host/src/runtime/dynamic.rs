@@ -415,7 +415,12 @@ impl DynamicModel {
                         .and_then(|v| at.get(&v).copied())
                         .map(|p| p.0)
                         .ok_or_else(|| format!("input {i}")),
+                    Operand::InputFrom(i, off) => n.inputs[i]
+                        .and_then(|v| at.get(&v).copied())
+                        .map(|p| p.0 + off)
+                        .ok_or_else(|| format!("input {i}")),
                     Operand::Output(i) => Ok(outs[i].0),
+                    Operand::OutputFrom(i, off) => Ok(outs[i].0 + off),
                     Operand::Derived(i) => Ok(derived[i].0),
                     Operand::Workspace(off) => {
                         ws.map(|w| w.0 + off).ok_or_else(|| "workspace".into())

@@ -954,3 +954,18 @@ fn conv5hd_transfers_past_the_dma_fields_are_split() {
     );
     assert_eq!(tiling(&r, "weight_bytes"), Some(0), "streamed");
 }
+
+/// ResNet-50's 1×1 1024 -> 256 convolution at batch 64 on the 910B2: one launch's code
+/// (unrolled per block) would pass the instruction limit, so the batch runs in two launches
+/// of the same kernel, each on its half of the images, checked element-wise.
+#[test]
+fn conv5hd_batch_past_the_instruction_limit_runs_in_parts() {
+    let r = cube(
+        &Case::new(64, 1024, (14, 14), 256, 1)
+            .formats(F5, F5)
+            .on("ascend910b2"),
+        76,
+    );
+    assert_eq!(tiling(&r, "batch_parts"), Some(2));
+    assert_eq!(r.kernels.len(), 2, "one launch per part");
+}

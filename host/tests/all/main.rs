@@ -24,6 +24,7 @@ mod lower_elementwise;
 mod lower_movement;
 mod lower_pool;
 mod lower_reduce;
+mod lower_sweep;
 mod model_numerics;
 mod model_run;
 mod npy;

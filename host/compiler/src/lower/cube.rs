@@ -121,7 +121,13 @@ impl Build {
             for op in &mut k.args {
                 *op = match *op {
                     Operand::Input(i) => input(i),
+                    Operand::InputFrom(i, at) => input(i).plus(at).ok_or_else(|| {
+                        format!("internal error: {} reads a part of a constant", k.name)
+                    })?,
                     Operand::Output(_) => output,
+                    Operand::OutputFrom(_, at) => output.plus(at).ok_or_else(|| {
+                        format!("internal error: {} writes a part of a constant", k.name)
+                    })?,
                     Operand::Derived(i) => Operand::Derived(d0 + i),
                     Operand::Workspace(at) => Operand::Workspace(ws + at),
                 };

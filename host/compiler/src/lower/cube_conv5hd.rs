@@ -1260,35 +1260,63 @@ pub(crate) fn lower(ctx: &LowerCtx<'_>, s: &ConvShape) -> Result<Lowered, LowerE
         bias: ctx.inputs.get(2).copied().flatten().is_some(),
         residual: ctx.node.int(crate::fusion::FUSED_RESIDUAL).is_some(),
     };
-    let (grid, plans) = first_grid(s, source, |grid| {
-        Plan::candidates(grid, &ctx.target.core, drain, source)
-    })
-    .map_err(|e| ctx.error(e))?;
-    let s = &grid;
-    // A plan whose unrolled code passes the instruction limit gives way to the next; the last
-    // one's is reported as too large.
-    let last = plans.len().saturating_sub(1);
-    for (i, plan) in plans.iter().enumerate() {
-        if let Some(lowered) = lower_with(ctx, s, plan, &weights, aipp.as_ref(), i == last)? {
-            return Ok(lowered);
+    // A plan whose unrolled code passes the instruction limit gives way to the next. When
+    // none of the whole batch's fits, the batch runs in equal parts, one launch of the same
+    // kernel each (its code is unrolled per block, so a large batch is long code): the
+    // cheapest plan of each part count in turn, every plan of one image a launch, whose last
+    // one is reported as too large.
+    let counts = part_counts(s.n);
+    for (pi, &parts) in counts.iter().enumerate() {
+        let part = ConvShape {
+            n: s.n / parts,
+            ..*s
+        };
+        let (grid, plans) = first_grid(&part, source, |grid| {
+            Plan::candidates(grid, &ctx.target.core, drain, source)
+        })
+        .map_err(|e| ctx.error(e))?;
+        let last_count = pi + 1 == counts.len();
+        let tried = if pi == 0 || last_count {
+            plans.len()
+        } else {
+            1
+        };
+        for (i, plan) in plans.iter().take(tried).enumerate() {
+            let last = last_count && i + 1 == plans.len();
+            let lowered = lower_with(ctx, &grid, plan, &weights, aipp.as_ref(), parts, last)?;
+            if let Some(lowered) = lowered {
+                return Ok(lowered);
+            }
         }
     }
     Err(ctx.error("no tiling of this convolution fits the kernel instruction limit"))
 }
 
-/// The kernels of convolution `s` on `plan`; `None` when its kernel's code would pass the
-/// instruction limit and a later plan remains (`last` false).
+/// How many equal parts a batch of `n` may run in, fewest first: 1 and the divisors of `n`.
+fn part_counts(n: u64) -> Vec<u64> {
+    (1..=n.max(1)).filter(|p| n.is_multiple_of(*p)).collect()
+}
+
+/// The kernels of convolution `part` (a batch of `parts` such) on `plan`; `None` when its
+/// kernel's code would pass the instruction limit and a later plan remains (`last` false).
 fn lower_with(
     ctx: &LowerCtx<'_>,
-    s: &ConvShape,
+    part: &ConvShape,
     plan: &Plan,
     weights: &[f32],
     aipp: Option<&crate::aipp::Params>,
+    parts: u64,
     last: bool,
 ) -> Result<Option<Lowered>, LowerError> {
     let x_desc = ctx.input(0)?;
     let y_desc = &ctx.outputs[0];
     let mut b = Build::default();
+    // The conversions and buffers around the kernel hold the whole batch.
+    let whole = ConvShape {
+        n: part.n * parts,
+        ..*part
+    };
+    let s = &whole;
     let hw_in = s.h * s.w;
     // With one pixel per plane both formats are the same bytes.
     let x = if aipp.is_some() || x_desc.format == Format::Nc1hwc0 || (hw_in == 1 && s.c >= 16) {
@@ -1363,7 +1391,10 @@ fn lower_with(
         e => kernel_name(ctx, &format!("5hd_{}", e.suffix())),
     };
     let mut a = Asm::new(&name);
-    let mut gen_ = Gen::new(&mut a, s, plan, bias.is_some());
+    if parts > 1 {
+        a.tiling("batch_parts", parts as i64);
+    }
+    let mut gen_ = Gen::new(&mut a, part, plan, bias.is_some());
     gen_.epilogue = epilogue;
     gen_.residual = residual.is_some();
     if gen_.ub_end() > ctx.target.core.ub_bytes {
@@ -1385,8 +1416,35 @@ fn lower_with(
         }
         args.push(b.derive(DataType::U8, p.config().to_bytes()));
     }
-    b.kernels
-        .push(ctx.kernel(a, plan.blocks.len() as u32, args)?);
+    let kernel = ctx.kernel(a, plan.blocks.len() as u32, args)?;
+    // Launch p reads and writes images p·n' on: the input, output and residual arguments
+    // start that many images further on.
+    let image_bytes = |arg: usize| match arg {
+        arg::X => match plan.source {
+            Source::Image {
+                pixel,
+                height,
+                width,
+                ..
+            } => height * width * pixel,
+            _ => plan.c1 * hw_in * UNIT,
+        },
+        arg::OUT => s.m.div_ceil(16) * s.ho * s.wo * UNIT,
+        arg::RESIDUAL if residual.is_some() => s.m.div_ceil(16) * s.ho * s.wo * UNIT,
+        _ => 0,
+    };
+    for p in 0..parts {
+        let mut k = kernel.clone();
+        for (i, op) in k.args.iter_mut().enumerate() {
+            let by = p * part.n * image_bytes(i);
+            if by > 0 {
+                *op = op.plus(by).ok_or_else(|| {
+                    ctx.error(format!("internal error: argument {i} is a constant"))
+                })?;
+            }
+        }
+        b.kernels.push(k);
+    }
     if !y_native {
         transdata(
             ctx,

@@ -66,6 +66,25 @@ pub enum Operand {
     Derived(usize),
     /// The node's GM workspace at this byte offset.
     Workspace(u64),
+    /// The node's input `i` from this byte offset (one launch's part of a batch).
+    InputFrom(usize, u64),
+    /// The node's output `i` from this byte offset.
+    OutputFrom(usize, u64),
+}
+
+impl Operand {
+    /// The same tensor `bytes` further on, for a launch that runs on a part of it; a derived
+    /// constant has no parts (`None`).
+    pub fn plus(self, bytes: u64) -> Option<Operand> {
+        match self {
+            Operand::Input(i) => Some(Operand::InputFrom(i, bytes)),
+            Operand::InputFrom(i, at) => Some(Operand::InputFrom(i, at + bytes)),
+            Operand::Output(i) => Some(Operand::OutputFrom(i, bytes)),
+            Operand::OutputFrom(i, at) => Some(Operand::OutputFrom(i, at + bytes)),
+            Operand::Workspace(at) => Some(Operand::Workspace(at + bytes)),
+            Operand::Derived(_) => None,
+        }
+    }
 }
 
 /// One kernel launch.
