@@ -969,3 +969,18 @@ fn conv5hd_batch_past_the_instruction_limit_runs_in_parts() {
     assert_eq!(tiling(&r, "batch_parts"), Some(2));
     assert_eq!(r.kernels.len(), 2, "one launch per part");
 }
+
+/// A stride past the padded input (ONNX allows it) gives the single window a stride equal to
+/// it gives: both kernels run it, checked element-wise (the reference steps by the stride).
+#[test]
+fn conv_stride_past_the_padded_input_is_one_window() {
+    cube(&Case::new(1, 16, (3, 5), 16, 1).stride(8), 77);
+    cube(&Case::new(2, 32, (3, 3), 16, 3).pad(1).stride(6), 78);
+    cube(
+        &Case::new(2, 32, (3, 3), 16, 3)
+            .pad(1)
+            .stride(1 << 20)
+            .formats(F5, F5),
+        79,
+    );
+}

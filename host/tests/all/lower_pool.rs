@@ -820,3 +820,20 @@ fn big_pools_stream_near_the_hbm_rate() {
     }
     assert!(slow.is_empty(), "below their floors: {slow:#?}");
 }
+
+/// A stride past the padded input (ONNX allows it) gives the single window a stride equal to
+/// it gives, in every padding mode.
+#[test]
+fn stride_past_the_padded_input_is_one_window() {
+    both(
+        &[1, 3, 3, 3],
+        &Win::k(&[2, 2]).s(&[9, 9]).p(&[1, 0, 0, 1]),
+        90,
+    );
+    both(&[2, 5, 4, 6], &Win::k(&[3, 2]).s(&[5, 1 << 20]), 91);
+    both(
+        &[1, 3, 3, 3],
+        &Win::k(&[2, 2]).s(&[100, 100]).auto("SAME_UPPER"),
+        92,
+    );
+}

@@ -64,6 +64,9 @@ const LAYERS: &[Layer] = &[
     l(256, 512, 14, 3, 2, 1),
     l(2048, 512, 7, 1, 1, 0),
     l(512, 2048, 7, 1, 1, 0),
+    // ResNet-50's stride-2 downsampling on the 1x1 map of a 16x16 input (a stride past the
+    // padded input: one window).
+    l(1024, 2048, 1, 1, 2, 0),
     // VGG.
     l(3, 64, 224, 3, 1, 1),
     l(64, 128, 112, 3, 1, 1),
