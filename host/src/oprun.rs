@@ -296,21 +296,20 @@ pub fn run_op_traced<S: TraceSink>(
             .args
             .iter()
             .map(|a| match *a {
-                Operand::Input(i) => (
-                    inputs[i].as_ref().map_or(0, |t| t.tensor.data.len() as u64),
-                    in_ptrs[i],
-                ),
-                Operand::InputFrom(i, at) => (
+                Operand::Input(i) | Operand::InputFrom(i, _) => (
                     inputs[i]
                         .as_ref()
                         .map_or(0, |t| t.tensor.data.len() as u64)
-                        .saturating_sub(at),
-                    in_ptrs[i] + at,
+                        .saturating_sub(a.offset()),
+                    in_ptrs[i] + a.offset(),
                 ),
-                Operand::Output(i) => (out_ptrs[i].1.bytes().unwrap_or(0), out_ptrs[i].0),
-                Operand::OutputFrom(i, at) => (
-                    out_ptrs[i].1.bytes().unwrap_or(0).saturating_sub(at),
-                    out_ptrs[i].0 + at,
+                Operand::Output(i) | Operand::OutputFrom(i, _) => (
+                    out_ptrs[i]
+                        .1
+                        .bytes()
+                        .unwrap_or(0)
+                        .saturating_sub(a.offset()),
+                    out_ptrs[i].0 + a.offset(),
                 ),
                 Operand::Derived(i) => (derived[i].data.len() as u64, derived_ptrs[i]),
                 Operand::Workspace(off) => (workspace - off, ws + off),

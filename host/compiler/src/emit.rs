@@ -307,14 +307,6 @@ fn root_inputs(g: &Graph) -> BTreeMap<NodeId, Loc> {
         .collect()
 }
 
-/// Where in its tensor an input or output operand starts.
-fn part_offset(a: &Operand) -> u64 {
-    match *a {
-        Operand::InputFrom(_, at) | Operand::OutputFrom(_, at) => at,
-        _ => 0,
-    }
-}
-
 fn bytes_of(d: &TensorDesc) -> u64 {
     d.bytes().unwrap_or(0)
 }
@@ -661,7 +653,7 @@ impl Emitter<'_> {
                         Operand::Input(i) | Operand::InputFrom(i, _) => {
                             match node.inputs.get(i).copied().flatten() {
                                 Some(v) => {
-                                    let at = part_offset(a);
+                                    let at = a.offset();
                                     let bytes = bytes_of(g.desc(v)).saturating_sub(at);
                                     (locate(self, v)?.plus(at), bytes)
                                 }
@@ -681,7 +673,7 @@ impl Emitter<'_> {
                                 node: *id,
                                 output: i as u32,
                             };
-                            let at = part_offset(a);
+                            let at = a.offset();
                             let bytes = bytes_of(g.desc(v)).saturating_sub(at);
                             (locate(self, v)?.plus(at), bytes)
                         }

@@ -411,16 +411,11 @@ impl DynamicModel {
             let addrs = args
                 .iter()
                 .map(|a| match *a {
-                    Operand::Input(i) => n.inputs[i]
+                    Operand::Input(i) | Operand::InputFrom(i, _) => n.inputs[i]
                         .and_then(|v| at.get(&v).copied())
-                        .map(|p| p.0)
+                        .map(|p| p.0 + a.offset())
                         .ok_or_else(|| format!("input {i}")),
-                    Operand::InputFrom(i, off) => n.inputs[i]
-                        .and_then(|v| at.get(&v).copied())
-                        .map(|p| p.0 + off)
-                        .ok_or_else(|| format!("input {i}")),
-                    Operand::Output(i) => Ok(outs[i].0),
-                    Operand::OutputFrom(i, off) => Ok(outs[i].0 + off),
+                    Operand::Output(i) | Operand::OutputFrom(i, _) => Ok(outs[i].0 + a.offset()),
                     Operand::Derived(i) => Ok(derived[i].0),
                     Operand::Workspace(off) => {
                         ws.map(|w| w.0 + off).ok_or_else(|| "workspace".into())

@@ -16,7 +16,7 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn tensor(dtype: DataType, dims: &[i64], v: &[f32]) -> Tensor {
+pub(super) fn tensor(dtype: DataType, dims: &[i64], v: &[f32]) -> Tensor {
     match dtype {
         DataType::F16 => {
             let b = v

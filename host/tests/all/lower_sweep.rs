@@ -122,16 +122,7 @@ fn zeros(dtype: DataType, dims: &[i64]) -> Tensor {
 fn weights(dtype: DataType, dims: &[i64]) -> Tensor {
     let n: i64 = dims.iter().product();
     let v: Vec<f32> = (0..n).map(|i| ((i % 7) as f32 - 3.0) / 8.0).collect();
-    match dtype {
-        DataType::F16 => {
-            let b = v
-                .iter()
-                .flat_map(|x| half::f16::from_f32(*x).to_bits().to_le_bytes())
-                .collect();
-            Tensor::new(DataType::F16, dims.to_vec(), b).unwrap()
-        }
-        _ => Tensor::from_f32s(dims.to_vec(), &v),
-    }
+    super::lower_conv::tensor(dtype, dims, &v)
 }
 
 /// Lowers one case; `Err` names it and says why it failed.

@@ -220,10 +220,9 @@ pub(crate) fn conv_shape(ctx: &LowerCtx<'_>) -> Result<ConvShape, LowerError> {
         }
         other => return Err(ctx.error(format!("auto_pad {other:?} is not an ONNX mode"))),
     }
-    // A stride past the padded input gives the one window a stride equal to it gives (ONNX
-    // allows it); taken as that, no lowering plans for a huge one.
     for a in 0..sp {
-        strides[a] = strides[a].min((x[a + 2] + pads[a] + pads[a + sp]).max(1));
+        strides[a] =
+            crate::lower::window::effective_stride(strides[a], x[a + 2], pads[a], pads[a + sp]);
     }
     let group = ctx.node.int("group").unwrap_or(1).max(1) as u64;
     let (n, c, m) = (x[0], x[1], o[1]);

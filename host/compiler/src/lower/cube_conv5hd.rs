@@ -1419,6 +1419,7 @@ fn lower_with(
     let kernel = ctx.kernel(a, plan.blocks.len() as u32, args)?;
     // Launch p reads and writes images p·n' on: the input, output and residual arguments
     // start that many images further on.
+    let out_image = plan.m1 * s.ho * s.wo * UNIT;
     let image_bytes = |arg: usize| match arg {
         arg::X => match plan.source {
             Source::Image {
@@ -1429,8 +1430,8 @@ fn lower_with(
             } => height * width * pixel,
             _ => plan.c1 * hw_in * UNIT,
         },
-        arg::OUT => s.m.div_ceil(16) * s.ho * s.wo * UNIT,
-        arg::RESIDUAL if residual.is_some() => s.m.div_ceil(16) * s.ho * s.wo * UNIT,
+        arg::OUT => out_image,
+        arg::RESIDUAL if residual.is_some() => out_image,
         _ => 0,
     };
     for p in 0..parts {

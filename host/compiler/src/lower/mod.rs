@@ -85,6 +85,14 @@ impl Operand {
             Operand::Derived(_) => None,
         }
     }
+
+    /// Where in its tensor an input or output operand starts (0 for a whole one).
+    pub fn offset(self) -> u64 {
+        match self {
+            Operand::InputFrom(_, at) | Operand::OutputFrom(_, at) => at,
+            _ => 0,
+        }
+    }
 }
 
 /// One kernel launch.

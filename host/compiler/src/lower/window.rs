@@ -76,6 +76,13 @@ pub(super) fn dims(ctx: &LowerCtx<'_>, d: &TensorDesc) -> Result<Vec<u64>, Lower
         .ok_or_else(|| ctx.error(format!("shape {d} is not static")))
 }
 
+/// The stride a window axis runs with: one past the padded input (`size + pb + pe`) gives
+/// the single window a stride equal to it gives (ONNX allows it), so it is taken as that and
+/// no lowering plans for a huge one.
+pub(super) fn effective_stride(s: u64, size: u64, pb: u64, pe: u64) -> u64 {
+    s.min((size + pb + pe).max(1))
+}
+
 /// The spatial axes of a window pool from its attributes, the input dims `x` and the
 /// inferred output dims `y` (auto_pad's pads follow from the output size, as in ONNX).
 pub(super) fn axes(ctx: &LowerCtx<'_>, x: &[u64], y: &[u64]) -> Result<Vec<Axis>, LowerError> {
@@ -124,9 +131,7 @@ pub(super) fn axes(ctx: &LowerCtx<'_>, x: &[u64], y: &[u64]) -> Result<Vec<Axis>
                 size,
                 out,
                 k,
-                // A stride past the padded input gives the one window a stride equal to it
-                // gives (ONNX allows it); taken as that, no lowering plans for a huge one.
-                s: s.min((size + pb + pe).max(1)),
+                s: effective_stride(s, size, pb, pe),
                 d,
                 pb,
                 pe,
