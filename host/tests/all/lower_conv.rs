@@ -540,8 +540,8 @@ fn depthwise_runtime_bias() {
     );
 }
 
-/// The error a case's lowering reports (weights given as `weights_in`).
-fn lowering_error(c: &Case, constant_weights: bool) -> String {
+/// A case's input and weights (NCHW), seeded values.
+fn input_and_weights(c: &Case) -> (Tensor, Tensor) {
     let xd = [c.n, c.c, c.h, c.w];
     let wd = [c.m, c.c / c.group, c.k.0, c.k.1];
     let x = tensor(c.dtype, &xd, &values((c.n * c.c * c.h * c.w) as usize, 1));
@@ -550,6 +550,12 @@ fn lowering_error(c: &Case, constant_weights: bool) -> String {
         &wd,
         &values(wd.iter().product::<i64>() as usize, 2),
     );
+    (x, w)
+}
+
+/// The error a case's lowering reports (weights given as `weights_in`).
+fn lowering_error(c: &Case, constant_weights: bool) -> String {
+    let (x, w) = input_and_weights(c);
     let w = if constant_weights {
         constant(w)
     } else {
@@ -983,4 +989,82 @@ fn conv_stride_past_the_padded_input_is_one_window() {
             .formats(F5, F5),
         79,
     );
+}
+
+/// A grouped convolution on the fractal kernel, as GE packs it: `enlarge` consecutive groups
+/// share a packed group of whole channel blocks whose weights are block-diagonal, and each co
+/// group reads only its packed group's input blocks. ResNeXt's 32 groups of 4 channels pack
+/// four to a block (8 packed groups of one block each); 32 groups of 8 pack two to a block;
+/// 32 channels a group need no packing (2 blocks a group); RegNet-style 24 channels a group
+/// pack two to 3 blocks; unequal input and output widths pack by the wider need.
+#[test]
+fn conv5hd_grouped_packs_groups_into_channel_blocks() {
+    let cases = [
+        (Case::new(1, 128, (9, 10), 128, 3).pad(1).group(32), 4, 8),
+        (Case::new(2, 128, (9, 10), 128, 3).pad(1).group(32), 4, 8),
+        (
+            Case::new(1, 256, (7, 7), 256, 3)
+                .pad(1)
+                .stride(2)
+                .group(32)
+                .bias(),
+            2,
+            16,
+        ),
+        (Case::new(1, 64, (6, 6), 64, 3).pad(1).group(2), 1, 2),
+        (Case::new(1, 48, (6, 7), 48, 3).pad(1).group(16), 16, 1),
+        (Case::new(1, 96, (5, 8), 96, 3).pad(1).group(4), 2, 2),
+        (Case::new(2, 64, (6, 6), 128, 1).group(16), 4, 4),
+    ];
+    for (i, (c, enlarge, packed)) in cases.into_iter().enumerate() {
+        for chip in ["ascend310p", "ascend910b2"] {
+            let c = c.clone().formats(F5, F5).on(chip);
+            let r = cube(&c, 90 + i as u64);
+            assert_eq!(r.kernels.len(), 1, "{c:?}: one kernel, no conversion");
+            assert_eq!(tiling(&r, "group_enlarge"), Some(enlarge), "{c:?}");
+            assert_eq!(tiling(&r, "packed_groups"), Some(packed), "{c:?}");
+        }
+    }
+    // NCHW sides are converted around it, and a ReLU rides in the drain as for any other.
+    let c = Case::new(1, 64, (8, 8), 64, 3)
+        .pad(1)
+        .group(8)
+        .formats(ND, ND);
+    let r = cube(&c.clone().formats(ND, F5), 97);
+    assert_eq!(r.kernels.len(), 2, "a TransData in, then the conv");
+    cube(&c.formats(F5, ND), 98);
+}
+
+/// Groups that do not pack into whole blocks without padding channels (3 groups of 8, 5 of
+/// 8: two groups fill a block, and an odd count leaves half a block) are not the fractal
+/// kernel's (the layout pass leaves them NCHW): asked to, it says why. With whole blocks of
+/// input and output channels every grouping packs (a group count times a group's channels
+/// is a multiple of 16 only if the count is a multiple of what fills a block).
+#[test]
+fn conv5hd_refuses_groups_that_need_padding() {
+    for (c, why) in [
+        (
+            Case::new(1, 24, (6, 6), 24, 3).pad(1).group(3),
+            "pack into whole",
+        ),
+        (
+            Case::new(1, 40, (6, 6), 80, 3).pad(1).group(5),
+            "pack into whole",
+        ),
+    ] {
+        let (x, w) = input_and_weights(&c);
+        let r = gearsim_host::oprun::run_op_formats(
+            &gearsim_sim::ChipConfig::preset("ascend310p").unwrap(),
+            "Conv",
+            &attrs(&c),
+            vec![Some(data(x)), Some(constant(w))],
+            &[F5, ND, F5],
+            1,
+            gearsim_sim::ExecMode::Full,
+        );
+        match r {
+            Ok(_) => panic!("{c:?} ran on the fractal kernel"),
+            Err(e) => assert!(e.contains(why), "{c:?}: {e}"),
+        }
+    }
 }

@@ -87,6 +87,14 @@ const LAYERS: &[Layer] = &[
     },
     Layer {
         g: 32,
+        ..l(256, 256, 28, 3, 1, 1)
+    },
+    Layer {
+        g: 32,
+        ..l(512, 512, 14, 3, 1, 1)
+    },
+    Layer {
+        g: 32,
         ..l(1024, 1024, 14, 3, 2, 1)
     },
     // YOLO / SSD heads and odd maps.
@@ -171,7 +179,12 @@ fn lower_case(
 /// Whether the fractal-format kernel takes the layer (the layout pass keeps the others in
 /// NCHW, so they run on the NCHW kernels between conversions).
 fn fractal_domain(layer: &Layer) -> bool {
-    layer.g == 1 && (layer.c % 16 == 0 || layer.c < 16) && layer.m % 16 == 0
+    let whole = |c: i64| c % 16 == 0;
+    match layer.g {
+        1 => (whole(layer.c) || layer.c < 16) && whole(layer.m),
+        // Grouped: packed into whole blocks; depthwise runs on the vector unit.
+        g => g != layer.c && whole(layer.c) && whole(layer.m),
+    }
 }
 
 /// Lowers every case of `chips` × `batches` × the layers × `kinds`; the failures in case order.

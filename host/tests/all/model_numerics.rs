@@ -330,6 +330,37 @@ impl NetBuilder {
         n
     }
 
+    /// A `k`×`k` convolution from `c` to `m` channels in `group` groups with a bias, padded
+    /// to keep the size.
+    fn grouped_conv(
+        &mut self,
+        name: &str,
+        x: &str,
+        out: &str,
+        (c, m, group): (i64, i64, i64),
+        k: i64,
+    ) -> gearsim_compiler::onnx::proto::NodeProto {
+        let (w, b) = (format!("{name}.w"), format!("{name}.b"));
+        self.initializer
+            .push(f16_init(&w, &[m, c / group, k, k], self.scale, self.seed));
+        self.initializer
+            .push(f16_init(&b, &[m], self.scale, self.seed + 1));
+        self.seed += 2;
+        let mut n = super::onnx_build::node("Conv", name, &[x, w.as_str(), b.as_str()], &[out]);
+        let p = k / 2;
+        n.attribute = vec![
+            ints("kernel_shape", &[k, k]),
+            ints("pads", &[p, p, p, p]),
+            gearsim_compiler::onnx::proto::AttributeProto {
+                name: "group".into(),
+                i: group,
+                r#type: gearsim_compiler::onnx::proto::AttributeType::Int as i32,
+                ..Default::default()
+            },
+        ];
+        n
+    }
+
     /// A 3×3 stride-2 MaxPool padded by one.
     fn pool(name: &str, x: &str, out: &str) -> gearsim_compiler::onnx::proto::NodeProto {
         let mut pool = super::onnx_build::node("MaxPool", name, &[x], &[out]);
@@ -513,6 +544,66 @@ fn resnet_shaped_body_runs_in_the_fractal_format_from_the_stem_to_the_global_poo
         &c,
         "x",
         &|g| vec![g[0], 16, 20, 24],
+        (2e-2, 2e-2),
+        DataType::F16,
+    );
+}
+
+/// A ResNeXt-shaped block at a dynamic batch of 1 or 2: a 1×1 convolution, a 3×3 one in 16
+/// groups of 4 channels (GE packs four groups to a channel block), a 1×1 one whose drain adds
+/// the block's input, and a GlobalAveragePool. The grouped convolution runs the fractal
+/// kernel like the others, so the only conversion is the graph input's, and every gear matches
+/// the evaluator.
+#[test]
+fn resnext_shaped_block_keeps_its_grouped_convolution_in_the_fractal_format() {
+    use super::onnx_build::node;
+    let mut net = NetBuilder::new(0.2);
+    let nodes = vec![
+        net.conv("stem", "x", "s0", 16, 32, 3, 1),
+        node("Relu", "stem_relu", &["s0"], &["s"]),
+        net.conv("reduce", "s", "a0", 32, 64, 1, 1),
+        node("Relu", "reduce_relu", &["a0"], &["a"]),
+        net.grouped_conv("grouped", "a", "b0", (64, 64, 16), 3),
+        node("Relu", "grouped_relu", &["b0"], &["b"]),
+        net.conv("expand", "b", "c", 64, 32, 1, 1),
+        node("Add", "add", &["c", "s"], &["d"]),
+        node("Relu", "add_relu", &["d"], &["e"]),
+        node("GlobalAveragePool", "gap", &["e"], &["y"]),
+    ];
+    let m = net.model(
+        nodes,
+        &[None, Some(16), Some(12), Some(14)],
+        &[None, Some(32), Some(1), Some(1)],
+    );
+    let c = compile(
+        &m,
+        "resnext_shaped.onnx",
+        &fractal_options("x:-1,16,12,14", "1,2"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let (_, _, names) = fractal_kernels(&c);
+    // Per branch four convolutions, the grouped one among them (kernels are named by op and
+    // shape).
+    assert_eq!(
+        names.iter().filter(|n| n.starts_with("Conv")).count(),
+        8,
+        "{names:?}"
+    );
+    assert!(
+        names
+            .iter()
+            .filter(|n| n.starts_with("Conv"))
+            .all(|n| n.contains("5hd"))
+            && names
+                .iter()
+                .filter(|n| n.starts_with("TransData"))
+                .all(|n| n.contains("x1x168x16")),
+        "every conv runs 5HD; only the input is converted: {names:?}"
+    );
+    every_gear_matches_typed(
+        &c,
+        "x",
+        &|g| vec![g[0], 16, 12, 14],
         (2e-2, 2e-2),
         DataType::F16,
     );

@@ -1383,6 +1383,12 @@ pub(super) fn distribute_by(
             .map(|b| {
                 let left = t - DISPATCH_STAGGER_CYCLES * b as f64;
                 let (mut lo, mut hi) = (0u64, total - at);
+                // A cost need not grow with the rows (whole small images share one tile, so
+                // two images can cost less than one and a part), and the search below assumes
+                // it does: all the rows left, when they finish in time, are taken first.
+                if cost(b, at, hi) <= left {
+                    lo = hi;
+                }
                 while lo < hi {
                     let mid = (lo + hi).div_ceil(2);
                     if cost(b, at, mid) <= left {
@@ -1410,7 +1416,7 @@ pub(super) fn distribute_by(
         }
     }
     let rows = rows_at(hi);
-    let mut out = Vec::new();
+    let mut out: Vec<(u64, u64)> = Vec::new();
     let mut at = 0;
     for r in rows {
         let r = r.min(total - at);
@@ -1418,6 +1424,13 @@ pub(super) fn distribute_by(
             out.push((at, at + r));
             at += r;
         }
+    }
+    // Where no finish holds every row (a cost that falls as rows are added can hide the one
+    // that does), the last block takes the rest: no row is left unassigned.
+    match out.last_mut() {
+        Some(last) => last.1 = total,
+        None if total > 0 => out.push((0, total)),
+        None => {}
     }
     out
 }
@@ -3166,4 +3179,33 @@ fn plan_weights_total(plan: &Plan, p: &Problem) -> u64 {
     (0..plan.co_blocks)
         .map(|cb| plan.mb_of(p, cb) * plan.c1 * plan.taps() * FRACTAL)
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every row goes to some block, in order, even when a cost falls as rows are added (two
+    /// whole small images in one tile cost less than one image and a part of the next).
+    #[test]
+    fn distribute_by_assigns_every_row_whatever_the_cost() {
+        let falling = |_: u64, _: u64, r: u64| {
+            if r == 12 {
+                100.0
+            } else {
+                100.0 + r as f64 * 50.0
+            }
+        };
+        for blocks in [1, 2, 3] {
+            let runs = distribute_by(12, blocks, &falling);
+            assert_eq!(runs.first().map(|r| r.0), Some(0), "{runs:?}");
+            assert_eq!(runs.last().map(|r| r.1), Some(12), "{runs:?}");
+            assert!(runs.windows(2).all(|w| w[0].1 == w[1].0), "{runs:?}");
+        }
+        let linear = |_: u64, _: u64, r: u64| r as f64 * 1e4;
+        let runs = distribute_by(100, 4, &linear);
+        assert_eq!(runs.len(), 4, "{runs:?}");
+        assert_eq!(runs.last().map(|r| r.1), Some(100));
+        assert!(distribute_by(0, 4, &linear).is_empty());
+    }
 }

@@ -49,6 +49,13 @@
 //! as the output's) is added in f16 and the ReLU applied after it. MTE3 writes each segment's
 //! co fractals with one DMA.
 //!
+//! **Groups.** A grouped convolution runs as GE's does: `enlarge` consecutive groups (the
+//! fewest that make a group's input and output channels whole blocks) form a packed group
+//! whose weight fractals are block-diagonal, zero between groups, so the cube does `enlarge`
+//! times the groups' MACs in whole fractals. Co groups split the packed groups evenly, and a
+//! co group's bands bring in only its packed group's input channel blocks (`Plan::x_block`).
+//! Depthwise convolutions (a group per channel) run on the vector unit instead.
+//!
 //! **Image source.** A convolution that absorbed an Aipp (`fusion`'s `_fused_aipp`) reads the
 //! 8-bit image itself: each band comes through MTE2's AIPP unit (`load_image_l1`, the
 //! parameter block a derived constant) into L1 as one channel block: 16 channels a pixel, or
@@ -288,14 +295,91 @@ impl Drain {
     }
 }
 
+/// How a grouped convolution's groups pack into channel blocks, as GE's 5HD convolution packs
+/// them: `enlarge` consecutive groups share one packed group whose weights are block-diagonal
+/// (zero between groups), so the cube multiplies `enlarge` times the MACs of the groups alone
+/// and every fractal is whole. GE's enlargement is the least that makes a group's input and
+/// output channels whole blocks, at most the group count; gearsim takes the shapes where that
+/// needs no padding channels (ResNeXt's, RegNet's), and runs the others in NCHW.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Grouping {
+    /// Groups of the model per packed group.
+    enlarge: u64,
+    /// Packed groups.
+    packed: u64,
+    /// Input channel blocks and output-channel fractals of a packed group.
+    c1: u64,
+    m1: u64,
+}
+
+impl Grouping {
+    fn of(s: &ConvShape, source: Source) -> Result<Grouping, String> {
+        let whole = |c: u64| Grouping {
+            enlarge: 1,
+            packed: 1,
+            c1: c,
+            m1: s.m / 16,
+        };
+        if source.image() && s.group <= 1 {
+            return Ok(whole(1));
+        }
+        if source.image() {
+            return Err(format!("group {} (an image source is ungrouped)", s.group));
+        }
+        if s.group <= 1 {
+            return Ok(whole(s.c.div_ceil(16)));
+        }
+        if s.group == s.c {
+            return Err(format!(
+                "group {} over {} channels is depthwise (the vector unit runs it)",
+                s.group, s.c
+            ));
+        }
+        let (cin, cout) = (s.c / s.group, s.m / s.group);
+        let fill = |c: u64| lcm(c, 16) / c;
+        let enlarge = lcm(fill(cin), fill(cout)).min(s.group);
+        let packs = s.group.is_multiple_of(enlarge)
+            && (enlarge * cin).is_multiple_of(16)
+            && (enlarge * cout).is_multiple_of(16);
+        if !packs {
+            return Err(format!(
+                "group {} of {cin} input and {cout} output channels does not pack into whole                  channel blocks without padding ({enlarge} groups a block)",
+                s.group
+            ));
+        }
+        Ok(Grouping {
+            enlarge,
+            packed: s.group / enlarge,
+            c1: enlarge * cin / 16,
+            m1: enlarge * cout / 16,
+        })
+    }
+}
+
+fn lcm(a: u64, b: u64) -> u64 {
+    let gcd = |mut a: u64, mut b: u64| {
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        a
+    };
+    a / gcd(a, b).max(1) * b
+}
+
 /// The static tiling.
 #[derive(Debug, Clone)]
 struct Plan {
     source: Source,
     /// The bands go to L0A by Load2D (a pointwise convolution, [`l0a_load2d`]), not img2col.
     load2d: bool,
+    /// Input channel blocks a product's K covers (a packed group's for a grouped
+    /// convolution), the input's channel blocks in GM, and the output's.
     c1: u64,
+    c1_in: u64,
     m1: u64,
+    /// How a grouped convolution's groups pack into channel blocks (one packed group when
+    /// ungrouped).
+    grouping: Grouping,
     /// K fractals (`c1 · kh · kw`; C04: `kh · kw · 4 / 16` rounded up).
     k: u64,
     /// Output-channel fractals per co block (one L0 product's columns).
@@ -394,12 +478,16 @@ impl Plan {
     ) -> impl Iterator<Item = Result<Plan, String>> {
         let cores = core.cube_blocks().max(1);
         let m1 = s.m / 16;
-        let k = s.c.div_ceil(16) * s.kh * s.kw;
+        // A grouped convolution's co groups split its packed groups evenly.
+        let (k, packed) = match Grouping::of(s, source) {
+            Ok(g) => (g.c1 * s.kh * s.kw, g.packed),
+            Err(_) => (s.c.div_ceil(16) * s.kh * s.kw, 1),
+        };
         let fit = (core.l1_bytes * 3 / 4 / (k * FRACTAL).max(1)).max(1);
         let fewest = m1.div_ceil(fit).max(cores + 1);
         let candidates: BTreeSet<u64> = [1, 2, 4, 8]
             .into_iter()
-            .map(|f| (fewest * f).next_multiple_of(cores).min(m1))
+            .map(|f| (fewest * f).next_multiple_of(lcm(cores, packed)).min(m1))
             .filter(|g| *g > cores)
             .collect();
         candidates
@@ -442,18 +530,38 @@ impl Plan {
         }
         // Fewer than 16 input channels fill one zero-padded channel block (the padded
         // TransData of `lower`), as GE's 5HD pads C to C1 · C0.
-        let (c1, m1) = if source.image() {
-            (1, s.m / 16)
-        } else {
-            (s.c.div_ceil(16), s.m / 16)
-        };
+        let grouping = Grouping::of(s, source)?;
+        let (c1, c1_in, m1) = (grouping.c1, grouping.c1 * grouping.packed, s.m / 16);
+        if stream && grouping.packed > 1 {
+            return Err("a grouped convolution keeps its (small) weights resident".into());
+        }
+        if !groups.is_multiple_of(grouping.packed) {
+            return Err(format!(
+                "{groups} co groups do not split {} packed groups evenly",
+                grouping.packed
+            ));
+        }
         let k = if source.c04() {
             (s.kh * s.kw * gearsim_isa::aipp::C04).div_ceil(16)
         } else {
             c1 * s.kh * s.kw
         };
+        // Each packed group's output fractals in `groups / packed` co groups: a co group's
+        // products then read only its packed group's input channel blocks.
+        let per_packed = groups / grouping.packed;
+        if per_packed > grouping.m1 {
+            return Err(format!(
+                "{groups} co groups are more than the output fractals ({m1})"
+            ));
+        }
         let ranges: Vec<(u64, u64)> = (0..groups)
-            .map(|g| (g * m1 / groups, (g + 1) * m1 / groups))
+            .map(|g| {
+                let (base, j) = (g / per_packed * grouping.m1, g % per_packed);
+                (
+                    base + j * grouping.m1 / per_packed,
+                    base + (j + 1) * grouping.m1 / per_packed,
+                )
+            })
             .collect();
         let g_max = ranges.iter().map(|r| r.1 - r.0).max().unwrap_or(1);
         let (l0a_half, l0b_half, l0c_half) =
@@ -519,7 +627,9 @@ impl Plan {
             source,
             load2d,
             c1,
+            c1_in,
             m1,
+            grouping,
             k,
             nbk,
             co_groups: groups,
@@ -681,11 +791,13 @@ impl Plan {
                 .blocks
                 .len()
                 .div_ceil(core.cube_blocks().max(1) as usize) as f64;
-        // Every group reads the whole input; after the first read it comes from the L2 when
-        // it fits the share kept feature maps may fill (its producer has just written it).
-        let input = s.n * s.h * s.w * self.source.gm_pixel_bytes(self.c1);
-        let input_reads = if input <= core.l2_keep_bytes() {
-            1
+        // Every group reads the whole input (a grouped convolution's: its packed group's);
+        // after the first read it comes from the L2 when it fits the share kept feature maps
+        // may fill (its producer has just written it).
+        let packed = self.grouping.packed;
+        let input = s.n * s.h * s.w * self.source.gm_pixel_bytes(self.c1_in) / packed;
+        let input_reads = if input * packed <= core.l2_keep_bytes() {
+            packed
         } else {
             self.co_groups
         };
@@ -734,6 +846,12 @@ impl Plan {
     }
 
     /// K fractals one input-channel block of the band serves (C04: its only block, all).
+    /// The GM channel block of image `n` that channel block `q` of the band of co fractal
+    /// `co_f`'s products is (a grouped convolution's co group reads its packed group's).
+    fn x_block(&self, n: u64, co_f: u64, q: u64) -> u64 {
+        n * self.c1_in + co_f / self.grouping.m1.max(1) * self.c1 + q
+    }
+
     fn k_per_slice(&self, s: &ConvShape) -> u64 {
         if self.source.c04() {
             self.k
@@ -1093,12 +1211,7 @@ fn first_grid<T>(
 
 /// Whether the fractal-format kernel runs this convolution reading `source`.
 pub(crate) fn supports_from(s: &ConvShape, core: &CoreSpec, source: Source) -> Result<(), String> {
-    if s.group != 1 {
-        return Err(format!(
-            "group {} (the fractal kernel is ungrouped)",
-            s.group
-        ));
-    }
+    Grouping::of(s, source)?;
     if source.image() {
         let most = if source.c04() {
             gearsim_isa::aipp::C04
@@ -1153,6 +1266,10 @@ fn pack_weights(values: &[f32], s: &ConvShape, plan: &Plan) -> Vec<u8> {
     let mut out = Vec::with_capacity(plan.w_bytes as usize);
     let taps = s.kh * s.kw;
     let c04 = plan.source.c04();
+    // A packed group's K rows are its groups' input channels one after another, its columns
+    // their output channels: a weight is real only where both are the same group's.
+    let group = s.group.max(1);
+    let (cin, cout) = (s.c / group, s.m / group);
     for co_f in 0..plan.m1 {
         for kb in 0..plan.k {
             for r in 0..16 {
@@ -1162,10 +1279,13 @@ fn pack_weights(values: &[f32], s: &ConvShape, plan: &Plan) -> Vec<u8> {
                     (kb / taps * 16 + r, kb % taps)
                 };
                 let (i, j) = (tap / s.kw, tap % s.kw);
-                let real = ci < s.c && tap < taps;
+                let packed_ci = co_f / plan.grouping.m1.max(1) * plan.c1 * 16 + ci;
                 for col in 0..16 {
                     let co = co_f * 16 + col;
-                    let at = ((co * s.c + ci) * s.kh + i) * s.kw + j;
+                    let real = ci < s.c
+                        && tap < taps
+                        && (group == 1 || packed_ci / cin.max(1) == co / cout.max(1));
+                    let at = ((co * cin + packed_ci % cin.max(1)) * s.kh + i) * s.kw + j;
                     let v = if real {
                         values.get(at as usize).copied().unwrap_or(0.0)
                     } else {
@@ -1428,7 +1548,7 @@ fn lower_with(
                 width,
                 ..
             } => height * width * pixel,
-            _ => plan.c1 * hw_in * UNIT,
+            _ => plan.c1_in * hw_in * UNIT,
         },
         arg::OUT => out_image,
         arg::RESIDUAL if residual.is_some() => out_image,
@@ -1733,7 +1853,7 @@ impl<'a> Gen<'a> {
     fn emit(mut self) {
         let plan = self.plan;
         for (name, v) in [
-            ("channel_blocks_in", plan.c1),
+            ("channel_blocks_in", plan.c1_in),
             ("channel_blocks_out", plan.m1),
             ("k_fractals", plan.k),
             ("co_fractals_per_block", plan.nbk),
@@ -1745,6 +1865,16 @@ impl<'a> Gen<'a> {
             ("block_dim", plan.blocks.len() as u64),
         ] {
             self.a.tiling(name, v as i64);
+        }
+        if self.s.group > 1 {
+            for (name, v) in [
+                ("group", self.s.group),
+                ("group_enlarge", plan.grouping.enlarge),
+                ("packed_groups", plan.grouping.packed),
+                ("k_channel_blocks", plan.c1),
+            ] {
+                self.a.tiling(name, v as i64);
+            }
         }
         let [t0, t1, _, _] = self.r.t;
         let (x, args) = (self.r.x, self.r.args);
@@ -1839,7 +1969,11 @@ impl<'a> Gen<'a> {
         // per segment would fill MTE2's queue ahead of the first products).
         let first = t.segs[0];
         let whole = (q1 - q0) * s.h * s.w;
-        let skip = (self.plan.c1 - (q1 - q0)) * s.h * s.w;
+        // Between images: the channel blocks not loaded, of the input in GM and of the band
+        // in L1 (a grouped convolution's band holds only its packed group's).
+        let skip = (self.plan.c1_in - (q1 - q0)) * s.h * s.w;
+        let band_skip = (self.plan.c1 - (q1 - q0)) * s.h * s.w;
+        let co = self.co.0;
         let step = row_step(s);
         let whole_images = step == 1
             && t.segs.len() > 1
@@ -1852,11 +1986,11 @@ impl<'a> Gen<'a> {
             && t.segs.len() as u64 <= units::BURST_COUNT_MAX;
         if whole_images && q1 > q0 {
             self.a.movi(t0, (bands[0] + q0 * s.h * s.w * UNIT) as i64);
-            self.gm(t1, x, (first.n * self.plan.c1 + q0) * s.h * s.w * UNIT);
+            self.gm(t1, x, self.plan.x_block(first.n, co, q0) * s.h * s.w * UNIT);
             self.a
                 .copy_gm_to_l1(t0, t1, t.segs.len() as u64, whole)
                 .src_gap(skip)
-                .dst_gap(skip);
+                .dst_gap(band_skip);
             return;
         }
         for (g, at) in t.segs.iter().zip(bands) {
@@ -1870,7 +2004,7 @@ impl<'a> Gen<'a> {
                     self.gm_to_l1(
                         at + q0 * slice + i * s.w * UNIT,
                         x,
-                        ((g.n * self.plan.c1 + q0) * s.h + g.in_row + i * step) * s.w * UNIT,
+                        (self.plan.x_block(g.n, co, q0) * s.h + g.in_row + i * step) * s.w * UNIT,
                         q1 - q0,
                         s.w,
                         (s.h - 1) * s.w,
@@ -1882,7 +2016,7 @@ impl<'a> Gen<'a> {
             self.gm_to_l1(
                 at + q0 * slice,
                 x,
-                ((g.n * self.plan.c1 + q0) * s.h + g.in_row) * s.w * UNIT,
+                (self.plan.x_block(g.n, co, q0) * s.h + g.in_row) * s.w * UNIT,
                 q1 - q0,
                 g.band_h * s.w,
                 (s.h - g.band_h) * s.w,
@@ -2315,7 +2449,7 @@ impl<'a> Gen<'a> {
                 self.gm_to_l1(
                     at,
                     x,
-                    ((g.n * plan.c1 + ch.q0) * s.h + g.in_row) * s.w * UNIT,
+                    (plan.x_block(g.n, self.co.0, ch.q0) * s.h + g.in_row) * s.w * UNIT,
                     qn,
                     g.band_h * s.w,
                     (s.h - g.band_h) * s.w,
