@@ -48,6 +48,8 @@ struct Case {
     formats: (Format, Format),
     /// The chip preset it runs on (`ascend910` unless a case says otherwise).
     chip: &'static str,
+    /// AI cores of the chip, where a case sets fewer than the preset's (0: the preset's).
+    cores: u32,
 }
 
 impl Case {
@@ -67,11 +69,16 @@ impl Case {
             dtype: DataType::F16,
             formats: (Format::Nd, Format::Nd),
             chip: "ascend910",
+            cores: 0,
         }
     }
 
     fn on(mut self, chip: &'static str) -> Case {
         self.chip = chip;
+        self
+    }
+    fn cores(mut self, cores: u32) -> Case {
+        self.cores = cores;
         self
     }
     fn formats(mut self, x: Format, y: Format) -> Case {
@@ -206,8 +213,12 @@ fn check(c: &Case, seed: u64, rtol: f64, atol: f64) -> Ran {
         formats.push(Format::Nd);
     }
     formats.push(c.formats.1);
+    let mut cfg = gearsim_sim::ChipConfig::preset(c.chip).unwrap();
+    if c.cores > 0 {
+        cfg.core.count = c.cores;
+    }
     let r = gearsim_host::oprun::run_op_formats(
-        &gearsim_sim::ChipConfig::preset(c.chip).unwrap(),
+        &cfg,
         "Conv",
         &attrs(c),
         inputs,
@@ -989,6 +1000,38 @@ fn conv_stride_past_the_padded_input_is_one_window() {
             .formats(F5, F5),
         79,
     );
+}
+
+/// Maps of more than 65535 pixels (YOLO's 640×640 input and its 320×320 maps, 256×256
+/// segmentation inputs) put a feature map's channel blocks further apart than a DMA gap
+/// field reaches: the 5HD kernel writes such outputs one channel block a burst, and the NCHW
+/// kernel moves its workspace rows burst by burst where even one-row tiles leave a piece's
+/// channel blocks too far apart (one core takes a 256-row image).
+#[test]
+fn maps_past_a_dma_gap_move_burst_by_burst() {
+    let c5hd = Case::new(1, 16, (272, 272), 32, 3)
+        .pad(1)
+        .bias()
+        .on("ascend310p");
+    let cases = [
+        // 73984 pixels each side.
+        c5hd.clone().formats(Format::Nc1hwc0, Format::Nc1hwc0),
+        // Rows too wide for the NCHW kernel's relayout: TransData pads the 3 channels to a
+        // block of 81920 pixels, and the 5HD kernel's output is converted back.
+        Case::new(1, 3, (128, 640), 16, 3).pad(1).on("ascend310p"),
+        Case::new(1, 16, (256, 256), 16, 3)
+            .pad(1)
+            .on("ascend310p")
+            .cores(1),
+        Case::new(1, 16, (256, 256), 16, 3)
+            .pad(1)
+            .f32()
+            .on("ascend310p")
+            .cores(1),
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        cube(c, 900 + i as u64);
+    }
 }
 
 /// A grouped convolution on the fractal kernel, as GE packs it: `enlarge` consecutive groups

@@ -381,6 +381,15 @@ impl Problem {
 }
 
 /// Where the bias fractals (`[ceil(M/16)][16][16]` f32, each row one channel's value) are.
+/// Which way a workspace transfer split burst by burst goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dir {
+    /// UB to the GM workspace (MTE3).
+    UbToGm,
+    /// The GM workspace to L1 (MTE2).
+    GmToL1,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BiasKind {
     None,
@@ -978,8 +987,9 @@ impl Plan {
         let most = self.blocks.iter().map(|(a, b)| b - a).max().unwrap_or(1);
         self.pieces = self.most_pieces(s);
         // Fixed-height band loads read up to a tile past the piece's rows. A piece's run of
-        // workspace rows is a DMA gap, so where tall blocks (large batches) would make it
-        // longer than the field allows, tiles are kept lower instead.
+        // workspace rows is a DMA gap, so where tall blocks (large batches, large maps) would
+        // make it longer than the field allows, tiles are kept lower; where even one-row
+        // tiles leave it too long, the workspace transfers go burst by burst.
         let mut limit = limit_rows(most, s.ho);
         loop {
             self.piece_rows = s.sh * (most.min(s.ho) + 2 * limit + self.ihi + 1);
@@ -987,13 +997,6 @@ impl Plan {
                 break;
             }
             limit -= 1;
-        }
-        if self.pws() > units::BURST_GAP_MAX {
-            return Err(format!(
-                "a workspace row run of {} units exceeds a DMA gap ({} units max)",
-                self.pws(),
-                units::BURST_GAP_MAX
-            ));
         }
         // Tile height and L0 step: the best cube rate per tile that fits, tiles no taller than
         // a third of a block's rows (so a block has tiles to overlap).
@@ -1665,6 +1668,33 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// `n` bursts of `len` units between the local buffer at `local` (`local_gap` units
+    /// apart; UB, or L1 for `Dir::GmToL1`) and GM `gm_base + gm_off` (`gm_gap` units apart)
+    /// as one DMA a burst, through `local_reg` and `gm_reg`: for gaps a DMA's fields cannot
+    /// hold (tall pieces of large maps put the workspace's channel blocks further apart than
+    /// a gap field reaches). The callers issue one DMA where the gaps fit.
+    #[allow(clippy::too_many_arguments)]
+    fn burst_by_burst(
+        &mut self,
+        dir: Dir,
+        (local, local_reg): (u64, Reg),
+        (gm_base, gm_off, gm_reg): (Reg, i64, Reg),
+        n: u64,
+        len: u64,
+        local_gap: u64,
+        gm_gap: u64,
+    ) {
+        for i in 0..n {
+            self.movi(local_reg, local + i * (len + local_gap) * UNIT);
+            let off = gm_off + (i * (len + gm_gap) * UNIT) as i64;
+            self.addi(gm_reg, gm_base, off, gm_reg);
+            match dir {
+                Dir::UbToGm => self.a.copy_ub_to_gm(gm_reg, local_reg, 1, len),
+                Dir::GmToL1 => self.a.copy_gm_to_l1(local_reg, gm_reg, 1, len),
+            };
+        }
+    }
+
     /// `dst = src * v`.
     fn muli(&mut self, dst: Reg, src: Reg, v: u64, tmp: Reg) {
         if let Ok(i) = i32::try_from(v) {
@@ -2263,12 +2293,22 @@ impl<'a> Gen<'a> {
         let (top_rows, bottom_rows, bottom_at) = (r.nnr, r.rn2, r.rws2);
         let [t0, t1, t2, t3] = r.t;
         let pws_units = plan.pws();
-        if plan.margin > 0 {
+        if plan.margin > 0 && pws_units - plan.margin <= units::BURST_GAP_MAX {
             self.movi(t0, self.ub.zero);
             self.a
                 .copy_ub_to_gm(pws, t0, s.sw * plan.c1, plan.margin)
                 .src_gap(0)
                 .dst_gap(pws_units - plan.margin);
+        } else if plan.margin > 0 {
+            self.burst_by_burst(
+                Dir::UbToGm,
+                (self.ub.zero, t0),
+                (pws, 0, t1),
+                s.sw * plan.c1,
+                plan.margin,
+                0,
+                pws_units - plan.margin,
+            );
         }
         // t2 = sh·a (the piece's first padded row), t3 = its end padded row.
         self.movi(t0, s.ho);
@@ -2319,7 +2359,14 @@ impl<'a> Gen<'a> {
         let pws_units = plan.pws();
         self.movi(zeros, self.ub.zero);
         for phi in 0..s.sw {
-            self.addi(dst, addr, (phi * plan.c1 * pws_units * UNIT) as i64, dst);
+            let phase = (phi * plan.c1 * pws_units * UNIT) as i64;
+            if pws_units - plan.wq > units::BURST_GAP_MAX {
+                let (n, len, gap) = (plan.c1, plan.wq, pws_units - plan.wq);
+                let (local, gm) = ((self.ub.zero, zeros), (addr, phase, dst));
+                self.burst_by_burst(Dir::UbToGm, local, gm, n, len, 0, gap);
+                continue;
+            }
+            self.addi(dst, addr, phase, dst);
             self.a
                 .copy_ub_to_gm(dst, zeros, plan.c1, plan.wq)
                 .src_gap(0)
@@ -2593,7 +2640,26 @@ impl<'a> Gen<'a> {
         let [_, _, t2, t3] = self.r.t;
         let blk = plan.blk(&s);
         let pws_units = plan.pws();
-        if s.sw == 1 {
+        let (w, pad) = (s.w, plan.wq - s.w);
+        let gaps_fit = pws_units - w <= units::BURST_GAP_MAX
+            && (pad == 0 || pws_units - pad <= units::BURST_GAP_MAX);
+        if s.sw == 1 && !gaps_fit {
+            let c1 = plan.c1;
+            let data = (ub_row, t2);
+            self.burst_by_burst(
+                Dir::UbToGm,
+                data,
+                (rws, 0, t3),
+                c1,
+                w,
+                blk * 16 - w,
+                pws_units - w,
+            );
+            if pad > 0 {
+                let (zeros, gm) = ((self.ub.zero, t2), (rws, (w * UNIT) as i64, t3));
+                self.burst_by_burst(Dir::UbToGm, zeros, gm, c1, pad, 0, pws_units - pad);
+            }
+        } else if s.sw == 1 {
             self.movi(t2, ub_row);
             self.a
                 .copy_ub_to_gm(rws, t2, plan.c1, s.w)
@@ -2733,6 +2799,12 @@ impl<'a> Gen<'a> {
         let [t0, t1, _, _] = self.r.t;
         let len = plan.band_units();
         let src = (stages.start * plan.pws() * UNIT) as i64 - (plan.margin * UNIT) as i64;
+        if plan.pws() - len > units::BURST_GAP_MAX {
+            let n = stages.end - stages.start;
+            let gap = plan.pws() - len;
+            self.burst_by_burst(Dir::GmToL1, (at, t0), (band, src, t1), n, len, 0, gap);
+            return;
+        }
         self.movi(t0, at);
         self.addi(t1, band, src, t1);
         self.a

@@ -607,8 +607,6 @@ impl Plan {
         }
         let band_at = w_bytes.next_multiple_of(FRACTAL);
         let limits = [
-            (s.h * s.w, "H·W", u64::from(u16::MAX)),
-            (s.ho * s.wo, "Ho·Wo", u64::from(u16::MAX)),
             (s.kh.max(s.kw), "kernel size", 255),
             (
                 s.sh.max(s.sw).max(s.dh).max(s.dw),
@@ -1850,6 +1848,46 @@ impl<'a> Gen<'a> {
         }
     }
 
+    /// `n` bursts of `len` units between UB at `ub` (`ub_gap` units apart) and GM `base +
+    /// off` (`gm_gap` units apart): MTE2 (`to_ub`) or MTE3. One DMA where the gap fields
+    /// allow; otherwise one a burst (a map of more than 65535 pixels puts its channel blocks
+    /// further apart in GM than a gap field reaches).
+    #[allow(clippy::too_many_arguments)]
+    fn ub_gm(
+        &mut self,
+        to_ub: bool,
+        ub: u64,
+        base: Reg,
+        off: u64,
+        n: u64,
+        len: u64,
+        gm_gap: u64,
+        ub_gap: u64,
+    ) {
+        let [t0, t1, _, _] = self.r.t;
+        let fits = gm_gap <= units::BURST_GAP_MAX && ub_gap <= units::BURST_GAP_MAX;
+        let (dmas, bursts, gm_gap_field, ub_gap_field) = if fits {
+            (1, n, gm_gap, ub_gap)
+        } else {
+            (n, 1, 0, 0)
+        };
+        for i in 0..dmas {
+            self.a.movi(t0, (ub + i * (len + ub_gap) * UNIT) as i64);
+            self.gm(t1, base, off + i * (len + gm_gap) * UNIT);
+            if to_ub {
+                self.a
+                    .copy_gm_to_ub(t0, t1, bursts, len)
+                    .src_gap(gm_gap_field)
+                    .dst_gap(ub_gap_field);
+            } else {
+                self.a
+                    .copy_ub_to_gm(t1, t0, bursts, len)
+                    .src_gap(ub_gap_field)
+                    .dst_gap(gm_gap_field);
+            }
+        }
+    }
+
     fn emit(mut self) {
         let plan = self.plan;
         for (name, v) in [
@@ -2590,12 +2628,16 @@ impl<'a> Gen<'a> {
             let res = self.r.residual;
             self.wait(Pipe::V, Pipe::Mte2, ev::RESIDUAL_FREE);
             for (g, off) in t.segs.iter().zip(&offs) {
-                self.a.movi(t0, (self.ub.residual + off * FRACTAL) as i64);
-                self.gm(t1, res, gm_at(g, self.co.0 + f0));
-                self.a
-                    .copy_gm_to_ub(t0, t1, nb, g.pixels)
-                    .src_gap(plane - g.pixels)
-                    .dst_gap(mf * 16 - g.pixels);
+                self.ub_gm(
+                    true,
+                    self.ub.residual + off * FRACTAL,
+                    res,
+                    gm_at(g, self.co.0 + f0),
+                    nb,
+                    g.pixels,
+                    plane - g.pixels,
+                    mf * 16 - g.pixels,
+                );
             }
             self.set(Pipe::Mte2, Pipe::V, ev::RESIDUAL);
         }
@@ -2643,12 +2685,16 @@ impl<'a> Gen<'a> {
             self.set(Pipe::V, Pipe::Mte3, ev::PIECES[p]);
             self.wait(Pipe::V, Pipe::Mte3, ev::PIECES[p]);
             for (g, off) in t.segs.iter().zip(&offs) {
-                self.a.movi(t0, (out_at + off * FRACTAL) as i64);
-                self.gm(t1, out, gm_at(g, self.co.0 + f0 + j0));
-                self.a
-                    .copy_ub_to_gm(t1, t0, n, g.pixels)
-                    .src_gap(mf * 16 - g.pixels)
-                    .dst_gap(plane - g.pixels);
+                self.ub_gm(
+                    false,
+                    out_at + off * FRACTAL,
+                    out,
+                    gm_at(g, self.co.0 + f0 + j0),
+                    n,
+                    g.pixels,
+                    plane - g.pixels,
+                    mf * 16 - g.pixels,
+                );
             }
         }
         self.set(Pipe::Mte3, Pipe::V, ev::DRAIN);
