@@ -466,6 +466,32 @@ fn depthwise_wide_f16_stride3() {
     vector(&c, 28);
 }
 
+/// The pad kernel moves a plane's data rows in chunks of at most 64 (a 113-row plane as 57
+/// and 56 rows), one row at a time where a chunk would cross a block's end (planes of 11
+/// rows over blocks of 12 padded rows); small planes (MobileNet's 14×14 of 576 channels) go
+/// in one chunk each.
+#[test]
+fn depthwise_pad_chunks_cover_tall_planes_and_block_ends() {
+    for (i, c) in [
+        Case::new(1, 4, (113, 20), 4, 3)
+            .pad(1)
+            .group(4)
+            .on("ascend310p"),
+        Case::new(1, 576, (14, 14), 576, 3)
+            .pad(1)
+            .group(576)
+            .bias()
+            .on("ascend310p"),
+        Case::new(3, 5, (11, 9), 5, 3).pad(2).dil(2).group(5).f32(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let r = vector(c, 29 + i as u64);
+        assert!(tiling(&r, "rows_per_chunk").is_some_and(|k| k > 1), "{c:?}");
+    }
+}
+
 // The convolutions of the test models (tests/models/make_models.py), in f32 like the models.
 
 #[test]
