@@ -215,6 +215,16 @@ pub(crate) fn cast_kernel(
     ctx.kernel(a, plan.block_dim, vec![src, dst])
 }
 
+/// Greatest common divisor.
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
+}
+
+/// Least common multiple (of positive numbers).
+fn lcm(a: u64, b: u64) -> u64 {
+    a / gcd(a, b).max(1) * b
+}
+
 /// Input `i` as f16 in GM: itself when it is f16, else converted into the workspace.
 pub(crate) fn runtime_f16(
     ctx: &LowerCtx<'_>,

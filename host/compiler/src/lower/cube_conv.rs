@@ -380,7 +380,6 @@ impl Problem {
     }
 }
 
-/// Where the bias fractals (`[ceil(M/16)][16][16]` f32, each row one channel's value) are.
 /// Which way a workspace transfer split burst by burst goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dir {
@@ -390,6 +389,7 @@ enum Dir {
     GmToL1,
 }
 
+/// Where the bias fractals (`[ceil(M/16)][16][16]` f32, each row one channel's value) are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum BiasKind {
     None,

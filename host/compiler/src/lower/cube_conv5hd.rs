@@ -75,7 +75,7 @@ use gearsim_isa::{DType, Pipe, SReg, SType, Space};
 use super::super::writer::{Asm, Reg};
 use super::super::{Epilogue, LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::conv::{ConvShape, DISPATCH_STAGGER_CYCLES, distribute_by};
-use super::{Build, Expand, const_values, cube_type, dims_of, expand_kernel};
+use super::{Build, Expand, const_values, cube_type, dims_of, expand_kernel, lcm};
 use crate::CoreSpec;
 use crate::ir::{Attr, DataType, Format, Node, TensorDesc, fixed_shape};
 
@@ -295,6 +295,17 @@ impl Drain {
     }
 }
 
+/// Which way a GM transfer of the kernel goes (`Gen::transfer`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    /// GM to L1 (MTE2): bands, weights.
+    GmToL1,
+    /// GM to UB (MTE2): a fused residual's tile.
+    GmToUb,
+    /// UB to GM (MTE3): the output tile.
+    UbToGm,
+}
+
 /// How a grouped convolution's groups pack into channel blocks, as GE's 5HD convolution packs
 /// them: `enlarge` consecutive groups share one packed group whose weights are block-diagonal
 /// (zero between groups), so the cube multiplies `enlarge` times the MACs of the groups alone
@@ -343,7 +354,8 @@ impl Grouping {
             && (enlarge * cout).is_multiple_of(16);
         if !packs {
             return Err(format!(
-                "group {} of {cin} input and {cout} output channels does not pack into whole                  channel blocks without padding ({enlarge} groups a block)",
+                "group {} of {cin} input and {cout} output channels does not pack into whole \
+                 channel blocks without padding ({enlarge} groups a block)",
                 s.group
             ));
         }
@@ -354,16 +366,6 @@ impl Grouping {
             m1: enlarge * cout / 16,
         })
     }
-}
-
-fn lcm(a: u64, b: u64) -> u64 {
-    let gcd = |mut a: u64, mut b: u64| {
-        while b != 0 {
-            (a, b) = (b, a % b);
-        }
-        a
-    };
-    a / gcd(a, b).max(1) * b
 }
 
 /// The static tiling.
@@ -843,13 +845,13 @@ impl Plan {
                 .div_ceil(core.cube_blocks().max(1) as usize) as f64
     }
 
-    /// K fractals one input-channel block of the band serves (C04: its only block, all).
     /// The GM channel block of image `n` that channel block `q` of the band of co fractal
     /// `co_f`'s products is (a grouped convolution's co group reads its packed group's).
     fn x_block(&self, n: u64, co_f: u64, q: u64) -> u64 {
         n * self.c1_in + co_f / self.grouping.m1.max(1) * self.c1 + q
     }
 
+    /// K fractals one input-channel block of the band serves (C04: its only block, all).
     fn k_per_slice(&self, s: &ConvShape) -> u64 {
         if self.source.c04() {
             self.k
@@ -1802,36 +1804,53 @@ impl<'a> Gen<'a> {
         self.a.add(dst, base, dst);
     }
 
-    /// MTE2: `n` bursts of `len` units from GM `base + off` (`src_gap` units apart) to L1 at
-    /// `l1` (`dst_gap` units apart). One DMA where its fields allow; otherwise the transfer is
-    /// split: groups of at most the burst count, one DMA a burst where a gap is too long for
-    /// its field, and each burst in pieces where it is too long for its own.
+    /// `n` bursts of `len` units between GM `base + off` (`gm_gap` units apart) and the local
+    /// buffer at `local` (`local_gap` units apart), the way `mv` says. One DMA where its fields
+    /// allow; otherwise the transfer is split: groups of at most the burst count, one DMA a
+    /// burst where a gap is too long for its field (deep 7×7 windows; maps of more than 65535
+    /// pixels, whose channel blocks lie further apart in GM), and each burst in pieces where
+    /// it is too long for its own.
     #[allow(clippy::too_many_arguments)]
-    fn gm_to_l1(
+    fn transfer(
         &mut self,
-        l1: u64,
+        mv: Move,
+        local: u64,
         base: Reg,
         off: u64,
         n: u64,
         len: u64,
-        src_gap: u64,
-        dst_gap: u64,
+        gm_gap: u64,
+        local_gap: u64,
     ) {
         let [t0, t1, _, _] = self.r.t;
-        let (src_row, dst_row) = ((len + src_gap) * UNIT, (len + dst_gap) * UNIT);
+        let issue = |a: &mut Asm, count: u64, len: u64, gm_gap: u64, local_gap: u64| match mv {
+            Move::GmToL1 => {
+                a.copy_gm_to_l1(t0, t1, count, len)
+                    .src_gap(gm_gap)
+                    .dst_gap(local_gap);
+            }
+            Move::GmToUb => {
+                a.copy_gm_to_ub(t0, t1, count, len)
+                    .src_gap(gm_gap)
+                    .dst_gap(local_gap);
+            }
+            Move::UbToGm => {
+                a.copy_ub_to_gm(t1, t0, count, len)
+                    .src_gap(local_gap)
+                    .dst_gap(gm_gap);
+            }
+        };
+        let (gm_row, local_row) = ((len + gm_gap) * UNIT, (len + local_gap) * UNIT);
         if len <= units::BURST_LEN_MAX
-            && src_gap <= units::BURST_GAP_MAX
-            && dst_gap <= units::BURST_GAP_MAX
+            && gm_gap <= units::BURST_GAP_MAX
+            && local_gap <= units::BURST_GAP_MAX
         {
             let mut i = 0;
             while i < n {
                 let count = (n - i).min(units::BURST_COUNT_MAX);
-                self.a.movi(t0, (l1 + i * dst_row) as i64);
-                self.gm(t1, base, off + i * src_row);
-                self.a
-                    .copy_gm_to_l1(t0, t1, count, len)
-                    .src_gap(src_gap)
-                    .dst_gap(dst_gap);
+                self.a.movi(t0, (local + i * local_row) as i64);
+                self.gm(t1, base, off + i * gm_row);
+                issue(self.a, count, len, gm_gap, local_gap);
                 i += count;
             }
             return;
@@ -1840,50 +1859,11 @@ impl<'a> Gen<'a> {
             let mut done = 0;
             while done < len {
                 let piece = (len - done).min(units::BURST_LEN_MAX);
-                self.a.movi(t0, (l1 + i * dst_row + done * UNIT) as i64);
-                self.gm(t1, base, off + i * src_row + done * UNIT);
-                self.a.copy_gm_to_l1(t0, t1, 1, piece);
+                self.a
+                    .movi(t0, (local + i * local_row + done * UNIT) as i64);
+                self.gm(t1, base, off + i * gm_row + done * UNIT);
+                issue(self.a, 1, piece, 0, 0);
                 done += piece;
-            }
-        }
-    }
-
-    /// `n` bursts of `len` units between UB at `ub` (`ub_gap` units apart) and GM `base +
-    /// off` (`gm_gap` units apart): MTE2 (`to_ub`) or MTE3. One DMA where the gap fields
-    /// allow; otherwise one a burst (a map of more than 65535 pixels puts its channel blocks
-    /// further apart in GM than a gap field reaches).
-    #[allow(clippy::too_many_arguments)]
-    fn ub_gm(
-        &mut self,
-        to_ub: bool,
-        ub: u64,
-        base: Reg,
-        off: u64,
-        n: u64,
-        len: u64,
-        gm_gap: u64,
-        ub_gap: u64,
-    ) {
-        let [t0, t1, _, _] = self.r.t;
-        let fits = gm_gap <= units::BURST_GAP_MAX && ub_gap <= units::BURST_GAP_MAX;
-        let (dmas, bursts, gm_gap_field, ub_gap_field) = if fits {
-            (1, n, gm_gap, ub_gap)
-        } else {
-            (n, 1, 0, 0)
-        };
-        for i in 0..dmas {
-            self.a.movi(t0, (ub + i * (len + ub_gap) * UNIT) as i64);
-            self.gm(t1, base, off + i * (len + gm_gap) * UNIT);
-            if to_ub {
-                self.a
-                    .copy_gm_to_ub(t0, t1, bursts, len)
-                    .src_gap(gm_gap_field)
-                    .dst_gap(ub_gap_field);
-            } else {
-                self.a
-                    .copy_ub_to_gm(t1, t0, bursts, len)
-                    .src_gap(ub_gap_field)
-                    .dst_gap(gm_gap_field);
             }
         }
     }
@@ -2039,7 +2019,8 @@ impl<'a> Gen<'a> {
             if step > 1 {
                 // One DMA per band row: that input row of each channel block.
                 for i in 0..g.band_h {
-                    self.gm_to_l1(
+                    self.transfer(
+                        Move::GmToL1,
                         at + q0 * slice + i * s.w * UNIT,
                         x,
                         (self.plan.x_block(g.n, co, q0) * s.h + g.in_row + i * step) * s.w * UNIT,
@@ -2051,7 +2032,8 @@ impl<'a> Gen<'a> {
                 }
                 continue;
             }
-            self.gm_to_l1(
+            self.transfer(
+                Move::GmToL1,
                 at + q0 * slice,
                 x,
                 (self.plan.x_block(g.n, co, q0) * s.h + g.in_row) * s.w * UNIT,
@@ -2088,10 +2070,19 @@ impl<'a> Gen<'a> {
         let units = FRACTAL / UNIT;
         let gm = self.co.0 * k * FRACTAL + at;
         if k0 == 0 && k1 == k {
-            self.gm_to_l1(at, w, gm, 1, (f1 - f0) * k * units, 0, 0);
+            self.transfer(Move::GmToL1, at, w, gm, 1, (f1 - f0) * k * units, 0, 0);
         } else {
             let gap = (k - (k1 - k0)) * units;
-            self.gm_to_l1(at, w, gm, f1 - f0, (k1 - k0) * units, gap, gap);
+            self.transfer(
+                Move::GmToL1,
+                at,
+                w,
+                gm,
+                f1 - f0,
+                (k1 - k0) * units,
+                gap,
+                gap,
+            );
         }
     }
 
@@ -2484,7 +2475,8 @@ impl<'a> Gen<'a> {
         let base = self.band_l1(parity);
         for (g, at) in t.segs.iter().zip(self.chunk_bands(t, qn, parity)) {
             if g.band_h > 0 {
-                self.gm_to_l1(
+                self.transfer(
+                    Move::GmToL1,
                     at,
                     x,
                     (plan.x_block(g.n, self.co.0, ch.q0) * s.h + g.in_row) * s.w * UNIT,
@@ -2498,7 +2490,8 @@ impl<'a> Gen<'a> {
         let taps = plan.k_per_slice(s);
         let (k0, kn) = (ch.q0 * taps, qn * taps);
         let units = FRACTAL / UNIT;
-        self.gm_to_l1(
+        self.transfer(
+            Move::GmToL1,
             base + plan.chunk_band,
             w,
             ((self.co.0 + ch.f0) * plan.k + k0) * FRACTAL,
@@ -2628,8 +2621,8 @@ impl<'a> Gen<'a> {
             let res = self.r.residual;
             self.wait(Pipe::V, Pipe::Mte2, ev::RESIDUAL_FREE);
             for (g, off) in t.segs.iter().zip(&offs) {
-                self.ub_gm(
-                    true,
+                self.transfer(
+                    Move::GmToUb,
                     self.ub.residual + off * FRACTAL,
                     res,
                     gm_at(g, self.co.0 + f0),
@@ -2685,8 +2678,8 @@ impl<'a> Gen<'a> {
             self.set(Pipe::V, Pipe::Mte3, ev::PIECES[p]);
             self.wait(Pipe::V, Pipe::Mte3, ev::PIECES[p]);
             for (g, off) in t.segs.iter().zip(&offs) {
-                self.ub_gm(
-                    false,
+                self.transfer(
+                    Move::UbToGm,
                     out_at + off * FRACTAL,
                     out,
                     gm_at(g, self.co.0 + f0 + j0),

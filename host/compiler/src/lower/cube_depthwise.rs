@@ -40,7 +40,7 @@ use super::super::writer::{Asm, Reg};
 use super::super::{LowerCtx, LowerError, Lowered, Operand, kernel_name};
 use super::conv::ConvShape;
 use super::gemm::OutType;
-use super::{Build, const_values, cube_type};
+use super::{Build, const_values, cube_type, gcd};
 use crate::CoreSpec;
 use crate::ir::DataType;
 
@@ -350,10 +350,6 @@ impl Geometry {
             dw_blocks: rows.min(cores),
         })
     }
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 /// Small helpers over an `Asm`.
